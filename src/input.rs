@@ -1,0 +1,181 @@
+//! Validated inputs. Every value from outside (JS, WIT, a serialized string) passes through
+//! these constructors, so the rest of the core works with values that are known to be sane.
+
+use crate::error::InputError;
+
+/// Longest key accepted, in bytes of UTF-8. Large enough for any sensible naming scheme, small
+/// enough to fit every store we ship (Redis keys, SQL primary keys, Durable Object names).
+pub const MAX_KEY_BYTES: usize = 512;
+
+/// Longest TTL accepted: 2^31 − 1 ms (about 24.8 days), the largest delay JS timers support.
+pub const MAX_TTL_MS: u64 = 2_147_483_647;
+
+/// Longest `timeout` / `retryDelay` accepted; same bound as TTLs, for the same reason.
+pub const MAX_WAIT_MS: u64 = MAX_TTL_MS;
+
+/// Default TTL: 30 seconds.
+pub const DEFAULT_TTL_MS: u64 = 30_000;
+
+/// Default pause between acquire attempts while waiting: 50 ms.
+pub const DEFAULT_RETRY_DELAY_MS: u64 = 50;
+
+/// A lock key: non-empty UTF-8, at most [`MAX_KEY_BYTES`] bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Key(String);
+
+impl Key {
+    /// Checks and wraps a key.
+    pub fn new(key: impl Into<String>) -> Result<Self, InputError> {
+        let key = key.into();
+        if key.is_empty() {
+            return Err(InputError::EmptyKey);
+        }
+        if key.len() > MAX_KEY_BYTES {
+            return Err(InputError::KeyTooLong {
+                len: key.len(),
+                max: MAX_KEY_BYTES,
+            });
+        }
+        Ok(Key(key))
+    }
+
+    /// The key as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A time-to-live in whole milliseconds, `1..=MAX_TTL_MS`. A lock always expires.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ttl(u64);
+
+impl Ttl {
+    /// Checks a TTL given as a JS-style number. Fractions round up (a TTL is a promise of at
+    /// least that long), NaN, infinities, zero and negatives are refused.
+    pub fn from_f64(ms: f64) -> Result<Self, InputError> {
+        let bad = InputError::InvalidTtl {
+            value: ms,
+            max: MAX_TTL_MS,
+        };
+        if !ms.is_finite() || ms <= 0.0 || ms.ceil() > MAX_TTL_MS as f64 {
+            return Err(bad);
+        }
+        Ok(Ttl(ms.ceil() as u64))
+    }
+
+    /// Checks a TTL given as whole milliseconds.
+    pub fn from_ms(ms: u64) -> Result<Self, InputError> {
+        if ms == 0 || ms > MAX_TTL_MS {
+            return Err(InputError::InvalidTtl {
+                value: ms as f64,
+                max: MAX_TTL_MS,
+            });
+        }
+        Ok(Ttl(ms))
+    }
+
+    /// Milliseconds.
+    pub fn as_ms(self) -> u64 {
+        self.0
+    }
+}
+
+impl Default for Ttl {
+    fn default() -> Self {
+        Ttl(DEFAULT_TTL_MS)
+    }
+}
+
+/// How long to wait for a held lock, and how often to try again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcquireOptions {
+    /// Total time to keep trying, in ms. `0` (the default) tries exactly once.
+    pub timeout_ms: u64,
+    /// Pause between attempts, in ms (default 50). `0` retries as soon as possible, which the
+    /// core treats as 1 ms so that a waiter always yields to the holder.
+    pub retry_delay_ms: u64,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions {
+            timeout_ms: 0,
+            retry_delay_ms: DEFAULT_RETRY_DELAY_MS,
+        }
+    }
+}
+
+impl AcquireOptions {
+    /// Options that try once and never wait (`runImmediately`).
+    pub fn immediately() -> Self {
+        Self::default()
+    }
+
+    /// Builds options from JS-style numbers; `None` means "use the default".
+    pub fn from_f64(timeout: Option<f64>, retry_delay: Option<f64>) -> Result<Self, InputError> {
+        let defaults = Self::default();
+        Ok(AcquireOptions {
+            timeout_ms: match timeout {
+                Some(v) => wait_ms("timeout", v)?,
+                None => defaults.timeout_ms,
+            },
+            retry_delay_ms: match retry_delay {
+                Some(v) => wait_ms("retryDelay", v)?,
+                None => defaults.retry_delay_ms,
+            },
+        })
+    }
+}
+
+fn wait_ms(option: &'static str, value: f64) -> Result<u64, InputError> {
+    if !value.is_finite() || value < 0.0 || value.ceil() > MAX_WAIT_MS as f64 {
+        return Err(InputError::InvalidWait {
+            option,
+            value,
+            max: MAX_WAIT_MS,
+        });
+    }
+    Ok(value.ceil() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_checked() {
+        assert_eq!(Key::new(""), Err(InputError::EmptyKey));
+        assert!(Key::new("a".repeat(MAX_KEY_BYTES)).is_ok());
+        assert_eq!(
+            Key::new("é".repeat(MAX_KEY_BYTES / 2 + 1)),
+            Err(InputError::KeyTooLong {
+                len: MAX_KEY_BYTES + 2,
+                max: MAX_KEY_BYTES
+            })
+        );
+    }
+
+    #[test]
+    fn ttls_are_checked() {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, f64::NEG_INFINITY, 3e9] {
+            assert!(Ttl::from_f64(bad).is_err(), "{bad} accepted");
+        }
+        assert_eq!(Ttl::from_f64(1.2).unwrap().as_ms(), 2);
+        assert_eq!(Ttl::from_f64(0.5).unwrap().as_ms(), 1);
+        assert!(Ttl::from_ms(0).is_err());
+        assert_eq!(Ttl::default().as_ms(), 30_000);
+    }
+
+    #[test]
+    fn wait_options_are_checked() {
+        assert_eq!(
+            AcquireOptions::from_f64(None, None).unwrap(),
+            AcquireOptions::default()
+        );
+        assert!(AcquireOptions::from_f64(Some(-1.0), None).is_err());
+        assert!(AcquireOptions::from_f64(None, Some(f64::NAN)).is_err());
+        assert!(AcquireOptions::from_f64(Some(f64::INFINITY), None).is_err());
+        let o = AcquireOptions::from_f64(Some(5_000.0), Some(0.0)).unwrap();
+        assert_eq!((o.timeout_ms, o.retry_delay_ms), (5_000, 0));
+    }
+}

@@ -1,0 +1,289 @@
+//! The lock state machine: acquire (with optional waiting), release, extend, run, and the
+//! local bookkeeping behind `isExpired()`. All methods take `&self`: a lock is used from inside
+//! its own critical section (`extend()` within `run()`), so state is borrowed only between
+//! awaits, never across one.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::future::Future;
+
+use crate::error::{Error, Operation};
+use crate::input::{AcquireOptions, Key, Ttl};
+use crate::runtime::Runtime;
+use crate::serialized::SerializedLock;
+use crate::store::LockStore;
+use crate::token::OwnerToken;
+
+/// What this handle believes about its own hold on the key.
+#[derive(Clone)]
+enum Hold {
+    /// Never acquired, or released by us.
+    None,
+    /// Acquired (or restored) with this token; the store will free the key no later than
+    /// `deadline` by our clock (measured from when the acquire/extend request was *sent*).
+    Held { owner: OwnerToken, deadline: u64 },
+    /// We held it and found out we lost it (a release or extend the store refused).
+    Lost,
+}
+
+/// How `try_run` can fail: the task's own error, or the lock's.
+#[derive(Debug, PartialEq)]
+pub enum RunError<U, E> {
+    /// The task ran and failed; the lock was released (or the release also failed, in which
+    /// case the task's error wins: it is the one the caller needs to see).
+    Task(U),
+    /// Acquiring or releasing failed.
+    Lock(E),
+}
+
+impl<U: fmt::Display, E: fmt::Display> fmt::Display for RunError<U, E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Task(e) => write!(f, "task failed: {e}"),
+            RunError::Lock(e) => write!(f, "lock failed: {e}"),
+        }
+    }
+}
+
+/// A lock on one key, bound to a store and a runtime. Cheap to create; nothing happens until
+/// [`Lock::acquire`] or [`Lock::run`]. Not reentrant: acquiring a key this handle already
+/// holds answers `false`, like any other contender.
+pub struct Lock<S, R> {
+    key: Key,
+    ttl: Ttl,
+    store: S,
+    runtime: R,
+    hold: RefCell<Hold>,
+}
+
+type LockResult<T, S> = Result<T, Error<<S as LockStore>::Error>>;
+
+impl<S: LockStore, R: Runtime> Lock<S, R> {
+    /// A lock on `key` that is held for `ttl` once acquired.
+    pub fn new(key: Key, ttl: Ttl, store: S, runtime: R) -> Self {
+        Lock {
+            key,
+            ttl,
+            store,
+            runtime,
+            hold: RefCell::new(Hold::None),
+        }
+    }
+
+    /// Rebuilds a lock from [`Lock::serialize`]'s output, owner token and all, so this process
+    /// can extend or release a lock another process acquired.
+    pub fn restore(serialized: SerializedLock, store: S, runtime: R) -> Self {
+        let lock = Lock::new(serialized.key, serialized.ttl, store, runtime);
+        *lock.hold.borrow_mut() = Hold::Held {
+            owner: serialized.owner,
+            deadline: serialized.deadline_ms,
+        };
+        lock
+    }
+
+    /// The key.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The TTL used by `acquire` and by `extend` without an argument.
+    pub fn ttl(&self) -> Ttl {
+        self.ttl
+    }
+
+    /// The store this lock talks to.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The owner token of the current hold, if this handle believes it holds the key.
+    pub fn owner(&self) -> Option<OwnerToken> {
+        match &*self.hold.borrow() {
+            Hold::Held { owner, .. } => Some(owner.clone()),
+            _ => None,
+        }
+    }
+
+    fn store_error(&self, operation: Operation) -> impl FnOnce(S::Error) -> Error<S::Error> + '_ {
+        move |error| Error::Store {
+            store: self.store.name(),
+            operation,
+            error,
+        }
+    }
+
+    /// Tries to take the lock with a fresh owner token. With `options.timeout_ms > 0`, retries
+    /// every `retry_delay_ms` until it succeeds or the timeout is spent (one last attempt is
+    /// made at the deadline). Answers whether the lock is now held by this handle.
+    pub async fn acquire(&self, options: AcquireOptions) -> LockResult<bool, S> {
+        let owner = OwnerToken::mint().map_err(Error::Random)?;
+        let give_up_at = self.runtime.now_ms().saturating_add(options.timeout_ms);
+        let pause = options.retry_delay_ms.max(1);
+        loop {
+            let sent = self.runtime.now_ms();
+            let won = self
+                .store
+                .acquire(&self.key, &owner, self.ttl)
+                .await
+                .map_err(self.store_error(Operation::Acquire))?;
+            if won {
+                *self.hold.borrow_mut() = Hold::Held {
+                    owner,
+                    deadline: sent.saturating_add(self.ttl.as_ms()),
+                };
+                return Ok(true);
+            }
+            let now = self.runtime.now_ms();
+            if now >= give_up_at {
+                return Ok(false);
+            }
+            self.runtime.sleep(pause.min(give_up_at - now)).await;
+        }
+    }
+
+    /// Frees the key if this handle still owns it. Answers `false`, without throwing, when the
+    /// handle does not hold it: never acquired, already released, or expired (and perhaps taken
+    /// by someone else, whose hold is left untouched).
+    pub async fn release(&self) -> LockResult<bool, S> {
+        let Some(owner) = self.owner() else {
+            return Ok(false);
+        };
+        let released = self
+            .store
+            .release(&self.key, &owner)
+            .await
+            .map_err(self.store_error(Operation::Release))?;
+        self.settle(&owner, if released { Hold::None } else { Hold::Lost });
+        Ok(released)
+    }
+
+    /// Resets the expiry to `ttl` (default: the lock's TTL) from now. Fails with
+    /// [`Error::NotHeld`] when the lock was lost or never acquired: carrying on in the belief
+    /// that one holds a lock one does not is the bug this prevents.
+    pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
+        let ttl = ttl.unwrap_or(self.ttl);
+        let Some(owner) = self.owner() else {
+            return Err(self.not_held("extend"));
+        };
+        let sent = self.runtime.now_ms();
+        let extended = self
+            .store
+            .extend(&self.key, &owner, ttl)
+            .await
+            .map_err(self.store_error(Operation::Extend))?;
+        if extended {
+            self.settle(
+                &owner,
+                Hold::Held {
+                    owner: owner.clone(),
+                    deadline: sent.saturating_add(ttl.as_ms()),
+                },
+            );
+            Ok(())
+        } else {
+            self.settle(&owner, Hold::Lost);
+            Err(self.not_held("extend"))
+        }
+    }
+
+    /// Records the outcome of a store call made with `owner`, unless a concurrent acquire on
+    /// this handle has since replaced the hold (then that newer hold stands).
+    fn settle(&self, owner: &OwnerToken, next: Hold) {
+        let mut hold = self.hold.borrow_mut();
+        if matches!(&*hold, Hold::Held { owner: current, .. } if current == owner) {
+            *hold = next;
+        }
+    }
+
+    fn not_held(&self, operation: &'static str) -> Error<S::Error> {
+        Error::NotHeld {
+            key: self.key.as_str().to_owned(),
+            operation,
+        }
+    }
+
+    /// Acquire, run `task`, and always release. `Ok(None)` means someone else held the lock and
+    /// `task` never ran.
+    pub async fn run<T, Fut, F>(&self, options: AcquireOptions, task: F) -> LockResult<Option<T>, S>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        match self
+            .try_run(options, || async {
+                Ok::<T, std::convert::Infallible>(task().await)
+            })
+            .await
+        {
+            Ok(out) => Ok(out),
+            Err(RunError::Lock(e)) => Err(e),
+            Err(RunError::Task(never)) => match never {},
+        }
+    }
+
+    /// [`Lock::run`] for a fallible task. The lock is released whether the task succeeds or
+    /// fails; when both the task and the release fail, the task's error is the one returned.
+    pub async fn try_run<T, U, Fut, F>(
+        &self,
+        options: AcquireOptions,
+        task: F,
+    ) -> Result<Option<T>, RunError<U, Error<S::Error>>>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, U>>,
+    {
+        if !self.acquire(options).await.map_err(RunError::Lock)? {
+            return Ok(None);
+        }
+        let outcome = task().await;
+        let released = self.release().await;
+        match (outcome, released) {
+            (Err(task_error), _) => Err(RunError::Task(task_error)),
+            (Ok(_), Err(lock_error)) => Err(RunError::Lock(lock_error)),
+            (Ok(value), Ok(_)) => Ok(Some(value)),
+        }
+    }
+
+    /// Whether anyone (not necessarily this handle) holds the key.
+    pub async fn is_locked(&self) -> LockResult<bool, S> {
+        self.store
+            .is_locked(&self.key)
+            .await
+            .map_err(self.store_error(Operation::IsLocked))
+    }
+
+    /// Milliseconds until the key's expiry, or `None` when nobody holds it.
+    pub async fn remaining_time(&self) -> LockResult<Option<u64>, S> {
+        self.store
+            .remaining_time(&self.key)
+            .await
+            .map_err(self.store_error(Operation::RemainingTime))
+    }
+
+    /// Did this handle hold the lock and lose it? Judged without a store call, against a
+    /// conservative local deadline: the time the acquire/extend request was sent plus its TTL,
+    /// so the answer may be "expired" slightly early but is never optimistic.
+    pub fn is_expired(&self) -> bool {
+        match &*self.hold.borrow() {
+            Hold::None => false,
+            Hold::Lost => true,
+            Hold::Held { deadline, .. } => self.runtime.now_ms() >= *deadline,
+        }
+    }
+
+    /// Freezes key, TTL, owner token and local deadline into a versioned string that
+    /// [`SerializedLock::parse`] reads back. Fails with [`Error::NotHeld`] when there is no
+    /// hold to hand over.
+    pub fn serialize(&self) -> LockResult<String, S> {
+        match &*self.hold.borrow() {
+            Hold::Held { owner, deadline } => Ok(SerializedLock {
+                key: self.key.clone(),
+                ttl: self.ttl,
+                owner: owner.clone(),
+                deadline_ms: *deadline,
+            }
+            .encode()),
+            _ => Err(self.not_held("serialize")),
+        }
+    }
+}

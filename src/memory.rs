@@ -1,0 +1,181 @@
+//! The in-process store: a map from key to (owner, expiry). Per-isolate: it coordinates the
+//! callers that share it and nothing more — right for tests and single-process apps.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::convert::Infallible;
+
+use crate::input::{Key, Ttl};
+use crate::runtime::Runtime;
+use crate::store::LockStore;
+use crate::token::OwnerToken;
+
+/// Expired rows are swept when the map reaches this many rows, and from then on whenever it
+/// doubles the size left by the previous sweep: amortised O(1) per acquire, and the map never
+/// holds more than about twice the live keys (plus this floor), however many keys expire.
+const SWEEP_FLOOR: usize = 64;
+
+struct Row {
+    owner: OwnerToken,
+    expires_at: u64,
+}
+
+/// An in-memory [`LockStore`]. Every operation completes synchronously (the futures are ready
+/// at once), so driving it from the core costs no event-loop round trip.
+pub struct MemoryLockStore<R: Runtime> {
+    rows: RefCell<HashMap<String, Row>>,
+    next_sweep_at: Cell<usize>,
+    runtime: R,
+}
+
+impl<R: Runtime> MemoryLockStore<R> {
+    /// An empty store whose expiry is judged by `runtime`'s clock.
+    pub fn new(runtime: R) -> Self {
+        MemoryLockStore {
+            rows: RefCell::new(HashMap::new()),
+            next_sweep_at: Cell::new(SWEEP_FLOOR),
+            runtime,
+        }
+    }
+
+    /// Rows currently stored, expired ones included (for tests of the cleanup bound).
+    pub fn stored_rows(&self) -> usize {
+        self.rows.borrow().len()
+    }
+
+    /// Deletes every expired row now and answers how many went.
+    pub fn purge_expired(&self) -> usize {
+        let now = self.runtime.now_ms();
+        let mut rows = self.rows.borrow_mut();
+        let before = rows.len();
+        rows.retain(|_, row| row.expires_at > now);
+        let removed = before - rows.len();
+        self.next_sweep_at.set((rows.len() * 2).max(SWEEP_FLOOR));
+        removed
+    }
+
+    fn live_owner_is(&self, key: &Key, owner: &OwnerToken, now: u64) -> bool {
+        matches!(self.rows.borrow().get(key.as_str()),
+            Some(row) if row.expires_at > now && row.owner == *owner)
+    }
+
+    /// The synchronous operations behind the async trait, public so bindings can skip the
+    /// future machinery entirely.
+    pub fn try_acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
+        let now = self.runtime.now_ms();
+        if self.rows.borrow().len() >= self.next_sweep_at.get() {
+            self.purge_expired();
+        }
+        let mut rows = self.rows.borrow_mut();
+        match rows.get_mut(key.as_str()) {
+            Some(row) if row.expires_at > now => false,
+            Some(row) => {
+                row.owner = owner.clone();
+                row.expires_at = now + ttl.as_ms();
+                true
+            }
+            None => {
+                rows.insert(
+                    key.as_str().to_owned(),
+                    Row {
+                        owner: owner.clone(),
+                        expires_at: now + ttl.as_ms(),
+                    },
+                );
+                true
+            }
+        }
+    }
+
+    /// Synchronous [`LockStore::release`].
+    pub fn try_release(&self, key: &Key, owner: &OwnerToken) -> bool {
+        let now = self.runtime.now_ms();
+        if self.live_owner_is(key, owner, now) {
+            self.rows.borrow_mut().remove(key.as_str());
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Synchronous [`LockStore::extend`].
+    pub fn try_extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
+        let now = self.runtime.now_ms();
+        if !self.live_owner_is(key, owner, now) {
+            return false;
+        }
+        if let Some(row) = self.rows.borrow_mut().get_mut(key.as_str()) {
+            row.expires_at = now + ttl.as_ms();
+        }
+        true
+    }
+
+    /// Synchronous [`LockStore::remaining_time`].
+    pub fn remaining_ms(&self, key: &Key) -> Option<u64> {
+        let now = self.runtime.now_ms();
+        self.rows
+            .borrow()
+            .get(key.as_str())
+            .filter(|row| row.expires_at > now)
+            .map(|row| row.expires_at - now)
+    }
+}
+
+impl<R: Runtime> LockStore for MemoryLockStore<R> {
+    type Error = Infallible;
+
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
+        Ok(self.try_acquire(key, owner, ttl))
+    }
+    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Infallible> {
+        Ok(self.try_release(key, owner))
+    }
+    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
+        Ok(self.try_extend(key, owner, ttl))
+    }
+    async fn is_locked(&self, key: &Key) -> Result<bool, Infallible> {
+        Ok(self.remaining_ms(key).is_some())
+    }
+    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Infallible> {
+        Ok(self.remaining_ms(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::virtual_time::VirtualRuntime;
+
+    #[test]
+    fn expired_rows_do_not_accumulate() {
+        let rt = VirtualRuntime::new();
+        let store = MemoryLockStore::new(rt.clone());
+        let ttl = Ttl::from_ms(10).unwrap();
+        let mut peak = 0;
+        for i in 0..100_000 {
+            let key = Key::new(format!("job:{i}")).unwrap();
+            assert!(store.try_acquire(&key, &OwnerToken::mint().unwrap(), ttl));
+            rt.advance(20); // every key expires before the next one is taken
+            peak = peak.max(store.stored_rows());
+        }
+        assert!(peak <= SWEEP_FLOOR, "peak {peak} rows for 1 live key");
+    }
+
+    #[test]
+    fn live_rows_survive_sweeps() {
+        let rt = VirtualRuntime::new();
+        let store = MemoryLockStore::new(rt.clone());
+        let long = Ttl::from_ms(1_000_000).unwrap();
+        let owners: Vec<_> = (0..500).map(|_| OwnerToken::mint().unwrap()).collect();
+        for (i, o) in owners.iter().enumerate() {
+            assert!(store.try_acquire(&Key::new(format!("k{i}")).unwrap(), o, long));
+        }
+        assert_eq!(store.purge_expired(), 0);
+        for (i, o) in owners.iter().enumerate() {
+            assert!(store.try_release(&Key::new(format!("k{i}")).unwrap(), o));
+        }
+    }
+}

@@ -1,0 +1,36 @@
+//! The injected environment. The core never reads a clock or starts a timer on its own:
+//! bindings supply a [`Runtime`] (JS: `Date.now()` and `setTimeout`), tests supply
+//! [`crate::virtual_time::VirtualRuntime`].
+
+use std::future::Future;
+use std::rc::Rc;
+
+/// Clock and timer for the lock's own bookkeeping: retry pacing, the wait deadline, and the
+/// conservative local deadline behind `isExpired()`. Stores that decide expiry (Redis, a
+/// Durable Object, a database) use their own clock, never this one.
+pub trait Runtime {
+    /// Milliseconds since the Unix epoch. Wall-clock, so a serialized lock's deadline means the
+    /// same in another process (up to clock skew).
+    fn now_ms(&self) -> u64;
+
+    /// Completes after about `ms` milliseconds.
+    fn sleep(&self, ms: u64) -> impl Future<Output = ()>;
+}
+
+impl<R: Runtime + ?Sized> Runtime for &R {
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
+    }
+    fn sleep(&self, ms: u64) -> impl Future<Output = ()> {
+        (**self).sleep(ms)
+    }
+}
+
+impl<R: Runtime + ?Sized> Runtime for Rc<R> {
+    fn now_ms(&self) -> u64 {
+        (**self).now_ms()
+    }
+    fn sleep(&self, ms: u64) -> impl Future<Output = ()> {
+        (**self).sleep(ms)
+    }
+}

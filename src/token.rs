@@ -1,0 +1,109 @@
+//! Owner tokens: the random value that makes release and extend conditional on ownership.
+
+use std::cell::RefCell;
+use std::fmt;
+
+use crate::error::InputError;
+
+/// Longest owner token accepted from outside (a restored lock, a WIT caller).
+pub const MAX_OWNER_BYTES: usize = 128;
+
+/// Random bytes in a minted token: 128 bits, enough that two holders never collide.
+const TOKEN_BYTES: usize = 16;
+
+/// Bytes drawn from the CSPRNG at a time. Drawing 16 bytes per acquire would cost one
+/// `crypto.getRandomValues` call across the wasm boundary each time; a small pool amortises it.
+const POOL_BYTES: usize = TOKEN_BYTES * 16;
+
+thread_local! {
+    static POOL: RefCell<(Vec<u8>, usize)> = const { RefCell::new((Vec::new(), 0)) };
+}
+
+/// An owner token: 32 lowercase hex digits when minted here, or any 1–128 printable ASCII
+/// characters when it comes from outside.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct OwnerToken(String);
+
+impl OwnerToken {
+    /// Mints a fresh token from the platform CSPRNG (`crypto.getRandomValues` in JS hosts).
+    /// Called lazily on the first acquire, never at module load: Workers forbid randomness there.
+    pub fn mint() -> Result<Self, getrandom::Error> {
+        POOL.with(|pool| {
+            let mut pool = pool.borrow_mut();
+            let (bytes, used) = &mut *pool;
+            if bytes.is_empty() || *used + TOKEN_BYTES > bytes.len() {
+                bytes.resize(POOL_BYTES, 0);
+                getrandom::fill(bytes)?;
+                *used = 0;
+            }
+            let mut hex = String::with_capacity(TOKEN_BYTES * 2);
+            for b in &bytes[*used..*used + TOKEN_BYTES] {
+                hex.push(char::from_digit((b >> 4) as u32, 16).unwrap_or('0'));
+                hex.push(char::from_digit((b & 0xf) as u32, 16).unwrap_or('0'));
+            }
+            // Spent bytes are wiped so a later heap read cannot recover earlier tokens.
+            bytes[*used..*used + TOKEN_BYTES].fill(0);
+            *used += TOKEN_BYTES;
+            Ok(OwnerToken(hex))
+        })
+    }
+
+    /// Accepts a token from outside: 1–128 printable ASCII characters, no spaces.
+    pub fn parse(token: impl Into<String>) -> Result<Self, InputError> {
+        let token = token.into();
+        let ok = !token.is_empty()
+            && token.len() <= MAX_OWNER_BYTES
+            && token.bytes().all(|b| b.is_ascii_graphic());
+        if ok {
+            Ok(OwnerToken(token))
+        } else {
+            Err(InputError::InvalidOwner {
+                max: MAX_OWNER_BYTES,
+            })
+        }
+    }
+
+    /// The token as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for OwnerToken {
+    // Tokens are capabilities: keep them out of logs and panic messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OwnerToken(..)")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn minted_tokens_are_128_bit_hex_and_unique() {
+        let tokens: HashSet<String> = (0..10_000)
+            .map(|_| OwnerToken::mint().unwrap().as_str().to_owned())
+            .collect();
+        assert_eq!(tokens.len(), 10_000);
+        for t in tokens.iter().take(50) {
+            assert_eq!(t.len(), 32);
+            assert!(t
+                .bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+        }
+    }
+
+    #[test]
+    fn parsed_tokens_are_checked() {
+        assert!(OwnerToken::parse("").is_err());
+        assert!(OwnerToken::parse("has space").is_err());
+        assert!(OwnerToken::parse("x".repeat(MAX_OWNER_BYTES + 1)).is_err());
+        assert!(OwnerToken::parse("ok-token_1").is_ok());
+        assert_eq!(
+            format!("{:?}", OwnerToken::parse("secret").unwrap()),
+            "OwnerToken(..)"
+        );
+    }
+}
