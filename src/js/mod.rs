@@ -1,1 +1,19 @@
-//! JS bindings (wasm-bindgen).
+//! wasm-bindgen bindings: the Keel lock API for JavaScript. Thin by design — decode JS values
+//! into validated core types, call the core, encode the answer. Nothing here may panic on input:
+//! a panic traps the wasm instance and poisons every lock in the isolate, so every bad value
+//! becomes a `TypeError`, `RangeError` or `LockNotHeldError`.
+
+mod api;
+mod convert;
+mod lock;
+mod memory;
+mod runtime;
+mod store;
+mod testing;
+
+pub use api::{get_lock_store, lock, restore_lock, set_lock_store};
+pub use lock::JsLock;
+pub use memory::JsMemoryLockStore;
+pub use runtime::JsRuntime;
+pub use store::{Backend, JsLockStore};
+pub use testing::check_lock_store;

@@ -1,0 +1,95 @@
+//! The module-level functions: `lock`, `restoreLock`, `setLockStore`, `getLockStore`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use wasm_bindgen::prelude::*;
+
+use super::convert::{input_to_js, key, ttl, type_error};
+use super::lock::{CoreLock, JsLock};
+use super::memory;
+use super::runtime::JsRuntime;
+use super::store::{Backend, JsLockStore};
+use crate::input::Ttl;
+use crate::serialized::SerializedLock;
+
+/// The current store: the exact object the user set (for `getLockStore`) and how to drive it.
+struct Current {
+    object: JsValue,
+    backend: Backend,
+}
+
+thread_local! {
+    // Created on first use, not at module load: nothing random or stateful runs at import.
+    static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
+}
+
+pub(crate) fn backend_for(store: JsValue) -> Result<Backend, JsValue> {
+    match memory::recognise(&store) {
+        Some(m) => Ok(Backend::Memory(m)),
+        None => Ok(Backend::Js(Rc::new(JsLockStore::new(store)?))),
+    }
+}
+
+fn with_current<T>(f: impl FnOnce(&Current) -> T) -> T {
+    CURRENT.with(|slot| {
+        let mut slot = slot.borrow_mut();
+        let current = slot.get_or_insert_with(|| {
+            let (object, store) = memory::fresh();
+            Current {
+                object,
+                backend: Backend::Memory(store),
+            }
+        });
+        f(current)
+    })
+}
+
+/// A lock on `key`, held for `ttlMs` (default 30 000) once acquired. Uses the store that is
+/// current now; later `setLockStore` calls do not move an existing lock.
+#[wasm_bindgen]
+pub fn lock(key_value: JsValue, ttl_ms: JsValue) -> Result<JsLock, JsValue> {
+    let key = key(&key_value)?;
+    let ttl = ttl(&ttl_ms, Ttl::default())?;
+    let backend = with_current(|c| c.backend.clone());
+    Ok(JsLock::wrap(CoreLock::new(key, ttl, backend, JsRuntime)))
+}
+
+/// Rebuilds a lock from `serialize()`, owner token and all, on the current store.
+#[wasm_bindgen(js_name = restoreLock)]
+pub fn restore_lock(serialized: JsValue) -> Result<JsLock, JsValue> {
+    let Some(text) = serialized.as_string() else {
+        return Err(type_error(
+            "restoreLock() needs the string that serialize() returned",
+        ));
+    };
+    let parsed = SerializedLock::parse(&text).map_err(input_to_js)?;
+    let backend = with_current(|c| c.backend.clone());
+    Ok(JsLock::wrap(CoreLock::restore(parsed, backend, JsRuntime)))
+}
+
+/// Makes `store` the store that `lock()` and `restoreLock()` use from now on.
+#[wasm_bindgen(js_name = setLockStore)]
+pub fn set_lock_store(store: JsValue) -> Result<(), JsValue> {
+    let backend = backend_for(store.clone())?;
+    CURRENT.with(|slot| {
+        *slot.borrow_mut() = Some(Current {
+            object: store,
+            backend,
+        })
+    });
+    Ok(())
+}
+
+/// The store `lock()` uses: the very object passed to `setLockStore`, or the default
+/// `MemoryLockStore`.
+#[wasm_bindgen(js_name = getLockStore)]
+pub fn get_lock_store() -> JsValue {
+    with_current(|c| c.object.clone())
+}
+
+/// The `LockNotHeldError` class (exported by the package entry points).
+#[wasm_bindgen(js_name = __lockNotHeldErrorClass, skip_typescript)]
+pub fn lock_not_held_error_class() -> JsValue {
+    super::convert::lock_not_held_error_class()
+}

@@ -1,0 +1,136 @@
+//! JS value → validated core value, and core error → JS error. Wrong types are `TypeError`s,
+//! values of the right type outside their range are `RangeError`s.
+
+use js_sys::{Object, RangeError, Reflect, TypeError};
+use wasm_bindgen::prelude::*;
+
+use crate::error::{Error, InputError};
+use crate::input::{AcquireOptions, Key, Ttl};
+
+#[wasm_bindgen(module = "/js/errors.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = notHeld)]
+    fn not_held_error(key: &str, message: &str) -> JsValue;
+    #[wasm_bindgen(js_name = errorClass)]
+    pub(crate) fn lock_not_held_error_class() -> JsValue;
+}
+
+pub(crate) fn type_error(message: impl AsRef<str>) -> JsValue {
+    TypeError::new(message.as_ref()).into()
+}
+
+/// A short description of a value for error messages: `the string "x"`, `number 1`, `null`, …
+pub(crate) fn describe(value: &JsValue) -> String {
+    if value.is_null() {
+        return "null".into();
+    }
+    if let Some(s) = value.as_string() {
+        return format!("the string {:?}", s.chars().take(40).collect::<String>());
+    }
+    if let Some(n) = value.as_f64() {
+        return format!("number {n}");
+    }
+    if let Some(b) = value.as_bool() {
+        return format!("boolean {b}");
+    }
+    match value.js_typeof().as_string() {
+        Some(t) => format!("a value of type {t}"),
+        None => "an unknown value".into(),
+    }
+}
+
+/// A JS error for a core error. A store's own error is passed through as the same object.
+pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
+    match error {
+        Error::Input(input) => input_to_js(input),
+        Error::NotHeld { key, operation } => {
+            let message = match operation {
+                "serialize" => {
+                    format!("cannot serialize lock \"{key}\": it is not held (acquire it first)")
+                }
+                _ => format!("lock \"{key}\" is not held: it expired or was never acquired"),
+            };
+            not_held_error(&key, &message)
+        }
+        Error::Store { error, .. } => error,
+        other => js_sys::Error::new(&other.to_string()).into(),
+    }
+}
+
+pub(crate) fn input_to_js(error: InputError) -> JsValue {
+    let message = error.to_string();
+    match error {
+        InputError::MalformedSerializedLock { .. }
+        | InputError::UnsupportedSerializedVersion { .. } => {
+            type_error(format!("restoreLock: {message}"))
+        }
+        _ => RangeError::new(&message).into(),
+    }
+}
+
+pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {
+    let Some(s) = value.as_string() else {
+        return Err(type_error(format!(
+            "lock key must be a string, got {}",
+            describe(value)
+        )));
+    };
+    Key::new(s).map_err(input_to_js)
+}
+
+fn number(what: &str, value: &JsValue) -> Result<Option<f64>, JsValue> {
+    if value.is_undefined() {
+        return Ok(None);
+    }
+    value
+        .as_f64()
+        .map(Some)
+        .ok_or_else(|| type_error(format!("{what} must be a number, got {}", describe(value))))
+}
+
+/// `ttlMs`: `undefined` means `default`.
+pub(crate) fn ttl(value: &JsValue, default: Ttl) -> Result<Ttl, JsValue> {
+    match number("ttlMs", value)? {
+        None => Ok(default),
+        Some(ms) => Ttl::from_f64(ms).map_err(input_to_js),
+    }
+}
+
+/// `{ timeout?, retryDelay? }`, or `undefined`/`null` for the defaults.
+pub(crate) fn acquire_options(value: &JsValue) -> Result<AcquireOptions, JsValue> {
+    if value.is_undefined() || value.is_null() {
+        return Ok(AcquireOptions::default());
+    }
+    if !value.is_object() || value.is_function() {
+        return Err(type_error(format!(
+            "options must be an object like {{ timeout, retryDelay }}, got {}",
+            describe(value)
+        )));
+    }
+    let field = |name: &str| -> Result<Option<f64>, JsValue> {
+        let v = Reflect::get(value, &JsValue::from_str(name))?;
+        number(name, &v)
+    };
+    AcquireOptions::from_f64(field("timeout")?, field("retryDelay")?).map_err(input_to_js)
+}
+
+/// A plain object `{ [name]: value, ... }` from pairs.
+pub(crate) fn object(pairs: &[(&str, JsValue)]) -> Result<JsValue, JsValue> {
+    let obj = Object::new();
+    for (k, v) in pairs {
+        Reflect::set(&obj, &JsValue::from_str(k), v)?;
+    }
+    Ok(obj.into())
+}
+
+/// Settles a value a JS callback answered: a thenable is awaited (its rejection comes back as
+/// the same JS value), anything else is returned as is.
+pub(crate) async fn settle(answer: JsValue) -> Result<JsValue, JsValue> {
+    let thenable = (answer.is_object() || answer.is_function())
+        && Reflect::get(&answer, &JsValue::from_str("then")).is_ok_and(|t| t.is_function());
+    if thenable {
+        wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&answer)).await
+    } else {
+        Ok(answer)
+    }
+}

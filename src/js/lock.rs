@@ -1,0 +1,148 @@
+//! The JS `Lock` class. Async methods return promises built from core futures that own a
+//! clone of the lock (`Rc`), so no Rust borrow is held across an await: `l.extend()` from inside
+//! `l.run(fn)` — the documented pattern — works.
+
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Promise};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use super::convert::{acquire_options, describe, settle, to_js, ttl, type_error};
+use super::runtime::JsRuntime;
+use super::store::Backend;
+use crate::error::Error;
+use crate::input::AcquireOptions;
+use crate::lock::{Lock, RunError};
+
+pub(crate) type CoreLock = Lock<Backend, JsRuntime>;
+
+/// A lock on one key. Created by `lock(key, ttlMs)` or `restoreLock(serialized)`; bound to the
+/// store that was current when it was created.
+#[wasm_bindgen(js_name = Lock)]
+pub struct JsLock {
+    inner: Rc<CoreLock>,
+}
+
+impl JsLock {
+    pub(crate) fn wrap(lock: CoreLock) -> JsLock {
+        JsLock {
+            inner: Rc::new(lock),
+        }
+    }
+}
+
+/// Runs `f` as a promise; any `Err` rejects it.
+fn spawn<F>(f: F) -> Promise
+where
+    F: std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
+{
+    future_to_promise(f)
+}
+
+/// Calls the user's callback; a thrown error or rejection comes back as the same JS object.
+async fn call_task(task: Function) -> Result<JsValue, JsValue> {
+    settle(task.call0(&JsValue::UNDEFINED)?).await
+}
+
+async fn run(
+    lock: Rc<CoreLock>,
+    task: JsValue,
+    options: Result<AcquireOptions, JsValue>,
+) -> Result<JsValue, JsValue> {
+    let options = options?;
+    let task: Function = task
+        .dyn_into()
+        .map_err(|v| type_error(format!("run() needs a function, got {}", describe(&v))))?;
+    match lock.try_run(options, || call_task(task)).await {
+        Ok(Some(value)) => Ok(Array::of2(&JsValue::TRUE, &value).into()),
+        Ok(None) => Ok(Array::of2(&JsValue::FALSE, &JsValue::UNDEFINED).into()),
+        Err(RunError::Task(error)) => Err(error),
+        Err(RunError::Lock(error)) => Err(to_js(error)),
+    }
+}
+
+fn lift<T: Into<JsValue>>(r: Result<T, Error<JsValue>>) -> Result<JsValue, JsValue> {
+    r.map(Into::into).map_err(to_js)
+}
+
+#[wasm_bindgen(js_class = Lock)]
+impl JsLock {
+    /// Acquire, run `fn`, always release. Resolves `[true, result]`, or `[false, undefined]`
+    /// when someone else holds the lock (then `fn` never ran).
+    pub fn run(&self, task: JsValue, options: JsValue) -> Promise {
+        spawn(run(self.inner.clone(), task, acquire_options(&options)))
+    }
+
+    /// `run(fn)` that never waits.
+    #[wasm_bindgen(js_name = runImmediately)]
+    pub fn run_immediately(&self, task: JsValue) -> Promise {
+        spawn(run(
+            self.inner.clone(),
+            task,
+            Ok(AcquireOptions::immediately()),
+        ))
+    }
+
+    /// Tries to take the lock; with `{ timeout }`, keeps trying until then. Resolves a boolean.
+    pub fn acquire(&self, options: JsValue) -> Promise {
+        let (lock, options) = (self.inner.clone(), acquire_options(&options));
+        spawn(async move { lift(lock.acquire(options?).await) })
+    }
+
+    /// Frees the lock if this handle still owns it. Resolves `false` (never throws) otherwise.
+    pub fn release(&self) -> Promise {
+        let lock = self.inner.clone();
+        spawn(async move { lift(lock.release().await) })
+    }
+
+    /// Resets expiry to `ttlMs` (default: the lock's TTL) from now. Rejects with
+    /// `LockNotHeldError` when the lock was lost or never acquired.
+    pub fn extend(&self, ttl_ms: JsValue) -> Promise {
+        let lock = self.inner.clone();
+        let ttl = ttl(&ttl_ms, lock.ttl());
+        spawn(async move {
+            let ttl = ttl?;
+            lift(lock.extend(Some(ttl)).await.map(|()| JsValue::UNDEFINED))
+        })
+    }
+
+    /// Freezes key, TTL and owner token into a string for `restoreLock`. Throws
+    /// `LockNotHeldError` when there is no hold to hand over.
+    pub fn serialize(&self) -> Result<String, JsValue> {
+        self.inner.serialize().map_err(to_js)
+    }
+
+    /// Does anyone (not necessarily this handle) hold the key?
+    #[wasm_bindgen(js_name = isLocked)]
+    pub fn is_locked(&self) -> Promise {
+        let lock = self.inner.clone();
+        spawn(async move { lift(lock.is_locked().await) })
+    }
+
+    /// Did this handle hold the lock and lose it? Conservative: judged against the time the
+    /// acquire/extend request was sent plus its TTL.
+    #[wasm_bindgen(js_name = isExpired)]
+    pub fn is_expired(&self) -> Promise {
+        Promise::resolve(&JsValue::from_bool(self.inner.is_expired()))
+    }
+
+    /// Milliseconds until the key's expiry, or `null` when unheld.
+    #[wasm_bindgen(js_name = getRemainingTime)]
+    pub fn get_remaining_time(&self) -> Promise {
+        let lock = self.inner.clone();
+        spawn(async move { lift(lock.remaining_time().await.map(|ms| ms.map(|ms| ms as f64))) })
+    }
+
+    /// The key.
+    #[wasm_bindgen(getter)]
+    pub fn key(&self) -> String {
+        self.inner.key().as_str().to_owned()
+    }
+
+    /// The TTL in ms.
+    #[wasm_bindgen(getter, js_name = ttlMs)]
+    pub fn ttl_ms(&self) -> f64 {
+        self.inner.ttl().as_ms() as f64
+    }
+}

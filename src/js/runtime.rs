@@ -1,0 +1,21 @@
+//! The JS host's clock and timer, injected into the core.
+
+use std::future::Future;
+
+use crate::runtime::Runtime;
+
+/// `Date.now()` and `setTimeout`, as the core's [`Runtime`]. Both exist in Node, browsers,
+/// Deno, Bun and workerd (where the clock advances on I/O, which is all a lock needs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct JsRuntime;
+
+impl Runtime for JsRuntime {
+    fn now_ms(&self) -> u64 {
+        js_sys::Date::now() as u64
+    }
+
+    fn sleep(&self, ms: u64) -> impl Future<Output = ()> {
+        // Waits are bounded by MAX_WAIT_MS (2^31 - 1), which fits setTimeout's u32 range.
+        gloo_timers::future::TimeoutFuture::new(ms.min(u32::MAX as u64) as u32)
+    }
+}
