@@ -1,0 +1,46 @@
+import type { LockStore } from "../index.js";
+
+/** The database drivers `databaseLockStore` adapts to. */
+export type DatabaseDriver = "d1" | "sqlite" | "pg";
+/** SQL dialects the schema is written in. */
+export type SqlDialect = "sqlite" | "postgres";
+
+export interface DatabaseLockStoreOptions {
+  /** Lock table: an identifier or `schema.table` (letters, digits, `_`). Default "keel_locks". */
+  table?: string;
+  /** Skip driver detection: "d1" (Cloudflare D1), "sqlite" (better-sqlite3, node:sqlite, bun:sqlite), "pg". */
+  driver?: DatabaseDriver;
+}
+
+export interface SchemaOptions {
+  /** Default "sqlite". "d1" is an alias of "sqlite", "pg" of "postgres". */
+  dialect?: SqlDialect | DatabaseDriver | "postgresql";
+  /** Default "keel_locks". */
+  table?: string;
+}
+
+/** A LockStore in a SQL table; every method answers a promise and runs one statement. */
+export type DatabaseLockStore = LockStore & {
+  readonly table: string;
+  readonly driver: DatabaseDriver;
+  readonly dialect: SqlDialect;
+  /** CREATE TABLE / CREATE INDEX IF NOT EXISTS (idempotent). */
+  createTable(): Promise<void>;
+  /** Delete rows expired by the database's clock; resolves to how many went. */
+  purgeExpired(): Promise<number>;
+  /** The database's clock in ms since the Unix epoch (what expiry is judged by). */
+  now(): Promise<number>;
+};
+
+/**
+ * A LockStore over a Cloudflare D1 binding, a better-sqlite3 Database or a pg Pool/Client.
+ * Throws TypeError for an invalid table name or an unrecognised handle.
+ */
+export declare function databaseLockStore(db: object, options?: DatabaseLockStoreOptions): DatabaseLockStore;
+export default databaseLockStore;
+
+/** The lock table's DDL for a dialect, as `;`-terminated statements. */
+export declare function schema(options?: SchemaOptions): string;
+
+/** Which driver `db` is, or null. */
+export declare function detectDriver(db: unknown): DatabaseDriver | null;

@@ -1,0 +1,277 @@
+// Real servers for the store tests, started by the tests themselves on free ports and stopped by
+// PID at the end (and on any exit, so a crashed test leaves nothing running):
+//   startRedis()            redis-server, no persistence
+//   startPostgres()         a throwaway PostgreSQL cluster (initdb + pg_ctl) in a temp dir
+//   startUpstashFixture()   an HTTP server speaking Upstash's REST protocol, forwarding to a real redis-server
+//   startD1()               Cloudflare D1 in local workerd through Miniflare
+import { spawn, spawnSync, execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, chownSync } from "node:fs";
+import http from "node:http";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+
+// Cleanups that must run even if the test process dies: synchronous, by PID.
+const onExit = new Set();
+process.on("exit", () => {
+  for (const cleanup of onExit) {
+    try {
+      cleanup();
+    } catch {
+      // best effort
+    }
+  }
+});
+for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) {
+  process.once(signal, () => process.exit(130));
+}
+
+export const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+export async function freePort() {
+  const server = net.createServer();
+  await new Promise((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", resolve);
+  });
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+function canConnect(port) {
+  return new Promise((resolve) => {
+    const socket = net.connect({ port, host: "127.0.0.1" });
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+function which(cmd) {
+  const found = spawnSync("sh", ["-c", `command -v ${cmd}`], { encoding: "utf8" });
+  return found.status === 0 ? found.stdout.trim() : null;
+}
+
+// ---------------------------------------------------------------------------------------------
+// redis-server
+
+export async function startRedis() {
+  const bin = process.env.REDIS_SERVER ?? which("redis-server") ?? "/usr/bin/redis-server";
+  if (!existsSync(bin)) throw new Error(`redis-server not found (${bin}); run make setup`);
+  for (let attempt = 0; ; attempt++) {
+    const port = await freePort();
+    const child = spawn(
+      bin,
+      ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"],
+      { stdio: ["ignore", "pipe", "pipe"] },
+    );
+    const kill = () => child.exitCode === null && process.kill(child.pid, "SIGKILL");
+    onExit.add(kill);
+    let output = "";
+    child.stdout.on("data", (d) => (output += d));
+    child.stderr.on("data", (d) => (output += d));
+    const exited = new Promise((resolve) => child.once("exit", resolve));
+    const deadline = Date.now() + 10_000;
+    let up = false;
+    while (Date.now() < deadline && child.exitCode === null) {
+      if (output.includes("Ready to accept connections") && (await canConnect(port))) {
+        up = true;
+        break;
+      }
+      await sleep(25);
+    }
+    if (!up) {
+      kill();
+      onExit.delete(kill);
+      if (attempt < 2 && /Address already in use/.test(output)) continue; // lost a port race
+      throw new Error(`redis-server did not start on ${port}:\n${output}`);
+    }
+    return {
+      port,
+      pid: child.pid,
+      url: `redis://127.0.0.1:${port}`,
+      async stop() {
+        if (child.exitCode === null) {
+          process.kill(child.pid, "SIGTERM");
+          await exited;
+        }
+        onExit.delete(kill);
+      },
+    };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL
+
+function postgresBin() {
+  if (process.env.PG_BIN) return process.env.PG_BIN;
+  const root = "/usr/lib/postgresql";
+  if (existsSync(root)) {
+    const versions = readdirSync(root)
+      .filter((v) => existsSync(join(root, v, "bin", "initdb")))
+      .sort((a, b) => Number(b) - Number(a));
+    if (versions.length) return join(root, versions[0], "bin");
+  }
+  const initdb = which("initdb");
+  if (initdb) return initdb.replace(/\/initdb$/, "");
+  throw new Error("PostgreSQL binaries (initdb, pg_ctl) not found; run make setup or set PG_BIN");
+}
+
+export async function startPostgres() {
+  const bin = postgresBin();
+  const dir = mkdtempSync(join(tmpdir(), "keel-lock-pg-"));
+  const data = join(dir, "data");
+  const asRoot = process.getuid?.() === 0;
+  let uid;
+  let gid;
+  if (asRoot) {
+    // initdb refuses to run as root: the cluster belongs to the postgres user.
+    uid = Number(execFileSync("id", ["-u", "postgres"], { encoding: "utf8" }).trim());
+    gid = Number(execFileSync("id", ["-g", "postgres"], { encoding: "utf8" }).trim());
+    chownSync(dir, uid, gid);
+  }
+  const run = (tool, args, opts = {}) => {
+    const [cmd, argv] = asRoot ? ["runuser", ["-u", "postgres", "--", join(bin, tool), ...args]] : [join(bin, tool), args];
+    const result = spawnSync(cmd, argv, { encoding: "utf8", ...opts });
+    if (result.status !== 0 && !opts.allowFailure) {
+      throw new Error(`${tool} ${args.join(" ")} failed (${result.status}):\n${result.stdout}\n${result.stderr}`);
+    }
+    return result;
+  };
+  run("initdb", ["-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C"]);
+  const stopNow = () => {
+    run("pg_ctl", ["-D", data, "-m", "immediate", "-w", "stop"], { allowFailure: true });
+    // If pg_ctl could not stop it, kill the postmaster by the PID in its pid file.
+    const pidFile = join(data, "postmaster.pid");
+    if (existsSync(pidFile)) {
+      const pid = Number(readFileSync(pidFile, "utf8").split("\n")[0]);
+      if (pid > 0) {
+        try {
+          process.kill(pid, "SIGQUIT");
+        } catch {
+          // already gone
+        }
+      }
+    }
+    rmSync(dir, { recursive: true, force: true });
+  };
+  for (let attempt = 0; ; attempt++) {
+    const port = await freePort();
+    const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=120`;
+    const started = run("pg_ctl", ["-D", data, "-o", options, "-l", join(dir, "log"), "-w", "-t", "30", "start"], {
+      allowFailure: true,
+    });
+    if (started.status !== 0) {
+      const log = existsSync(join(dir, "log")) ? readFileSync(join(dir, "log"), "utf8") : "";
+      if (attempt < 2 && /already in use/.test(log)) continue;
+      stopNow();
+      throw new Error(`pg_ctl start failed:\n${started.stdout}\n${started.stderr}\n${log}`);
+    }
+    onExit.add(stopNow);
+    return {
+      port,
+      connectionString: `postgres://postgres@127.0.0.1:${port}/postgres`,
+      async stop() {
+        run("pg_ctl", ["-D", data, "-m", "fast", "-w", "stop"], { allowFailure: true });
+        stopNow();
+        onExit.delete(stopNow);
+      },
+    };
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstash REST fixture: Upstash's HTTP protocol in front of a real redis-server.
+//   POST /            body ["SET","k","v","PX","100","NX"]        → {"result": …} | 400 {"error": …}
+//   POST /pipeline    body [[…], […]]                             → [{"result": …} | {"error": …}, …]
+//   POST /multi-exec  body [[…], […]]  (MULTI … EXEC)             → same shape
+// With the request header `Upstash-Encoding: base64`, string results are base64 (as Upstash does).
+// Commands reach Redis unchanged through a real client connection (ioredis `call`).
+
+export async function startUpstashFixture(redisPort, { token = "keel-lock-test-token" } = {}) {
+  const { default: IORedis } = await import("ioredis");
+  const upstream = new IORedis({ host: "127.0.0.1", port: redisPort, lazyConnect: true });
+  await upstream.connect();
+  const encode = (value, base64) => {
+    if (typeof value === "string") return base64 ? Buffer.from(value, "utf8").toString("base64") : value;
+    if (Array.isArray(value)) return value.map((v) => encode(v, base64));
+    return value ?? null;
+  };
+  const errorText = (error) => String(error?.message ?? error);
+  const stats = { requests: 0, commands: 0 };
+  const server = http.createServer(async (req, res) => {
+    const reply = (status, body) => {
+      res.writeHead(status, { "content-type": "application/json" });
+      res.end(JSON.stringify(body));
+    };
+    try {
+      stats.requests++;
+      if (req.method !== "POST") return reply(405, { error: "only POST" });
+      if (req.headers.authorization !== `Bearer ${token}`) return reply(401, { error: "Unauthorized" });
+      let raw = "";
+      for await (const chunk of req) raw += chunk;
+      const body = JSON.parse(raw);
+      const base64 = String(req.headers["upstash-encoding"] ?? "").toLowerCase() === "base64";
+      const path = new URL(req.url, "http://fixture").pathname.replace(/\/+$/, "");
+      const toArgs = (command) => command.map((part) => (typeof part === "string" ? part : JSON.stringify(part)));
+      if (path === "") {
+        stats.commands++;
+        try {
+          return reply(200, { result: encode(await upstream.call(...toArgs(body)), base64) });
+        } catch (error) {
+          return reply(400, { error: errorText(error) });
+        }
+      }
+      if (path === "/pipeline" || path === "/multi-exec") {
+        stats.commands += body.length;
+        const batch = path === "/pipeline" ? upstream.pipeline() : upstream.multi();
+        for (const command of body) batch.call(...toArgs(command));
+        const results = await batch.exec();
+        return reply(
+          200,
+          results.map(([error, result]) => (error ? { error: errorText(error) } : { result: encode(result, base64) })),
+        );
+      }
+      return reply(404, { error: `no route ${path}` });
+    } catch (error) {
+      return reply(500, { error: errorText(error) });
+    }
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address();
+  return {
+    url: `http://127.0.0.1:${port}`,
+    token,
+    stats,
+    async stop() {
+      server.closeAllConnections?.();
+      await new Promise((resolve) => server.close(resolve));
+      upstream.disconnect();
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cloudflare D1 in local workerd (Miniflare). Each call from Node goes to the real D1
+// implementation (SQLite in workerd) through Miniflare's proxy.
+
+export async function startD1() {
+  const { Miniflare } = await import("miniflare");
+  const mf = new Miniflare({
+    modules: true,
+    script: 'export default { fetch() { return new Response("keel-lock D1 fixture"); } };',
+    compatibilityDate: "2026-04-01",
+    d1Databases: { DB: "keel-lock-test" },
+  });
+  const db = await mf.getD1Database("DB");
+  return {
+    db,
+    async stop() {
+      await mf.dispose();
+    },
+  };
+}

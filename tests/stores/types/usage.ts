@@ -1,0 +1,41 @@
+// Type-checked (never run) by types.test.js: the stores' .d.ts files against the package's
+// LockStore type and the real client libraries' own types.
+import type { LockStore } from "../../../pkg/index.js";
+import { redisLockStore, detectRedisClient, type RedisLockStore, type RedisClientType } from "../../../pkg/stores/redis.js";
+import { databaseLockStore, schema, type DatabaseLockStore } from "../../../pkg/stores/sql.js";
+import { Redis as IORedis } from "ioredis";
+import { createClient } from "redis";
+import { Redis as Upstash } from "@upstash/redis";
+
+declare const sqliteDb: object;
+
+export async function usage(): Promise<void> {
+  const io: RedisLockStore = redisLockStore(new IORedis(), { prefix: "lock:" });
+  const nr: LockStore = redisLockStore(createClient(), { clientType: "node-redis" });
+  const up: LockStore = redisLockStore(new Upstash({ url: "http://x", token: "t" }));
+  const kind: RedisClientType | null = detectRedisClient(io);
+  const prefix: string = io.prefix;
+
+  const sql: DatabaseLockStore = databaseLockStore(sqliteDb, { table: "locks", driver: "sqlite" });
+  const asLockStore: LockStore = sql;
+  await sql.createTable();
+  const purged: number = await sql.purgeExpired();
+  const dbNow: number = await sql.now();
+  const ddl: string = schema({ dialect: "postgres", table: "locks" });
+
+  const won: boolean = await io.acquire("k", "owner", 1000);
+  const left: number | null = await sql.remainingTime("k");
+
+  // @ts-expect-error prefix must be a string
+  redisLockStore(new IORedis(), { prefix: 1 });
+  // @ts-expect-error unknown client type
+  redisLockStore(new IORedis(), { clientType: "memcached" });
+  // @ts-expect-error unknown dialect
+  schema({ dialect: "oracle" });
+  // @ts-expect-error unknown driver
+  databaseLockStore(sqliteDb, { driver: "mysql" });
+  // @ts-expect-error acquire answers a boolean
+  const notANumber: number = await sql.acquire("k", "o", 1);
+
+  void [nr, up, kind, prefix, asLockStore, purged, dbNow, ddl, won, left, notANumber];
+}
