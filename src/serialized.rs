@@ -104,7 +104,6 @@ impl SerializedLock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use proptest::prelude::*;
 
     fn sample() -> SerializedLock {
         SerializedLock {
@@ -146,7 +145,9 @@ mod tests {
         }
     }
 
-    proptest! {
+    // proptest is a native-only dev-dependency.
+    #[cfg(not(target_arch = "wasm32"))]
+    proptest::proptest! {
         #[test]
         fn never_panics_on_arbitrary_input(s in "\\PC{0,200}") {
             let _ = SerializedLock::parse(&s);

@@ -131,7 +131,10 @@ impl JsLock {
     #[wasm_bindgen(js_name = getRemainingTime)]
     pub fn get_remaining_time(&self) -> Promise {
         let lock = self.inner.clone();
-        spawn(async move { lift(lock.remaining_time().await.map(|ms| ms.map(|ms| ms as f64))) })
+        spawn(async move {
+            let remaining = lock.remaining_time().await.map_err(to_js)?;
+            Ok(remaining.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
+        })
     }
 
     /// The key.

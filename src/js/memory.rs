@@ -83,8 +83,10 @@ impl JsMemoryLockStore {
 
     /// Milliseconds until the key expires, or `null`.
     #[wasm_bindgen(js_name = remainingTime)]
-    pub fn remaining_time(&self, k: JsValue) -> Result<Option<f64>, JsValue> {
-        Ok(self.inner.remaining_ms(&key(&k)?).map(|ms| ms as f64))
+    #[wasm_bindgen(unchecked_return_type = "number | null")]
+    pub fn remaining_time(&self, k: JsValue) -> Result<JsValue, JsValue> {
+        let remaining = self.inner.remaining_ms(&key(&k)?);
+        Ok(remaining.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
     }
 
     /// Rows held right now, expired ones not yet swept included.

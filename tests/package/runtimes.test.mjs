@@ -1,0 +1,35 @@
+// The installed package in Deno 2 and Bun (both from their npm platform packages).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
+import { chmodSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+
+const here = fileURLToPath(new URL(".", import.meta.url));
+const bin = {
+  deno: `${here}node_modules/@deno/linux-x64-glibc/deno`,
+  bun: `${here}node_modules/@oven/bun-linux-x64/bin/bun`,
+};
+
+function runIn(runtime, args) {
+  chmodSync(bin[runtime], 0o755); // npm does not keep the executable bit of platform packages
+  const out = execFileSync(bin[runtime], args, {
+    cwd: here,
+    encoding: "utf8",
+    env: { ...process.env, DENO_NO_UPDATE_CHECK: "1", DENO_NO_PROMPT: "1", BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0" },
+    timeout: 120_000,
+  });
+  return JSON.parse(out.trim().split("\n").pop());
+}
+
+test("Deno 2 runs the package", () => {
+  const version = execFileSync(bin.deno, ["--version"], { encoding: "utf8" });
+  assert.match(version, /^deno 2\./);
+  const r = runIn("deno", ["run", "--allow-read", "--allow-env", "--node-modules-dir=manual", "runtimes/run-smoke.mjs"]);
+  assert.deepEqual(r, { ok: true, winners: 1, maxInside: 1, done: 10 });
+});
+
+test("Bun runs the package", () => {
+  const r = runIn("bun", ["runtimes/run-smoke.mjs"]);
+  assert.deepEqual(r, { ok: true, winners: 1, maxInside: 1, done: 10 });
+});

@@ -1,0 +1,5 @@
+// Entry for Deno and Bun: import the installed package by name, run the smoke checks, print JSON.
+import * as keel from "keel-lock";
+import { smoke } from "../smoke.mjs";
+
+console.log(JSON.stringify(await smoke(keel)));

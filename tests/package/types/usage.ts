@@ -1,0 +1,89 @@
+// Compiled with `tsc --strict` against the installed package: the documented snippets must
+// type-check as users write them.
+import { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
+import type { Lock, LockStore, AcquireOptions } from "keel-lock";
+
+declare const invoice: { id: number };
+declare function charge(i: { id: number }): Promise<{ receipt: string }>;
+declare function rebuild(): void;
+declare function process(batch: number[]): Promise<void>;
+declare const batches: number[][];
+
+interface FakeRedis {
+  set(k: string, v: string, px: "PX", ttl: number, nx: "NX"): Promise<"OK" | null>;
+  eval(script: string, keys: number, ...args: string[]): Promise<number>;
+  exists(k: string): Promise<number>;
+  pttl(k: string): Promise<number>;
+}
+
+// The documentation's LockStore implementation pattern.
+const redisStore = (client: FakeRedis): LockStore => ({
+  async acquire(key, owner, ttlMs) {
+    return (await client.set(key, owner, "PX", ttlMs, "NX")) === "OK";
+  },
+  async release(key, owner) {
+    return (await client.eval("release", 1, key, owner)) === 1;
+  },
+  async extend(key, owner, ttlMs) {
+    return (await client.eval("extend", 1, key, owner, String(ttlMs))) === 1;
+  },
+  async isLocked(key) {
+    return (await client.exists(key)) === 1;
+  },
+  async remainingTime(key) {
+    const ms = await client.pttl(key);
+    return ms < 0 ? null : ms;
+  },
+});
+
+export async function snippets(client: FakeRedis): Promise<void> {
+  const [ran, result] = await lock("invoice:42").run(() => charge(invoice));
+  if (!ran) return;
+  const receipt: string = result.receipt; // narrowed: result is the resolved value when ran
+  void receipt;
+
+  const [ran2, nothing] = await lock("busy").run(() => 1);
+  if (!ran2) {
+    const u: undefined = nothing;
+    void u;
+  }
+
+  await lock("report").run(() => rebuild(), { timeout: 5_000, retryDelay: 100 });
+  await lock("report").runImmediately(() => rebuild());
+  lock("invoice:42");
+  lock("nightly-report", 300_000);
+  const l: Lock = lock("import", 60_000);
+  await l.run(async () => {
+    for (const b of batches) {
+      await process(b);
+      await l.extend();
+    }
+  });
+  const opts: AcquireOptions = { timeout: 2_000 };
+  if (!(await l.acquire(opts))) return;
+  try {
+    /* … */
+  } finally {
+    await l.release();
+  }
+  const s: string = l.serialize();
+  const r = restoreLock(s);
+  await r.extend(60_000);
+  await r.release();
+  const locked: boolean = await l.isLocked();
+  const expired: boolean = await l.isExpired();
+  const left: number | null = await l.getRemainingTime();
+  void [locked, expired, left];
+  setLockStore(new MemoryLockStore());
+  setLockStore(redisStore(client));
+  const current: LockStore = getLockStore();
+  void current;
+  try {
+    await l.extend();
+  } catch (e) {
+    if (e instanceof LockNotHeldError) {
+      const key: string = e.key;
+      void key;
+    }
+  }
+}

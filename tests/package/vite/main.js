@@ -1,0 +1,7 @@
+import * as keel from "keel-lock";
+import { smoke } from "../smoke.mjs";
+
+smoke(keel).then(
+  (r) => { window.__keelResult = r; document.getElementById("out").textContent = JSON.stringify(r); },
+  (e) => { window.__keelResult = { error: String(e && e.stack || e) }; },
+);
