@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the npm package's wasm artefacts into pkg/dist:
 #   dist/node  wasm-bindgen --target nodejs  (Node, Bun, Deno: CommonJS, loads the .wasm from disk)
-#   dist/web   wasm-bindgen --target web     (browsers, bundlers, workerd: ESM)
+#   dist/web   wasm-bindgen --target web     (browsers, bundlers: ESM)
+#   dist/workerd  --features worker, --target web (Cloudflare Workers: adds LockDurableObject
+#                 and DurableObjectLockStore; a separate build so Node/browser do not grow)
 # Release profile (opt-level z, LTO, panic=abort), then wasm-opt -Oz from the npm `binaryen`
 # package (Debian's binaryen breaks current wasm-bindgen output).
 set -euo pipefail
@@ -20,6 +22,13 @@ for target in nodejs web; do
     --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
     "$out/keel_lock_bg.wasm" -o "$out/keel_lock_bg.wasm"
 done
+# Workers build: same crate with the `worker` feature (Durable Object + DO store).
+cargo build --release --target wasm32-unknown-unknown --features worker
+out=pkg/dist/workerd
+wasm-bindgen --target web --out-dir "$out" --out-name keel_lock "$wasm"
+pkg/node_modules/.bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
+  --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
+  "$out/keel_lock_bg.wasm" -o "$out/keel_lock_bg.wasm"
 for f in pkg/dist/*/keel_lock_bg.wasm; do
   printf '%s: %s bytes, %s gzip\n' "$f" "$(stat -c %s "$f")" "$(gzip -9c "$f" | wc -c)"
 done

@@ -27,6 +27,7 @@ pub mod error;
 pub mod input;
 pub mod lock;
 pub mod memory;
+pub mod rows;
 pub mod runtime;
 pub mod serialized;
 pub mod store;
@@ -35,6 +36,8 @@ pub mod virtual_time;
 
 #[cfg(all(feature = "js", target_arch = "wasm32"))]
 pub mod js;
+#[cfg(all(feature = "worker", target_arch = "wasm32"))]
+pub mod worker;
 
 pub use error::{Error, InputError, Operation};
 pub use input::{AcquireOptions, Key, Ttl};

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::convert::Infallible;
 
 use crate::input::{Key, Ttl};
+use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
 use crate::store::LockStore;
 use crate::token::OwnerToken;
@@ -18,6 +19,15 @@ const SWEEP_FLOOR: usize = 64;
 struct Row {
     owner: OwnerToken,
     expires_at: u64,
+}
+
+impl Row {
+    fn view(&self) -> RowView<'_> {
+        RowView {
+            owner: self.owner.as_str(),
+            expires_at: self.expires_at,
+        }
+    }
 }
 
 /// An in-memory [`LockStore`]. Every operation completes synchronously (the futures are ready
@@ -54,9 +64,37 @@ impl<R: Runtime> MemoryLockStore<R> {
         removed
     }
 
-    fn live_owner_is(&self, key: &Key, owner: &OwnerToken, now: u64) -> bool {
-        matches!(self.rows.borrow().get(key.as_str()),
-            Some(row) if row.expires_at > now && row.owner == *owner)
+    /// Reads `key`'s row, asks [`crate::rows`] what to do, applies it, answers `granted`.
+    fn decide(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        rule: impl FnOnce(Option<RowView<'_>>) -> Decision,
+    ) -> bool {
+        let mut rows = self.rows.borrow_mut();
+        let decision = rule(rows.get(key.as_str()).map(Row::view));
+        match decision.change {
+            Change::Keep => {}
+            Change::Delete => {
+                rows.remove(key.as_str());
+            }
+            Change::Put { expires_at } => match rows.get_mut(key.as_str()) {
+                Some(row) => {
+                    row.owner = owner.clone();
+                    row.expires_at = expires_at;
+                }
+                None => {
+                    rows.insert(
+                        key.as_str().to_owned(),
+                        Row {
+                            owner: owner.clone(),
+                            expires_at,
+                        },
+                    );
+                }
+            },
+        }
+        decision.granted
     }
 
     /// The synchronous operations behind the async trait, public so bindings can skip the
@@ -66,58 +104,25 @@ impl<R: Runtime> MemoryLockStore<R> {
         if self.rows.borrow().len() >= self.next_sweep_at.get() {
             self.purge_expired();
         }
-        let mut rows = self.rows.borrow_mut();
-        match rows.get_mut(key.as_str()) {
-            Some(row) if row.expires_at > now => false,
-            Some(row) => {
-                row.owner = owner.clone();
-                row.expires_at = now + ttl.as_ms();
-                true
-            }
-            None => {
-                rows.insert(
-                    key.as_str().to_owned(),
-                    Row {
-                        owner: owner.clone(),
-                        expires_at: now + ttl.as_ms(),
-                    },
-                );
-                true
-            }
-        }
+        self.decide(key, owner, |row| rows::acquire(row, now, ttl))
     }
 
     /// Synchronous [`LockStore::release`].
     pub fn try_release(&self, key: &Key, owner: &OwnerToken) -> bool {
         let now = self.runtime.now_ms();
-        if self.live_owner_is(key, owner, now) {
-            self.rows.borrow_mut().remove(key.as_str());
-            true
-        } else {
-            false
-        }
+        self.decide(key, owner, |row| rows::release(row, now, owner))
     }
 
     /// Synchronous [`LockStore::extend`].
     pub fn try_extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
         let now = self.runtime.now_ms();
-        if !self.live_owner_is(key, owner, now) {
-            return false;
-        }
-        if let Some(row) = self.rows.borrow_mut().get_mut(key.as_str()) {
-            row.expires_at = now + ttl.as_ms();
-        }
-        true
+        self.decide(key, owner, |row| rows::extend(row, now, owner, ttl))
     }
 
     /// Synchronous [`LockStore::remaining_time`].
     pub fn remaining_ms(&self, key: &Key) -> Option<u64> {
         let now = self.runtime.now_ms();
-        self.rows
-            .borrow()
-            .get(key.as_str())
-            .filter(|row| row.expires_at > now)
-            .map(|row| row.expires_at - now)
+        rows::remaining(self.rows.borrow().get(key.as_str()).map(Row::view), now)
     }
 }
 

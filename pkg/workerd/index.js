@@ -1,9 +1,11 @@
-// Cloudflare Workers (workerd) entry. Workers cannot fetch or compile wasm at runtime: the
-// module is imported as a CompiledWasm module (wrangler and Miniflare do this for `.wasm`
-// imports) and instantiated synchronously.
-import wasmModule from "../dist/web/keel_lock_bg.wasm";
-import { initSync } from "../dist/web/keel_lock.js";
-import * as wasm from "../dist/web/keel_lock.js";
+// Cloudflare Workers (workerd) entry: the `worker`-feature build, which adds the Durable Object
+// lock store. Workers cannot fetch or compile wasm at runtime: the module is imported as a
+// CompiledWasm module (wrangler and Miniflare do this for `.wasm` imports) and instantiated
+// synchronously.
+import { DurableObject } from "cloudflare:workers";
+import wasmModule from "../dist/workerd/keel_lock_bg.wasm";
+import { initSync } from "../dist/workerd/keel_lock.js";
+import * as wasm from "../dist/workerd/keel_lock.js";
 
 initSync({ module: wasmModule });
 
@@ -15,5 +17,42 @@ export const {
   MemoryLockStore,
   Lock,
   checkLockStore,
+  DurableObjectLockStore,
 } = wasm;
 export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
+
+/**
+ * The Durable Object that holds lock rows. Re-export it from your Worker's entry module
+ * (`export { LockDurableObject } from "keel-lock"`) and bind it in wrangler.toml with a
+ * `new_sqlite_classes` migration. JS RPC reaches only classes that extend `DurableObject`, so
+ * this class exists to forward each call to the Rust object that does the work.
+ */
+export class LockDurableObject extends DurableObject {
+  #core;
+  constructor(ctx, env) {
+    super(ctx, env);
+    this.#core = new wasm.LockDurableObjectCore(ctx, env);
+  }
+  acquire(key, owner, ttlMs) {
+    return this.#core.acquire(key, owner, ttlMs);
+  }
+  release(key, owner) {
+    return this.#core.release(key, owner);
+  }
+  extend(key, owner, ttlMs) {
+    return this.#core.extend(key, owner, ttlMs);
+  }
+  isLocked(key) {
+    return this.#core.isLocked(key);
+  }
+  remainingTime(key) {
+    return this.#core.remainingTime(key);
+  }
+  /** Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }] }` (owner tokens never leave). */
+  inspect() {
+    return this.#core.inspect();
+  }
+  alarm() {
+    return this.#core.alarm();
+  }
+}

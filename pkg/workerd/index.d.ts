@@ -1,0 +1,49 @@
+// Types for the Cloudflare Workers (workerd) build of keel-lock: everything in ../index.d.ts,
+// plus the Durable Object lock store.
+export * from "../index.d.ts";
+import type { LockStore } from "../index.d.ts";
+
+/** The slice of a Durable Object namespace binding (`env.LOCKS`) the store uses. */
+export interface LockNamespace {
+  idFromName(name: string): unknown;
+  get(id: any): any;
+}
+
+/**
+ * A lock store on Durable Objects: each key lives in its own `LockDurableObject`
+ * (`idFromName(key)`), one RPC per operation, expiry judged by the object's clock.
+ * `setLockStore(new DurableObjectLockStore(env.LOCKS))`.
+ */
+export declare class DurableObjectLockStore implements LockStore {
+  constructor(namespace: LockNamespace);
+  acquire(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  release(key: string, owner: string): Promise<boolean>;
+  extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  isLocked(key: string): Promise<boolean>;
+  remainingTime(key: string): Promise<number | null>;
+}
+
+/** What `inspect()` reports: storage as it is now, expired rows not yet deleted included. */
+export interface LockObjectSnapshot {
+  /** The object's clock, ms since the epoch. */
+  now: number;
+  /** When the cleanup alarm fires, or `null` when none is set. */
+  alarm: number | null;
+  rows: { key: string; expiresAt: number }[];
+}
+
+/**
+ * The Durable Object holding lock rows in SQLite storage. Re-export it from your Worker entry
+ * (`export { LockDurableObject } from "keel-lock"`) and bind it with a `new_sqlite_classes`
+ * migration.
+ */
+export declare class LockDurableObject {
+  constructor(ctx: unknown, env: unknown);
+  acquire(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  release(key: string, owner: string): Promise<boolean>;
+  extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  isLocked(key: string): boolean;
+  remainingTime(key: string): number | null;
+  inspect(): Promise<LockObjectSnapshot>;
+  alarm(): Promise<void>;
+}

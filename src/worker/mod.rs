@@ -1,0 +1,51 @@
+//! Cloudflare Workers: a lock store that coordinates across isolates and machines, on Durable
+//! Objects (feature `worker`, wasm32 only).
+//!
+//! * [`LockDurableObject`] is the Durable Object. It keeps the rows of the keys routed to it in
+//!   its SQLite storage (`keel_locks(key, owner, expires_at)`), judges expiry by its own clock,
+//!   and deletes expired rows from an alarm set to the next expiry. Its handlers are thin:
+//!   decode and validate the arguments ([`crate::Key`], [`crate::OwnerToken`], [`crate::Ttl`]),
+//!   read the row, ask [`crate::rows`] what to do, write the answer.
+//! * [`DurableObjectLockStore`] is the [`crate::LockStore`] a Worker builds from its namespace
+//!   binding. It sends each key to its own object (`idFromName(key)`), one JS RPC call per
+//!   store operation.
+//!
+//! JS RPC needs the class workerd instantiates to `extends DurableObject` (from
+//! `cloudflare:workers`), which a wasm-bindgen class cannot do; the npm package's workerd entry
+//! exports a five-line JS `LockDurableObject` that delegates to this one (exported to JS as
+//! `LockDurableObjectCore`). workers-rs users write the same five lines; see `docs/workers.md`.
+
+mod object;
+mod store;
+
+pub use object::LockDurableObject;
+pub use store::{DurableObjectLockStore, JsDurableObjectLockStore};
+
+use wasm_bindgen::JsValue;
+
+use crate::error::InputError;
+
+pub(crate) fn type_error(message: impl AsRef<str>) -> JsValue {
+    js_sys::TypeError::new(message.as_ref()).into()
+}
+
+pub(crate) fn range_error(error: InputError) -> JsValue {
+    js_sys::RangeError::new(&error.to_string()).into()
+}
+
+/// A short description of a JS value for error messages.
+pub(crate) fn describe(value: &JsValue) -> String {
+    if value.is_null() {
+        return "null".into();
+    }
+    if let Some(s) = value.as_string() {
+        return format!("the string {:?}", s.chars().take(40).collect::<String>());
+    }
+    if let Some(n) = value.as_f64() {
+        return format!("number {n}");
+    }
+    match value.js_typeof().as_string() {
+        Some(t) => format!("a value of type {t}"),
+        None => "an unknown value".into(),
+    }
+}

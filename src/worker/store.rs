@@ -1,0 +1,245 @@
+//! `DurableObjectLockStore`: a [`LockStore`] over a `LockDurableObject` namespace binding.
+//!
+//! Transport: JS RPC, not `fetch`. One RPC call is one round trip carrying typed arguments
+//! (`stub.acquire(key, owner, ttlMs)`), with no URL routing, no request/response bodies to
+//! encode and parse, and errors (a `RangeError` for a bad TTL) arriving as the same error
+//! class on the caller's side.
+
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Promise, Reflect};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+
+use super::{describe, range_error, type_error};
+use crate::error::Operation;
+use crate::input::{Key, Ttl};
+use crate::store::LockStore;
+use crate::token::OwnerToken;
+
+/// A [`LockStore`] whose rows live in `LockDurableObject`s: each key is routed to its own
+/// object with `idFromName(key)` (no global bottleneck), and each operation is one JS RPC call
+/// to it. Expiry is judged by the object's clock, never the caller's.
+///
+/// For workers-rs users: `DurableObjectLockStore::new(env.durable_object("LOCKS")?)`, then
+/// `Lock::new(key, ttl, &store, runtime)`. Errors are the JS exceptions the binding raised.
+#[derive(Clone)]
+pub struct DurableObjectLockStore {
+    namespace: JsValue,
+}
+
+fn method(target: &JsValue, name: &str) -> Result<Function, JsValue> {
+    Reflect::get(target, &JsValue::from_str(name))?
+        .dyn_into::<Function>()
+        .map_err(|_| {
+            type_error(format!(
+                "DurableObjectLockStore needs a Durable Object namespace binding (env.LOCKS) bound to LockDurableObject; it has no {name}()"
+            ))
+        })
+}
+
+impl DurableObjectLockStore {
+    /// A store over a workers-rs namespace binding (`env.durable_object("LOCKS")?`).
+    pub fn new(namespace: worker::ObjectNamespace) -> Self {
+        DurableObjectLockStore {
+            namespace: namespace.into(),
+        }
+    }
+
+    /// A store over a namespace binding given as a JS value; a `TypeError` when it is not one.
+    pub fn from_js(namespace: JsValue) -> Result<Self, JsValue> {
+        if !namespace.is_object() {
+            return Err(type_error(format!(
+                "DurableObjectLockStore needs a Durable Object namespace binding (env.LOCKS), got {}",
+                describe(&namespace)
+            )));
+        }
+        method(&namespace, "idFromName")?;
+        method(&namespace, "get")?;
+        Ok(DurableObjectLockStore { namespace })
+    }
+
+    /// The stub of the object that owns `key`.
+    fn stub(&self, key: &Key) -> Result<JsValue, JsValue> {
+        let ns = &self.namespace;
+        let name = Array::of1(&JsValue::from_str(key.as_str()));
+        let id = Reflect::apply(&method(ns, "idFromName")?, ns, &name)?;
+        Reflect::apply(&method(ns, "get")?, ns, &Array::of1(&id))
+    }
+
+    /// One RPC call: `stub[op](...args)`, awaited.
+    async fn call(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<JsValue, JsValue> {
+        let stub = self.stub(key)?;
+        let f = method(&stub, op.js_name())?;
+        // Reflect.apply, not f.call(...): on an RPC stub, `.call` is itself a remote property.
+        let answer = Reflect::apply(&f, &stub, &args.iter().collect::<Array>())?;
+        JsFuture::from(Promise::resolve(&answer)).await
+    }
+
+    async fn boolean(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<bool, JsValue> {
+        let answer = self.call(key, op, args).await?;
+        answer.as_bool().ok_or_else(|| {
+            type_error(format!(
+                "LockDurableObject.{}() answered {}, not a boolean: is LOCKS bound to keel-lock's LockDurableObject?",
+                op.js_name(),
+                describe(&answer)
+            ))
+        })
+    }
+}
+
+fn args3(key: &Key, owner: &OwnerToken, ttl: Ttl) -> [JsValue; 3] {
+    [
+        key.as_str().into(),
+        owner.as_str().into(),
+        JsValue::from_f64(ttl.as_ms() as f64),
+    ]
+}
+
+impl LockStore for DurableObjectLockStore {
+    type Error = JsValue;
+
+    fn name(&self) -> &'static str {
+        "durable-object"
+    }
+
+    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, JsValue> {
+        self.boolean(key, Operation::Acquire, &args3(key, owner, ttl))
+            .await
+    }
+
+    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, JsValue> {
+        let args = [key.as_str().into(), owner.as_str().into()];
+        self.boolean(key, Operation::Release, &args).await
+    }
+
+    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, JsValue> {
+        self.boolean(key, Operation::Extend, &args3(key, owner, ttl))
+            .await
+    }
+
+    async fn is_locked(&self, key: &Key) -> Result<bool, JsValue> {
+        self.boolean(key, Operation::IsLocked, &[key.as_str().into()])
+            .await
+    }
+
+    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, JsValue> {
+        let answer = self
+            .call(key, Operation::RemainingTime, &[key.as_str().into()])
+            .await?;
+        if answer.is_null() || answer.is_undefined() {
+            return Ok(None);
+        }
+        match answer.as_f64() {
+            Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(Some(ms.ceil() as u64)),
+            _ => Err(type_error(format!(
+                "LockDurableObject.remainingTime() answered {}, not a number or null",
+                describe(&answer)
+            ))),
+        }
+    }
+}
+
+/// `new DurableObjectLockStore(env.LOCKS)` for JS Workers: a store object with the five
+/// `LockStore` methods, ready for `setLockStore`.
+#[wasm_bindgen(js_name = DurableObjectLockStore)]
+pub struct JsDurableObjectLockStore {
+    inner: Rc<DurableObjectLockStore>,
+}
+
+fn js_key(value: &JsValue) -> Result<Key, JsValue> {
+    let Some(s) = value.as_string() else {
+        return Err(type_error(format!(
+            "lock key must be a string, got {}",
+            describe(value)
+        )));
+    };
+    Key::new(s).map_err(range_error)
+}
+
+fn js_owner(value: &JsValue) -> Result<OwnerToken, JsValue> {
+    let Some(s) = value.as_string() else {
+        return Err(type_error(format!(
+            "owner must be a string, got {}",
+            describe(value)
+        )));
+    };
+    OwnerToken::parse(s).map_err(range_error)
+}
+
+fn js_ttl(value: &JsValue) -> Result<Ttl, JsValue> {
+    let Some(ms) = value.as_f64() else {
+        return Err(type_error(format!(
+            "ttlMs must be a number, got {}",
+            describe(value)
+        )));
+    };
+    Ttl::from_f64(ms).map_err(range_error)
+}
+
+/// Runs `op` on a clone of the store as a promise; bad arguments reject it.
+fn spawn<F, Fut, T>(store: &Rc<DurableObjectLockStore>, op: F) -> Promise
+where
+    F: FnOnce(Rc<DurableObjectLockStore>) -> Result<Fut, JsValue> + 'static,
+    Fut: std::future::Future<Output = Result<T, JsValue>> + 'static,
+    T: Into<JsValue>,
+{
+    let store = store.clone();
+    future_to_promise(async move { Ok(op(store)?.await?.into()) })
+}
+
+#[wasm_bindgen(js_class = DurableObjectLockStore)]
+impl JsDurableObjectLockStore {
+    /// A store over `namespace`, the Worker's `LockDurableObject` binding (`env.LOCKS`).
+    #[wasm_bindgen(constructor)]
+    pub fn new(namespace: JsValue) -> Result<JsDurableObjectLockStore, JsValue> {
+        Ok(JsDurableObjectLockStore {
+            inner: Rc::new(DurableObjectLockStore::from_js(namespace)?),
+        })
+    }
+
+    /// Atomic set-if-absent, in the key's Durable Object.
+    pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
+        spawn(&self.inner, move |s| {
+            let (k, o, t) = (js_key(&k)?, js_owner(&o)?, js_ttl(&t)?);
+            Ok(async move { s.acquire(&k, &o, t).await })
+        })
+    }
+
+    /// Compare-owner-and-delete.
+    pub fn release(&self, k: JsValue, o: JsValue) -> Promise {
+        spawn(&self.inner, move |s| {
+            let (k, o) = (js_key(&k)?, js_owner(&o)?);
+            Ok(async move { s.release(&k, &o).await })
+        })
+    }
+
+    /// Compare-owner-and-reset-expiry.
+    pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
+        spawn(&self.inner, move |s| {
+            let (k, o, t) = (js_key(&k)?, js_owner(&o)?, js_ttl(&t)?);
+            Ok(async move { s.extend(&k, &o, t).await })
+        })
+    }
+
+    /// Whether anyone holds the key.
+    #[wasm_bindgen(js_name = isLocked)]
+    pub fn is_locked(&self, k: JsValue) -> Promise {
+        spawn(&self.inner, move |s| {
+            let k = js_key(&k)?;
+            Ok(async move { s.is_locked(&k).await })
+        })
+    }
+
+    /// Milliseconds until the key expires, or `null`.
+    #[wasm_bindgen(js_name = remainingTime)]
+    pub fn remaining_time(&self, k: JsValue) -> Promise {
+        spawn(&self.inner, move |s| {
+            let k = js_key(&k)?;
+            Ok(async move {
+                let ms = s.remaining_time(&k).await?;
+                Ok(ms.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
+            })
+        })
+    }
+}
