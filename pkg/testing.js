@@ -11,7 +11,7 @@ import { checkLockStore as runProperties } from "keel-lock";
 export class LockStoreConformanceError extends Error {
   constructor(failures, results) {
     const count = `${failures.length} of ${results.length} LockStore ${results.length === 1 ? "property" : "properties"}`;
-    const lines = failures.map((f) => `  - ${f.property}: ${f.message ?? "failed"}`);
+    const lines = failures.map((f) => `  - ${f.property}: ${String(f.message ?? "failed").replace(/\n/g, "\n    ")}`);
     super(`the store is not a lock: ${count} failed\n${lines.join("\n")}`);
     this.name = "LockStoreConformanceError";
     /** The failed properties, `[{ property, ok: false, message }]`. */

@@ -1,0 +1,163 @@
+// keel-lock/testing against EVERY store, all from the packed tarball as users get it: the memory
+// store, a store written in JS, redisLockStore through ioredis (5 and 6), node-redis (5 and 4)
+// and @upstash/redis (REST fixture) on a real redis-server, the user-written ioredis store from
+// the documentation's pattern, databaseLockStore over better-sqlite3 (in memory and a shared
+// file), pg on a throwaway PostgreSQL cluster, and D1 in local workerd.
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import IORedis from "ioredis";
+import IORedis6 from "ioredis6";
+import { createClient as createNodeRedis } from "redis";
+import { createClient as createNodeRedis4 } from "redis4";
+import { Redis as Upstash } from "@upstash/redis";
+import Database from "better-sqlite3";
+import pg from "pg";
+import { MemoryLockStore } from "keel-lock";
+import { checkLockStore } from "keel-lock/testing";
+import { redisLockStore } from "keel-lock/redis";
+import { databaseLockStore } from "keel-lock/sql";
+import { jsMapStore } from "./lib/js-stores.js";
+import { userRedisStore } from "./lib/user-redis-store.js";
+import { installedKeelLock } from "./lib/installed.js";
+import { startD1, startPostgres, startRedis, startUpstashFixture } from "./lib/servers.js";
+
+// Over a network (or Miniflare's proxy) on a loaded machine a short-TTL lock must survive the
+// round trips a property makes while holding it, so give it room. In-process stores use the
+// kit's defaults.
+const REMOTE = { shortTtlMs: 800, settleMs: 200 };
+const PROPERTY_COUNT = 10;
+const cleanups = [];
+
+async function passes(store, options) {
+  const results = await checkLockStore(store, options); // rejects, naming each failure, if not
+  assert.equal(results.length, PROPERTY_COUNT);
+  assert.ok(results.every((r) => r.ok === true && r.message === null));
+}
+
+after(async () => {
+  for (const cleanup of cleanups.reverse()) {
+    try {
+      await cleanup();
+    } catch {
+      // keep stopping the rest
+    }
+  }
+});
+
+test("keel-lock, keel-lock/testing, /redis and /sql come from the installed tarball", () => {
+  const { entry, isCopy } = installedKeelLock();
+  assert.ok(isCopy, `resolved ${entry}`);
+  for (const spec of ["keel-lock", "keel-lock/redis", "keel-lock/sql"]) {
+    assert.match(import.meta.resolve(spec), /\/tests\/stores\/node_modules\/keel-lock\//, spec);
+  }
+});
+
+describe("in process", () => {
+  test("MemoryLockStore", () => passes(new MemoryLockStore()));
+  test("a JS-implemented store (async, over a Map)", () => passes(jsMapStore()));
+});
+
+describe("Redis (real redis-server)", () => {
+  let redis;
+  let upstash;
+  before(async () => {
+    redis = await startRedis();
+    cleanups.push(() => redis.stop());
+    upstash = await startUpstashFixture(redis.port);
+    cleanups.push(() => upstash.stop());
+  });
+
+  const ioredis = async (Ctor) => {
+    const client = new Ctor({ host: "127.0.0.1", port: redis.port, lazyConnect: true });
+    await client.connect();
+    cleanups.push(() => client.disconnect());
+    return client;
+  };
+  const nodeRedis = async (create) => {
+    const client = create({ url: redis.url });
+    client.on("error", () => {});
+    await client.connect();
+    cleanups.push(() => client.quit());
+    return client;
+  };
+
+  test("redisLockStore over ioredis 5", async () => {
+    const store = redisLockStore(await ioredis(IORedis), { prefix: "io5:" });
+    assert.equal(store.clientType, "ioredis");
+    await passes(store, REMOTE);
+  });
+  test("redisLockStore over ioredis 6", async () => {
+    const store = redisLockStore(await ioredis(IORedis6.default ?? IORedis6), { prefix: "io6:" });
+    assert.equal(store.clientType, "ioredis");
+    await passes(store, REMOTE);
+  });
+  test("redisLockStore over node-redis 5", async () => {
+    const store = redisLockStore(await nodeRedis(createNodeRedis), { prefix: "nr5:" });
+    assert.equal(store.clientType, "node-redis");
+    await passes(store, REMOTE);
+  });
+  test("redisLockStore over node-redis 4", async () => {
+    const store = redisLockStore(await nodeRedis(createNodeRedis4), { prefix: "nr4:" });
+    assert.equal(store.clientType, "node-redis");
+    await passes(store, REMOTE);
+  });
+  test("redisLockStore over @upstash/redis (REST fixture forwarding to the same server)", async () => {
+    const client = new Upstash({ url: upstash.url, token: upstash.token, retry: false });
+    const store = redisLockStore(client, { prefix: "up:" });
+    assert.equal(store.clientType, "upstash");
+    const before = upstash.stats.commands;
+    await passes(store, REMOTE);
+    assert.ok(upstash.stats.commands > before, "the Upstash store never reached the fixture");
+  });
+  test("the user-written ioredis store (SET … PX … NX + Lua compare-and-act)", async () => {
+    await passes(userRedisStore(await ioredis(IORedis)), REMOTE);
+  });
+});
+
+describe("SQL", () => {
+  test("databaseLockStore over better-sqlite3, in memory", async () => {
+    const db = new Database(":memory:");
+    cleanups.push(() => db.close());
+    const store = databaseLockStore(db);
+    await store.createTable();
+    assert.equal(store.driver, "sqlite");
+    await passes(store);
+  });
+
+  test("databaseLockStore over better-sqlite3, a database file", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "keel-lock-kit-sqlite-"));
+    const db = new Database(join(dir, "locks.db"), { timeout: 10_000 });
+    cleanups.push(() => {
+      db.close();
+      rmSync(dir, { recursive: true, force: true });
+    });
+    db.pragma("journal_mode = WAL");
+    const store = databaseLockStore(db, { table: "kit_locks" });
+    await store.createTable();
+    await passes(store);
+  });
+
+  test("databaseLockStore over pg (throwaway PostgreSQL cluster)", async () => {
+    const server = await startPostgres();
+    cleanups.push(() => server.stop());
+    const pool = new pg.Pool({ connectionString: server.connectionString, max: 20 });
+    pool.on("error", () => {});
+    cleanups.push(() => pool.end());
+    const store = databaseLockStore(pool);
+    await store.createTable();
+    assert.equal(store.driver, "pg");
+    await passes(store, REMOTE);
+  });
+
+  test("databaseLockStore over D1 (local workerd via Miniflare)", async () => {
+    const d1 = await startD1();
+    cleanups.push(() => d1.stop());
+    const store = databaseLockStore(d1.db);
+    await store.createTable();
+    assert.equal(store.driver, "d1");
+    await passes(store, REMOTE);
+  });
+});

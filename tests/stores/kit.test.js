@@ -1,0 +1,155 @@
+// keel-lock/testing itself, from the packed tarball: its API, and that it CATCHES broken stores
+// — each deliberate flaw must fail exactly the properties it breaks, and nothing else — while
+// the memory store and a correct JS store pass. Without this file the kit would prove nothing.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+import IORedis from "ioredis";
+import { MemoryLockStore } from "keel-lock";
+import { checkLockStore, lockStoreResults, LockStoreConformanceError } from "keel-lock/testing";
+import defaultCheck from "keel-lock/testing";
+import { brokenStore, jsMapStore, racyRedisStore } from "./lib/js-stores.js";
+import { installedKeelLock } from "./lib/installed.js";
+import { startRedis } from "./lib/servers.js";
+
+// The core's properties (src/conformance.rs), in the order it runs them.
+const PROPERTIES = [
+  "acquire_is_exclusive",
+  "concurrent_acquires_have_one_winner",
+  "release_requires_owner",
+  "extend_requires_owner",
+  "released_key_is_free",
+  "expired_key_is_free",
+  "extend_after_expiry_fails",
+  "late_release_keeps_new_holder",
+  "extend_pushes_expiry_out",
+  "inspection_agrees",
+];
+
+const failedOf = (results) => results.filter((r) => !r.ok).map((r) => r.property).sort();
+
+test("keel-lock/testing is the packed tarball's copy, exported by the package's exports map", () => {
+  const { entry, root, isCopy } = installedKeelLock();
+  assert.ok(isCopy, `keel-lock/testing resolved to ${entry}, not a copy installed from the tarball`);
+  const manifest = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+  assert.deepEqual(manifest.exports["./testing"], { types: "./testing.d.ts", default: "./testing.js" });
+  for (const file of ["testing.js", "testing.d.ts"]) assert.ok(manifest.files.includes(file), `${file} not in files`);
+  assert.equal(defaultCheck, checkLockStore);
+});
+
+describe("stores that are locks pass", () => {
+  test("MemoryLockStore: every property holds; checkLockStore resolves the results", async () => {
+    const results = await checkLockStore(new MemoryLockStore());
+    assert.deepEqual(results.map((r) => r.property), PROPERTIES);
+    for (const r of results) assert.deepEqual(r, { property: r.property, ok: true, message: null });
+  });
+
+  test("a correct store written in JS (async, over a Map)", async () => {
+    const results = await checkLockStore(jsMapStore());
+    assert.deepEqual(failedOf(results), []);
+    assert.equal(results.length, PROPERTIES.length);
+  });
+
+  test("lockStoreResults answers the same without throwing", async () => {
+    const results = await lockStoreResults(new MemoryLockStore());
+    assert.deepEqual(results.map((r) => [r.property, r.ok]), PROPERTIES.map((p) => [p, true]));
+  });
+});
+
+// flaw(s) → the properties they must break (and only those).
+const BROKEN = [
+  [["get-then-set"], ["concurrent_acquires_have_one_winner"]],
+  [["release-any-owner"], ["late_release_keeps_new_holder", "release_requires_owner"]],
+  [["extend-any-owner"], ["extend_requires_owner", "late_release_keeps_new_holder"]],
+  [["extend-revives"], ["extend_after_expiry_fails", "extend_requires_owner"]],
+  [["never-expires"], ["expired_key_is_free", "extend_after_expiry_fails", "late_release_keeps_new_holder"]],
+  [
+    ["get-then-set", "release-any-owner"],
+    ["concurrent_acquires_have_one_winner", "late_release_keeps_new_holder", "release_requires_owner"],
+  ],
+];
+
+describe("broken stores are caught", () => {
+  for (const [flaws, expected] of BROKEN) {
+    test(`${flaws.join(" + ")}: fails ${expected.join(", ")}`, async () => {
+      const error = await checkLockStore(brokenStore(flaws)).then(
+        () => assert.fail(`checkLockStore accepted a store with ${flaws.join(" + ")}`),
+        (e) => e,
+      );
+      assert.ok(error instanceof LockStoreConformanceError, `rejected with ${error}`);
+      assert.ok(error instanceof Error);
+      assert.equal(error.name, "LockStoreConformanceError");
+      assert.deepEqual(error.failures.map((f) => f.property).sort(), [...expected].sort());
+      assert.equal(error.results.length, PROPERTIES.length);
+      for (const f of error.failures) {
+        assert.equal(f.ok, false);
+        assert.equal(typeof f.message, "string");
+        assert.ok(f.message.length > 0);
+        // The thrown message names every failed property with what was observed.
+        assert.ok(error.message.includes(`${f.property}: ${f.message.split("\n")[0]}`), error.message);
+      }
+      assert.match(error.message, new RegExp(`${expected.length} of ${PROPERTIES.length} LockStore properties failed`));
+    });
+  }
+
+  test("the non-atomic store's failure says how many won", async () => {
+    const results = await lockStoreResults(brokenStore(["get-then-set"]), { contenders: 20 });
+    const race = results.find((r) => r.property === "concurrent_acquires_have_one_winner");
+    assert.equal(race.ok, false);
+    assert.match(race.message, /^20 concurrent acquires of one free key: (\d+) won, expected exactly 1$/);
+    assert.ok(Number(/(\d+) won/.exec(race.message)[1]) > 1);
+  });
+
+  test("lockStoreResults reports a broken store's failures without throwing", async () => {
+    const results = await lockStoreResults(brokenStore(["release-any-owner"]));
+    assert.deepEqual(failedOf(results), ["late_release_keeps_new_holder", "release_requires_owner"]);
+  });
+
+  test("a store that throws fails the properties it throws in, with the store's error", async () => {
+    const store = jsMapStore();
+    store.extend = async () => {
+      throw new Error("extend is down");
+    };
+    const error = await checkLockStore(store).catch((e) => e);
+    assert.ok(error instanceof LockStoreConformanceError);
+    assert.deepEqual(
+      error.failures.map((f) => f.property).sort(),
+      ["extend_after_expiry_fails", "extend_pushes_expiry_out", "extend_requires_owner", "late_release_keeps_new_holder"],
+    );
+    for (const f of error.failures) assert.match(f.message, /store\.extend failed: .*extend is down/s);
+  });
+
+  test("what is not a store, and bad options, are refused (TypeError / RangeError), not reported", async () => {
+    await assert.rejects(checkLockStore({}), TypeError);
+    await assert.rejects(checkLockStore(null), TypeError);
+    await assert.rejects(lockStoreResults({ acquire() {} }), TypeError);
+    await assert.rejects(checkLockStore(new MemoryLockStore(), { contenders: -1 }), RangeError);
+    await assert.rejects(checkLockStore(new MemoryLockStore(), "fast"), TypeError);
+  });
+});
+
+describe("a racy store against a real redis-server is caught", () => {
+  let redis;
+  let client;
+  before(async () => {
+    redis = await startRedis();
+    client = new IORedis({ host: "127.0.0.1", port: redis.port });
+  });
+  after(async () => {
+    client?.disconnect();
+    await redis?.stop();
+  });
+
+  test("GET-then-SET acquire and bare DEL release: the race and both owner checks fail", async () => {
+    const error = await checkLockStore(racyRedisStore(client, "racy:"), { shortTtlMs: 300, settleMs: 200 }).catch(
+      (e) => e,
+    );
+    assert.ok(error instanceof LockStoreConformanceError, `not caught: ${error}`);
+    assert.deepEqual(error.failures.map((f) => f.property).sort(), [
+      "concurrent_acquires_have_one_winner",
+      "late_release_keeps_new_holder",
+      "release_requires_owner",
+    ]);
+  });
+});

@@ -1,0 +1,105 @@
+// LockStores written in plain JS for the conformance kit's own tests:
+//   jsMapStore()              a correct store over a Map, async like a remote one
+//   brokenStore(flaws)        the same store with chosen flaws, each of which the kit must catch
+//   racyRedisStore(ioredis)   the classic mistake against a real Redis: GET then SET, DEL without
+//                             looking at the owner
+// The async methods await a macrotask between reading and writing (like a network round trip),
+// so a check-then-act store really interleaves under concurrent callers.
+
+const tick = () => new Promise((resolve) => setImmediate(resolve));
+
+/**
+ * A store over a Map of key → { owner, expiresAt }, with optional flaws:
+ *   "get-then-set"       acquire reads, awaits, then writes: not atomic
+ *   "release-any-owner"  release deletes whoever holds the key
+ *   "extend-any-owner"   extend resets the expiry whoever holds the key
+ *   "extend-revives"     extend works on an expired (or missing) row and brings it back
+ *   "never-expires"      the TTL is ignored: rows live until released
+ */
+export function brokenStore(flaws = []) {
+  const flawed = new Set(flaws);
+  for (const f of flawed) {
+    if (!["get-then-set", "release-any-owner", "extend-any-owner", "extend-revives", "never-expires"].includes(f)) {
+      throw new Error(`unknown flaw ${f}`);
+    }
+  }
+  const rows = new Map();
+  const live = (key) => {
+    const row = rows.get(key);
+    if (!row) return null;
+    if (!flawed.has("never-expires") && row.expiresAt <= Date.now()) return null;
+    return row;
+  };
+  return {
+    rows,
+    async acquire(key, owner, ttlMs) {
+      if (flawed.has("get-then-set")) {
+        const held = live(key);
+        await tick(); // the "round trip" between the read and the write
+        if (held) return false;
+        rows.set(key, { owner, expiresAt: Date.now() + ttlMs });
+        return true;
+      }
+      await tick();
+      if (live(key)) return false;
+      rows.set(key, { owner, expiresAt: Date.now() + ttlMs });
+      return true;
+    },
+    async release(key, owner) {
+      await tick();
+      const row = live(key);
+      if (!row) return false;
+      if (row.owner !== owner && !flawed.has("release-any-owner")) return false;
+      rows.delete(key);
+      return true;
+    },
+    async extend(key, owner, ttlMs) {
+      await tick();
+      const row = flawed.has("extend-revives") ? rows.get(key) ?? { owner } : live(key);
+      if (!row) return false;
+      if (row.owner !== owner && !flawed.has("extend-any-owner")) return false;
+      rows.set(key, { owner: row.owner, expiresAt: Date.now() + ttlMs });
+      return true;
+    },
+    async isLocked(key) {
+      await tick();
+      return live(key) !== null;
+    },
+    async remainingTime(key) {
+      await tick();
+      const row = live(key);
+      if (!row) return null;
+      return flawed.has("never-expires") ? 60_000 : Math.max(0, row.expiresAt - Date.now());
+    },
+  };
+}
+
+/** A correct JS store: the same Map store with no flaws. */
+export const jsMapStore = () => brokenStore([]);
+
+/**
+ * The mistake people make with Redis: acquire as GET then SET (no NX), release as a bare DEL.
+ * Runs against a real redis-server through ioredis.
+ */
+export function racyRedisStore(redis, prefix = "") {
+  return {
+    async acquire(key, owner, ttlMs) {
+      if ((await redis.get(prefix + key)) !== null) return false;
+      await redis.set(prefix + key, owner, "PX", ttlMs);
+      return true;
+    },
+    async release(key) {
+      return (await redis.del(prefix + key)) === 1;
+    },
+    async extend(key, owner, ttlMs) {
+      return (await redis.get(prefix + key)) === owner && (await redis.pexpire(prefix + key, ttlMs)) === 1;
+    },
+    async isLocked(key) {
+      return (await redis.exists(prefix + key)) === 1;
+    },
+    async remainingTime(key) {
+      const ms = await redis.pttl(prefix + key);
+      return ms < 0 ? null : ms;
+    },
+  };
+}
