@@ -1,15 +1,37 @@
 #!/usr/bin/env bash
-# The Redis and SQL stores (pkg/stores/) against real servers that the tests start and stop
-# themselves: redis-server (via ioredis 5/6, node-redis 5/4, and @upstash/redis through a REST
-# fixture), a throwaway PostgreSQL cluster (pg), better-sqlite3, and D1 in local workerd.
+# The stores against real servers that the tests start and stop themselves: redis-server (via
+# ioredis 5/6, node-redis 5/4, and @upstash/redis through a REST fixture), a throwaway
+# PostgreSQL cluster (pg), better-sqlite3, and D1 in local workerd.
+#   - the phase-1 store tests (pkg/stores/ imported from the source tree);
+#   - the conformance kit, keel-lock/testing, run against EVERY store, and shown to catch broken
+#     ones; and a user-written Redis store raced from two OS processes — these use keel-lock as
+#     users get it: pkg/ built, packed, and the tarball installed into tests/stores.
 set -euo pipefail
-cd "$(dirname "$0")/../../tests/stores"
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
 
+# Build pkg/dist unless it is newer than every source it is made from.
+wasm=pkg/dist/node/keel_lock_bg.wasm
+if [ ! -f "$wasm" ] || [ -n "$(find src Cargo.toml Cargo.lock -newer "$wasm" -print -quit 2>/dev/null)" ]; then
+  bash scripts/build-pkg.sh
+else
+  echo "pkg/dist is newer than src/: not rebuilding"
+fi
+
+# Pack into a private directory (scripts/test.d/30-package.sh packs into pkg/ itself).
+packdir="$(mktemp -d "${TMPDIR:-/tmp}/keel-lock-pack.XXXXXX")"
+trap 'rm -rf "$packdir"' EXIT
+tarball="$packdir/$(cd pkg && npm pack --silent --pack-destination "$packdir" | tail -1)"
+echo "packed $(basename "$tarball"): $(tar -tzf "$tarball" | wc -l) files"
+
+cd tests/stores
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
   npm ci --no-audit --no-fund --loglevel=error
 fi
+npm install --no-save --no-audit --no-fund --loglevel=error "$tarball"
 
 # One file at a time: each starts its own servers, and the timing-based expiry checks are
 # steadier without the others competing for the CPU.
 node --test --test-concurrency=1 --test-reporter=spec \
-  redis.test.js sqlite.test.js postgres.test.js d1.test.js types.test.js
+  redis.test.js sqlite.test.js postgres.test.js d1.test.js types.test.js \
+  kit.test.js conformance.test.js two-process.test.js
