@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The Durable Object lock store in real workerd (Miniflare): the lock API suite, conformance kit,
+# bad RPC input, alarms, two isolates racing, restart with persistence. Runs against the packed
+# npm package, so pkg/dist must be built (with the workerd build) first.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export PATH="$HOME/.cargo/bin:$PATH"
+if [ ! -f pkg/dist/workerd/keel_lock_bg.wasm ] || [ -n "$(find src pkg/workerd Cargo.toml -newer pkg/dist/workerd/keel_lock_bg.wasm -print -quit)" ]; then
+  bash scripts/build-pkg.sh
+fi
+[ -d tests/workers/node_modules/miniflare ] || (cd tests/workers && npm ci --no-audit --no-fund --loglevel=error)
+cd tests/workers
+export WRANGLER_SEND_METRICS=false CLOUDFLARE_CF_FETCH_ENABLED=false
+node --test --test-concurrency=1 test/

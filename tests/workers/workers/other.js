@@ -1,0 +1,10 @@
+// Worker B: a second script bound (by scriptName) to worker A's LOCKS and COUNTER namespaces.
+import { contend } from "./shared.js";
+
+export default {
+  async fetch(request, env) {
+    const url = new URL(request.url);
+    if (url.pathname === "/contend") return Response.json(await contend(env, await request.json()));
+    return new Response("not found", { status: 404 });
+  },
+};

@@ -1,0 +1,69 @@
+// Shared by both test Workers (each bundles its own copy: two scripts, two isolates).
+import { DurableObject } from "cloudflare:workers";
+import { lock, setLockStore, DurableObjectLockStore } from "keel-lock";
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+let store;
+/** The isolate's store, made on first use (never at module load). */
+export function useStore(env) {
+  if (!store) {
+    store = new DurableObjectLockStore(env.LOCKS);
+    setLockStore(store);
+  }
+  return store;
+}
+
+/** Overlap counter: a second Durable Object that sees every critical section enter and exit. */
+export class Counter extends DurableObject {
+  inside = 0;
+  maxInside = 0;
+  entered = 0;
+  refused = 0;
+  enter() {
+    this.inside += 1;
+    this.entered += 1;
+    this.maxInside = Math.max(this.maxInside, this.inside);
+  }
+  exit() {
+    this.inside -= 1;
+  }
+  refuse() {
+    this.refused += 1;
+  }
+  stats() {
+    const { inside, maxInside, entered, refused } = this;
+    return { inside, maxInside, entered, refused };
+  }
+}
+
+/**
+ * One contender. `immediate`: the holder stays inside until every other contender has been
+ * refused (so the result does not depend on timing); `wait`: everyone waits its turn.
+ */
+export async function contend(env, { key, mode, n, runId, holdMs = 5 }) {
+  useStore(env);
+  const counter = env.COUNTER.get(env.COUNTER.idFromName(runId));
+  const l = lock(key, 30_000);
+  const started = Date.now();
+  let entered = null;
+  const task = async () => {
+    entered = Date.now();
+    await counter.enter();
+    if (mode === "immediate") {
+      const deadline = Date.now() + 20_000;
+      while ((await counter.stats()).refused < n - 1 && Date.now() < deadline) await sleep(10);
+    } else {
+      await sleep(holdMs);
+    }
+    await counter.exit();
+  };
+  const options = mode === "wait" ? { timeout: 120_000, retryDelay: 5 } : undefined;
+  const [ran] = await l.run(task, options);
+  if (!ran) await counter.refuse();
+  return { ran, waitedMs: entered === null ? null : entered - started, totalMs: Date.now() - started };
+}
+
+export async function stats(env, runId) {
+  return env.COUNTER.get(env.COUNTER.idFromName(runId)).stats();
+}
