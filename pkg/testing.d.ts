@@ -25,7 +25,6 @@ export declare class LockStoreConformanceError extends Error {
  * `LockStoreConformanceError` naming each one that failed.
  */
 export declare function checkLockStore(store: LockStore, options?: CheckOptions): Promise<PropertyResult[]>;
-export default checkLockStore;
 
 /** Like `checkLockStore`, but resolves every property's result without rejecting on failures. */
 export declare function lockStoreResults(store: LockStore, options?: CheckOptions): Promise<PropertyResult[]>;

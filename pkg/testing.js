@@ -39,5 +39,3 @@ export async function checkLockStore(store, options) {
   if (failures.length > 0) throw new LockStoreConformanceError(failures, results);
   return results;
 }
-
-export default checkLockStore;

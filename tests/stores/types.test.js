@@ -16,3 +16,12 @@ test("pkg/stores/*.d.ts type-check with tsc --strict", { timeout: 120_000 }, () 
   });
   assert.equal(tsc.status, 0, `tsc failed:\n${tsc.stdout}${tsc.stderr}`);
 });
+
+test("keel-lock/testing's types, from the installed tarball, type-check with tsc --strict", { timeout: 120_000 }, () => {
+  assert.ok(existsSync(new URL("./node_modules/keel-lock/testing.d.ts", import.meta.url)), "keel-lock is not installed from the tarball");
+  const tsc = spawnSync(process.execPath, ["node_modules/typescript/bin/tsc", "-p", "types/tsconfig.kit.json"], {
+    cwd: here,
+    encoding: "utf8",
+  });
+  assert.equal(tsc.status, 0, `tsc failed:\n${tsc.stdout}${tsc.stderr}`);
+});
