@@ -145,15 +145,21 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// handle does not hold it: never acquired, already released, or expired (and perhaps taken
     /// by someone else, whose hold is left untouched).
     pub async fn release(&self) -> LockResult<bool, S> {
-        let Some(owner) = self.owner() else {
-            return Ok(false);
-        };
+        match self.owner() {
+            Some(owner) => self.release_hold(&owner).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Releases the hold taken with `owner` (not whatever the handle holds by the time the
+    /// store answers: a newer acquire on this handle keeps its own hold).
+    async fn release_hold(&self, owner: &OwnerToken) -> LockResult<bool, S> {
         let released = self
             .store
-            .release(&self.key, &owner)
+            .release(&self.key, owner)
             .await
             .map_err(self.store_error(Operation::Release))?;
-        self.settle(&owner, if released { Hold::None } else { Hold::Lost });
+        self.settle(owner, if released { Hold::None } else { Hold::Lost });
         Ok(released)
     }
 
@@ -235,8 +241,13 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         if !self.acquire(options).await.map_err(RunError::Lock)? {
             return Ok(None);
         }
+        // The token of *this* run's hold: if the task outlives the TTL and the handle is
+        // re-acquired meanwhile, the cleanup below must not free that newer hold.
+        let Some(owner) = self.owner() else {
+            return Ok(None);
+        };
         let outcome = task().await;
-        let released = self.release().await;
+        let released = self.release_hold(&owner).await;
         match (outcome, released) {
             (Err(task_error), _) => Err(RunError::Task(task_error)),
             (Ok(_), Err(lock_error)) => Err(RunError::Lock(lock_error)),

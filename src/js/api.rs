@@ -5,7 +5,7 @@ use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
 
-use super::convert::{input_to_js, key, ttl, type_error};
+use super::convert::{key, ttl, type_error};
 use super::lock::{CoreLock, JsLock};
 use super::memory;
 use super::runtime::JsRuntime;
@@ -63,7 +63,13 @@ pub fn restore_lock(serialized: JsValue) -> Result<JsLock, JsValue> {
             "restoreLock() needs the string that serialize() returned",
         ));
     };
-    let parsed = SerializedLock::parse(&text).map_err(input_to_js)?;
+    // Every way a string can be wrong — format, version, or a field that fails validation —
+    // is the same mistake from the caller's side: this is not what serialize() returned.
+    let parsed = SerializedLock::parse(&text).map_err(|e| {
+        type_error(format!(
+            "restoreLock: not a usable serialized keel-lock: {e}"
+        ))
+    })?;
     let backend = with_current(|c| c.backend.clone());
     Ok(JsLock::wrap(CoreLock::restore(parsed, backend, JsRuntime)))
 }

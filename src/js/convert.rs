@@ -57,25 +57,27 @@ pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
     }
 }
 
+/// A value of the right type but outside what the lock accepts.
 pub(crate) fn input_to_js(error: InputError) -> JsValue {
-    let message = error.to_string();
-    match error {
-        InputError::MalformedSerializedLock { .. }
-        | InputError::UnsupportedSerializedVersion { .. } => {
-            type_error(format!("restoreLock: {message}"))
-        }
-        _ => RangeError::new(&message).into(),
-    }
+    RangeError::new(&error.to_string()).into()
 }
 
 pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {
-    let Some(s) = value.as_string() else {
+    let Some(js) = value.dyn_ref::<js_sys::JsString>() else {
         return Err(type_error(format!(
             "lock key must be a string, got {}",
             describe(value)
         )));
     };
-    Key::new(s).map_err(input_to_js)
+    // Lone surrogates would become U+FFFD on the way to UTF-8 and make distinct keys collide
+    // ("\uD800" and "\uDBFF" would be one lock), so they are refused.
+    if !js.is_valid_utf16() {
+        return Err(RangeError::new(
+            "lock key must be well-formed UTF-16 (it contains a lone surrogate)",
+        )
+        .into());
+    }
+    Key::new(String::from(js)).map_err(input_to_js)
 }
 
 fn number(what: &str, value: &JsValue) -> Result<Option<f64>, JsValue> {

@@ -108,9 +108,22 @@ impl JsMemoryLockStore {
     }
 }
 
-/// The Rust store behind `value` if it is one of ours.
+/// The Rust store behind `value` if it is a plain `MemoryLockStore`. Anything derived from one
+/// (a subclass, `Object.create(store)`, an instance with a method replaced) may behave
+/// differently, so it goes through the JS seam and its own methods are called.
 pub(crate) fn recognise(value: &JsValue) -> Option<Rc<MemoryLockStore<JsRuntime>>> {
     ATTACHING.with(|slot| slot.borrow_mut().take());
+    let object = value.dyn_ref::<js_sys::Object>()?;
+    let proto = js_sys::Object::get_prototype_of(value);
+    if !js_sys::Object::has_own(&proto, &JsValue::from_str("__keelAttach")) {
+        return None;
+    }
+    let overridden = ["acquire", "release", "extend", "isLocked", "remainingTime"]
+        .iter()
+        .any(|m| js_sys::Object::has_own(object, &JsValue::from_str(m)));
+    if overridden {
+        return None;
+    }
     let attach = js_sys::Reflect::get(value, &JsValue::from_str("__keelAttach")).ok()?;
     let attach: js_sys::Function = attach.dyn_into().ok()?;
     attach.call0(value).ok()?;

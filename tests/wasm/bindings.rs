@@ -1085,10 +1085,8 @@ async fn extend_of_a_lock_never_acquired_is_lock_not_held_error() {
 /// One handle, two holds in turn: `run()`'s hold runs out while `fn` is still working, the same
 /// handle takes the key again (a fresh owner token) and extends it. When `fn` ends, `run()` must
 /// release only the hold *it* acquired — which is gone — and leave the newer hold in place.
-/// Today `Lock::try_run` (src/lock.rs) calls `self.release()`, which releases whatever the
-/// handle holds at that moment, so the newer hold is silently freed.
+/// (A regression test: `Lock::try_run` once released whatever the handle held at the end.)
 #[wasm_bindgen_test]
-#[ignore = "src bug: run() releases the handle's newer hold, not its own (src/lock.rs Lock::try_run)"]
 async fn run_releases_only_the_hold_it_acquired() {
     use_memory_store();
     let l = Rc::new(new_lock(&fresh_key("same-handle"), 30.0));
@@ -1114,7 +1112,6 @@ async fn run_releases_only_the_hold_it_acquired() {
 /// become the same key. Either refusing such keys (TypeError/RangeError) or keeping them apart
 /// would pass.
 #[wasm_bindgen_test]
-#[ignore = "src bug: keys with lone surrogates collapse to U+FFFD and alias (src/js/convert.rs key)"]
 async fn distinct_keys_with_lone_surrogates_do_not_alias() {
     use_memory_store();
     let a: JsValue = js_sys::JsString::from_char_code1(0xD800).into();
@@ -1359,11 +1356,9 @@ async fn restore_refuses_malformed_strings_with_type_error() {
 /// Serialized strings whose *fields* parse but hold values no lock can have: a string cut
 /// right after the last ':' (empty key), a zero or over-long TTL, an empty or unprintable
 /// owner, an over-long key. They are malformed serialized locks, so restoreLock should refuse
-/// them with a TypeError that says so. Today they surface as RangeErrors about a "lock key" or
-/// "ttlMs" the caller never passed (see the report: `restore_lock` maps field errors with
-/// `input_to_js`). Run with `-- --include-ignored` to check a fix.
+/// them with a TypeError that says so, not a RangeError about a "lock key" or "ttlMs" the
+/// caller never passed.
 #[wasm_bindgen_test]
-#[ignore = "src bug: restoreLock answers RangeError for malformed fields (src/js/api.rs restore_lock)"]
 async fn restore_refuses_malformed_fields_with_type_error() {
     let text = sample_serialized().await;
     for (what, value) in malformed_field_strings(&text) {
@@ -1474,7 +1469,6 @@ async fn memory_lock_store_object_is_the_store_the_lock_uses() {
 /// An object that inherits from a `MemoryLockStore` and overrides a method (to log, count or
 /// veto calls) is a store with five methods like any other: the override must be what runs.
 #[wasm_bindgen_test]
-#[ignore = "src bug: setLockStore takes the memory fast path for objects inheriting __keelAttach (src/js/memory.rs recognise)"]
 async fn store_inheriting_from_a_memory_store_keeps_its_overrides() {
     let base: JsValue = JsMemoryLockStore::new().into();
     let derived: JsValue = Object::create(base.unchecked_ref::<Object>()).into();
