@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::input::ShowNumber;
+
 /// The store operation an error happened in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -54,7 +56,7 @@ pub enum InputError {
         max: usize,
     },
     /// A TTL that is not a finite number of milliseconds in `1..=MAX_TTL_MS`.
-    #[error("ttlMs must be a finite number of milliseconds between 1 and {max}, got {value}")]
+    #[error("ttlMs must be a finite number of milliseconds between 1 and {max}, got {}", ShowNumber(*.value))]
     InvalidTtl {
         /// The value that was given.
         value: f64,
@@ -62,7 +64,7 @@ pub enum InputError {
         max: u64,
     },
     /// A negative or non-finite wait option (`timeout`, `retryDelay`).
-    #[error("{option} must be a finite number of milliseconds between 0 and {max}, got {value}")]
+    #[error("{option} must be a finite number of milliseconds between 0 and {max}, got {}", ShowNumber(*.value))]
     InvalidWait {
         /// Which option: `timeout` or `retryDelay`.
         option: &'static str,

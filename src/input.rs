@@ -1,7 +1,42 @@
 //! Validated inputs. Every value from outside (JS, WIT, a serialized string) passes through
 //! these constructors, so the rest of the core works with values that are known to be sane.
 
+use std::fmt;
+
 use crate::error::InputError;
+
+/// Shows a JS number in error messages the way JS would for the values that matter (integers,
+/// NaN, ±Infinity, three decimals otherwise) without `{f64}` formatting, whose code would add
+/// over 10 KB to every wasm build.
+pub struct ShowNumber(pub f64);
+
+impl fmt::Display for ShowNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: integers below are exact
+        let v = self.0;
+        if v.is_nan() {
+            return f.write_str("NaN");
+        }
+        if v.is_infinite() {
+            return f.write_str(if v > 0.0 { "Infinity" } else { "-Infinity" });
+        }
+        if v.fract() == 0.0 && v.abs() < EXACT {
+            return write!(f, "{}", v as i64);
+        }
+        let thousandths = (v * 1000.0).round();
+        if thousandths.abs() < EXACT {
+            let t = thousandths as i64;
+            let sign = if t < 0 { "-" } else { "" };
+            let t = t.unsigned_abs();
+            return write!(f, "{sign}{}.{:03}", t / 1000, t % 1000);
+        }
+        f.write_str(if v > 0.0 {
+            "a huge number"
+        } else {
+            "a hugely negative number"
+        })
+    }
+}
 
 /// Longest key accepted, in bytes of UTF-8. Large enough for any sensible naming scheme, small
 /// enough to fit every store we ship (Redis keys, SQL primary keys, Durable Object names).
@@ -141,6 +176,18 @@ fn wait_ms(option: &'static str, value: f64) -> Result<u64, InputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_show_like_js() {
+        let show = |v: f64| ShowNumber(v).to_string();
+        assert_eq!(show(30_000.0), "30000");
+        assert_eq!(show(-1.0), "-1");
+        assert_eq!(show(1.5), "1.500");
+        assert_eq!(show(-0.25), "-0.250");
+        assert_eq!(show(f64::NAN), "NaN");
+        assert_eq!(show(f64::NEG_INFINITY), "-Infinity");
+        assert_eq!(show(1e300), "a huge number");
+    }
 
     #[test]
     fn keys_are_checked() {

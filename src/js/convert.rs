@@ -5,7 +5,7 @@ use js_sys::{Object, RangeError, Reflect, TypeError};
 use wasm_bindgen::prelude::*;
 
 use crate::error::{Error, InputError};
-use crate::input::{AcquireOptions, Key, Ttl};
+use crate::input::{AcquireOptions, Key, ShowNumber, Ttl};
 
 #[wasm_bindgen(module = "/js/errors.js")]
 extern "C" {
@@ -28,7 +28,7 @@ pub(crate) fn describe(value: &JsValue) -> String {
         return format!("the string {:?}", s.chars().take(40).collect::<String>());
     }
     if let Some(n) = value.as_f64() {
-        return format!("number {n}");
+        return format!("number {}", ShowNumber(n));
     }
     if let Some(b) = value.as_bool() {
         return format!("boolean {b}");
