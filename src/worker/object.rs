@@ -227,14 +227,18 @@ impl LockDurableObject {
     /// Set-if-absent (an expired row counts as absent). Resolves `true` when acquired.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        let d = self.inner.decide(&k, &o, |row, now| rows::acquire(row, now, t))?;
+        let d = self
+            .inner
+            .decide(&k, &o, |row, now| rows::acquire(row, now, t))?;
         Ok(self.inner.answer(d))
     }
 
     /// Compare-owner-and-delete. Resolves `true` when this owner held the key and freed it.
     pub fn release(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
         let (k, o) = (key(&k)?, owner(&o)?);
-        let d = self.inner.decide(&k, &o, |row, now| rows::release(row, now, &o))?;
+        let d = self
+            .inner
+            .decide(&k, &o, |row, now| rows::release(row, now, &o))?;
         Ok(self.inner.answer(d))
     }
 
