@@ -2,7 +2,9 @@
 //! clone of the lock (`Rc`), so no Rust borrow is held across an await: `l.extend()` from inside
 //! `l.run(fn)` — the documented pattern — works.
 
+use std::future::Future;
 use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
 
 use js_sys::{Array, Function, Promise};
 use wasm_bindgen::prelude::*;
@@ -33,11 +35,24 @@ impl JsLock {
 }
 
 /// Runs `f` as a promise; any `Err` rejects it.
+///
+/// The future is polled once on the spot: on the memory store (and with a synchronous `fn`)
+/// everything completes without waiting, and an already-settled promise is much cheaper than a
+/// spawned task. Only a future that is still pending is handed to the executor, which polls it
+/// again with a real waker — futures check their state on every poll, so nothing is lost.
 fn spawn<F>(f: F) -> Promise
 where
-    F: std::future::Future<Output = Result<JsValue, JsValue>> + 'static,
+    F: Future<Output = Result<JsValue, JsValue>> + 'static,
 {
-    future_to_promise(f)
+    let mut future = Box::pin(f);
+    match future
+        .as_mut()
+        .poll(&mut Context::from_waker(Waker::noop()))
+    {
+        Poll::Ready(Ok(value)) => Promise::resolve(&value),
+        Poll::Ready(Err(error)) => Promise::reject(&error),
+        Poll::Pending => future_to_promise(future),
+    }
 }
 
 /// Calls the user's callback; a thrown error or rejection comes back as the same JS object.
