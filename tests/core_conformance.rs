@@ -1,0 +1,407 @@
+//! The conformance kit: the memory store passes every property, and — so that a pass means
+//! something — hand-written stores with one deliberate flaw each are caught by exactly the
+//! properties that describe that flaw.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use keel_lock::conformance::{self, check_all, ConformanceOptions, PropertyResult, PROPERTIES};
+use keel_lock::virtual_time::VirtualRuntime;
+use keel_lock::{Key, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl};
+
+fn run_kit<S: LockStore<Error = Infallible>>(
+    store: &S,
+    rt: &VirtualRuntime,
+    options: &ConformanceOptions,
+) -> Vec<(&'static str, PropertyResult)> {
+    rt.block_on(check_all(store, rt, options))
+}
+
+fn failed(results: &[(&'static str, PropertyResult)]) -> Vec<&'static str> {
+    results
+        .iter()
+        .filter(|(_, r)| r.is_err())
+        .map(|(name, _)| *name)
+        .collect()
+}
+
+/// Asserts that the run covered every property and that exactly `expected` failed, each
+/// violation naming its own property.
+fn assert_caught(results: &[(&'static str, PropertyResult)], expected: &[&str]) {
+    let names: Vec<_> = results.iter().map(|(n, _)| *n).collect();
+    assert_eq!(
+        names, PROPERTIES,
+        "check_all skipped or reordered properties"
+    );
+    for (name, result) in results {
+        if let Err(v) = result {
+            assert_eq!(
+                v.property, *name,
+                "violation filed under the wrong property"
+            );
+            assert!(!v.message.is_empty());
+        }
+    }
+    let mut got = failed(results);
+    got.sort_unstable();
+    let mut want = expected.to_vec();
+    want.sort_unstable();
+    assert_eq!(got, want, "results: {results:#?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real store
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn the_memory_store_passes_every_property() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let start = rt.now_ms();
+    let results = run_kit(&store, &rt, &ConformanceOptions::default());
+    assert_eq!(results.len(), 10);
+    assert_caught(&results, &[]);
+    // Four properties outlive the short TTL (150 + 100 ms each) on the virtual clock: the kit
+    // really waited, instead of checking expiry without letting time pass.
+    assert!(rt.now_ms() - start >= 4 * 250, "{} ms", rt.now_ms() - start);
+}
+
+#[test]
+fn the_memory_store_passes_with_tight_options_and_two_contenders() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let options = ConformanceOptions {
+        key_prefix: "tight:".into(),
+        short_ttl_ms: 1,
+        settle_ms: 0,
+        contenders: 2,
+    };
+    assert_caught(&run_kit(&store, &rt, &options), &[]);
+}
+
+#[test]
+fn the_kit_leaves_the_store_clean() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    run_kit(&store, &rt, &ConformanceOptions::default());
+    // The kit may run against a shared, live store: it must not leave any key held. Right
+    // after the run (no time passes), every row left behind is already expired.
+    let rows = store.stored_rows();
+    assert_eq!(
+        store.purge_expired(),
+        rows,
+        "the kit left live locks behind"
+    );
+    assert_eq!(store.stored_rows(), 0);
+}
+
+#[test]
+fn single_properties_can_be_run_on_their_own() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let options = ConformanceOptions::default();
+    assert_eq!(
+        rt.block_on(conformance::concurrent_acquires_have_one_winner(
+            &store, &rt, &options
+        )),
+        Ok(())
+    );
+    assert_eq!(
+        rt.block_on(conformance::late_release_keeps_new_holder(
+            &store, &rt, &options
+        )),
+        Ok(())
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// A hand-rolled store with switchable flaws
+// ---------------------------------------------------------------------------------------------
+
+/// What `acquire` does between reading the row and writing it.
+#[derive(Clone, Copy)]
+enum Gap {
+    /// Nothing: read and write happen in one step (atomic).
+    None,
+    /// A 1 ms virtual sleep, like a network round trip between GET and SET.
+    Sleep,
+    /// Yields to the executor once.
+    Yield,
+    /// Sleeps 0 or 1 ms, alternating per call.
+    Jitter,
+}
+
+#[derive(Clone, Copy)]
+struct Flaws {
+    gap: Gap,
+    release_checks_owner: bool,
+    extend_checks_owner: bool,
+}
+
+const CORRECT: Flaws = Flaws {
+    gap: Gap::None,
+    release_checks_owner: true,
+    extend_checks_owner: true,
+};
+
+struct RowStore {
+    rt: VirtualRuntime,
+    rows: RefCell<HashMap<String, (OwnerToken, u64)>>,
+    flaws: Flaws,
+    calls: Cell<u64>,
+}
+
+impl RowStore {
+    fn new(rt: &VirtualRuntime, flaws: Flaws) -> Self {
+        RowStore {
+            rt: rt.clone(),
+            rows: RefCell::new(HashMap::new()),
+            flaws,
+            calls: Cell::new(0),
+        }
+    }
+
+    /// The live row's owner, if any.
+    fn live_owner(&self, key: &Key) -> Option<OwnerToken> {
+        let now = self.rt.now_ms();
+        self.rows
+            .borrow()
+            .get(key.as_str())
+            .filter(|(_, expires_at)| *expires_at > now)
+            .map(|(owner, _)| owner.clone())
+    }
+
+    fn may_touch(&self, key: &Key, owner: &OwnerToken, checks_owner: bool) -> bool {
+        match self.live_owner(key) {
+            Some(current) => !checks_owner || current == *owner,
+            None => false,
+        }
+    }
+
+    async fn gap(&self) {
+        let n = self.calls.get();
+        self.calls.set(n + 1);
+        match self.flaws.gap {
+            Gap::None => {}
+            Gap::Sleep => self.rt.sleep(1).await,
+            Gap::Yield => YieldOnce(false).await,
+            Gap::Jitter => self.rt.sleep(n % 2).await,
+        }
+    }
+}
+
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            Poll::Ready(())
+        } else {
+            self.0 = true;
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    }
+}
+
+impl LockStore for RowStore {
+    type Error = Infallible;
+
+    fn name(&self) -> &'static str {
+        "row"
+    }
+    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
+        if self.live_owner(key).is_some() {
+            return Ok(false);
+        }
+        // With a gap, another acquirer can read "free" here too, and both then write.
+        self.gap().await;
+        let expires_at = self.rt.now_ms() + ttl.as_ms();
+        self.rows
+            .borrow_mut()
+            .insert(key.as_str().to_owned(), (owner.clone(), expires_at));
+        Ok(true)
+    }
+    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Infallible> {
+        if !self.may_touch(key, owner, self.flaws.release_checks_owner) {
+            return Ok(false);
+        }
+        self.rows.borrow_mut().remove(key.as_str());
+        Ok(true)
+    }
+    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
+        if !self.may_touch(key, owner, self.flaws.extend_checks_owner) {
+            return Ok(false);
+        }
+        let expires_at = self.rt.now_ms() + ttl.as_ms();
+        if let Some(row) = self.rows.borrow_mut().get_mut(key.as_str()) {
+            row.1 = expires_at;
+        }
+        Ok(true)
+    }
+    async fn is_locked(&self, key: &Key) -> Result<bool, Infallible> {
+        Ok(self.live_owner(key).is_some())
+    }
+    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Infallible> {
+        let now = self.rt.now_ms();
+        Ok(self
+            .rows
+            .borrow()
+            .get(key.as_str())
+            .filter(|(_, expires_at)| *expires_at > now)
+            .map(|(_, expires_at)| expires_at - now))
+    }
+}
+
+fn check_flaws(flaws: Flaws) -> Vec<(&'static str, PropertyResult)> {
+    let rt = VirtualRuntime::new();
+    let store = RowStore::new(&rt, flaws);
+    run_kit(&store, &rt, &ConformanceOptions::default())
+}
+
+/// The control: with no flaw switched on, the hand-rolled store passes, so every failure
+/// below comes from the flaw and not from the store's design.
+#[test]
+fn the_hand_rolled_store_without_flaws_passes() {
+    assert_caught(&check_flaws(CORRECT), &[]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (a) Non-atomic acquire
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_non_atomic_acquire_with_a_sleep_is_caught() {
+    let results = check_flaws(Flaws {
+        gap: Gap::Sleep,
+        ..CORRECT
+    });
+    assert_caught(&results, &["concurrent_acquires_have_one_winner"]);
+    let violation = results[1].1.as_ref().unwrap_err();
+    assert!(
+        violation.message.contains("50 won"),
+        "every contender should have won: {}",
+        violation.message
+    );
+}
+
+#[test]
+fn a_non_atomic_acquire_with_a_yield_is_caught() {
+    assert_caught(
+        &check_flaws(Flaws {
+            gap: Gap::Yield,
+            ..CORRECT
+        }),
+        &["concurrent_acquires_have_one_winner"],
+    );
+}
+
+#[test]
+fn a_non_atomic_acquire_with_jittered_latency_is_caught() {
+    assert_caught(
+        &check_flaws(Flaws {
+            gap: Gap::Jitter,
+            ..CORRECT
+        }),
+        &["concurrent_acquires_have_one_winner"],
+    );
+}
+
+#[test]
+fn a_non_atomic_acquire_is_caught_with_just_two_contenders() {
+    let rt = VirtualRuntime::new();
+    let store = RowStore::new(
+        &rt,
+        Flaws {
+            gap: Gap::Sleep,
+            ..CORRECT
+        },
+    );
+    let options = ConformanceOptions {
+        contenders: 2,
+        ..ConformanceOptions::default()
+    };
+    let result = rt.block_on(conformance::concurrent_acquires_have_one_winner(
+        &store, &rt, &options,
+    ));
+    let violation = result.unwrap_err();
+    assert_eq!(violation.property, "concurrent_acquires_have_one_winner");
+    assert!(violation.message.contains("2 won"), "{}", violation.message);
+}
+
+// ---------------------------------------------------------------------------------------------
+// (b) Release / extend without the owner check
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn release_and_extend_without_an_owner_check_are_caught() {
+    assert_caught(
+        &check_flaws(Flaws {
+            release_checks_owner: false,
+            extend_checks_owner: false,
+            ..CORRECT
+        }),
+        &[
+            "release_requires_owner",
+            "extend_requires_owner",
+            "late_release_keeps_new_holder",
+        ],
+    );
+}
+
+#[test]
+fn release_without_an_owner_check_is_caught_on_its_own() {
+    let results = check_flaws(Flaws {
+        release_checks_owner: false,
+        ..CORRECT
+    });
+    assert_caught(
+        &results,
+        &["release_requires_owner", "late_release_keeps_new_holder"],
+    );
+    let late = &results[7];
+    assert_eq!(late.0, "late_release_keeps_new_holder");
+    assert!(
+        late.1.as_ref().unwrap_err().message.contains("release"),
+        "{late:?}"
+    );
+}
+
+#[test]
+fn extend_without_an_owner_check_is_caught_on_its_own() {
+    let results = check_flaws(Flaws {
+        extend_checks_owner: false,
+        ..CORRECT
+    });
+    assert_caught(
+        &results,
+        &["extend_requires_owner", "late_release_keeps_new_holder"],
+    );
+    let late = &results[7];
+    assert!(
+        late.1.as_ref().unwrap_err().message.contains("extend"),
+        "{late:?}"
+    );
+}
+
+#[test]
+fn every_flaw_at_once_is_caught_by_all_the_relevant_properties() {
+    assert_caught(
+        &check_flaws(Flaws {
+            gap: Gap::Sleep,
+            release_checks_owner: false,
+            extend_checks_owner: false,
+        }),
+        &[
+            "concurrent_acquires_have_one_winner",
+            "release_requires_owner",
+            "extend_requires_owner",
+            "late_release_keeps_new_holder",
+        ],
+    );
+}

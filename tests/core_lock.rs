@@ -1,0 +1,1065 @@
+//! Lock semantics over the in-memory store on virtual time: what `run`, `try_run`, `acquire`,
+//! `release`, `extend`, `is_expired`, `serialize` and `restore` promise their callers.
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+
+use keel_lock::lock::RunError;
+use keel_lock::virtual_time::{VirtualRuntime, VIRTUAL_EPOCH_MS};
+use keel_lock::{
+    AcquireOptions, Error, Key, Lock, LockStore, MemoryLockStore, Operation, OwnerToken, Runtime,
+    SerializedLock, Ttl,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------------------------
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_ms(ms).unwrap()
+}
+
+fn wait(timeout_ms: u64, retry_delay_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        timeout_ms,
+        retry_delay_ms,
+    }
+}
+
+fn now() -> AcquireOptions {
+    AcquireOptions::immediately()
+}
+
+type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// The error a [`ScriptedStore`] fails with: which operation, and the store's call number, so a
+/// test can tell that the error reaching it is the very value the store produced.
+#[derive(Debug, Clone, PartialEq)]
+struct Outage {
+    op: Operation,
+    call: u32,
+}
+
+/// Every test below runs on this store unless it needs the bare memory store.
+///
+/// A [`MemoryLockStore`] wrapper that counts calls, can be told to fail one operation, and
+/// panics if `acquire` is called very many times without virtual time moving (so a spinning
+/// retry loop fails the test instead of hanging it).
+struct ScriptedStore {
+    rt: VirtualRuntime,
+    inner: MemoryLockStore<VirtualRuntime>,
+    calls: Cell<u32>,
+    acquires: Cell<u32>,
+    same_instant: Cell<(u64, u32)>,
+    fail_on: Cell<Option<Operation>>,
+}
+
+const SPIN_LIMIT: u32 = 10_000;
+
+impl ScriptedStore {
+    fn new(rt: &VirtualRuntime) -> Self {
+        ScriptedStore {
+            rt: rt.clone(),
+            inner: MemoryLockStore::new(rt.clone()),
+            calls: Cell::new(0),
+            acquires: Cell::new(0),
+            same_instant: Cell::new((0, 0)),
+            fail_on: Cell::new(None),
+        }
+    }
+
+    fn failing(rt: &VirtualRuntime, op: Operation) -> Self {
+        let store = Self::new(rt);
+        store.fail_on.set(Some(op));
+        store
+    }
+
+    fn enter(&self, op: Operation) -> Result<(), Outage> {
+        let call = self.calls.get() + 1;
+        self.calls.set(call);
+        if op == Operation::Acquire {
+            self.acquires.set(self.acquires.get() + 1);
+            let now = self.rt.now_ms();
+            let (at, n) = self.same_instant.get();
+            let n = if at == now { n + 1 } else { 1 };
+            assert!(
+                n <= SPIN_LIMIT,
+                "{n} acquires at one instant: the retry loop spins"
+            );
+            self.same_instant.set((now, n));
+        }
+        match self.fail_on.get() {
+            Some(failing) if failing == op => Err(Outage { op, call }),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl LockStore for ScriptedStore {
+    type Error = Outage;
+
+    fn name(&self) -> &'static str {
+        "scripted"
+    }
+    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Outage> {
+        self.enter(Operation::Acquire)?;
+        Ok(self.inner.try_acquire(key, owner, ttl))
+    }
+    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Outage> {
+        self.enter(Operation::Release)?;
+        Ok(self.inner.try_release(key, owner))
+    }
+    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Outage> {
+        self.enter(Operation::Extend)?;
+        Ok(self.inner.try_extend(key, owner, ttl))
+    }
+    async fn is_locked(&self, key: &Key) -> Result<bool, Outage> {
+        self.enter(Operation::IsLocked)?;
+        Ok(self.inner.remaining_ms(key).is_some())
+    }
+    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Outage> {
+        self.enter(Operation::RemainingTime)?;
+        Ok(self.inner.remaining_ms(key))
+    }
+}
+
+fn is_not_held<E>(result: &Result<impl Sized, Error<E>>, k: &str, op: &str) -> bool {
+    matches!(result, Err(Error::NotHeld { key, operation }) if key == k && *operation == op)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Defaults
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn default_ttl_is_30_seconds_and_is_what_the_store_enforces() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("default"), Ttl::default(), &store, rt.clone());
+    assert_eq!(lock.ttl().as_ms(), 30_000);
+    assert_eq!(AcquireOptions::default(), wait(0, 50));
+
+    assert!(rt
+        .block_on(lock.acquire(AcquireOptions::default()))
+        .unwrap());
+    assert_eq!(rt.block_on(lock.remaining_time()).unwrap(), Some(30_000));
+    rt.advance(29_999);
+    assert!(rt.block_on(lock.is_locked()).unwrap());
+    assert!(!lock.is_expired());
+    rt.advance(1);
+    assert!(!rt.block_on(lock.is_locked()).unwrap());
+    assert!(lock.is_expired());
+}
+
+#[test]
+fn accessors_report_what_the_lock_was_built_with() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let lock = Lock::new(key("acc"), ttl(1234), &store, rt.clone());
+    assert_eq!(lock.key().as_str(), "acc");
+    assert_eq!(lock.ttl(), ttl(1234));
+    assert!(lock.owner().is_none());
+    assert_eq!(lock.store().name(), "memory");
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    assert!(lock.owner().is_some());
+}
+
+// ---------------------------------------------------------------------------------------------
+// run / try_run
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn run_acquires_runs_the_task_and_releases() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("job"), ttl(5_000), &store, rt.clone());
+    let other = Lock::new(key("job"), ttl(5_000), &store, rt.clone());
+    let held_inside = Cell::new(None);
+
+    let out = rt.block_on(lock.run(now(), || async {
+        // Inside the critical section the key is held, and nobody else can take it.
+        held_inside.set(Some((
+            other.is_locked().await.unwrap(),
+            other.acquire(now()).await.unwrap(),
+        )));
+        rt.sleep(1_000).await;
+        "done"
+    }));
+
+    assert_eq!(out.unwrap(), Some("done"));
+    assert_eq!(held_inside.get(), Some((true, false)));
+    assert!(
+        !rt.block_on(lock.is_locked()).unwrap(),
+        "run did not release"
+    );
+    assert!(lock.owner().is_none());
+    assert!(!lock.is_expired(), "a released lock is not 'expired'");
+    assert!(rt.block_on(other.acquire(now())).unwrap());
+}
+
+#[test]
+fn run_on_a_held_key_answers_none_and_never_runs_the_task() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("busy"), ttl(5_000), &store, rt.clone());
+    let latecomer = Lock::new(key("busy"), ttl(5_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+
+    let ran = Cell::new(false);
+    let out = rt.block_on(latecomer.run(now(), || async { ran.set(true) }));
+    assert_eq!(out.unwrap(), None);
+    assert!(!ran.get(), "the task ran without the lock");
+    // The failed attempt left the holder's lock alone.
+    assert_eq!(rt.block_on(holder.remaining_time()).unwrap(), Some(5_000));
+    assert!(rt.block_on(holder.release()).unwrap());
+}
+
+#[test]
+fn run_waits_for_the_holder_when_given_a_timeout() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("q"), ttl(5_000), &store, rt.clone());
+    let waiter = Lock::new(key("q"), ttl(5_000), &store, rt.clone());
+    let ran_at = Cell::new(None);
+    let tasks: Vec<Task> = vec![
+        Box::pin(async {
+            holder
+                .run(now(), || rt.sleep(700))
+                .await
+                .unwrap()
+                .expect("holder runs");
+        }),
+        Box::pin(async {
+            let out = waiter
+                .run(wait(2_000, 100), || async { ran_at.set(Some(rt.now_ms())) })
+                .await;
+            assert_eq!(out.unwrap(), Some(()));
+        }),
+    ];
+    rt.join_all(tasks);
+    let ran_at = ran_at.get().expect("waiter ran") - VIRTUAL_EPOCH_MS;
+    assert!((700..800).contains(&ran_at), "waiter ran at {ran_at}");
+}
+
+#[test]
+fn try_run_with_a_failing_task_releases_and_returns_the_same_error() {
+    #[derive(Debug, PartialEq)]
+    struct TaskFailed(&'static str, u32);
+
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("charge"), ttl(5_000), &store, rt.clone());
+    let out = rt.block_on(lock.try_run(now(), || async {
+        rt.sleep(10).await;
+        Err::<(), _>(TaskFailed("card declined", 402))
+    }));
+    match out {
+        Err(RunError::Task(e)) => assert_eq!(e, TaskFailed("card declined", 402)),
+        other => panic!("expected the task's error, got {other:?}"),
+    }
+    assert!(
+        !rt.block_on(lock.is_locked()).unwrap(),
+        "lock kept after task failure"
+    );
+    assert!(lock.owner().is_none());
+
+    // The key is free for the next run.
+    let again = rt.block_on(lock.try_run(now(), || async { Ok::<_, TaskFailed>(7) }));
+    assert!(matches!(again, Ok(Some(7))), "{again:?}");
+}
+
+#[test]
+fn try_run_on_a_held_key_answers_none_without_running() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("t"), ttl(5_000), &store, rt.clone());
+    let other = Lock::new(key("t"), ttl(5_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    let ran = Cell::new(false);
+    let out = rt.block_on(other.try_run(now(), || async {
+        ran.set(true);
+        Err::<(), _>("should not run")
+    }));
+    assert!(matches!(out, Ok(None)), "{out:?}");
+    assert!(!ran.get());
+}
+
+#[test]
+fn the_task_can_extend_its_own_lock_past_the_original_ttl() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("long-job"), ttl(100), &store, rt.clone());
+    let rival = Lock::new(key("long-job"), ttl(100), &store, rt.clone());
+    let rival_got_in = Cell::new(false);
+    let out = rt.block_on(lock.run(now(), || async {
+        lock.extend(Some(ttl(1_000))).await.unwrap();
+        rt.sleep(500).await; // well past the original 100 ms
+        rival_got_in.set(rival.acquire(now()).await.unwrap());
+        assert!(!lock.is_expired());
+        1
+    }));
+    assert_eq!(out.unwrap(), Some(1));
+    assert!(
+        !rival_got_in.get(),
+        "extend inside run did not keep the lock"
+    );
+    assert!(!rt.block_on(lock.is_locked()).unwrap());
+}
+
+#[test]
+fn a_run_that_outlives_its_ttl_does_not_free_the_next_holder() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let slow = Lock::new(key("slow"), ttl(100), &store, rt.clone());
+    let next = Lock::new(key("slow"), ttl(10_000), &store, rt.clone());
+    let tasks: Vec<Task> = vec![
+        Box::pin(async {
+            let out = slow.run(now(), || rt.sleep(300)).await;
+            assert_eq!(out.unwrap(), Some(()));
+            assert!(slow.is_expired(), "slow run's lock expired under it");
+        }),
+        Box::pin(async {
+            rt.sleep(150).await;
+            assert!(next.acquire(now()).await.unwrap(), "expired key not free");
+        }),
+    ];
+    rt.join_all(tasks);
+    // The slow run's release at t=300 must not have touched `next`'s hold.
+    assert_eq!(rt.now_ms() - VIRTUAL_EPOCH_MS, 300);
+    assert_eq!(
+        rt.block_on(next.remaining_time()).unwrap(),
+        Some(10_000 - 150)
+    );
+    assert!(rt.block_on(next.release()).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// acquire with a timeout
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn acquire_with_timeout_succeeds_once_the_holder_releases() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    let waiter = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    let start = rt.now_ms();
+    let got = Cell::new(None);
+    let tasks: Vec<Task> = vec![
+        Box::pin(async {
+            rt.sleep(120).await;
+            assert!(holder.release().await.unwrap());
+        }),
+        Box::pin(async {
+            got.set(Some((
+                waiter.acquire(wait(1_000, 50)).await.unwrap(),
+                rt.now_ms(),
+            )));
+        }),
+    ];
+    rt.join_all(tasks);
+    let (won, at) = got.get().unwrap();
+    assert!(won, "waiter gave up although the holder released at 120 ms");
+    let elapsed = at - start;
+    assert!((120..170).contains(&elapsed), "acquired after {elapsed} ms");
+    assert!(waiter.owner().is_some());
+    assert!(!waiter.is_expired());
+}
+
+#[test]
+fn acquire_with_timeout_succeeds_when_the_holders_ttl_expires() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("w"), ttl(300), &store, rt.clone());
+    let waiter = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    let start = rt.now_ms();
+    // The holder never releases; its TTL frees the key at 300 ms.
+    assert!(rt.block_on(waiter.acquire(wait(1_000, 50))).unwrap());
+    let elapsed = rt.now_ms() - start;
+    assert!((300..350).contains(&elapsed), "acquired after {elapsed} ms");
+    assert!(holder.is_expired());
+    assert!(matches!(rt.block_on(holder.release()), Ok(false)));
+    assert!(rt.block_on(waiter.is_locked()).unwrap());
+}
+
+#[test]
+fn acquire_with_timeout_gives_up_after_the_timeout() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    let waiter = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    store.acquires.set(0);
+
+    let (timeout, retry) = (1_000, 50);
+    let start = rt.now_ms();
+    assert!(!rt.block_on(waiter.acquire(wait(timeout, retry))).unwrap());
+    let elapsed = rt.now_ms() - start;
+    assert!(elapsed >= timeout, "gave up early, after {elapsed} ms");
+    assert!(
+        elapsed < timeout + retry + 5,
+        "gave up late, after {elapsed} ms"
+    );
+    // Attempts at 0, 50, …, 1000: timeout / retryDelay + 1.
+    assert_eq!(store.acquires.get() as u64, timeout / retry + 1);
+    assert!(waiter.owner().is_none());
+    assert!(
+        !waiter.is_expired(),
+        "a handle that never held is not expired"
+    );
+    assert!(holder.owner().is_some());
+    assert!(
+        rt.block_on(holder.release()).unwrap(),
+        "holder was disturbed"
+    );
+}
+
+#[test]
+fn a_timeout_that_is_not_a_multiple_of_the_retry_delay_still_tries_at_the_deadline() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    // Holder expires at exactly 1030 ms: only the final attempt, at the deadline, can see it.
+    let holder = Lock::new(key("edge"), ttl(1_030), &store, rt.clone());
+    let waiter = Lock::new(key("edge"), ttl(60_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    store.acquires.set(0);
+    let start = rt.now_ms();
+    assert!(rt.block_on(waiter.acquire(wait(1_030, 100))).unwrap());
+    assert_eq!(rt.now_ms() - start, 1_030);
+    // 0, 100, …, 1000, then 1030.
+    assert_eq!(store.acquires.get(), 12);
+}
+
+#[test]
+fn a_retry_delay_longer_than_the_timeout_makes_a_final_attempt_at_the_deadline() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    let waiter = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    store.acquires.set(0);
+    let start = rt.now_ms();
+    assert!(!rt.block_on(waiter.acquire(wait(100, 10_000))).unwrap());
+    assert_eq!(rt.now_ms() - start, 100, "slept past the timeout");
+    assert_eq!(store.acquires.get(), 2);
+}
+
+#[test]
+fn timeout_zero_tries_exactly_once_and_does_not_wait() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    let waiter = Lock::new(key("w"), ttl(60_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    store.acquires.set(0);
+    let start = rt.now_ms();
+    assert!(!rt.block_on(waiter.acquire(wait(0, 50))).unwrap());
+    assert_eq!(rt.now_ms(), start);
+    assert_eq!(store.acquires.get(), 1);
+}
+
+#[test]
+fn retry_delay_zero_does_not_spin_forever() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("spin"), ttl(60_000), &store, rt.clone());
+    let waiter = Lock::new(key("spin"), ttl(60_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    store.acquires.set(0);
+    let start = rt.now_ms();
+    // ScriptedStore panics when many attempts happen at one instant, so a loop that never lets
+    // virtual time pass fails here instead of hanging.
+    assert!(!rt.block_on(waiter.acquire(wait(100, 0))).unwrap());
+    let elapsed = rt.now_ms() - start;
+    assert_eq!(elapsed, 100);
+    let attempts = store.acquires.get();
+    assert!(
+        (2..=101).contains(&attempts),
+        "{attempts} attempts in 100 ms with retryDelay 0"
+    );
+}
+
+#[test]
+fn retry_delay_zero_still_acquires_as_soon_as_the_key_frees() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("spin"), ttl(37), &store, rt.clone());
+    let waiter = Lock::new(key("spin"), ttl(60_000), &store, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    let start = rt.now_ms();
+    assert!(rt.block_on(waiter.acquire(wait(1_000, 0))).unwrap());
+    assert_eq!(rt.now_ms() - start, 37);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ownership
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn an_expired_holder_cannot_release_or_extend_the_new_holders_lock() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let a = Lock::new(key("own"), ttl(100), &store, rt.clone());
+    let b = Lock::new(key("own"), ttl(10_000), &store, rt.clone());
+    assert!(rt.block_on(a.acquire(now())).unwrap());
+    assert!(!rt.block_on(b.acquire(now())).unwrap());
+    rt.advance(150);
+    assert!(rt.block_on(b.acquire(now())).unwrap());
+
+    assert!(matches!(rt.block_on(a.release()), Ok(false)));
+    assert!(
+        rt.block_on(b.is_locked()).unwrap(),
+        "A's late release freed B"
+    );
+    assert_eq!(rt.block_on(b.remaining_time()).unwrap(), Some(10_000));
+
+    let extended = rt.block_on(a.extend(None));
+    assert!(is_not_held(&extended, "own", "extend"), "{extended:?}");
+    assert!(a.is_expired());
+
+    // B's hold is intact and still B's to give back.
+    assert!(rt.block_on(b.extend(None)).is_ok());
+    assert!(rt.block_on(b.release()).unwrap());
+    assert!(!rt.block_on(b.is_locked()).unwrap());
+}
+
+#[test]
+fn an_expired_holders_extend_is_refused_by_the_store_and_leaves_the_new_holder() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let a = Lock::new(key("own"), ttl(100), &store, rt.clone());
+    let b = Lock::new(key("own"), ttl(10_000), &store, rt.clone());
+    assert!(rt.block_on(a.acquire(now())).unwrap());
+    rt.advance(150);
+    assert!(rt.block_on(b.acquire(now())).unwrap());
+    // No release first: the extend goes to the store, which must refuse it.
+    let before = store.calls.get();
+    let extended = rt.block_on(a.extend(Some(ttl(50_000))));
+    assert!(is_not_held(&extended, "own", "extend"), "{extended:?}");
+    assert_eq!(
+        store.calls.get(),
+        before + 1,
+        "extend did not ask the store"
+    );
+    assert_eq!(rt.block_on(b.remaining_time()).unwrap(), Some(10_000));
+    assert!(matches!(rt.block_on(a.release()), Ok(false)));
+    assert!(rt.block_on(b.release()).unwrap());
+}
+
+#[test]
+fn extend_on_a_never_acquired_lock_is_not_held() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("never"), ttl(100), &store, rt.clone());
+    let result = rt.block_on(lock.extend(None));
+    assert!(is_not_held(&result, "never", "extend"), "{result:?}");
+    let message = result.unwrap_err().to_string();
+    assert!(message.contains("never"), "{message}");
+    // Answered locally: with no hold there is nothing to ask the store (which may be down).
+    assert_eq!(
+        store.calls.get(),
+        0,
+        "extend without a hold called the store"
+    );
+    store.fail_on.set(Some(Operation::Extend));
+    let result = rt.block_on(lock.extend(None));
+    assert!(is_not_held(&result, "never", "extend"), "{result:?}");
+    store.fail_on.set(None);
+    assert!(
+        !rt.block_on(lock.is_locked()).unwrap(),
+        "extend took the lock"
+    );
+}
+
+#[test]
+fn extend_after_release_is_not_held() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("gone"), ttl(100), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    assert!(rt.block_on(lock.release()).unwrap());
+    assert!(is_not_held(
+        &rt.block_on(lock.extend(None)),
+        "gone",
+        "extend"
+    ));
+    assert!(!rt.block_on(lock.is_locked()).unwrap());
+}
+
+#[test]
+fn release_answers_false_when_never_acquired_or_already_released() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let holder = Lock::new(key("r"), ttl(1_000), &store, rt.clone());
+    let stranger = Lock::new(key("r"), ttl(1_000), &store, rt.clone());
+    assert!(matches!(rt.block_on(stranger.release()), Ok(false)));
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    assert!(matches!(rt.block_on(stranger.release()), Ok(false)));
+    assert!(
+        rt.block_on(holder.is_locked()).unwrap(),
+        "stranger freed the key"
+    );
+    assert!(rt.block_on(holder.release()).unwrap());
+    assert!(matches!(rt.block_on(holder.release()), Ok(false)));
+}
+
+#[test]
+fn extend_moves_the_expiry() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("ext"), ttl(100), &store, rt.clone());
+    let rival = Lock::new(key("ext"), ttl(100), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    rt.advance(80);
+    rt.block_on(lock.extend(None)).unwrap();
+    assert_eq!(rt.block_on(lock.remaining_time()).unwrap(), Some(100));
+    rt.advance(70); // t = 150: past the original expiry at 100
+    assert!(rt.block_on(lock.is_locked()).unwrap());
+    assert!(!rt.block_on(rival.acquire(now())).unwrap());
+    assert!(!lock.is_expired());
+    rt.advance(30); // t = 180: the extended expiry
+    assert!(lock.is_expired());
+    assert!(rt.block_on(rival.acquire(now())).unwrap());
+}
+
+#[test]
+fn extend_with_an_explicit_ttl_uses_that_ttl_from_now() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("ext"), ttl(100), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    rt.advance(50);
+    rt.block_on(lock.extend(Some(ttl(5_000)))).unwrap();
+    assert_eq!(rt.block_on(lock.remaining_time()).unwrap(), Some(5_000));
+    assert_eq!(lock.ttl(), ttl(100), "extend changed the lock's own TTL");
+    rt.advance(4_999);
+    assert!(!lock.is_expired());
+    rt.advance(1);
+    assert!(lock.is_expired());
+    assert!(!rt.block_on(lock.is_locked()).unwrap());
+}
+
+#[test]
+fn locks_on_different_keys_are_independent() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let a = Lock::new(key("invoice:1"), ttl(1_000), &store, rt.clone());
+    let b = Lock::new(key("invoice:2"), ttl(1_000), &store, rt.clone());
+    assert!(rt.block_on(a.acquire(now())).unwrap());
+    assert!(rt.block_on(b.acquire(now())).unwrap());
+    assert!(rt.block_on(a.release()).unwrap());
+    assert!(rt.block_on(b.is_locked()).unwrap());
+}
+
+#[test]
+fn a_lock_is_not_reentrant() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("re"), ttl(1_000), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    let owner = lock.owner().unwrap();
+
+    assert!(
+        !rt.block_on(lock.acquire(now())).unwrap(),
+        "re-acquired a held key"
+    );
+    assert_eq!(
+        lock.owner(),
+        Some(owner.clone()),
+        "failed acquire clobbered the owner"
+    );
+    // A waiting re-acquire also fails, within its timeout, and leaves the hold alone.
+    assert!(!rt.block_on(lock.acquire(wait(200, 50))).unwrap());
+    assert_eq!(lock.owner(), Some(owner));
+    assert!(!lock.is_expired());
+
+    assert!(
+        rt.block_on(lock.release()).unwrap(),
+        "release after failed re-acquire"
+    );
+    assert!(!rt.block_on(lock.is_locked()).unwrap());
+}
+
+#[test]
+fn run_inside_run_on_the_same_handle_does_not_run_the_inner_task() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("nest"), ttl(1_000), &store, rt.clone());
+    let inner_ran = Cell::new(false);
+    let out = rt.block_on(lock.run(now(), || async {
+        let inner = lock.run(now(), || async { inner_ran.set(true) }).await;
+        assert_eq!(inner.unwrap(), None);
+        // The outer hold survives the refused inner attempt.
+        assert!(lock.is_locked().await.unwrap());
+        "outer"
+    }));
+    assert_eq!(out.unwrap(), Some("outer"));
+    assert!(!inner_ran.get());
+    assert!(!rt.block_on(lock.is_locked()).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// is_expired
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn is_expired_follows_the_local_deadline() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("exp"), ttl(100), &store, rt.clone());
+    assert!(!lock.is_expired(), "expired before acquire");
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    assert!(!lock.is_expired(), "expired right after acquire");
+    rt.advance(99);
+    assert!(!lock.is_expired(), "expired while held");
+    rt.advance(1);
+    assert!(lock.is_expired(), "not expired at the deadline");
+    rt.advance(10_000);
+    assert!(lock.is_expired());
+}
+
+#[test]
+fn is_expired_is_true_after_a_refused_extend_even_before_the_local_deadline() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("exp"), ttl(10_000), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    // Another process, holding the hand-over, releases the key behind this handle's back.
+    let twin = Lock::restore(
+        SerializedLock::parse(&lock.serialize().unwrap()).unwrap(),
+        &store,
+        rt.clone(),
+    );
+    assert!(rt.block_on(twin.release()).unwrap());
+    assert!(!lock.is_expired(), "the local deadline is still 10 s away");
+    assert!(is_not_held(
+        &rt.block_on(lock.extend(None)),
+        "exp",
+        "extend"
+    ));
+    assert!(
+        lock.is_expired(),
+        "a refused extend must mark the lock lost"
+    );
+    assert!(lock.owner().is_none());
+}
+
+#[test]
+fn is_expired_is_true_after_a_refused_release() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("exp"), ttl(10_000), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    let twin = Lock::restore(
+        SerializedLock::parse(&lock.serialize().unwrap()).unwrap(),
+        &store,
+        rt.clone(),
+    );
+    assert!(rt.block_on(twin.release()).unwrap());
+    assert!(matches!(rt.block_on(lock.release()), Ok(false)));
+    assert!(lock.is_expired());
+}
+
+#[test]
+fn is_expired_is_false_after_a_voluntary_release() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("exp"), ttl(100), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    rt.advance(50);
+    assert!(rt.block_on(lock.release()).unwrap());
+    assert!(!lock.is_expired());
+    rt.advance(1_000); // long past the old deadline
+    assert!(!lock.is_expired(), "a released lock turned 'expired' later");
+}
+
+#[test]
+fn is_expired_resets_when_the_handle_acquires_again() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("exp"), ttl(100), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    rt.advance(200);
+    assert!(lock.is_expired());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    assert!(!lock.is_expired());
+    assert!(rt.block_on(lock.release()).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// serialize / restore
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn serialize_fails_with_not_held_when_there_is_no_hold() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("ser"), ttl(100), &store, rt.clone());
+    assert!(is_not_held(&lock.serialize(), "ser", "serialize"));
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    assert!(lock.serialize().is_ok());
+    assert!(rt.block_on(lock.release()).unwrap());
+    assert!(is_not_held(&lock.serialize(), "ser", "serialize"));
+}
+
+#[test]
+fn serialize_fails_after_the_lock_was_lost() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("ser"), ttl(100), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    rt.advance(200);
+    assert!(rt.block_on(lock.extend(None)).is_err());
+    assert!(is_not_held(&lock.serialize(), "ser", "serialize"));
+}
+
+#[test]
+fn a_restored_lock_can_extend_and_release_the_original_hold() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let k = "import:99 / ü:✓"; // colons and non-ASCII survive the hand-over
+    let original = Lock::new(key(k), ttl(2_000), &store, rt.clone());
+    assert!(rt.block_on(original.acquire(now())).unwrap());
+    let text = original.serialize().unwrap();
+    assert!(text.starts_with("keel-lock:1:"), "{text}");
+
+    let parsed = SerializedLock::parse(&text).unwrap();
+    assert_eq!(parsed.key.as_str(), k);
+    assert_eq!(parsed.ttl, ttl(2_000));
+    assert_eq!(Some(parsed.owner.clone()), original.owner());
+    assert_eq!(parsed.deadline_ms, VIRTUAL_EPOCH_MS + 2_000);
+
+    rt.advance(1_500);
+    let restored = Lock::restore(parsed, &store, rt.clone());
+    assert_eq!(restored.key().as_str(), k);
+    assert_eq!(restored.ttl(), ttl(2_000));
+    assert_eq!(restored.owner(), original.owner());
+    assert!(!restored.is_expired());
+
+    // Extending from the restored handle moves the real expiry (past the original 2000 ms).
+    rt.block_on(restored.extend(None)).unwrap();
+    rt.advance(1_000); // t = 2500
+    assert!(
+        rt.block_on(restored.is_locked()).unwrap(),
+        "restored extend did nothing"
+    );
+    assert!(!restored.is_expired());
+    let stranger = Lock::new(key(k), ttl(2_000), &store, rt.clone());
+    assert!(!rt.block_on(stranger.acquire(now())).unwrap());
+
+    assert!(rt.block_on(restored.release()).unwrap());
+    assert!(!rt.block_on(restored.is_locked()).unwrap());
+    assert!(rt.block_on(stranger.acquire(now())).unwrap());
+}
+
+#[test]
+fn a_restored_lock_keeps_the_serialized_deadline() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let original = Lock::new(key("dl"), ttl(1_000), &store, rt.clone());
+    assert!(rt.block_on(original.acquire(now())).unwrap());
+    let text = original.serialize().unwrap();
+    rt.advance(600);
+    let restored = Lock::restore(SerializedLock::parse(&text).unwrap(), &store, rt.clone());
+    assert!(!restored.is_expired());
+    rt.advance(400);
+    assert!(
+        restored.is_expired(),
+        "restored lock ignored the hand-over deadline"
+    );
+    assert!(is_not_held(
+        &rt.block_on(restored.extend(None)),
+        "dl",
+        "extend"
+    ));
+}
+
+#[test]
+fn a_restored_lock_from_a_tampered_string_is_refused_by_the_store() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let original = Lock::new(key("tamper"), ttl(1_000), &store, rt.clone());
+    assert!(rt.block_on(original.acquire(now())).unwrap());
+    let mut parsed = SerializedLock::parse(&original.serialize().unwrap()).unwrap();
+    parsed.owner = OwnerToken::parse("not-the-owner").unwrap();
+    let forged = Lock::restore(parsed, &store, rt.clone());
+    assert!(matches!(rt.block_on(forged.release()), Ok(false)));
+    assert!(rt.block_on(forged.extend(None)).is_err());
+    assert!(rt.block_on(original.is_locked()).unwrap());
+    assert!(rt.block_on(original.release()).unwrap());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Store failures
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_failing_acquire_surfaces_as_a_store_error_carrying_the_stores_value() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::failing(&rt, Operation::Acquire);
+    let lock = Lock::new(key("down"), ttl(1_000), &store, rt.clone());
+    let result = rt.block_on(lock.acquire(now()));
+    match result {
+        Err(Error::Store {
+            operation,
+            store: name,
+            error,
+        }) => {
+            assert_eq!(operation, Operation::Acquire);
+            assert_eq!(name, "scripted");
+            assert_eq!(
+                error,
+                Outage {
+                    op: Operation::Acquire,
+                    call: 1
+                }
+            );
+        }
+        other => panic!("expected a store error, got {other:?}"),
+    }
+    assert!(lock.owner().is_none());
+    assert!(!lock.is_expired());
+}
+
+#[test]
+fn a_failing_acquire_with_a_timeout_fails_at_once_rather_than_retrying() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::failing(&rt, Operation::Acquire);
+    let lock = Lock::new(key("down"), ttl(1_000), &store, rt.clone());
+    let start = rt.now_ms();
+    let result = rt.block_on(lock.acquire(wait(5_000, 50)));
+    assert!(matches!(
+        result,
+        Err(Error::Store {
+            operation: Operation::Acquire,
+            ..
+        })
+    ));
+    assert_eq!(store.acquires.get(), 1);
+    assert_eq!(rt.now_ms(), start);
+}
+
+#[test]
+fn run_with_a_failing_acquire_never_runs_the_task() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::failing(&rt, Operation::Acquire);
+    let lock = Lock::new(key("down"), ttl(1_000), &store, rt.clone());
+    let ran = Cell::new(false);
+    let result = rt.block_on(lock.run(now(), || async { ran.set(true) }));
+    assert!(!ran.get(), "the task ran although acquire failed");
+    match result {
+        Err(Error::Store {
+            operation: Operation::Acquire,
+            store: "scripted",
+            error,
+        }) => assert_eq!(error.op, Operation::Acquire),
+        other => panic!("expected a store error, got {other:?}"),
+    }
+
+    let ran = Cell::new(false);
+    let result = rt.block_on(lock.try_run(now(), || async {
+        ran.set(true);
+        Ok::<(), ()>(())
+    }));
+    assert!(!ran.get());
+    assert!(matches!(
+        result,
+        Err(RunError::Lock(Error::Store {
+            operation: Operation::Acquire,
+            ..
+        }))
+    ));
+}
+
+#[test]
+fn run_with_a_failing_release_reports_the_release_error_after_running() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::failing(&rt, Operation::Release);
+    let lock = Lock::new(key("flaky"), ttl(1_000), &store, rt.clone());
+    let ran = Cell::new(false);
+    let result = rt.block_on(lock.run(now(), || async { ran.set(true) }));
+    assert!(ran.get());
+    match result {
+        Err(Error::Store {
+            operation: Operation::Release,
+            error,
+            ..
+        }) => assert_eq!(error.op, Operation::Release),
+        other => panic!("expected a release error, got {other:?}"),
+    }
+}
+
+#[test]
+fn when_both_task_and_release_fail_the_task_error_wins() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::failing(&rt, Operation::Release);
+    let lock = Lock::new(key("flaky"), ttl(1_000), &store, rt.clone());
+    let result = rt.block_on(lock.try_run(now(), || async { Err::<(), _>("task broke") }));
+    assert_eq!(result.unwrap_err().to_string(), "task failed: task broke");
+}
+
+#[test]
+fn a_failing_extend_is_a_store_error_not_a_lost_lock() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::failing(&rt, Operation::Extend);
+    let lock = Lock::new(key("flaky"), ttl(1_000), &store, rt.clone());
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    let result = rt.block_on(lock.extend(None));
+    match &result {
+        Err(Error::Store {
+            operation: Operation::Extend,
+            store: "scripted",
+            error,
+        }) => assert_eq!(
+            *error,
+            Outage {
+                op: Operation::Extend,
+                call: 2
+            }
+        ),
+        other => panic!("expected an extend store error, got {other:?}"),
+    }
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "scripted store failed during extend"
+    );
+    // An outage is not a refusal: the handle still holds and can release once the store is back.
+    assert!(!lock.is_expired());
+    store.fail_on.set(None);
+    assert!(rt.block_on(lock.release()).unwrap());
+}
+
+#[test]
+fn failing_inspection_calls_name_their_operation() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::failing(&rt, Operation::IsLocked);
+    let lock = Lock::new(key("insp"), ttl(1_000), &store, rt.clone());
+    assert!(matches!(
+        rt.block_on(lock.is_locked()),
+        Err(Error::Store {
+            operation: Operation::IsLocked,
+            error: Outage {
+                op: Operation::IsLocked,
+                ..
+            },
+            ..
+        })
+    ));
+    assert!(rt.block_on(lock.remaining_time()).is_ok());
+    store.fail_on.set(Some(Operation::RemainingTime));
+    assert!(matches!(
+        rt.block_on(lock.remaining_time()),
+        Err(Error::Store {
+            operation: Operation::RemainingTime,
+            ..
+        })
+    ));
+    assert!(rt.block_on(lock.is_locked()).is_ok());
+}
