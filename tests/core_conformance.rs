@@ -1,6 +1,9 @@
 //! The conformance kit: the memory store passes every property, and — so that a pass means
 //! something — hand-written stores with one deliberate flaw each are caught by exactly the
 //! properties that describe that flaw.
+// Native only: virtual time and proptest are native dev-dependencies; the wasm suites live in
+// tests/wasm_*.rs.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

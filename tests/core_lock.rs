@@ -1,5 +1,8 @@
 //! Lock semantics over the in-memory store on virtual time: what `run`, `try_run`, `acquire`,
 //! `release`, `extend`, `is_expired`, `serialize` and `restore` promise their callers.
+// Native only: virtual time and proptest are native dev-dependencies; the wasm suites live in
+// tests/wasm_*.rs.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::cell::Cell;
 use std::future::Future;

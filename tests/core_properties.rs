@@ -1,5 +1,8 @@
 //! Property tests of the retry / timeout / TTL logic, on virtual time so that every case runs
 //! minutes of lock time in microseconds. The RNG seed is fixed, so runs are reproducible.
+// Native only: virtual time and proptest are native dev-dependencies; the wasm suites live in
+// tests/wasm_*.rs.
+#![cfg(not(target_arch = "wasm32"))]
 
 use std::cell::Cell;
 
