@@ -20,7 +20,12 @@
 //! assert_eq!(ran.unwrap(), Some("charged"));
 //! ```
 #![deny(missing_docs)]
-#![forbid(unsafe_code)]
+#![cfg_attr(
+    not(all(feature = "component", target_arch = "wasm32")),
+    forbid(unsafe_code)
+)]
+// The component build's wit-bindgen glue is unsafe; only that generated module may allow it.
+#![cfg_attr(all(feature = "component", target_arch = "wasm32"), deny(unsafe_code))]
 
 pub mod conformance;
 pub mod error;
@@ -34,6 +39,8 @@ pub mod store;
 pub mod token;
 pub mod virtual_time;
 
+#[cfg(all(feature = "component", target_arch = "wasm32"))]
+pub mod component;
 #[cfg(all(feature = "js", target_arch = "wasm32"))]
 pub mod js;
 #[cfg(all(feature = "worker", target_arch = "wasm32"))]

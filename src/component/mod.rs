@@ -1,0 +1,210 @@
+//! keel-lock as a WebAssembly component (`wasm32-wasip2`, feature `component`): the world
+//! `keel:lock/keel-lock@0.1.0` in `wit/`. Thin by design — decode the WIT values into validated
+//! core types, call the core [`Lock`], encode the answer. Nothing here may trap on input: every
+//! bad value becomes `lock-error.invalid-input`.
+//!
+//! The store is the host's `wasi:keyvalue@0.2.0-draft2` bucket ([`KeyValueLockStore`]), the
+//! clock the host's `wasi:clocks` ([`WasiRuntime`]). Build with
+//! `cargo build --target wasm32-wasip2 --release --features component`.
+
+mod runtime;
+mod store;
+
+pub use runtime::{block_on, wall_clock_ms, WasiRuntime};
+pub use store::{KeyValueError, KeyValueLockStore};
+
+use crate::conformance::{self, ConformanceOptions};
+use crate::error::Error;
+use crate::input::{AcquireOptions, Key, Ttl, MAX_KEY_BYTES, MAX_WAIT_MS};
+use crate::lock::Lock;
+use crate::serialized::SerializedLock;
+
+// Generated glue (canonical ABI lifting and lowering) is unsafe by nature; nothing else here is.
+#[allow(unsafe_code)]
+mod bindings {
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "keel:lock/keel-lock@0.1.0",
+        generate_all,
+    });
+}
+
+use bindings::exports::keel::lock::conformance as wit_conformance;
+use bindings::exports::keel::lock::lock as wit_lock;
+use bindings::exports::keel::lock::types::LockError;
+
+/// The bucket `new` and `restore` use: the name Spin and most hosts give their default store.
+pub const DEFAULT_BUCKET: &str = "default";
+
+/// Most contenders a conformance run accepts.
+const MAX_CONTENDERS: u32 = 10_000;
+
+/// The component: implements the exported interfaces.
+pub struct Component;
+
+#[allow(unsafe_code)]
+mod export {
+    use super::{bindings, Component};
+    bindings::export!(Component with_types_in bindings);
+}
+
+/// The exported `lock` resource: a core [`Lock`] over the host's bucket.
+pub struct ComponentLock {
+    inner: Lock<KeyValueLockStore, WasiRuntime>,
+}
+
+fn wit_error(e: Error<KeyValueError>) -> LockError {
+    match e {
+        Error::Input(e) => LockError::InvalidInput(e.to_string()),
+        Error::NotHeld { key, .. } => LockError::NotHeld(key),
+        Error::Store {
+            store,
+            operation,
+            error,
+        } => LockError::StoreError(format!("{store} store failed during {operation}: {error}")),
+        Error::Random(e) => LockError::RandomUnavailable(e.to_string()),
+    }
+}
+
+fn invalid(e: crate::error::InputError) -> LockError {
+    LockError::InvalidInput(e.to_string())
+}
+
+fn open_bucket(bucket: &str) -> Result<KeyValueLockStore, LockError> {
+    KeyValueLockStore::open(bucket).map_err(|e| LockError::StoreError(e.to_string()))
+}
+
+fn new_lock(bucket: &str, key: String, ttl_ms: u64) -> Result<wit_lock::Lock, LockError> {
+    let key = Key::new(key).map_err(invalid)?;
+    let ttl = Ttl::from_ms(ttl_ms).map_err(invalid)?;
+    let store = open_bucket(bucket)?;
+    Ok(wit_lock::Lock::new(ComponentLock {
+        inner: Lock::new(key, ttl, store, WasiRuntime),
+    }))
+}
+
+fn restore_lock(bucket: &str, serialized: &str) -> Result<wit_lock::Lock, LockError> {
+    let serialized = SerializedLock::parse(serialized).map_err(invalid)?;
+    let store = open_bucket(bucket)?;
+    Ok(wit_lock::Lock::new(ComponentLock {
+        inner: Lock::restore(serialized, store, WasiRuntime),
+    }))
+}
+
+/// A wait option as the core reads it; `u64 → f64` is exact for every value the core accepts,
+/// and anything larger is refused as too large whatever the rounding.
+fn wait_ms(ms: u64) -> f64 {
+    ms as f64
+}
+
+impl wit_lock::Guest for Component {
+    type Lock = ComponentLock;
+
+    fn restore(serialized: String) -> Result<wit_lock::Lock, LockError> {
+        restore_lock(DEFAULT_BUCKET, &serialized)
+    }
+
+    fn restore_in(bucket: String, serialized: String) -> Result<wit_lock::Lock, LockError> {
+        restore_lock(&bucket, &serialized)
+    }
+}
+
+impl wit_lock::GuestLock for ComponentLock {
+    fn new(key: String, ttl_ms: u64) -> Result<wit_lock::Lock, LockError> {
+        new_lock(DEFAULT_BUCKET, key, ttl_ms)
+    }
+
+    fn new_in(bucket: String, key: String, ttl_ms: u64) -> Result<wit_lock::Lock, LockError> {
+        new_lock(&bucket, key, ttl_ms)
+    }
+
+    fn acquire(&self, timeout_ms: u64, retry_delay_ms: Option<u64>) -> Result<bool, LockError> {
+        let options =
+            AcquireOptions::from_f64(Some(wait_ms(timeout_ms)), retry_delay_ms.map(wait_ms))
+                .map_err(invalid)?;
+        block_on(self.inner.acquire(options)).map_err(wit_error)
+    }
+
+    fn release(&self) -> Result<bool, LockError> {
+        block_on(self.inner.release()).map_err(wit_error)
+    }
+
+    fn extend(&self, ttl_ms: Option<u64>) -> Result<(), LockError> {
+        let ttl = ttl_ms.map(Ttl::from_ms).transpose().map_err(invalid)?;
+        block_on(self.inner.extend(ttl)).map_err(wit_error)
+    }
+
+    fn serialize(&self) -> Result<String, LockError> {
+        self.inner.serialize().map_err(wit_error)
+    }
+
+    fn is_locked(&self) -> Result<bool, LockError> {
+        block_on(self.inner.is_locked()).map_err(wit_error)
+    }
+
+    fn is_expired(&self) -> bool {
+        self.inner.is_expired()
+    }
+
+    fn remaining_time(&self) -> Result<Option<u64>, LockError> {
+        block_on(self.inner.remaining_time()).map_err(wit_error)
+    }
+
+    fn key(&self) -> String {
+        self.inner.key().as_str().to_owned()
+    }
+
+    fn ttl_ms(&self) -> u64 {
+        self.inner.ttl().as_ms()
+    }
+}
+
+impl wit_conformance::Guest for Component {
+    fn properties() -> Vec<String> {
+        conformance::PROPERTIES
+            .iter()
+            .map(|p| (*p).to_owned())
+            .collect()
+    }
+
+    fn check_all(
+        options: wit_conformance::Options,
+    ) -> Result<Vec<wit_conformance::Outcome>, LockError> {
+        let short = Ttl::from_ms(options.short_ttl_ms).map_err(invalid)?;
+        if options.settle_ms > MAX_WAIT_MS {
+            return Err(LockError::InvalidInput(format!(
+                "settle-ms must be at most {MAX_WAIT_MS}, got {}",
+                options.settle_ms
+            )));
+        }
+        if options.contenders > MAX_CONTENDERS {
+            return Err(LockError::InvalidInput(format!(
+                "contenders must be at most {MAX_CONTENDERS}, got {}",
+                options.contenders
+            )));
+        }
+        // Property keys are `<prefix><property name>:<12 hex digits>`; leave room for the longest.
+        let room = MAX_KEY_BYTES - 64;
+        if options.key_prefix.len() > room {
+            return Err(LockError::InvalidInput(format!(
+                "key-prefix is {} bytes; the limit is {room}",
+                options.key_prefix.len()
+            )));
+        }
+        let store = open_bucket(&options.bucket)?;
+        let run = ConformanceOptions {
+            key_prefix: options.key_prefix,
+            short_ttl_ms: short.as_ms(),
+            settle_ms: options.settle_ms,
+            contenders: options.contenders as usize,
+        };
+        let outcomes = block_on(conformance::check_all(&store, &WasiRuntime, &run));
+        Ok(outcomes
+            .into_iter()
+            .map(|(property, result)| wit_conformance::Outcome {
+                property: property.to_owned(),
+                violation: result.err().map(|v| v.message),
+            })
+            .collect())
+    }
+}

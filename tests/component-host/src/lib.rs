@@ -1,0 +1,502 @@
+//! A wasmtime embedding of keel-lock's component (`keel:lock/keel-lock@0.1.0`) for the tests.
+//!
+//! The host provides `wasi:keyvalue@0.2.0-draft2` (`store` + `atomics`) over one in-memory map
+//! shared by every instance it creates, and the rest of WASI preview 2 from `wasmtime-wasi`.
+//! Each [`Instance`] has its own `wasmtime::Store`, so instances on different threads run truly
+//! in parallel and race on the shared map: a faithful model of many workers sharing one store.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceAny, ResourceTable};
+use wasmtime::{Config, Engine, Result, Store};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+wasmtime::component::bindgen!({
+    path: "../../wit",
+    world: "keel:lock/keel-lock",
+    with: {
+        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+        "wasi:io": wasmtime_wasi::p2::bindings::io,
+        "wasi:keyvalue/store.bucket": BucketHandle,
+        "wasi:keyvalue/atomics.cas": CasHandle,
+    },
+    // The world's `add_to_linker` reuses wasmtime-wasi's io bindings, which need `Send` data.
+    require_store_data_send: true,
+});
+
+use exports::keel::lock::conformance::{Options as ConformanceOptions, Outcome};
+pub use exports::keel::lock::types::LockError;
+use wasi::keyvalue::{atomics, store};
+
+/// Bucket names the host refuses with `no-such-store` start with this.
+pub const MISSING_BUCKET_PREFIX: &str = "missing";
+
+/// One stored value and the write that produced it (for a strict, version-based CAS).
+#[derive(Clone)]
+struct Entry {
+    value: Vec<u8>,
+    version: u64,
+}
+
+/// The shared key-value store: buckets of keys, one lock for all (linearisable).
+#[derive(Default)]
+pub struct SharedKv {
+    inner: Mutex<KvInner>,
+}
+
+#[derive(Default)]
+struct KvInner {
+    buckets: HashMap<String, HashMap<String, Entry>>,
+    writes: u64,
+    swaps: u64,
+    failed_swaps: u64,
+}
+
+impl SharedKv {
+    fn lock(&self) -> MutexGuard<'_, KvInner> {
+        // A panicking test thread must not hide the other threads' results.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The raw value at `key`, as the component last wrote it.
+    pub fn get(&self, bucket: &str, key: &str) -> Option<Vec<u8>> {
+        self.lock()
+            .buckets
+            .get(bucket)
+            .and_then(|b| b.get(key))
+            .map(|e| e.value.clone())
+    }
+
+    /// Writes a raw value, as some other program sharing the bucket might.
+    pub fn put(&self, bucket: &str, key: &str, value: &[u8]) {
+        let mut kv = self.lock();
+        kv.writes += 1;
+        let version = kv.writes;
+        kv.buckets.entry(bucket.to_owned()).or_default().insert(
+            key.to_owned(),
+            Entry {
+                value: value.to_vec(),
+                version,
+            },
+        );
+    }
+
+    /// (successful swaps, failed swaps) so far: proof that contenders really raced.
+    pub fn swap_counts(&self) -> (u64, u64) {
+        let kv = self.lock();
+        (kv.swaps, kv.failed_swaps)
+    }
+
+    fn version(&self, bucket: &str, key: &str) -> (Option<Vec<u8>>, u64) {
+        match self.lock().buckets.get(bucket).and_then(|b| b.get(key)) {
+            Some(e) => (Some(e.value.clone()), e.version),
+            None => (None, 0),
+        }
+    }
+}
+
+/// The host side of a `bucket` resource.
+pub struct BucketHandle {
+    name: String,
+}
+
+/// The host side of a `cas` resource: the value and version seen when it was made.
+pub struct CasHandle {
+    bucket: String,
+    key: String,
+    seen: Option<Vec<u8>>,
+    version: u64,
+}
+
+/// Per-instance host state.
+pub struct State {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    kv: Arc<SharedKv>,
+}
+
+impl WasiView for State {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+fn other(e: impl std::fmt::Display) -> store::Error {
+    store::Error::Other(e.to_string())
+}
+
+impl store::Host for State {
+    fn open(&mut self, identifier: String) -> Result<Resource<BucketHandle>, store::Error> {
+        if identifier.starts_with(MISSING_BUCKET_PREFIX) {
+            return Err(store::Error::NoSuchStore);
+        }
+        self.table
+            .push(BucketHandle { name: identifier })
+            .map_err(other)
+    }
+}
+
+impl store::HostBucket for State {
+    fn get(
+        &mut self,
+        bucket: Resource<BucketHandle>,
+        key: String,
+    ) -> Result<Option<Vec<u8>>, store::Error> {
+        let name = &self.table.get(&bucket).map_err(other)?.name;
+        Ok(self.kv.get(name, &key))
+    }
+
+    fn set(
+        &mut self,
+        bucket: Resource<BucketHandle>,
+        key: String,
+        value: Vec<u8>,
+    ) -> Result<(), store::Error> {
+        let name = &self.table.get(&bucket).map_err(other)?.name;
+        self.kv.put(name, &key, &value);
+        Ok(())
+    }
+
+    fn delete(&mut self, bucket: Resource<BucketHandle>, key: String) -> Result<(), store::Error> {
+        let name = self.table.get(&bucket).map_err(other)?.name.clone();
+        if let Some(b) = self.kv.lock().buckets.get_mut(&name) {
+            b.remove(&key);
+        }
+        Ok(())
+    }
+
+    fn exists(
+        &mut self,
+        bucket: Resource<BucketHandle>,
+        key: String,
+    ) -> Result<bool, store::Error> {
+        let name = &self.table.get(&bucket).map_err(other)?.name;
+        Ok(self.kv.get(name, &key).is_some())
+    }
+
+    fn list_keys(
+        &mut self,
+        bucket: Resource<BucketHandle>,
+        _cursor: Option<String>,
+    ) -> Result<store::KeyResponse, store::Error> {
+        let name = self.table.get(&bucket).map_err(other)?.name.clone();
+        let keys = self
+            .kv
+            .lock()
+            .buckets
+            .get(&name)
+            .map(|b| b.keys().cloned().collect())
+            .unwrap_or_default();
+        Ok(store::KeyResponse { keys, cursor: None })
+    }
+
+    fn drop(&mut self, bucket: Resource<BucketHandle>) -> Result<()> {
+        self.table.delete(bucket)?;
+        Ok(())
+    }
+}
+
+impl State {
+    fn new_cas(
+        &mut self,
+        bucket: String,
+        key: String,
+    ) -> Result<Resource<CasHandle>, store::Error> {
+        let (seen, version) = self.kv.version(&bucket, &key);
+        self.table
+            .push(CasHandle {
+                bucket,
+                key,
+                seen,
+                version,
+            })
+            .map_err(other)
+    }
+}
+
+impl atomics::Host for State {
+    fn increment(
+        &mut self,
+        bucket: Resource<BucketHandle>,
+        key: String,
+        delta: i64,
+    ) -> Result<i64, store::Error> {
+        let name = self.table.get(&bucket).map_err(other)?.name.clone();
+        let mut kv = self.kv.lock();
+        kv.writes += 1;
+        let version = kv.writes;
+        let entry = kv
+            .buckets
+            .entry(name)
+            .or_default()
+            .entry(key)
+            .or_insert(Entry {
+                value: b"0".to_vec(),
+                version,
+            });
+        let n: i64 = std::str::from_utf8(&entry.value)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| other("not a number"))?;
+        let n = n.checked_add(delta).ok_or_else(|| other("overflow"))?;
+        *entry = Entry {
+            value: n.to_string().into_bytes(),
+            version,
+        };
+        Ok(n)
+    }
+
+    fn swap(&mut self, cas: Resource<CasHandle>, value: Vec<u8>) -> Result<(), atomics::CasError> {
+        let cas = self
+            .table
+            .delete(cas)
+            .map_err(|e| atomics::CasError::StoreError(other(e)))?;
+        {
+            let mut kv = self.kv.lock();
+            let current = kv
+                .buckets
+                .get(&cas.bucket)
+                .and_then(|b| b.get(&cas.key))
+                .map_or(0, |e| e.version);
+            if current == cas.version {
+                kv.writes += 1;
+                kv.swaps += 1;
+                let version = kv.writes;
+                kv.buckets
+                    .entry(cas.bucket)
+                    .or_default()
+                    .insert(cas.key, Entry { value, version });
+                return Ok(());
+            }
+            kv.failed_swaps += 1;
+        }
+        // Someone wrote since `cas.new`: hand back a handle on the latest version.
+        let next = self
+            .new_cas(cas.bucket, cas.key)
+            .map_err(atomics::CasError::StoreError)?;
+        Err(atomics::CasError::CasFailed(next))
+    }
+}
+
+impl atomics::HostCas for State {
+    fn new(
+        &mut self,
+        bucket: Resource<BucketHandle>,
+        key: String,
+    ) -> Result<Resource<CasHandle>, store::Error> {
+        let name = self.table.get(&bucket).map_err(other)?.name.clone();
+        self.new_cas(name, key)
+    }
+
+    fn current(&mut self, cas: Resource<CasHandle>) -> Result<Option<Vec<u8>>, store::Error> {
+        Ok(self.table.get(&cas).map_err(other)?.seen.clone())
+    }
+
+    fn drop(&mut self, cas: Resource<CasHandle>) -> Result<()> {
+        self.table.delete(cas)?;
+        Ok(())
+    }
+}
+
+/// The built component's default location (the root crate's release build).
+pub fn default_component_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("KEEL_LOCK_COMPONENT") {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/wasm32-wasip2/release/keel_lock.wasm")
+}
+
+/// A compiled component, a linker with every import, and the store all instances share.
+pub struct Host {
+    engine: Engine,
+    pre: KeelLockPre<State>,
+    kv: Arc<SharedKv>,
+}
+
+impl Host {
+    /// Compiles the component at `path` and links the host's imports.
+    pub fn new(path: &Path) -> Result<Self> {
+        let engine = Engine::new(&Config::new())?;
+        let component = Component::from_file(&engine, path)
+            .map_err(|e| e.context(format!("loading {}", path.display())))?;
+        let mut linker = Linker::<State>::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        store::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
+        atomics::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
+        let pre = KeelLockPre::new(linker.instantiate_pre(&component)?)?;
+        Ok(Host {
+            engine,
+            pre,
+            kv: Arc::new(SharedKv::default()),
+        })
+    }
+
+    /// A host sharing this one's compiled component but with a fresh, empty store.
+    pub fn with_fresh_store(&self) -> Host {
+        Host {
+            engine: self.engine.clone(),
+            pre: self.pre.clone(),
+            kv: Arc::new(SharedKv::default()),
+        }
+    }
+
+    /// The store every instance of this host shares.
+    pub fn kv(&self) -> &SharedKv {
+        &self.kv
+    }
+
+    /// A new component instance in its own `wasmtime::Store`, on the shared key-value store.
+    pub fn instance(&self) -> Result<Instance> {
+        let state = State {
+            wasi: WasiCtx::builder().inherit_stderr().build(),
+            table: ResourceTable::new(),
+            kv: self.kv.clone(),
+        };
+        let mut store = Store::new(&self.engine, state);
+        let bindings = self.pre.instantiate(&mut store)?;
+        Ok(Instance { store, bindings })
+    }
+}
+
+/// One instance of the component. Outer `Result`s are traps (always a test failure);
+/// inner ones are the component's `lock-error` answers.
+pub struct Instance {
+    store: Store<State>,
+    bindings: KeelLock,
+}
+
+fn api(bindings: &KeelLock) -> &exports::keel::lock::lock::Guest {
+    bindings.keel_lock_lock()
+}
+
+/// A `lock` resource owned by an [`Instance`].
+#[derive(Clone, Copy, Debug)]
+pub struct LockHandle(ResourceAny);
+
+type Answer<T> = Result<Result<T, LockError>>;
+
+impl Instance {
+    /// `lock.new(key, ttl-ms)` in the `"default"` bucket.
+    pub fn new_lock(&mut self, key: &str, ttl_ms: u64) -> Answer<LockHandle> {
+        let r = api(&self.bindings)
+            .lock()
+            .call_new(&mut self.store, key, ttl_ms)?;
+        Ok(r.map(LockHandle))
+    }
+
+    /// `lock.new-in(bucket, key, ttl-ms)`.
+    pub fn new_lock_in(&mut self, bucket: &str, key: &str, ttl_ms: u64) -> Answer<LockHandle> {
+        let r = api(&self.bindings)
+            .lock()
+            .call_new_in(&mut self.store, bucket, key, ttl_ms)?;
+        Ok(r.map(LockHandle))
+    }
+
+    /// `restore(serialized)`.
+    pub fn restore(&mut self, serialized: &str) -> Answer<LockHandle> {
+        let r = api(&self.bindings).call_restore(&mut self.store, serialized)?;
+        Ok(r.map(LockHandle))
+    }
+
+    /// `lock.acquire(timeout-ms, retry-delay-ms)`.
+    pub fn acquire(
+        &mut self,
+        l: LockHandle,
+        timeout_ms: u64,
+        retry_ms: Option<u64>,
+    ) -> Answer<bool> {
+        api(&self.bindings)
+            .lock()
+            .call_acquire(&mut self.store, l.0, timeout_ms, retry_ms)
+    }
+
+    /// `lock.release()`.
+    pub fn release(&mut self, l: LockHandle) -> Answer<bool> {
+        api(&self.bindings)
+            .lock()
+            .call_release(&mut self.store, l.0)
+    }
+
+    /// `lock.extend(ttl-ms)`.
+    pub fn extend(&mut self, l: LockHandle, ttl_ms: Option<u64>) -> Answer<()> {
+        api(&self.bindings)
+            .lock()
+            .call_extend(&mut self.store, l.0, ttl_ms)
+    }
+
+    /// `lock.serialize()`.
+    pub fn serialize(&mut self, l: LockHandle) -> Answer<String> {
+        api(&self.bindings)
+            .lock()
+            .call_serialize(&mut self.store, l.0)
+    }
+
+    /// `lock.is-locked()`.
+    pub fn is_locked(&mut self, l: LockHandle) -> Answer<bool> {
+        api(&self.bindings)
+            .lock()
+            .call_is_locked(&mut self.store, l.0)
+    }
+
+    /// `lock.is-expired()`.
+    pub fn is_expired(&mut self, l: LockHandle) -> Result<bool> {
+        api(&self.bindings)
+            .lock()
+            .call_is_expired(&mut self.store, l.0)
+    }
+
+    /// `lock.remaining-time()`.
+    pub fn remaining_time(&mut self, l: LockHandle) -> Answer<Option<u64>> {
+        api(&self.bindings)
+            .lock()
+            .call_remaining_time(&mut self.store, l.0)
+    }
+
+    /// `lock.key()`.
+    pub fn key(&mut self, l: LockHandle) -> Result<String> {
+        api(&self.bindings).lock().call_key(&mut self.store, l.0)
+    }
+
+    /// `lock.ttl-ms()`.
+    pub fn ttl_ms(&mut self, l: LockHandle) -> Result<u64> {
+        api(&self.bindings).lock().call_ttl_ms(&mut self.store, l.0)
+    }
+
+    /// Drops the resource (does not release the lock).
+    pub fn drop_lock(&mut self, l: LockHandle) -> Result<()> {
+        l.0.resource_drop(&mut self.store)
+    }
+
+    /// `conformance.properties()`.
+    pub fn properties(&mut self) -> Result<Vec<String>> {
+        self.bindings
+            .keel_lock_conformance()
+            .call_properties(&mut self.store)
+    }
+
+    /// `conformance.check-all(options)`.
+    pub fn check_all(
+        &mut self,
+        bucket: &str,
+        key_prefix: &str,
+        short_ttl_ms: u64,
+        settle_ms: u64,
+        contenders: u32,
+    ) -> Answer<Vec<Outcome>> {
+        let options = ConformanceOptions {
+            bucket: bucket.to_owned(),
+            key_prefix: key_prefix.to_owned(),
+            short_ttl_ms,
+            settle_ms,
+            contenders,
+        };
+        self.bindings
+            .keel_lock_conformance()
+            .call_check_all(&mut self.store, &options)
+    }
+}
