@@ -6,6 +6,7 @@ use wasm_bindgen::prelude::*;
 
 use crate::error::{Error, InputError};
 use crate::input::{AcquireOptions, Key, ShowNumber, Ttl};
+use crate::token::OwnerToken;
 
 #[wasm_bindgen(module = "/js/errors.js")]
 extern "C" {
@@ -78,6 +79,25 @@ pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {
         .into());
     }
     Key::new(String::from(js)).map_err(input_to_js)
+}
+
+/// An owner token handed in by a store caller (a JS `MemoryLockStore` user, a Durable Object RPC).
+pub(crate) fn owner(value: &JsValue) -> Result<OwnerToken, JsValue> {
+    let Some(s) = value.as_string() else {
+        return Err(type_error(format!(
+            "owner must be a string, got {}",
+            describe(value)
+        )));
+    };
+    OwnerToken::parse(s).map_err(input_to_js)
+}
+
+/// A TTL that a store call must carry (no default).
+pub(crate) fn required_ttl(value: &JsValue) -> Result<Ttl, JsValue> {
+    if value.is_undefined() {
+        return Err(type_error("ttlMs is required"));
+    }
+    ttl(value, Ttl::default())
 }
 
 fn number(what: &str, value: &JsValue) -> Result<Option<f64>, JsValue> {

@@ -7,11 +7,9 @@ use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
 
-use super::convert::{input_to_js, key, ttl};
+use super::convert::{key, owner, required_ttl};
 use super::runtime::JsRuntime;
-use crate::input::Ttl;
 use crate::memory::MemoryLockStore;
-use crate::token::OwnerToken;
 
 thread_local! {
     /// Hand-off slot used by `setLockStore` to recognise a `MemoryLockStore` object without
@@ -30,20 +28,6 @@ impl Default for JsMemoryLockStore {
     fn default() -> Self {
         Self::new()
     }
-}
-
-fn owner(value: &JsValue) -> Result<OwnerToken, JsValue> {
-    let Some(s) = value.as_string() else {
-        return Err(super::convert::type_error("owner must be a string"));
-    };
-    OwnerToken::parse(s).map_err(input_to_js)
-}
-
-fn required_ttl(value: &JsValue) -> Result<Ttl, JsValue> {
-    if value.is_undefined() {
-        return Err(super::convert::type_error("ttlMs is required"));
-    }
-    ttl(value, Ttl::default())
 }
 
 #[wasm_bindgen(js_class = MemoryLockStore)]

@@ -4,7 +4,7 @@
 //! becomes a `TypeError`, `RangeError` or `LockNotHeldError`.
 
 mod api;
-mod convert;
+pub(crate) mod convert;
 mod lock;
 mod memory;
 mod runtime;

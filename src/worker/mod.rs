@@ -21,31 +21,5 @@ mod store;
 pub use object::LockDurableObject;
 pub use store::{DurableObjectLockStore, JsDurableObjectLockStore};
 
-use wasm_bindgen::JsValue;
-
-use crate::error::InputError;
-
-pub(crate) fn type_error(message: impl AsRef<str>) -> JsValue {
-    js_sys::TypeError::new(message.as_ref()).into()
-}
-
-pub(crate) fn range_error(error: InputError) -> JsValue {
-    js_sys::RangeError::new(&error.to_string()).into()
-}
-
-/// A short description of a JS value for error messages.
-pub(crate) fn describe(value: &JsValue) -> String {
-    if value.is_null() {
-        return "null".into();
-    }
-    if let Some(s) = value.as_string() {
-        return format!("the string {:?}", s.chars().take(40).collect::<String>());
-    }
-    if let Some(n) = value.as_f64() {
-        return format!("number {n}");
-    }
-    match value.js_typeof().as_string() {
-        Some(t) => format!("a value of type {t}"),
-        None => "an unknown value".into(),
-    }
-}
+// Value checks and error shapes are the JS bindings' own: one set of rules for every entry point.
+pub(crate) use crate::js::convert::{describe, type_error};

@@ -11,8 +11,9 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use worker::{ScheduledTime, SqlStorageValue, State};
 
-use super::{describe, range_error, type_error};
-use crate::input::{Key, Ttl};
+use super::{describe, type_error};
+use crate::input::Key;
+use crate::js::convert::{key, owner, required_ttl as ttl};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::token::OwnerToken;
 
@@ -56,36 +57,6 @@ fn storage_error(e: impl Into<JsValue>) -> JsValue {
         })
         .unwrap_or_else(|| describe(&e));
     js_sys::Error::new(&format!("LockDurableObject storage failed: {text}")).into()
-}
-
-fn key(value: &JsValue) -> Result<Key, JsValue> {
-    let Some(s) = value.as_string() else {
-        return Err(type_error(format!(
-            "LockDurableObject: key must be a string, got {}",
-            describe(value)
-        )));
-    };
-    Key::new(s).map_err(range_error)
-}
-
-fn owner(value: &JsValue) -> Result<OwnerToken, JsValue> {
-    let Some(s) = value.as_string() else {
-        return Err(type_error(format!(
-            "LockDurableObject: owner must be a string, got {}",
-            describe(value)
-        )));
-    };
-    OwnerToken::parse(s).map_err(range_error)
-}
-
-fn ttl(value: &JsValue) -> Result<Ttl, JsValue> {
-    let Some(ms) = value.as_f64() else {
-        return Err(type_error(format!(
-            "LockDurableObject: ttlMs must be a number, got {}",
-            describe(value)
-        )));
-    };
-    Ttl::from_f64(ms).map_err(range_error)
 }
 
 fn as_ms(value: &SqlStorageValue) -> Option<u64> {

@@ -11,9 +11,10 @@ use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
-use super::{describe, range_error, type_error};
+use super::{describe, type_error};
 use crate::error::Operation;
 use crate::input::{Key, Ttl};
+use crate::js::convert::{key, owner, required_ttl};
 use crate::store::LockStore;
 use crate::token::OwnerToken;
 
@@ -147,36 +148,6 @@ pub struct JsDurableObjectLockStore {
     inner: Rc<DurableObjectLockStore>,
 }
 
-fn js_key(value: &JsValue) -> Result<Key, JsValue> {
-    let Some(s) = value.as_string() else {
-        return Err(type_error(format!(
-            "lock key must be a string, got {}",
-            describe(value)
-        )));
-    };
-    Key::new(s).map_err(range_error)
-}
-
-fn js_owner(value: &JsValue) -> Result<OwnerToken, JsValue> {
-    let Some(s) = value.as_string() else {
-        return Err(type_error(format!(
-            "owner must be a string, got {}",
-            describe(value)
-        )));
-    };
-    OwnerToken::parse(s).map_err(range_error)
-}
-
-fn js_ttl(value: &JsValue) -> Result<Ttl, JsValue> {
-    let Some(ms) = value.as_f64() else {
-        return Err(type_error(format!(
-            "ttlMs must be a number, got {}",
-            describe(value)
-        )));
-    };
-    Ttl::from_f64(ms).map_err(range_error)
-}
-
 /// Runs `op` on a clone of the store as a promise; bad arguments reject it.
 fn spawn<F, Fut, T>(store: &Rc<DurableObjectLockStore>, op: F) -> Promise
 where
@@ -201,7 +172,7 @@ impl JsDurableObjectLockStore {
     /// Atomic set-if-absent, in the key's Durable Object.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
         spawn(&self.inner, move |s| {
-            let (k, o, t) = (js_key(&k)?, js_owner(&o)?, js_ttl(&t)?);
+            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
             Ok(async move { s.acquire(&k, &o, t).await })
         })
     }
@@ -209,7 +180,7 @@ impl JsDurableObjectLockStore {
     /// Compare-owner-and-delete.
     pub fn release(&self, k: JsValue, o: JsValue) -> Promise {
         spawn(&self.inner, move |s| {
-            let (k, o) = (js_key(&k)?, js_owner(&o)?);
+            let (k, o) = (key(&k)?, owner(&o)?);
             Ok(async move { s.release(&k, &o).await })
         })
     }
@@ -217,7 +188,7 @@ impl JsDurableObjectLockStore {
     /// Compare-owner-and-reset-expiry.
     pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
         spawn(&self.inner, move |s| {
-            let (k, o, t) = (js_key(&k)?, js_owner(&o)?, js_ttl(&t)?);
+            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
             Ok(async move { s.extend(&k, &o, t).await })
         })
     }
@@ -226,7 +197,7 @@ impl JsDurableObjectLockStore {
     #[wasm_bindgen(js_name = isLocked)]
     pub fn is_locked(&self, k: JsValue) -> Promise {
         spawn(&self.inner, move |s| {
-            let k = js_key(&k)?;
+            let k = key(&k)?;
             Ok(async move { s.is_locked(&k).await })
         })
     }
@@ -235,7 +206,7 @@ impl JsDurableObjectLockStore {
     #[wasm_bindgen(js_name = remainingTime)]
     pub fn remaining_time(&self, k: JsValue) -> Promise {
         spawn(&self.inner, move |s| {
-            let k = js_key(&k)?;
+            let k = key(&k)?;
             Ok(async move {
                 let ms = s.remaining_time(&k).await?;
                 Ok(ms.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
