@@ -19,12 +19,15 @@ fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
         return Err(type_error("checkLockStore options must be an object"));
     }
     let get = |name: &str| Reflect::get(value, &JsValue::from_str(name));
-    let count = |name: &str, v: JsValue, max: f64| -> Result<Option<u64>, JsValue> {
+    // `max` is an integer so the message formats no f64 (float formatting costs ~15 KB of wasm).
+    let count = |name: &str, v: JsValue, max: u32| -> Result<Option<u64>, JsValue> {
         if v.is_undefined() {
             return Ok(None);
         }
         match v.as_f64() {
-            Some(n) if n.is_finite() && n >= 0.0 && n <= max => Ok(Some(n.ceil() as u64)),
+            Some(n) if n.is_finite() && n >= 0.0 && n <= f64::from(max) => {
+                Ok(Some(n.ceil() as u64))
+            }
             _ => Err(js_sys::RangeError::new(&format!(
                 "checkLockStore option {name} must be a number from 0 to {max}"
             ))
@@ -34,13 +37,13 @@ fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
     if let Some(p) = get("keyPrefix")?.as_string() {
         o.key_prefix = p;
     }
-    if let Some(n) = count("shortTtlMs", get("shortTtlMs")?, 60_000.0)? {
+    if let Some(n) = count("shortTtlMs", get("shortTtlMs")?, 60_000)? {
         o.short_ttl_ms = n.max(1);
     }
-    if let Some(n) = count("settleMs", get("settleMs")?, 60_000.0)? {
+    if let Some(n) = count("settleMs", get("settleMs")?, 60_000)? {
         o.settle_ms = n;
     }
-    if let Some(n) = count("contenders", get("contenders")?, 10_000.0)? {
+    if let Some(n) = count("contenders", get("contenders")?, 10_000)? {
         o.contenders = n.max(2) as usize;
     }
     Ok(o)
