@@ -27,6 +27,7 @@
 // The component build's wit-bindgen glue is unsafe; only that generated module may allow it.
 #![cfg_attr(all(feature = "component", target_arch = "wasm32"), deny(unsafe_code))]
 
+mod base64url;
 pub mod conformance;
 pub mod error;
 pub mod input;

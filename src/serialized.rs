@@ -7,9 +7,7 @@
 //! Versioned so a later format can be told apart; base64url so any key survives queues, URLs
 //! and headers unchanged. Every field is re-validated on the way in.
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
-
+use crate::base64url;
 use crate::error::InputError;
 use crate::input::{Key, Ttl};
 use crate::token::OwnerToken;
@@ -42,9 +40,8 @@ fn malformed(reason: impl Into<String>) -> InputError {
 }
 
 fn decode_text(field: &str, what: &str) -> Result<String, InputError> {
-    let bytes = URL_SAFE_NO_PAD
-        .decode(field)
-        .map_err(|_| malformed(format!("the {what} is not base64url")))?;
+    let bytes = base64url::decode(field)
+        .ok_or_else(|| malformed(format!("the {what} is not base64url")))?;
     String::from_utf8(bytes).map_err(|_| malformed(format!("the {what} is not UTF-8")))
 }
 
@@ -55,8 +52,8 @@ impl SerializedLock {
             "{MAGIC}:{FORMAT_VERSION}:{}:{}:{}:{}",
             self.ttl.as_ms(),
             self.deadline_ms,
-            URL_SAFE_NO_PAD.encode(self.owner.as_str()),
-            URL_SAFE_NO_PAD.encode(self.key.as_str()),
+            base64url::encode(self.owner.as_str().as_bytes()),
+            base64url::encode(self.key.as_str().as_bytes()),
         )
     }
 
