@@ -3,6 +3,7 @@
 //! `l.run(fn)` — the documented pattern — works.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
@@ -34,17 +35,21 @@ impl JsLock {
     }
 }
 
+/// A future of a JS value, boxed so that every async method (and `checkLockStore`) shares one
+/// copy of the promise glue instead of one per future type.
+pub(crate) type JsFuture = Pin<Box<dyn Future<Output = Result<JsValue, JsValue>>>>;
+
 /// Runs `f` as a promise; any `Err` rejects it.
 ///
 /// The future is polled once on the spot: on the memory store (and with a synchronous `fn`)
 /// everything completes without waiting, and an already-settled promise is much cheaper than a
 /// spawned task. Only a future that is still pending is handed to the executor, which polls it
 /// again with a real waker — futures check their state on every poll, so nothing is lost.
-fn spawn<F>(f: F) -> Promise
-where
-    F: Future<Output = Result<JsValue, JsValue>> + 'static,
-{
-    let mut future = Box::pin(f);
+fn spawn(f: impl Future<Output = Result<JsValue, JsValue>> + 'static) -> Promise {
+    spawn_boxed(Box::pin(f))
+}
+
+fn spawn_boxed(mut future: JsFuture) -> Promise {
     match future
         .as_mut()
         .poll(&mut Context::from_waker(Waker::noop()))

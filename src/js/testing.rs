@@ -7,6 +7,7 @@ use wasm_bindgen_futures::future_to_promise;
 
 use super::api::backend_for;
 use super::convert::{object, type_error};
+use super::lock::JsFuture;
 use super::runtime::JsRuntime;
 use crate::conformance::{check_all, ConformanceOptions};
 
@@ -54,7 +55,8 @@ fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
 #[wasm_bindgen(js_name = checkLockStore)]
 pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
     let prepared = backend_for(store).and_then(|b| Ok((b, options(&opts)?)));
-    future_to_promise(async move {
+    // Boxed: shares the one `future_to_promise` instance with the `Lock` methods.
+    let run: JsFuture = Box::pin(async move {
         let (backend, options) = prepared?;
         let results = Array::new();
         for (property, outcome) in check_all(&backend, &JsRuntime, &options).await {
@@ -69,5 +71,6 @@ pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
             ])?);
         }
         Ok(results.into())
-    })
+    });
+    future_to_promise(run)
 }
