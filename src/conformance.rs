@@ -85,7 +85,7 @@ where
             "{}{}:{}",
             self.options.key_prefix,
             self.property,
-            &token.as_str()[..12]
+            token.as_str().get(..12).unwrap_or_default()
         ))
         .map_err(|e| self.fail(format!("key prefix unusable: {e}")))
     }
@@ -344,10 +344,16 @@ where
         match self.remaining(&key).await? {
             Some(ms) if ms > 0 && ms <= ttl.as_ms() => {}
             other => {
+                // Spelled out rather than `{other:?}`: the same text without `Debug` machinery in
+                // every wasm build that carries the properties.
+                let was = match other {
+                    Some(ms) => format!("Some({ms})"),
+                    None => "None".to_owned(),
+                };
                 return Err(self.fail(format!(
-                    "remainingTime of a key held for {} ms was {other:?}",
+                    "remainingTime of a key held for {} ms was {was}",
                     ttl.as_ms()
-                )))
+                )));
             }
         }
         self.release(&key, &a).await?;
