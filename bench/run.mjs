@@ -24,6 +24,7 @@ import { redisLockStore } from "../pkg/stores/redis.js";
 import { FloorLock, FloorStore } from "./lib/floor.mjs";
 import { median, summarize, round } from "./lib/stats.mjs";
 import { startRedis, commandStats, statsDelta } from "./lib/redis-server.mjs";
+import { buildWorkers, startWorkers } from "./lib/workerd.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
@@ -33,6 +34,9 @@ const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? "1,2,3,4").
 const scale = (n) => (QUICK ? Math.max(1, Math.round(n / 5)) : n);
 
 const TTL = 30_000; // every lock, every library
+const pkgVersion = (p) => JSON.parse(readFileSync(join(HERE, "node_modules", p, "package.json"), "utf8")).version;
+const MINIFLARE_VERSION = pkgVersion("miniflare");
+const WRANGLER_VERSION = pkgVersion("wrangler");
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.error("[bench]", ...a);
 const results = { meta: {}, sections: {} };
@@ -377,13 +381,86 @@ async function redisContention(admin, contenders) {
         drainMs: round(median(recs.map((r) => r.totalMs)), 0),
       };
     }),
-    durableObject: { measured: false, why: "" },
   };
-  const workersDir = join(ROOT, "tests/workers");
-  const helper = existsSync(join(workersDir, "test")) && readdirSync(join(workersDir, "test")).length > 0;
-  results.sections.contention.durableObject.why = helper
-    ? "tests/workers now has a test helper, but this bench does not drive it yet (follow-up: start the Durable Object Worker through Miniflare and run the same 32-waiter scenario via dispatchFetch)"
-    : "the Durable Object Worker harness (tests/workers) was still in progress when this bench ran — no helper yet to build and start the DO in local workerd";
+}
+
+// (3b) The same 32-waiter scenario on the Durable Object store in local workerd (Miniflare):
+// keel-lock's DurableObjectLockStore + LockDurableObject vs a plain-JS Durable Object lock with
+// the same polling (bench/workers/floor.js). The 32 run()s start together inside one request to
+// the Worker; spans are taken there (Date.now(), ms resolution in workerd); RPCs are counted in
+// the Worker by wrapping the namespace's stubs (bench/workers/keel.js).
+const DO_CONTENDERS = [
+  { name: "keel-lock (DurableObjectLockStore)", worker: "keel", settings: "lock(key, 30000).run(fn, { timeout }) — default retryDelay 50 ms; one LockDurableObject per key" },
+  { name: "floor: plain-JS Durable Object lock", worker: "floor", settings: "bench/workers/floor.js — one object per key, SQLite row, same 50 ms polling, no alarm" },
+];
+
+async function doContention() {
+  const WAITERS = 32;
+  const CS_MS = 5;
+  const TIMEOUT = 10_000;
+  const ROUNDS = QUICK ? 1 : 3;
+  log("(3b) Durable Object contention: bundling the bench Workers from the packed package");
+  const tb = performance.now();
+  buildWorkers();
+  const buildMs = performance.now() - tb;
+  const w = await startWorkers(DO_CONTENDERS.map((c) => c.worker));
+  try {
+    const key = "bench:contended";
+    const body = async (c) => {
+      const t0 = performance.now();
+      const r = await w.call(c.worker, "/contend", { key, waiters: WAITERS, csMs: CS_MS, timeout: TIMEOUT });
+      const wallMs = performance.now() - t0;
+      const spans = r.spans.sort((a, b) => a.start - b.start);
+      const gaps = [];
+      let overlaps = 0;
+      for (let i = 1; i < spans.length; i++) {
+        const g = spans[i].start - spans[i - 1].end;
+        if (g < 0) overlaps++;
+        gaps.push(g);
+      }
+      return { totalMs: r.totalMs, wallMs, acquired: spans.length, failed: r.failed, overlaps, gaps, requests: r.requests, byMethod: r.byMethod };
+    };
+    log("(3b) Durable Object contention: warm-up");
+    for (const c of DO_CONTENDERS) await body(c);
+    log(`(3b) Durable Object contention: ${ROUNDS} rounds × ${WAITERS} waiters, ${CS_MS} ms critical section`);
+    const per = await interleave(DO_CONTENDERS, ROUNDS, body);
+    results.sections.contention ??= {};
+    results.sections.contention.durableObject = {
+      measured: true,
+      runtime: `local workerd through Miniflare ${MINIFLARE_VERSION} (compatibility date 2026-04-26), Worker bundled by wrangler ${WRANGLER_VERSION} from the packed package`,
+      bundleMs: round(buildMs, 0),
+      waiters: WAITERS,
+      criticalSectionMs: CS_MS,
+      timeoutMs: TIMEOUT,
+      rounds: ROUNDS,
+      requests: "RPCs to the lock's Durable Object stub, counted in the Worker",
+      handOff: "gap from one holder's fn end to the next holder's fn start, Date.now() inside workerd (ms resolution; includes the release RPC)",
+      rows: DO_CONTENDERS.map((c) => {
+        const recs = per[c.name];
+        const acquired = recs.reduce((s, r) => s + r.acquired, 0);
+        const gaps = summarize(recs.flatMap((r) => r.gaps));
+        const byMethod = {};
+        for (const r of recs) for (const [k, v] of Object.entries(r.byMethod)) byMethod[k] = (byMethod[k] ?? 0) + v;
+        return {
+          impl: c.name,
+          settings: c.settings,
+          acquired,
+          failed: recs.reduce((s, r) => s + r.failed, 0),
+          overlaps: recs.reduce((s, r) => s + r.overlaps, 0),
+          requestsPerAcquisition: round(recs.reduce((s, r) => s + r.requests, 0) / acquired, 1),
+          requestsPerAcquisitionByMethod: Object.fromEntries(Object.entries(byMethod).map(([k, v]) => [k, round(v / acquired, 2)])),
+          handOffP50ms: round(gaps.p50, 2),
+          handOffP99ms: round(gaps.p99, 2),
+          drainMs: round(median(recs.map((r) => r.totalMs)), 0),
+          requestWallMs: round(median(recs.map((r) => r.wallMs)), 0),
+          keelOverThisDrain: round(pairedRatio(per, DO_CONTENDERS[0].name, c.name, "totalMs"), 3),
+          roundsDrainMs: recs.map((r) => r.totalMs),
+        };
+      }),
+    };
+  } finally {
+    await w.dispose();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -433,7 +510,70 @@ function startup() {
       importPlusFirstRunMs: round(median(per[k].map((r) => r.importMs + r.firstRunMs)), 2),
       processWallMs: round(median(per[k].map((r) => r.wallMs)), 1),
     })),
-    workerd: { measured: false, why: "not measured by this bench yet: needs the Workers build driven through Miniflare; see bench/README.md" },
+  };
+}
+
+// (4b) Start-up in workerd: a fresh Miniflare (new workerd process, the bundle's modules loaded —
+// for keel-lock that compiles and instantiates the wasm) → ready, then the first request, which
+// does lock(key).run(fn) on the Durable Object store (a new object for a fresh key), then warm
+// requests doing the same on fresh keys. Same for the plain-JS Durable Object floor.
+async function workerdStartup() {
+  const N = QUICK ? 2 : 5;
+  const WARM = QUICK ? 5 : 20;
+  buildWorkers();
+  const per = Object.fromEntries(DO_CONTENDERS.map((c) => [c.name, []]));
+  log(`(4b) workerd start-up: ${N} fresh Miniflare instances each, ${WARM} warm requests after the first`);
+  for (let i = 0; i < N; i++) {
+    for (let k = 0; k < DO_CONTENDERS.length; k++) {
+      const c = DO_CONTENDERS[(i + k) % DO_CONTENDERS.length];
+      await settle();
+      const t0 = performance.now();
+      const w = await startWorkers([c.worker]);
+      try {
+        const t1 = performance.now();
+        await w.call(c.worker, "/first");
+        const t2 = performance.now();
+        const warm = [];
+        for (let j = 0; j < WARM; j++) {
+          const s = performance.now();
+          await w.call(c.worker, "/first");
+          warm.push(performance.now() - s);
+        }
+        const sameKey = [];
+        for (let j = 0; j < WARM; j++) {
+          const s = performance.now();
+          await w.call(c.worker, "/first", { key: "startup:warm" });
+          if (j > 0) sameKey.push(performance.now() - s); // j = 0 creates that key's object
+        }
+        per[c.name].push({ readyMs: t1 - t0, firstMs: t2 - t1, warmMs: median(warm), warmSameKeyMs: median(sameKey) });
+      } finally {
+        const t3 = performance.now();
+        await w.dispose();
+        per[c.name].at(-1) && (per[c.name].at(-1).disposeMs = performance.now() - t3);
+      }
+    }
+  }
+  results.sections.startup.workerd = {
+    measured: true,
+    instances: N,
+    warmRequests: WARM,
+    measuredHow: "Node-side wall times: new Miniflare(...) → ready (spawns workerd, loads the bundle; keel-lock's wasm is compiled and instantiated at module load), first dispatchFetch doing lock(freshKey).run(fn) on the Durable Object store (creates that key's object), median of warm requests doing the same on fresh keys, and median of warm requests on one already-created key (no object creation); medians over instances",
+    rows: DO_CONTENDERS.map((c) => {
+      const recs = per[c.name];
+      const first = median(recs.map((r) => r.firstMs));
+      const warm = median(recs.map((r) => r.warmMs));
+      return {
+        impl: c.name,
+        readyMs: round(median(recs.map((r) => r.readyMs)), 0),
+        firstRequestMs: round(first, 1),
+        warmRequestMs: round(warm, 2),
+        warmSameKeyRequestMs: round(median(recs.map((r) => r.warmSameKeyMs)), 2),
+        firstOverWarm: round(first / warm, 1),
+        readyPlusFirstMs: round(median(recs.map((r) => r.readyMs + r.firstMs)), 0),
+        disposeMs: round(median(recs.map((r) => r.disposeMs)), 0),
+        keelOverThisReadyPlusFirst: round(median(per[DO_CONTENDERS[0].name].map((r, i) => (r.readyMs + r.firstMs) / (recs[i].readyMs + recs[i].firstMs))), 3),
+      };
+    }),
   };
 }
 
@@ -465,12 +605,20 @@ function markdown() {
       for (const r of cfg.rows)
         L.push(`| ${r.impl} | ${cfg.concurrency} | ${r.opsPerSec} | ${r.p50ms} | ${r.p99ms} | ${r.keelOverThis} | ${r.roundTripsPerRun} | ${r.redisCommandsPerRun} (${Object.entries(r.commandsPerRun).map(([k, v]) => `${k} ${v}`).join(", ")}) |`);
   }
-  if (s.contention) {
+  if (s.contention?.rows) {
     const c = s.contention;
     L.push("", `#### 3. Contention on Redis: ${c.waiters} waiters, one key, ${c.criticalSectionMs} ms critical section, timeout ${c.timeoutMs} ms (${c.rounds} rounds)`, "");
     L.push("| implementation | acquired | timed out | requests / acquisition | Redis cmds / acquisition | hand-off p50 ms | hand-off p99 ms | time to drain all 32 (ms) |", "|---|---:|---:|---:|---:|---:|---:|---:|");
     for (const r of c.rows) L.push(`| ${r.impl} | ${r.acquired} | ${r.failed} | ${r.requestsPerAcquisition} | ${r.redisCommandsPerAcquisition} | ${r.handOffP50ms} | ${r.handOffP99ms} | ${r.drainMs} |`);
-    L.push("", `Hand-off = ${c.handOff}. Durable Object store: not measured — ${c.durableObject.why}.`);
+    L.push("", `Hand-off = ${c.handOff}.`);
+  }
+  if (s.contention?.durableObject?.measured) {
+    const d = s.contention.durableObject;
+    L.push("", `#### 3b. Contention on the Durable Object store: ${d.waiters} waiters, one key, ${d.criticalSectionMs} ms critical section, timeout ${d.timeoutMs} ms (${d.rounds} rounds; ${d.runtime})`, "");
+    L.push("| implementation | acquired | timed out | RPCs / acquisition | hand-off p50 ms | hand-off p99 ms | time to drain all 32 (ms) | keel ÷ this (drain time, <1 = keel faster) |", "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (const r of d.rows)
+      L.push(`| ${r.impl} | ${r.acquired} | ${r.failed} | ${r.requestsPerAcquisition} (${Object.entries(r.requestsPerAcquisitionByMethod).map(([k, v]) => `${k} ${v}`).join(", ")}) | ${r.handOffP50ms} | ${r.handOffP99ms} | ${r.drainMs} | ${r.keelOverThisDrain} |`);
+    L.push("", `RPCs = ${d.requests}. Hand-off = ${d.handOff}. All 32 run()s start together inside one request to the Worker.`);
   }
   if (s.size) {
     L.push("", "#### 4. Size (gzip -9) and start-up", "");
@@ -481,7 +629,13 @@ function markdown() {
     L.push("", `Start-up in Node, median of ${s.startup.processes} fresh processes each:`, "");
     L.push("| implementation | import ms | first run() ms | import + first run() ms | process wall ms |", "|---|---:|---:|---:|---:|");
     for (const r of s.startup.rows) L.push(`| ${r.impl} | ${r.importMs} | ${r.firstRunMs} | ${r.importPlusFirstRunMs} | ${r.processWallMs} |`);
-    L.push("", `workerd start-up: not measured — ${s.startup.workerd.why}.`);
+  }
+  if (s.startup?.workerd?.measured) {
+    const w = s.startup.workerd;
+    L.push("", `Start-up in workerd (Miniflare), median of ${w.instances} fresh instances each; first vs warm request (median of ${w.warmRequests}), each doing lock(freshKey).run(fn) on the Durable Object store:`, "");
+    L.push("| implementation | new Miniflare → ready ms | first request ms | warm request ms (fresh key) | first ÷ warm | warm request ms (existing key's object) | ready + first request ms | keel ÷ this (ready + first) |", "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (const r of w.rows) L.push(`| ${r.impl} | ${r.readyMs} | ${r.firstRequestMs} | ${r.warmRequestMs} | ${r.firstOverWarm} | ${r.warmSameKeyRequestMs} | ${r.readyPlusFirstMs} | ${r.keelOverThisReadyPlusFirst} |`);
+    L.push("", "Every request is a Node → workerd `dispatchFetch`; a fresh key means a new Durable Object (and its SQLite database), which dominates the warm fresh-key request for both.");
   }
   return L.join("\n") + "\n";
 }
@@ -517,9 +671,15 @@ try {
     if (ONLY.includes(2)) await redisUncontended(server, admin, conns.contenders);
     if (ONLY.includes(3)) await redisContention(admin, conns.contenders);
   }
+  if (ONLY.includes(3)) {
+    await conns?.close();
+    conns = undefined;
+    await doContention();
+  }
   if (ONLY.includes(4)) {
     sizes();
     startup();
+    await workerdStartup();
   }
 } finally {
   conns?.close();

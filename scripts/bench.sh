@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make bench`: keel-lock side by side with async-mutex, @sesamecare-oss/redlock, redis-semaphore,
 # redlock-universal and a plain-JS floor, in one run (see bench/README.md). Builds the package,
-# starts its own redis-server (stopped by PID at the end), prints a markdown table and writes
-# bench/results/latest.json + results.md. No assertions: numbers only.
+# starts its own redis-server (stopped by PID at the end) and local workerd through Miniflare
+# (the Durable Object store and workerd start-up; every instance disposed), prints a markdown
+# table and writes bench/results/latest.json + results.md. No assertions: numbers only.
 #   KEEL_BENCH_NO_BUILD=1  use the pkg/dist already built
 #   KEEL_BENCH_ARGS="--quick"  a 20-second smoke run (results go to bench/results/partial.json)
 set -euo pipefail
@@ -17,7 +18,8 @@ if [ ! -d bench/node_modules ] || [ bench/package-lock.json -nt bench/node_modul
   (cd bench && npm ci --no-audit --no-fund --loglevel=error)
 fi
 
-# Hard cap well under the 10-minute budget; the runner cleans up its redis-server on any exit.
+# Hard cap well under the 10-minute budget; the runner cleans up its redis-server and its
+# Miniflare/workerd instances on any exit.
 timeout --signal=TERM 480 node bench/run.mjs ${KEEL_BENCH_ARGS:-}
 # Where keel-lock's in-isolate time goes (CPU profile summary; bench/README.md explains it).
 timeout --signal=TERM 60 node bench/profile.mjs
