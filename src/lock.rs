@@ -275,11 +275,14 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// conservative local deadline: the time the acquire/extend request was sent plus its TTL,
     /// so the answer may be "expired" slightly early but is never optimistic.
     pub fn is_expired(&self) -> bool {
-        match &*self.hold.borrow() {
-            Hold::None => false,
-            Hold::Lost => true,
-            Hold::Held { deadline, .. } => self.runtime.now_ms() >= *deadline,
-        }
+        let deadline = match &*self.hold.borrow() {
+            Hold::None => return false,
+            Hold::Lost => return true,
+            Hold::Held { deadline, .. } => *deadline,
+        };
+        // The clock is read with the hold not borrowed: in JS it is `Date.now()`, which user
+        // code could replace with something that calls back into this lock.
+        self.runtime.now_ms() >= deadline
     }
 
     /// Freezes key, TTL, owner token and local deadline into a versioned string that

@@ -28,14 +28,19 @@ impl OwnerToken {
     /// Mints a fresh token from the platform CSPRNG (`crypto.getRandomValues` in JS hosts).
     /// Called lazily on the first acquire, never at module load: Workers forbid randomness there.
     pub fn mint() -> Result<Self, getrandom::Error> {
+        let empty = POOL.with(|pool| {
+            let (bytes, used) = &*pool.borrow();
+            bytes.is_empty() || used + TOKEN_BYTES > bytes.len()
+        });
+        if empty {
+            // Filled with the pool not borrowed: in JS this calls `crypto.getRandomValues`,
+            // which user code could replace with something that mints a token itself.
+            let mut fresh = vec![0; POOL_BYTES];
+            getrandom::fill(&mut fresh)?;
+            POOL.with(|pool| *pool.borrow_mut() = (fresh, 0));
+        }
         POOL.with(|pool| {
-            let mut pool = pool.borrow_mut();
-            let (bytes, used) = &mut *pool;
-            if bytes.is_empty() || *used + TOKEN_BYTES > bytes.len() {
-                bytes.resize(POOL_BYTES, 0);
-                getrandom::fill(bytes)?;
-                *used = 0;
-            }
+            let (bytes, used) = &mut *pool.borrow_mut();
             let mut hex = String::with_capacity(TOKEN_BYTES * 2);
             for b in &bytes[*used..*used + TOKEN_BYTES] {
                 hex.push(char::from_digit((b >> 4) as u32, 16).unwrap_or('0'));
