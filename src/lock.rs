@@ -117,10 +117,12 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// made at the deadline). Answers whether the lock is now held by this handle.
     pub async fn acquire(&self, options: AcquireOptions) -> LockResult<bool, S> {
         let owner = OwnerToken::mint().map_err(Error::Random)?;
-        let give_up_at = self.runtime.now_ms().saturating_add(options.timeout_ms);
         let pause = options.retry_delay_ms.max(1);
+        let mut give_up_at = None;
         loop {
             let sent = self.runtime.now_ms();
+            // The wait is measured from the first attempt (one clock read fewer per acquire).
+            let give_up_at = *give_up_at.get_or_insert(sent.saturating_add(options.timeout_ms));
             let won = self
                 .store
                 .acquire(&self.key, &owner, self.ttl)

@@ -12,8 +12,9 @@ pub const MAX_OWNER_BYTES: usize = 128;
 const TOKEN_BYTES: usize = 16;
 
 /// Bytes drawn from the CSPRNG at a time. Drawing 16 bytes per acquire would cost one
-/// `crypto.getRandomValues` call across the wasm boundary each time; a small pool amortises it.
-const POOL_BYTES: usize = TOKEN_BYTES * 16;
+/// `crypto.getRandomValues` call across the wasm boundary each time; a 4 KiB pool (256 tokens)
+/// amortises it.
+const POOL_BYTES: usize = TOKEN_BYTES * 256;
 
 thread_local! {
     static POOL: RefCell<(Vec<u8>, usize)> = const { RefCell::new((Vec::new(), 0)) };
