@@ -1,7 +1,7 @@
 // Types for the Cloudflare Workers (workerd) build of keel-lock: everything in ../index.d.ts,
 // plus the Durable Object lock store.
-export * from "../index.d.ts";
-import type { LockStore } from "../index.d.ts";
+export * from "../index.js";
+import type { LockStore } from "../index.js";
 
 /** The slice of a Durable Object namespace binding (`env.LOCKS`) the store uses. */
 export interface LockNamespace {

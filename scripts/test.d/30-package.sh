@@ -14,6 +14,7 @@ npm install --no-save --no-audit --no-fund --loglevel=error "../../pkg/$tarball"
 
 echo "--- tsc --strict over the documented snippets"
 npx tsc -p types/tsconfig.json
+npx tsc -p types/tsconfig.workerd.json   # the Workers build's types under the `workerd` condition
 if npx tsc -p types/tsconfig.bad.json >/dev/null 2>&1; then
   echo "types/bad.ts compiled: the package's types accept wrong code" >&2
   exit 1
