@@ -4,9 +4,13 @@
 // tests/wasm_*.rs.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod support;
+
 use std::cell::Cell;
+
 use std::future::Future;
 use std::pin::Pin;
+use support::SpinGuard;
 
 use keel_lock::lock::RunError;
 use keel_lock::virtual_time::{VirtualRuntime, VIRTUAL_EPOCH_MS};
@@ -54,24 +58,20 @@ struct Outage {
 /// panics if `acquire` is called very many times without virtual time moving (so a spinning
 /// retry loop fails the test instead of hanging it).
 struct ScriptedStore {
-    rt: VirtualRuntime,
     inner: MemoryLockStore<VirtualRuntime>,
     calls: Cell<u32>,
     acquires: Cell<u32>,
-    same_instant: Cell<(u64, u32)>,
+    spin: SpinGuard,
     fail_on: Cell<Option<Operation>>,
 }
-
-const SPIN_LIMIT: u32 = 10_000;
 
 impl ScriptedStore {
     fn new(rt: &VirtualRuntime) -> Self {
         ScriptedStore {
-            rt: rt.clone(),
             inner: MemoryLockStore::new(rt.clone()),
             calls: Cell::new(0),
             acquires: Cell::new(0),
-            same_instant: Cell::new((0, 0)),
+            spin: SpinGuard::new(rt),
             fail_on: Cell::new(None),
         }
     }
@@ -87,14 +87,7 @@ impl ScriptedStore {
         self.calls.set(call);
         if op == Operation::Acquire {
             self.acquires.set(self.acquires.get() + 1);
-            let now = self.rt.now_ms();
-            let (at, n) = self.same_instant.get();
-            let n = if at == now { n + 1 } else { 1 };
-            assert!(
-                n <= SPIN_LIMIT,
-                "{n} acquires at one instant: the retry loop spins"
-            );
-            self.same_instant.set((now, n));
+            self.spin.tick();
         }
         match self.fail_on.get() {
             Some(failing) if failing == op => Err(Outage { op, call }),

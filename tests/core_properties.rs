@@ -4,7 +4,11 @@
 // tests/wasm_*.rs.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod support;
+
 use std::cell::Cell;
+
+use support::SpinGuard;
 
 use keel_lock::virtual_time::VirtualRuntime;
 use keel_lock::{AcquireOptions, Key, Lock, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl};
@@ -41,21 +45,17 @@ fn wait(timeout_ms: u64, retry_delay_ms: u64) -> AcquireOptions {
 /// times without virtual time moving: a retry loop that spins fails the property instead of
 /// hanging the test run.
 struct Counting {
-    rt: VirtualRuntime,
     inner: MemoryLockStore<VirtualRuntime>,
     acquires: Cell<u64>,
-    same_instant: Cell<(u64, u32)>,
+    spin: SpinGuard,
 }
-
-const SPIN_LIMIT: u32 = 10_000;
 
 impl Counting {
     fn new(rt: &VirtualRuntime) -> Self {
         Counting {
-            rt: rt.clone(),
             inner: MemoryLockStore::new(rt.clone()),
             acquires: Cell::new(0),
-            same_instant: Cell::new((0, 0)),
+            spin: SpinGuard::new(rt),
         }
     }
 
@@ -71,14 +71,7 @@ impl LockStore for Counting {
     }
     async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Self::Error> {
         self.acquires.set(self.acquires.get() + 1);
-        let now = self.rt.now_ms();
-        let (at, n) = self.same_instant.get();
-        let n = if at == now { n + 1 } else { 1 };
-        assert!(
-            n <= SPIN_LIMIT,
-            "{n} acquires at one instant: the retry loop spins"
-        );
-        self.same_instant.set((now, n));
+        self.spin.tick();
         self.inner.acquire(key, owner, ttl).await
     }
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Self::Error> {
