@@ -340,8 +340,10 @@ describe("store registry", () => {
     await sleep(5);
     await lock("one-more").acquire();
     assert.ok(m.size < 1_200, `${m.size} rows kept for about 1 live key`);
-    assert.ok(m.purgeExpired() >= 0);
-    assert.ok(m.size <= 1);
+    const before = m.size;
+    const removed = m.purgeExpired();
+    assert.equal(m.size, before - removed, "purgeExpired reports what it removed");
+    assert.equal(m.size, 1, "only the live key is left");
   });
 });
 
