@@ -26,6 +26,8 @@
 // failover can lose a freshly acquired lock; where a second holder would do damage, also use a
 // fencing token checked by the resource being protected.
 
+import { argumentChecks } from "./args.js";
+
 /** Deletes KEYS[1] only while ARGV[1] (the owner token) still holds it. Answers 1 or 0. */
 export const RELEASE_SCRIPT = `-- keel-lock release: delete the key only while ARGV[1] still holds it
 local holder = redis.call("GET", KEYS[1])
@@ -51,8 +53,6 @@ export const EXTEND_SHA = "564bbbf4ede2e356999019b3c2ee0c69b5802941";
 
 const CLIENT_TYPES = ["ioredis", "node-redis", "upstash"];
 
-/** Largest TTL Redis accepts in PX without overflow concerns; matches keel-lock's own limit. */
-const MAX_TTL_MS = 2_147_483_647;
 
 function fn(client, name) {
   return typeof client[name] === "function";
@@ -108,23 +108,7 @@ function isNoScript(error) {
   return /NOSCRIPT/i.test(text);
 }
 
-function checkKey(key) {
-  if (typeof key !== "string" || key.length === 0) {
-    throw new TypeError(`redisLockStore: key must be a non-empty string, got ${typeof key}`);
-  }
-}
-
-function checkOwner(owner) {
-  if (typeof owner !== "string" || owner.length === 0) {
-    throw new TypeError(`redisLockStore: owner must be a non-empty string, got ${typeof owner}`);
-  }
-}
-
-function checkTtl(ttlMs) {
-  if (!Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_TTL_MS) {
-    throw new RangeError(`redisLockStore: ttlMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${ttlMs}`);
-  }
-}
+const check = argumentChecks("redisLockStore");
 
 /**
  * A keel-lock LockStore over Redis.
@@ -169,35 +153,35 @@ export function redisLockStore(client, options = {}) {
     clientType,
 
     async acquire(key, owner, ttlMs) {
-      checkKey(key);
-      checkOwner(owner);
-      checkTtl(ttlMs);
+      check.key(key);
+      check.owner(owner);
+      check.ttl(ttlMs);
       const reply = await redis.setNx(prefix + key, owner, ttlMs);
       return reply != null && String(reply) === "OK";
     },
 
     async release(key, owner) {
-      checkKey(key);
-      checkOwner(owner);
+      check.key(key);
+      check.owner(owner);
       const reply = await runScript(RELEASE_SHA, RELEASE_SCRIPT, prefix + key, [owner]);
       return Number(reply) === 1;
     },
 
     async extend(key, owner, ttlMs) {
-      checkKey(key);
-      checkOwner(owner);
-      checkTtl(ttlMs);
+      check.key(key);
+      check.owner(owner);
+      check.ttl(ttlMs);
       const reply = await runScript(EXTEND_SHA, EXTEND_SCRIPT, prefix + key, [owner, String(ttlMs)]);
       return Number(reply) === 1;
     },
 
     async isLocked(key) {
-      checkKey(key);
+      check.key(key);
       return Number(await redis.exists(prefix + key)) > 0;
     },
 
     async remainingTime(key) {
-      checkKey(key);
+      check.key(key);
       const ms = Number(await redis.pttl(prefix + key));
       return Number.isFinite(ms) && ms > 0 ? ms : null;
     },

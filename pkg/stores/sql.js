@@ -22,9 +22,10 @@
 // Expired rows are free but stay in the table until a later acquire of the same key takes them
 // over or purgeExpired() deletes them.
 
+import { argumentChecks } from "./args.js";
+
 const DRIVERS = ["d1", "sqlite", "pg"];
 const DEFAULT_TABLE = "keel_locks";
-const MAX_TTL_MS = 2_147_483_647;
 
 // Plain SQL identifiers only, optionally schema-qualified: no quotes, spaces or punctuation can
 // reach the SQL text. 63 characters is PostgreSQL's limit for one identifier.
@@ -215,23 +216,7 @@ function driverFor(db, driver) {
   }
 }
 
-function checkKey(key) {
-  if (typeof key !== "string" || key.length === 0) {
-    throw new TypeError(`databaseLockStore: key must be a non-empty string, got ${typeof key}`);
-  }
-}
-
-function checkOwner(owner) {
-  if (typeof owner !== "string" || owner.length === 0) {
-    throw new TypeError(`databaseLockStore: owner must be a non-empty string, got ${typeof owner}`);
-  }
-}
-
-function checkTtl(ttlMs) {
-  if (!Number.isInteger(ttlMs) || ttlMs < 1 || ttlMs > MAX_TTL_MS) {
-    throw new RangeError(`databaseLockStore: ttlMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${ttlMs}`);
-  }
-}
+const check = argumentChecks("databaseLockStore");
 
 // SQLite answers 1/0 (or 1n/0n with safeIntegers), Postgres true/false.
 const truthy = (value) => value === true || Number(value) === 1;
@@ -271,16 +256,16 @@ export function databaseLockStore(db, options = {}) {
     dialect,
 
     async acquire(key, owner, ttlMs) {
-      checkKey(key);
-      checkOwner(owner);
-      checkTtl(ttlMs);
+      check.key(key);
+      check.owner(owner);
+      check.ttl(ttlMs);
       const row = await io.row(sql.acquire, [key, owner, ttlMs]);
       return row !== null && row.owner === owner;
     },
 
     async release(key, owner) {
-      checkKey(key);
-      checkOwner(owner);
+      check.key(key);
+      check.owner(owner);
       // Deletes our row even if it has expired (nobody took it over, so it is garbage), but
       // answers true only if the lock was still live.
       const row = await io.row(sql.release, [key, owner]);
@@ -288,19 +273,19 @@ export function databaseLockStore(db, options = {}) {
     },
 
     async extend(key, owner, ttlMs) {
-      checkKey(key);
-      checkOwner(owner);
-      checkTtl(ttlMs);
+      check.key(key);
+      check.owner(owner);
+      check.ttl(ttlMs);
       return (await io.row(sql.extend, [ttlMs, key, owner])) !== null;
     },
 
     async isLocked(key) {
-      checkKey(key);
+      check.key(key);
       return (await io.row(sql.isLocked, [key])) !== null;
     },
 
     async remainingTime(key) {
-      checkKey(key);
+      check.key(key);
       const row = await io.row(sql.remainingTime, [key]);
       if (row === null) return null;
       const ms = Number(row.remaining);
