@@ -17,6 +17,11 @@ const MEDIUM_TTL = 1_000;
 const LONG_TTL = 60_000;
 const CONTENDERS = 50;
 
+/** Did an acquire succeed? Stores answer `true`, or `{ fence }` when they hand out fences. */
+export function acquired(answer) {
+  return answer === true || (typeof answer === "object" && answer !== null && Number.isInteger(answer.fence));
+}
+
 export function newContext(stores, prefix = "contract") {
   const tag = randomBytes(4).toString("hex");
   let n = 0;
@@ -33,7 +38,7 @@ async function race(ctx, key, owners, ttl) {
   const results = await Promise.all(
     owners.map((owner, i) => ctx.stores[i % ctx.stores.length].acquire(key, owner, ttl)),
   );
-  return owners.filter((_, i) => results[i] === true);
+  return owners.filter((_, i) => acquired(results[i]));
 }
 
 // A Date whose "now" is `skewMs` off the real clock, for proving a store never consults it.
@@ -55,7 +60,7 @@ export const CHECKS = [
     async run(ctx) {
       const { store } = ctx;
       const [key, a, b] = [ctx.key(), ctx.owner(), ctx.owner()];
-      assert.equal(await store.acquire(key, a, LONG_TTL), true, "acquire of a free key");
+      assert.equal(acquired(await store.acquire(key, a, LONG_TTL)), true, "acquire of a free key");
       assert.equal(await store.acquire(key, b, LONG_TTL), false, "a second owner acquired a held key");
       assert.equal(await store.acquire(key, a, LONG_TTL), false, "the holder re-acquired its held key");
       assert.equal(await store.isLocked(key), true);
@@ -80,7 +85,7 @@ export const CHECKS = [
     name: `exactly one of ${CONTENDERS} concurrent acquirers of an expired key wins`,
     async run(ctx) {
       const key = ctx.key();
-      assert.equal(await ctx.store.acquire(key, ctx.owner(), SHORT_TTL), true);
+      assert.equal(acquired(await ctx.store.acquire(key, ctx.owner(), SHORT_TTL)), true);
       await sleep(SHORT_TTL + SETTLE);
       const owners = Array.from({ length: CONTENDERS }, () => ctx.owner());
       const winners = await race(ctx, key, owners, LONG_TTL);
@@ -94,7 +99,7 @@ export const CHECKS = [
       const { store } = ctx;
       const [key, a, b] = [ctx.key(), ctx.owner(), ctx.owner()];
       assert.equal(await store.release(key, a), false, "release of a free key answered true");
-      assert.equal(await store.acquire(key, a, LONG_TTL), true);
+      assert.equal(acquired(await store.acquire(key, a, LONG_TTL)), true);
       assert.equal(await store.release(key, b), false, "a stranger's release answered true");
       assert.equal(await store.isLocked(key), true, "a stranger's release freed the key");
       assert.equal(await store.acquire(key, b, LONG_TTL), false, "the key is free after a stranger's release");
@@ -102,7 +107,7 @@ export const CHECKS = [
       assert.equal(await store.release(key, a), false, "a second release answered true");
       assert.equal(await store.isLocked(key), false, "isLocked after release");
       assert.equal(await store.remainingTime(key), null, "remainingTime after release");
-      assert.equal(await store.acquire(key, b, LONG_TTL), true, "a released key could not be acquired");
+      assert.equal(acquired(await store.acquire(key, b, LONG_TTL)), true, "a released key could not be acquired");
       assert.equal(await store.release(key, b), true);
     },
   },
@@ -113,7 +118,7 @@ export const CHECKS = [
       const [key, a, b] = [ctx.key(), ctx.owner(), ctx.owner()];
       assert.equal(await store.extend(key, a, LONG_TTL), false, "extend of a free key answered true");
       assert.equal(await store.isLocked(key), false, "extend of a free key created it");
-      assert.equal(await store.acquire(key, a, MEDIUM_TTL), true);
+      assert.equal(acquired(await store.acquire(key, a, MEDIUM_TTL)), true);
       assert.equal(await store.extend(key, b, LONG_TTL), false, "a stranger's extend answered true");
       assert.equal(await store.extend(key, a, LONG_TTL), true, "the owner's extend answered false");
       await sleep(MEDIUM_TTL + SETTLE);
@@ -129,11 +134,11 @@ export const CHECKS = [
     async run(ctx) {
       const { store } = ctx;
       const [key, a, b] = [ctx.key(), ctx.owner(), ctx.owner()];
-      assert.equal(await store.acquire(key, a, SHORT_TTL), true);
+      assert.equal(acquired(await store.acquire(key, a, SHORT_TTL)), true);
       await sleep(SHORT_TTL + SETTLE);
       assert.equal(await store.isLocked(key), false, "isLocked after the TTL passed");
       assert.equal(await store.remainingTime(key), null, "remainingTime after the TTL passed");
-      assert.equal(await store.acquire(key, b, LONG_TTL), true, "an expired key could not be acquired");
+      assert.equal(acquired(await store.acquire(key, b, LONG_TTL)), true, "an expired key could not be acquired");
       assert.equal(await store.release(key, b), true);
     },
   },
@@ -142,7 +147,7 @@ export const CHECKS = [
     async run(ctx) {
       const { store } = ctx;
       const [key, a] = [ctx.key(), ctx.owner()];
-      assert.equal(await store.acquire(key, a, SHORT_TTL), true);
+      assert.equal(acquired(await store.acquire(key, a, SHORT_TTL)), true);
       await sleep(SHORT_TTL + SETTLE);
       assert.equal(await store.extend(key, a, LONG_TTL), false, "extend of an expired lock answered true");
       assert.equal(await store.isLocked(key), false, "extend revived an expired lock");
@@ -154,9 +159,9 @@ export const CHECKS = [
     async run(ctx) {
       const { store } = ctx;
       const [key, a, b] = [ctx.key(), ctx.owner(), ctx.owner()];
-      assert.equal(await store.acquire(key, a, SHORT_TTL), true);
+      assert.equal(acquired(await store.acquire(key, a, SHORT_TTL)), true);
       await sleep(SHORT_TTL + SETTLE);
-      assert.equal(await store.acquire(key, b, LONG_TTL), true, "the expired key could not be taken over");
+      assert.equal(acquired(await store.acquire(key, b, LONG_TTL)), true, "the expired key could not be taken over");
       assert.equal(await store.release(key, a), false, "the expired holder's release answered true");
       assert.equal(await store.extend(key, a, LONG_TTL), false, "the expired holder's extend answered true");
       assert.equal(await store.isLocked(key), true, "the late release freed the new holder's lock");
@@ -172,7 +177,7 @@ export const CHECKS = [
       assert.equal(await store.isLocked(key), false);
       assert.equal(await store.remainingTime(key), null);
       const ttl = 10_000;
-      assert.equal(await store.acquire(key, a, ttl), true);
+      assert.equal(acquired(await store.acquire(key, a, ttl)), true);
       assert.equal(await store.isLocked(key), true);
       const left = await store.remainingTime(key);
       assert.equal(typeof left, "number");
@@ -187,9 +192,9 @@ export const CHECKS = [
     async run(ctx) {
       const { store } = ctx;
       const [k1, k2, a, b] = [ctx.key(), ctx.key(), ctx.owner(), ctx.owner()];
-      assert.equal(await store.acquire(k1, a, LONG_TTL), true);
+      assert.equal(acquired(await store.acquire(k1, a, LONG_TTL)), true);
       assert.equal(await store.isLocked(k2), false);
-      assert.equal(await store.acquire(k2, b, LONG_TTL), true);
+      assert.equal(acquired(await store.acquire(k2, b, LONG_TTL)), true);
       assert.equal(await store.release(k1, b), false);
       assert.equal(await store.release(k2, a), false);
       assert.equal(await store.release(k1, a), true);
@@ -206,17 +211,17 @@ export const CHECKS = [
         const [key, short, a, b] = [ctx.key(), ctx.key(), ctx.owner(), ctx.owner()];
         globalThis.Date = skewedDate(RealDate, skew);
         try {
-          assert.equal(await store.acquire(key, a, LONG_TTL), true);
+          assert.equal(acquired(await store.acquire(key, a, LONG_TTL)), true);
           assert.equal(await store.isLocked(key), true, `a 60 s lock reads as free with the caller ${skew} ms off`);
           const left = await store.remainingTime(key);
           assert.ok(left !== null && left > LONG_TTL - 10_000 && left <= LONG_TTL, `remainingTime ${left} (skew ${skew})`);
           assert.equal(await store.acquire(key, b, LONG_TTL), false, `a held key was taken (skew ${skew})`);
           assert.equal(await store.extend(key, a, LONG_TTL), true, `extend failed (skew ${skew})`);
           assert.equal(await store.release(key, a), true);
-          assert.equal(await store.acquire(short, a, SHORT_TTL), true);
+          assert.equal(acquired(await store.acquire(short, a, SHORT_TTL)), true);
           await sleep(SHORT_TTL + SETTLE);
           assert.equal(await store.isLocked(short), false, `an expired key reads as held (skew ${skew})`);
-          assert.equal(await store.acquire(short, b, LONG_TTL), true, `an expired key could not be taken (skew ${skew})`);
+          assert.equal(acquired(await store.acquire(short, b, LONG_TTL)), true, `an expired key could not be taken (skew ${skew})`);
           assert.equal(await store.release(short, b), true);
         } finally {
           globalThis.Date = RealDate;
