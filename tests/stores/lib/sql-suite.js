@@ -2,14 +2,138 @@
 //   { dialect: "sqlite" | "postgres", db, stores: [store, …], raw }
 // where raw(sql, params) runs SQL written with `?` placeholders directly on the database
 // (bypassing the store) and answers the rows.
+//
+// Fences: `fenceLedger()` checks that every acquire answers { fence } with a fence larger than
+// every earlier one for its key; `fenceScenario()` drives a key through release, expiry,
+// purgeExpired() and races of 50 acquirers and feeds every fence to a ledger. Both are exported
+// so the driver files can use them (restarts, threads) and so a broken variant can be shown to fail.
 import assert from "node:assert/strict";
 import { randomBytes } from "node:crypto";
+import { inspect } from "node:util";
 import { test } from "node:test";
 import { databaseLockStore, schema, detectDriver } from "../../../pkg/stores/sql.js";
+import { MAX_FENCE } from "../../../pkg/stores/args.js";
+import { acquired } from "./contract.js";
+import { sleep } from "./servers.js";
 
 const LONG = 60_000;
+// A lock meant to expire: short, then waited out with room to spare on a loaded machine.
+const SHORT = 150;
+const SETTLE = 250;
+const CONTENDERS = 50;
 const owner = () => randomBytes(16).toString("hex");
 const uniqueKey = (label) => `keel-test:sql:${label}:${randomBytes(4).toString("hex")}`;
+const uniqueTable = (label) => `${label}_${randomBytes(3).toString("hex")}`;
+
+/**
+ * Remembers the last fence per key. `take(key, answer, when)` asserts that `answer` is
+ * `{ fence }` with an integer fence in 1..MAX_FENCE greater than every fence taken before for
+ * that key, and answers the fence.
+ */
+export function fenceLedger() {
+  const last = new Map();
+  return {
+    take(key, answer, when = "") {
+      const where = when ? ` (${when})` : "";
+      assert.ok(
+        answer !== null && typeof answer === "object" && "fence" in answer,
+        `acquire of ${key} answered ${inspect(answer)}, not { fence }${where}`,
+      );
+      const { fence } = answer;
+      assert.ok(
+        Number.isSafeInteger(fence) && fence >= 1 && fence <= MAX_FENCE,
+        `fence ${inspect(fence)} is not an integer in 1..MAX_FENCE${where}`,
+      );
+      const before = last.get(key);
+      assert.ok(
+        before === undefined || fence > before,
+        `fence ${fence} for ${key} is not greater than the fence ${before} handed out before it${where}`,
+      );
+      last.set(key, fence);
+      return fence;
+    },
+    last: (key) => last.get(key),
+  };
+}
+
+/** `count` acquires of one key at once, spread over `stores`; answers [{ owner, answer }]. */
+export async function raceFor(stores, key, count, ttl) {
+  const owners = Array.from({ length: count }, owner);
+  const answers = await Promise.all(owners.map((o, i) => stores[i % stores.length].acquire(key, o, ttl)));
+  return owners.map((o, i) => ({ owner: o, answer: answers[i] }));
+}
+
+/** Exactly one winner, every loser answered exactly `false`; the winner's fence goes to the ledger. */
+function oneWinner(results, ledger, key, when) {
+  const winners = results.filter((r) => acquired(r.answer));
+  assert.equal(winners.length, 1, `${winners.length} of ${results.length} acquirers won (${when})`);
+  for (const r of results) {
+    if (r !== winners[0]) assert.equal(r.answer, false, `a losing acquire answered ${inspect(r.answer)} (${when})`);
+  }
+  ledger.take(key, winners[0].answer, when);
+  return winners[0].owner;
+}
+
+/**
+ * One key through every way a lock ends — release, expiry and takeover, purgeExpired() — and
+ * races of 50 acquirers for a free and for an expired key, all fences checked by one ledger.
+ * `stores` share one table; `purge()` runs purgeExpired() for it.
+ */
+export async function fenceScenario({ stores, purge = () => stores[0].purgeExpired() }, label = "fences") {
+  const [store] = stores;
+  const other = stores[stores.length - 1];
+  const ledger = fenceLedger();
+  const key = uniqueKey(label);
+
+  let a = owner();
+  ledger.take(key, await store.acquire(key, a, LONG), "first acquire");
+  assert.equal(await store.acquire(key, owner(), LONG), false, "a held key was acquired");
+  assert.equal(await store.release(key, a), true);
+  a = owner();
+  ledger.take(key, await other.acquire(key, a, LONG), "after a release");
+  assert.equal(await other.release(key, a), true);
+
+  ledger.take(key, await store.acquire(key, owner(), SHORT), "before expiry");
+  await sleep(SHORT + SETTLE);
+  ledger.take(key, await other.acquire(key, owner(), SHORT), "taking over the expired lock");
+  await sleep(SHORT + SETTLE);
+
+  assert.ok((await purge()) >= 1, "purgeExpired() did not remove the expired lock row");
+  ledger.take(key, await store.acquire(key, owner(), SHORT), "after purgeExpired()");
+  await sleep(SHORT + SETTLE);
+
+  a = oneWinner(await raceFor(stores, key, CONTENDERS, LONG), ledger, key, `${CONTENDERS} acquirers, expired key`);
+  assert.equal(await store.release(key, a), true);
+  a = oneWinner(await raceFor(stores, key, CONTENDERS, LONG), ledger, key, `${CONTENDERS} acquirers, released key`);
+  assert.equal(await store.release(key, a), true);
+
+  // A released row is gone: purge finds nothing of it, and the counter still moves on.
+  await purge();
+  a = owner();
+  ledger.take(key, await store.acquire(key, a, LONG), "after release and purgeExpired()");
+  assert.equal(await store.release(key, a), true);
+  return ledger.last(key);
+}
+
+// Drops a lock table and what createTable() made next to it.
+async function dropLockTable(raw, dialect, table) {
+  const parts = table.split(".");
+  const last = parts[parts.length - 1];
+  const schemaPrefix = parts.length === 2 ? `"${parts[0]}".` : "";
+  await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}"`, []);
+  if (dialect === "sqlite") await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_fence"`, []);
+  else await raw(`DROP SEQUENCE IF EXISTS ${schemaPrefix}"${last}_fence_seq"`, []);
+}
+
+// The table as schema() laid it out before fences: what existing installations have.
+function unfencedDdl(dialect, table) {
+  const type = dialect === "sqlite" ? "INTEGER" : "BIGINT";
+  const keyNotNull = dialect === "sqlite" ? " NOT NULL" : "";
+  return [
+    `CREATE TABLE "${table}" (key TEXT PRIMARY KEY${keyNotNull}, owner TEXT NOT NULL, expires_at ${type} NOT NULL)`,
+    `CREATE INDEX "${table}_expires_at_idx" ON "${table}" (expires_at)`,
+  ];
+}
 
 export const BAD_TABLE_NAMES = [
   "locks; DROP TABLE keel_locks; --",
@@ -53,7 +177,7 @@ export function registerSqlTests(env, { driver }) {
     const { db, stores, raw, dialect } = env();
     const canary = uniqueKey("canary");
     const a = owner();
-    assert.equal(await stores[0].acquire(canary, a, LONG), true);
+    assert.equal(acquired(await stores[0].acquire(canary, a, LONG)), true);
     for (const table of BAD_TABLE_NAMES) {
       assert.throws(() => databaseLockStore(db, { table }), TypeError, `accepted table ${JSON.stringify(table)}`);
       assert.throws(() => schema({ dialect, table }), TypeError, `schema() accepted ${JSON.stringify(table)}`);
@@ -64,7 +188,7 @@ export function registerSqlTests(env, { driver }) {
     assert.equal(await stores[0].release(canary, a), true);
   });
 
-  test("schema() has the DDL for both dialects; unknown dialects are refused", () => {
+  test("schema() has the DDL for both dialects, fence counter included; unknown dialects are refused", () => {
     for (const dialect of ["sqlite", "d1", "postgres", "pg"]) {
       const ddl = schema({ dialect, table: "my_locks" });
       assert.match(ddl, /CREATE TABLE IF NOT EXISTS "my_locks"/);
@@ -72,11 +196,22 @@ export function registerSqlTests(env, { driver }) {
       assert.match(ddl, /expires_at\s+(BIGINT|INTEGER) NOT NULL/);
       assert.match(ddl, /CREATE INDEX IF NOT EXISTS "my_locks_expires_at_idx"/);
     }
+    for (const dialect of ["sqlite", "d1"]) {
+      const ddl = schema({ dialect, table: "my_locks" });
+      assert.match(ddl, /fence\s+INTEGER CHECK \(fence BETWEEN 1 AND 9007199254740991\)/);
+      assert.match(ddl, /CREATE TABLE IF NOT EXISTS "my_locks_fence"/);
+      assert.match(ddl, /CREATE TRIGGER IF NOT EXISTS "my_locks_fence_on_insert" AFTER INSERT ON "my_locks"/);
+      assert.match(ddl, /CREATE TRIGGER IF NOT EXISTS "my_locks_fence_on_update" AFTER UPDATE OF fence ON "my_locks"/);
+    }
+    for (const dialect of ["postgres", "pg"]) {
+      const ddl = schema({ dialect, table: "my_locks" });
+      assert.match(ddl, /CREATE SEQUENCE IF NOT EXISTS "my_locks_fence_seq" .*MAXVALUE 9007199254740991 .*CACHE 1 /);
+    }
     assert.match(schema(), /"keel_locks"/);
     assert.throws(() => schema({ dialect: "oracle" }), TypeError);
   });
 
-  test("createTable is idempotent and creates key, owner, expires_at", async () => {
+  test("createTable is idempotent and creates key, owner, expires_at (and the fence counter)", async () => {
     const { stores, raw, dialect } = env();
     await stores[0].createTable();
     await stores[0].createTable();
@@ -89,7 +224,20 @@ export function registerSqlTests(env, { driver }) {
               [],
             )
           ).map((r) => r.name);
-    assert.deepEqual(columns, ["key", "owner", "expires_at"]);
+    if (dialect === "sqlite") {
+      // The fence of the current holder sits in its row; the counter is a one-row table.
+      assert.deepEqual(columns, ["key", "owner", "expires_at", "fence"]);
+      const counter = await raw('SELECT id, value FROM "keel_locks_fence"', []);
+      assert.equal(counter.length, 1);
+      assert.equal(counter[0].id, 1);
+    } else {
+      assert.deepEqual(columns, ["key", "owner", "expires_at"]);
+      const [seq] = await raw(
+        "SELECT max_value::text AS max, cache_size::text AS cache, cycle FROM pg_sequences WHERE sequencename = 'keel_locks_fence_seq'",
+        [],
+      );
+      assert.deepEqual(seq, { max: String(MAX_FENCE), cache: "1", cycle: false });
+    }
   });
 
   test("now() is the database's wall clock in ms", async () => {
@@ -104,7 +252,7 @@ export function registerSqlTests(env, { driver }) {
     const store = stores[0];
     const [key, a] = [uniqueKey("expiry"), owner()];
     const before = await store.now();
-    assert.equal(await store.acquire(key, a, LONG), true);
+    assert.equal(acquired(await store.acquire(key, a, LONG)), true);
     const after = await store.now();
     const [row] = await raw("SELECT expires_at FROM keel_locks WHERE key = ?", [key]);
     const expires = Number(row.expires_at);
@@ -119,7 +267,7 @@ export function registerSqlTests(env, { driver }) {
     const now = await store.now();
     await raw("INSERT INTO keel_locks (key, owner, expires_at) VALUES (?, ?, ?)", [key, stale, now - 1]);
     assert.equal(await store.isLocked(key), false, "a row expired by the database clock reads as held");
-    assert.equal(await store.acquire(key, b, LONG), true, "the expired row was not taken over");
+    assert.equal(acquired(await store.acquire(key, b, LONG)), true, "the expired row was not taken over");
     assert.equal(await store.acquire(key, c, LONG), false, "a live row was taken over");
     const rows = await raw("SELECT owner FROM keel_locks WHERE key = ?", [key]);
     assert.deepEqual(rows.map((r) => r.owner), [b]);
@@ -172,29 +320,170 @@ export function registerSqlTests(env, { driver }) {
     const left = (await raw(`SELECT key FROM ${table} ORDER BY key`, [])).map((r) => r.key);
     assert.deepEqual(left, ["live-1h", "live-1m"]);
     assert.equal(await store.purgeExpired(), 0);
-    await raw(`DROP TABLE ${table}`, []);
-    assert.ok(dialect);
+    await dropLockTable(raw, dialect, table);
   });
 
-  test("a custom table name (and a table laid out as in the Keel docs) works", async () => {
+  test("a custom table name (and a table laid out as in the Keel docs, once createTable() adds fences) works", async () => {
     const { db, raw, dialect } = env();
-    const table = `Docs_Locks_${randomBytes(3).toString("hex")}`;
+    const table = uniqueTable("Docs_Locks");
     // The column layout from the Keel documentation, created by the application itself.
     await raw(`CREATE TABLE "${table}" (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at BIGINT NOT NULL)`, []);
     const store = databaseLockStore(db, { table });
+    await store.createTable();
     const [key, a, b] = [uniqueKey("custom"), owner(), owner()];
-    assert.equal(await store.acquire(key, a, LONG), true);
+    const ledger = fenceLedger();
+    ledger.take(key, await store.acquire(key, a, LONG));
     assert.equal(await store.acquire(key, b, LONG), false);
     assert.equal((await raw(`SELECT owner FROM "${table}" WHERE key = ?`, [key]))[0].owner, a);
     assert.equal(await store.release(key, a), true);
-    await raw(`DROP TABLE "${table}"`, []);
-    // Schema-qualified names are accepted too.
+    await dropLockTable(raw, dialect, table);
+    // Schema-qualified names are accepted too; the counter lives in the same schema. Another
+    // table is another set of locks, with its own counter: a new ledger.
     const qualified = dialect === "sqlite" ? "main.qualified_locks" : "public.qualified_locks";
     const q = databaseLockStore(db, { table: qualified });
     await q.createTable();
-    assert.equal(await q.acquire(key, b, LONG), true);
+    const qLedger = fenceLedger();
+    qLedger.take(key, await q.acquire(key, b, LONG));
     assert.equal(await q.isLocked(key), true);
     assert.equal(await q.release(key, b), true);
-    await raw("DROP TABLE qualified_locks", []);
+    qLedger.take(key, await q.acquire(key, b, LONG));
+    assert.equal(await q.release(key, b), true);
+    await dropLockTable(raw, dialect, qualified);
   });
+
+  // ---------------------------------------------------------------------------------------------
+  // Fences
+
+  test("acquire answers { fence } with a safe integer, or exactly false — never true", async () => {
+    const { stores } = env();
+    const [key, a, b] = [uniqueKey("answer"), owner(), owner()];
+    const answer = await stores[0].acquire(key, a, LONG);
+    assert.deepEqual(Object.keys(answer), ["fence"]);
+    assert.equal(typeof answer.fence, "number");
+    assert.ok(Number.isSafeInteger(answer.fence) && answer.fence >= 1, `fence ${answer.fence}`);
+    assert.equal(await stores[0].acquire(key, b, LONG), false);
+    assert.equal(await stores[0].acquire(key, a, LONG), false, "the holder re-acquired");
+    assert.equal(await stores[0].release(key, a), true);
+  });
+
+  test(`fences strictly increase per key across release, expiry, purgeExpired() and ${CONTENDERS} competing acquirers`, { timeout: 60_000 }, async () => {
+    const { stores } = env();
+    await fenceScenario({ stores });
+  });
+
+  test("keys share the table's counter: fences are unique across keys, each key's still increasing", async () => {
+    const { stores } = env();
+    const ledger = fenceLedger();
+    const keys = [uniqueKey("k1"), uniqueKey("k2"), uniqueKey("k3")];
+    const seen = new Set();
+    for (let round = 0; round < 3; round++) {
+      for (const key of keys) {
+        const a = owner();
+        const fence = ledger.take(key, await stores[round % stores.length].acquire(key, a, LONG), `round ${round}`);
+        assert.ok(!seen.has(fence), `fence ${fence} handed out twice`);
+        seen.add(fence);
+        assert.equal(await stores[0].release(key, a), true);
+      }
+    }
+  });
+
+  test("the fence check catches a broken variant: a counter that purgeExpired() resets", { timeout: 60_000 }, async () => {
+    const { db, raw, dialect } = env();
+    const table = uniqueTable("broken_fences");
+    const store = databaseLockStore(db, { table });
+    await store.createTable();
+    // The design this library avoids: a fence kept only with the lock rows, so deleting the rows
+    // (here: purging) starts the count again.
+    const reset = dialect === "sqlite" ? `UPDATE "${table}_fence" SET value = 0` : `ALTER SEQUENCE "${table}_fence_seq" RESTART`;
+    const purge = async () => {
+      const removed = await store.purgeExpired();
+      await raw(reset, []);
+      return removed;
+    };
+    await assert.rejects(
+      fenceScenario({ stores: [store], purge }, "broken"),
+      (error) => error instanceof assert.AssertionError && /not greater than the fence \d+ handed out before it \(after purgeExpired\(\)\)/.test(error.message),
+    );
+    await dropLockTable(raw, dialect, table);
+  });
+
+  test("migration: createTable() upgrades a table laid out without fences; live locks stay held", async () => {
+    const { db, raw, dialect } = env();
+    const table = uniqueTable("unfenced");
+    for (const ddl of unfencedDdl(dialect, table)) await raw(ddl, []);
+    const store = databaseLockStore(db, { table });
+    const [held, stale, a, b] = [uniqueKey("held"), uniqueKey("stale"), owner(), owner()];
+    const now = await store.now();
+    await raw(`INSERT INTO "${table}" (key, owner, expires_at) VALUES (?, ?, ?)`, [held, a, now + LONG]);
+    await raw(`INSERT INTO "${table}" (key, owner, expires_at) VALUES (?, ?, ?)`, [stale, a, now - 1]);
+
+    await store.createTable();
+    await store.createTable(); // idempotent on the upgraded table
+
+    assert.equal(await store.isLocked(held), true, "the upgrade dropped a live lock");
+    const left = await store.remainingTime(held);
+    assert.ok(left > LONG - 10_000 && left <= LONG, `remainingTime ${left} after the upgrade`);
+    assert.equal(await store.acquire(held, b, LONG), false, "a live lock was taken after the upgrade");
+    assert.equal(await store.extend(held, a, LONG), true, "the holder could not extend after the upgrade");
+
+    const ledger = fenceLedger();
+    ledger.take(stale, await store.acquire(stale, b, LONG), "taking over a row from before the upgrade");
+    assert.equal(await store.release(held, a), true, "the holder could not release after the upgrade");
+    const fence = ledger.take(held, await store.acquire(held, b, LONG), "first acquire after the upgrade");
+    assert.notEqual(fence, ledger.last(stale));
+    assert.equal(await store.release(held, b), true);
+    ledger.take(held, await store.acquire(held, a, LONG), "second acquire after the upgrade");
+    assert.equal(await store.release(held, a), true);
+    assert.equal(await store.release(stale, b), true);
+
+    if (dialect === "sqlite") {
+      const columns = (await raw(`SELECT name FROM pragma_table_info('${table}') ORDER BY cid`, [])).map((r) => r.name);
+      assert.deepEqual(columns, ["key", "owner", "expires_at", "fence"]);
+    }
+    await dropLockTable(raw, dialect, table);
+  });
+
+  test("the last fence is MAX_FENCE, exactly; past it acquire fails and leaves no lock", async () => {
+    const { db, raw, dialect } = env();
+    const table = uniqueTable("max_fence");
+    const store = databaseLockStore(db, { table });
+    await store.createTable();
+    const [key, a, b] = [uniqueKey("max"), owner(), owner()];
+    // Bring the counter to just below the end, as if 2^53 − 2 fences had been handed out.
+    if (dialect === "sqlite") await raw(`UPDATE "${table}_fence" SET value = ?`, [MAX_FENCE - 1]);
+    else await raw(`ALTER SEQUENCE "${table}_fence_seq" RESTART WITH ${MAX_FENCE}`, []);
+    assert.deepEqual(await store.acquire(key, a, LONG), { fence: MAX_FENCE });
+    assert.equal(await store.release(key, a), true);
+    await assert.rejects(store.acquire(key, b, LONG), dialect === "sqlite" ? /CHECK constraint failed/ : /maximum value of sequence/);
+    assert.equal(await store.isLocked(key), false, "a refused acquire left a lock");
+    if (dialect === "postgres") {
+      // A sequence altered by hand to go further: the store refuses the fence it cannot
+      // represent exactly, and releases the row it had just won.
+      await raw(`ALTER SEQUENCE "${table}_fence_seq" MAXVALUE ${MAX_FENCE + 100}`, []);
+      await assert.rejects(store.acquire(key, b, LONG), (error) => error instanceof RangeError && /9007199254740992, outside 1\.\.9007199254740991/.test(error.message));
+      assert.equal(await store.isLocked(key), false, "a refused fence left a lock");
+    }
+    await dropLockTable(raw, dialect, table);
+  });
+
+  if (driver !== "pg") {
+    test("SQLite: a missing counter row is reported, not answered as a fence; createTable() restores it above the fences in the rows", async () => {
+      const { db, raw } = env();
+      const table = uniqueTable("lost_counter");
+      const store = databaseLockStore(db, { table });
+      await store.createTable();
+      const [key, other, a, b] = [uniqueKey("lost"), uniqueKey("other"), owner(), owner()];
+      const ledger = fenceLedger();
+      ledger.take(key, await store.acquire(key, a, LONG));
+      const live = ledger.take(other, await store.acquire(other, a, LONG));
+      await raw(`DELETE FROM "${table}_fence"`, []);
+      assert.equal(await store.release(key, a), true);
+      await assert.rejects(store.acquire(key, b, LONG), /no fence.*createTable/);
+      assert.equal(await store.isLocked(key), false, "an acquire without a fence left a lock");
+      await store.createTable();
+      const next = ledger.take(key, await store.acquire(key, b, LONG));
+      assert.ok(next > live, `fence ${next} after restoring the counter is not above the live row's ${live}`);
+      await dropLockTable(raw, "sqlite", table);
+    });
+  }
 }
