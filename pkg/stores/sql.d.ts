@@ -19,12 +19,31 @@ export interface SchemaOptions {
   table?: string;
 }
 
+/**
+ * What a won acquire answers: the fencing token, an integer in 1..MAX_FENCE (2^53 − 1) greater
+ * than every fence this table handed out before — across holders, processes, expiry, release,
+ * `purgeExpired()` and database restarts. Fences of one table's keys come from one counter, so a
+ * key's fences have gaps.
+ */
+export interface Fence {
+  readonly fence: number;
+}
+
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
-export type DatabaseLockStore = LockStore & {
+export type DatabaseLockStore = Omit<LockStore, "acquire"> & {
+  /**
+   * Atomic set-if-absent judged by the database's clock: `{ fence }` if this call took the lock,
+   * `false` if someone holds it. Rejects (and leaves no lock) if the fence counter is missing
+   * (run `createTable()`) or exhausted.
+   */
+  acquire(key: string, owner: string, ttlMs: number): Promise<false | Fence>;
   readonly table: string;
   readonly driver: DatabaseDriver;
   readonly dialect: SqlDialect;
-  /** CREATE TABLE / CREATE INDEX IF NOT EXISTS (idempotent). */
+  /**
+   * CREATE TABLE / INDEX / fence counter IF NOT EXISTS, and the upgrade of a table laid out
+   * without fences (idempotent; held locks stay held).
+   */
   createTable(): Promise<void>;
   /** Delete rows expired by the database's clock; resolves to how many went. */
   purgeExpired(): Promise<number>;
@@ -39,7 +58,11 @@ export type DatabaseLockStore = LockStore & {
 export declare function databaseLockStore(db: object, options?: DatabaseLockStoreOptions): DatabaseLockStore;
 export default databaseLockStore;
 
-/** The lock table's DDL for a dialect, as `;`-terminated statements. */
+/**
+ * The lock table's DDL for a dialect, as `;`-terminated statements: the table, its expiry index
+ * and the fence counter (SQLite: a `<table>_fence` table and two triggers; PostgreSQL: a
+ * `<table>_fence_seq` sequence). For a fresh database; `createTable()` also upgrades.
+ */
 export declare function schema(options?: SchemaOptions): string;
 
 /** Which driver `db` is, or null. */

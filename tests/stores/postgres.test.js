@@ -82,6 +82,26 @@ describe("pg Client", () => {
   });
 });
 
+describe("a broken Postgres fence counter is caught (pg)", () => {
+  test("a sequence with a per-session cache hands out fences out of order: the fence checks fail", { timeout: 60_000 }, async () => {
+    const table = `cached_seq_${randomBytes(3).toString("hex")}`;
+    const broken = pools.map((pool) => databaseLockStore(pool, { table }));
+    await broken[0].createTable();
+    // What CACHE 1 in schema() prevents: each session takes 20 values at a time and hands them
+    // out while other sessions, holding later blocks, go on acquiring the same key.
+    await pools[0].query(`ALTER SEQUENCE "${table}_fence_seq" CACHE 20`);
+    try {
+      await assert.rejects(
+        fenceScenario({ stores: broken }, "cached-sequence"),
+        (error) => error instanceof assert.AssertionError && /is not greater than the fence \d+ handed out before it/.test(error.message),
+      );
+    } finally {
+      await pools[0].query(`DROP TABLE IF EXISTS "${table}"`);
+      await pools[0].query(`DROP SEQUENCE IF EXISTS "${table}_fence_seq"`);
+    }
+  });
+});
+
 // The resource-side check from pkg/stores/README.md, verbatim: the protected row remembers the
 // largest fence that wrote it and refuses anything older.
 const FENCED_UPDATE = "UPDATE ledger SET balance = $1, last_fence = $2 WHERE id = $3 AND last_fence <= $2";
