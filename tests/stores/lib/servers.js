@@ -1,11 +1,12 @@
 // Real servers for the store tests, started by the tests themselves on free ports and stopped by
 // PID at the end (and on any exit, so a crashed test leaves nothing running):
 //   startRedis()            redis-server, no persistence
+//   startRedisCluster()     a Redis Cluster of three masters (redis-server --cluster-enabled yes, redis-cli --cluster create)
 //   startPostgres()         a throwaway PostgreSQL cluster (initdb + pg_ctl) in a temp dir
 //   startUpstashFixture()   an HTTP server speaking Upstash's REST protocol, forwarding to a real redis-server
 //   startD1()               Cloudflare D1 in local workerd through Miniflare
-import { spawn, spawnSync, execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, chownSync } from "node:fs";
+import { spawn, spawnSync, execFile, execFileSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, chownSync } from "node:fs";
 import http from "node:http";
 import net from "node:net";
 import { tmpdir } from "node:os";
@@ -58,15 +59,26 @@ function which(cmd) {
 // ---------------------------------------------------------------------------------------------
 // redis-server
 
-export async function startRedis() {
-  const bin = process.env.REDIS_SERVER ?? which("redis-server") ?? "/usr/bin/redis-server";
-  if (!existsSync(bin)) throw new Error(`redis-server not found (${bin}); run make setup`);
+function redisBin(name, envVar) {
+  const bin = process.env[envVar] ?? which(name) ?? `/usr/bin/${name}`;
+  if (!existsSync(bin)) throw new Error(`${name} not found (${bin}); run make setup`);
+  return bin;
+}
+
+// One redis-server in the foreground on a free port, no persistence, plus the arguments
+// `extraArgs()` answers (called again on each attempt, so it may take free ports of its own);
+// retried when it loses a race for a port.
+async function launchRedis(extraArgs = async () => [], { cwd } = {}) {
+  const bin = redisBin("redis-server", "REDIS_SERVER");
   for (let attempt = 0; ; attempt++) {
     const port = await freePort();
     const child = spawn(
       bin,
-      ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"],
-      { stdio: ["ignore", "pipe", "pipe"] },
+      [
+        "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
+        ...(await extraArgs()),
+      ],
+      { stdio: ["ignore", "pipe", "pipe"], cwd },
     );
     const kill = () => child.exitCode === null && process.kill(child.pid, "SIGKILL");
     onExit.add(kill);
@@ -102,6 +114,71 @@ export async function startRedis() {
       },
     };
   }
+}
+
+export function startRedis() {
+  return launchRedis();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster: `masters` redis-servers in cluster mode, each in its own directory under one
+// temp dir (where it keeps nodes.conf) with its cluster bus on a second free port, joined by
+// `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`. Ready once every node reports
+// cluster_state:ok with all 16384 slots assigned and every master known.
+
+async function redisCli(args, { timeout = 60_000 } = {}) {
+  const cli = redisBin("redis-cli", "REDIS_CLI");
+  return new Promise((resolve, reject) => {
+    execFile(cli, args, { encoding: "utf8", timeout }, (error, stdout, stderr) => {
+      if (error) reject(new Error(`redis-cli ${args.join(" ")} failed: ${error.message}\n${stdout}${stderr}`));
+      else resolve(stdout);
+    });
+  });
+}
+
+export async function startRedisCluster({ masters = 3 } = {}) {
+  const dir = mkdtempSync(join(tmpdir(), "keel-lock-redis-cluster-"));
+  const nodes = [];
+  const removeDir = () => rmSync(dir, { recursive: true, force: true });
+  onExit.add(removeDir);
+  const stop = async () => {
+    for (const node of nodes) await node.stop();
+    removeDir();
+    onExit.delete(removeDir);
+  };
+  try {
+    for (let i = 0; i < masters; i++) {
+      const nodeDir = join(dir, `node-${i}`);
+      mkdirSync(nodeDir);
+      const clusterArgs = async () => [
+        "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--dir", nodeDir,
+        "--cluster-port", String(await freePort()),
+      ];
+      nodes.push(await launchRedis(clusterArgs, { cwd: nodeDir }));
+    }
+    const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
+    await redisCli(["--cluster", "create", ...addresses, "--cluster-replicas", "0", "--cluster-yes"]);
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const infos = await Promise.all(nodes.map((n) => redisCli(["-p", String(n.port), "cluster", "info"])));
+      const ready = infos.every(
+        (info) =>
+          /cluster_state:ok/.test(info) &&
+          /cluster_slots_ok:16384/.test(info) &&
+          new RegExp(`cluster_known_nodes:${masters}\\b`).test(info),
+      );
+      if (ready) break;
+      if (Date.now() > deadline) throw new Error(`the cluster did not become ready:\n${infos.join("\n")}`);
+      await sleep(100);
+    }
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  return {
+    nodes: nodes.map((n) => ({ host: "127.0.0.1", port: n.port, pid: n.pid, url: n.url })),
+    stop,
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,0 +1,48 @@
+// Type-checked (never run) by redis.test.js: keel-lock/redis's types against the real client
+// libraries' own types — fences, key names, cluster clients — and the misuses they must reject.
+import {
+  redisLockStore,
+  redisLockKeys,
+  detectRedisClient,
+  ACQUIRE_SHA,
+  type Fence,
+  type RedisClientType,
+  type RedisLockKeys,
+  type RedisLockStore,
+} from "../../../pkg/stores/redis.js";
+import { Redis as IORedis, Cluster } from "ioredis";
+import { createClient, createCluster } from "redis";
+import { Redis as Upstash } from "@upstash/redis";
+
+export async function redisUsage(): Promise<void> {
+  const io: RedisLockStore = redisLockStore(new IORedis(), { prefix: "lock:" });
+  const ioCluster = redisLockStore(new Cluster([{ host: "127.0.0.1", port: 7000 }]));
+  const nodeRedis = redisLockStore(createClient(), { clientType: "node-redis" });
+  const nodeRedisCluster = redisLockStore(createCluster({ rootNodes: [{ url: "redis://127.0.0.1:7000" }] }), {
+    clientType: "node-redis-cluster",
+  });
+  const upstash = redisLockStore(new Upstash({ url: "http://x", token: "t" }));
+  const kind: RedisClientType | null = detectRedisClient(ioCluster);
+  const type: RedisClientType = nodeRedisCluster.clientType;
+
+  const got: false | Fence = await io.acquire("k", "owner", 1000);
+  const fence: number | undefined = got ? got.fence : undefined;
+  const released: boolean = await ioCluster.release("k", "owner");
+  const extended: boolean = await nodeRedis.extend("k", "owner", 1000);
+  const left: number | null = await upstash.remainingTime("k");
+  const names: RedisLockKeys = redisLockKeys("k", "lock:");
+  const lockName: string = io.keys("k").lock;
+  const counterName: string = names.fence;
+  const sha: string = ACQUIRE_SHA;
+
+  // @ts-expect-error acquire answers { fence } or false, not a boolean
+  const won: boolean = await io.acquire("k", "owner", 1000);
+  // @ts-expect-error a fence is a number
+  const notAString: string = (await io.acquire("k", "owner", 1000) || { fence: 0 }).fence;
+  // @ts-expect-error unknown client type
+  redisLockStore(new IORedis(), { clientType: "cluster" });
+  // @ts-expect-error prefix must be a string
+  redisLockKeys("k", 1);
+
+  void [kind, type, fence, released, extended, left, lockName, counterName, sha, won, notAString];
+}
