@@ -16,6 +16,7 @@ use std::fmt;
 use super::bindings::wasi::keyvalue::atomics::{self, Cas, CasError};
 use super::bindings::wasi::keyvalue::store::{self, Bucket};
 use super::runtime::wall_clock_ms;
+use crate::grant::Grant;
 use crate::input::{Key, Ttl};
 use crate::store::LockStore;
 use crate::token::OwnerToken;
@@ -154,7 +155,7 @@ impl LockStore for KeyValueLockStore {
         key: &Key,
         owner: &OwnerToken,
         ttl: Ttl,
-    ) -> Result<bool, KeyValueError> {
+    ) -> Result<Option<Grant>, KeyValueError> {
         let won = self.update(key, |slot, now| {
             slot.live(now)
                 .is_none()
@@ -162,7 +163,7 @@ impl LockStore for KeyValueLockStore {
         })?;
         // Attempts ran out: others kept taking and freeing the key. Not winning is a correct
         // answer to a contended acquire (a waiting caller simply tries again).
-        Ok(won.unwrap_or(false))
+        Ok(won.unwrap_or(false).then(Grant::unfenced))
     }
 
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, KeyValueError> {
