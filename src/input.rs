@@ -240,6 +240,29 @@ impl AcquireOptions {
     }
 }
 
+impl AcquireOptions {
+    /// Builds options from whole milliseconds; `None` means "use the default".
+    pub fn from_ms(timeout_ms: u64, retry_delay_ms: Option<u64>) -> Result<Self, InputError> {
+        let check = |option, ms: u64| {
+            if ms > MAX_WAIT_MS {
+                return Err(InputError::InvalidWait {
+                    option,
+                    value: ms as f64,
+                    max: MAX_WAIT_MS,
+                });
+            }
+            Ok(ms)
+        };
+        Ok(AcquireOptions {
+            timeout_ms: check(WaitOption::Timeout, timeout_ms)?,
+            retry_delay_ms: match retry_delay_ms {
+                Some(ms) => check(WaitOption::RetryDelay, ms)?,
+                None => DEFAULT_RETRY_DELAY_MS,
+            },
+        })
+    }
+}
+
 fn wait_ms(option: WaitOption, value: f64) -> Result<u64, InputError> {
     if !value.is_finite() || value < 0.0 || value.ceil() > MAX_WAIT_MS as f64 {
         return Err(InputError::InvalidWait {
