@@ -3,24 +3,47 @@
 
 /** How long to wait for a held lock, and how often to retry. */
 export interface AcquireOptions {
-  /** Total time to keep trying, in ms. Default 0: try once, don't wait. */
+  /** Total time to keep trying, in ms (0 to 2^31 - 1). Default 0: try once, don't wait. */
   timeout?: number;
-  /** Pause between attempts, in ms. Default 50. */
+  /** Pause between attempts, in ms (0 to 2^31 - 1). Default 50. */
   retryDelay?: number;
+}
+
+/**
+ * What a store's `acquire` answers when it grants the lock and keeps fences: the acquisition's
+ * fencing token, a whole number from 1 to 2^53 - 1 (`Number.MAX_SAFE_INTEGER`), strictly greater
+ * than every fence the store handed out before for that key.
+ */
+export interface Grant {
+  fence: number;
+}
+
+/** What `run()` hands `fn`: facts about this hold. */
+export interface LockContext {
+  /**
+   * This hold's fencing token, or `null` when the store keeps no fences. Pass it to the
+   * protected resource, which refuses writes carrying a lower fence than it has seen.
+   */
+  readonly fence: number | null;
 }
 
 /**
  * Where lock rows live. `acquire` must be an atomic set-if-absent (an expired row counts as
  * absent); `release` and `extend` must act only when `owner` matches. Each method may answer a
  * value or a promise of one. A store that can't do both isn't a lock — check yours with
- * `checkLockStore` from `keel-lock/testing`.
+ * `checkLockStore` from `keel-lock/testing`. Any answer outside these types is a `TypeError`
+ * naming the method.
  */
 export interface LockStore {
-  acquire(key: string, owner: string, ttlMs: number): boolean | Promise<boolean>;
+  /**
+   * `false` when the key is held; when granted, `{ fence }` (a store that keeps fences) or
+   * `true` (one that does not: its locks have `fence === null`).
+   */
+  acquire(key: string, owner: string, ttlMs: number): boolean | Grant | Promise<boolean | Grant>;
   release(key: string, owner: string): boolean | Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): boolean | Promise<boolean>;
   isLocked(key: string): boolean | Promise<boolean>;
-  /** ms until `key` expires, or `null` when nobody holds it. */
+  /** ms until `key` expires (0 to 2^31 - 1), or `null` when nobody holds it. */
   remainingTime(key: string): number | null | Promise<number | null>;
 }
 
@@ -34,17 +57,25 @@ export declare class Lock {
   readonly key: string;
   /** The TTL in ms (also the default for `extend()`). */
   readonly ttlMs: number;
-  /** Acquire, run `fn`, always release (in a `finally`). `fn` never runs if the lock is held. */
-  run<T>(fn: () => T, options?: AcquireOptions): Promise<RunResult<T>>;
+  /**
+   * The current hold's fencing token: strictly greater than every fence handed out before for
+   * this key. `null` when this handle holds nothing, or when its store keeps no fences.
+   */
+  readonly fence: number | null;
+  /**
+   * Acquire, run `fn(context)`, always release (in a `finally`). `fn` never runs if the lock
+   * is held. `context.fence` is this hold's fencing token.
+   */
+  run<T>(fn: (context: LockContext) => T, options?: AcquireOptions): Promise<RunResult<T>>;
   /** `run()` that never waits. */
-  runImmediately<T>(fn: () => T): Promise<RunResult<T>>;
+  runImmediately<T>(fn: (context: LockContext) => T): Promise<RunResult<T>>;
   /** Take the lock; with `{ timeout }`, keep trying until then. */
   acquire(options?: AcquireOptions): Promise<boolean>;
   /** Free the lock if this handle still owns it; `false` (never a throw) otherwise. */
   release(): Promise<boolean>;
   /** Reset expiry to `ttlMs` (default: the lock's TTL) from now. Rejects with `LockNotHeldError` if lost. */
   extend(ttlMs?: number): Promise<void>;
-  /** Key, TTL and owner token as a string for `restoreLock()`. Throws `LockNotHeldError` if not held. */
+  /** Key, TTL, owner token and fence as a string for `restoreLock()`. Throws `LockNotHeldError` if not held. */
   serialize(): string;
   /** Does anyone (not necessarily this handle) hold the key? */
   isLocked(): Promise<boolean>;
@@ -57,7 +88,8 @@ export declare class Lock {
 /** The default store: in memory, per isolate. For tests and single-process apps. */
 export declare class MemoryLockStore implements LockStore {
   constructor();
-  acquire(key: string, owner: string, ttlMs: number): boolean;
+  /** `{ fence }` when acquired (one counter per store), `false` when held. */
+  acquire(key: string, owner: string, ttlMs: number): Grant | false;
   release(key: string, owner: string): boolean;
   extend(key: string, owner: string, ttlMs: number): boolean;
   isLocked(key: string): boolean;
@@ -88,7 +120,13 @@ export declare function getLockStore(): LockStore;
 /** One conformance property's outcome. */
 export interface PropertyResult {
   property: string;
+  /** `false`: the store broke the property (`message` says how). */
   ok: boolean;
+  /**
+   * `false`: the property does not apply to this store — a finding, not a failure (`message`
+   * says why; e.g. a store without fences).
+   */
+  applicable: boolean;
   message: string | null;
 }
 /** Options for `checkLockStore`. */

@@ -6,12 +6,12 @@
 //! against a shared, live store. Expiry properties really wait (by the runtime's clock) for a
 //! short TTL to pass.
 
-use std::cell::Cell;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl};
 use crate::runtime::Runtime;
 use crate::store::LockStore;
@@ -50,8 +50,24 @@ pub struct Violation {
     pub message: String,
 }
 
+/// A property that was not broken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// The store kept the property.
+    Holds,
+    /// The property does not apply to this store, and why: a finding, not a failure (a store
+    /// without fences is still a lock, just one whose holders cannot fence their writes).
+    NotApplicable(String),
+}
+
+impl From<()> for Verdict {
+    fn from((): ()) -> Self {
+        Verdict::Holds
+    }
+}
+
 /// The outcome of one property.
-pub type PropertyResult = Result<(), Violation>;
+pub type PropertyResult = Result<Verdict, Violation>;
 
 struct Ctx<'a, S, R> {
     store: &'a S,
@@ -71,7 +87,7 @@ where
         }
     }
 
-    fn check(&self, ok: bool, message: &str) -> PropertyResult {
+    fn check(&self, ok: bool, message: &str) -> Result<(), Violation> {
         if ok {
             Ok(())
         } else {
@@ -112,11 +128,19 @@ where
         move |e| self.fail(format!("store.{op} failed: {e:?}"))
     }
 
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Violation> {
+    async fn grant(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<Grant>, Violation> {
         self.store
             .acquire(key, owner, ttl)
             .await
             .map_err(self.store_failed("acquire"))
+    }
+    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Violation> {
+        Ok(self.grant(key, owner, ttl).await?.is_some())
     }
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Violation> {
         self.store
@@ -143,7 +167,7 @@ where
             .map_err(self.store_failed("remainingTime"))
     }
 
-    async fn acquire_is_exclusive(&self) -> PropertyResult {
+    async fn acquire_is_exclusive(&self) -> Result<(), Violation> {
         let (key, a, b) = (self.key()?, self.owner()?, self.owner()?);
         self.check(
             self.acquire(&key, &a, self.long()).await?,
@@ -160,29 +184,14 @@ where
         self.release(&key, &a).await.map(drop)
     }
 
-    async fn concurrent_acquires_have_one_winner(&self) -> PropertyResult {
+    async fn concurrent_acquires_have_one_winner(&self) -> Result<(), Violation> {
         let key = self.key()?;
-        let owners = (0..self.options.contenders.max(2))
-            .map(|_| self.owner())
-            .collect::<Result<Vec<_>, _>>()?;
-        let winners = Cell::new(0usize);
-        let races = owners.iter().map(|o| {
-            let (key, winners) = (&key, &winners);
-            async move {
-                if self.acquire(key, o, self.long()).await? {
-                    winners.set(winners.get() + 1);
-                }
-                Ok::<(), Violation>(())
-            }
-        });
-        for r in join_all(races.collect()).await {
-            r?;
-        }
-        let n = winners.get();
+        let owners = self.contenders()?;
+        let winners = self.race(&key, &owners).await?.len();
         let result = self.check(
-            n == 1,
+            winners == 1,
             &format!(
-                "{} concurrent acquires of one free key: {n} won, expected exactly 1",
+                "{} concurrent acquires of one free key: {winners} won, expected exactly 1",
                 owners.len()
             ),
         );
@@ -192,7 +201,142 @@ where
         result
     }
 
-    async fn release_requires_owner(&self) -> PropertyResult {
+    /// Every owner in `owners` tries `key` at once; answers the grants of the winners.
+    async fn race(&self, key: &Key, owners: &[OwnerToken]) -> Result<Vec<Grant>, Violation> {
+        let races = owners.iter().map(|o| self.grant(key, o, self.long()));
+        let mut grants = Vec::new();
+        for outcome in join_all(races.collect()).await {
+            grants.extend(outcome?);
+        }
+        Ok(grants)
+    }
+
+    fn contenders(&self) -> Result<Vec<OwnerToken>, Violation> {
+        (0..self.options.contenders.max(2))
+            .map(|_| self.owner())
+            .collect()
+    }
+
+    async fn concurrent_acquires_of_expired_key_have_one_winner(&self) -> Result<(), Violation> {
+        let (key, first) = (self.key()?, self.owner()?);
+        self.acquire(&key, &first, self.short()).await?;
+        self.outlive_short_ttl().await;
+        let owners = self.contenders()?;
+        let winners = self.race(&key, &owners).await?.len();
+        let result = self.check(
+            winners == 1,
+            &format!(
+                "{} concurrent acquires of one expired key: {winners} won, expected exactly 1",
+                owners.len()
+            ),
+        );
+        for o in &owners {
+            self.release(&key, o).await?;
+        }
+        result
+    }
+
+    async fn keys_are_independent(&self) -> Result<(), Violation> {
+        let (one, two, a, b) = (self.key()?, self.key()?, self.owner()?, self.owner()?);
+        self.check(
+            self.acquire(&one, &a, self.long()).await?,
+            "acquire of a free key answered false",
+        )?;
+        self.check(
+            self.acquire(&two, &b, self.long()).await?,
+            "holding one key kept another key from being acquired",
+        )?;
+        self.check(
+            !self.release(&two, &a).await? && !self.extend(&two, &a, self.long()).await?,
+            "the holder of one key released or extended another key",
+        )?;
+        self.check(
+            self.release(&one, &a).await?,
+            "the owner's release answered false",
+        )?;
+        self.check(
+            self.is_locked(&two).await?,
+            "releasing one key freed another",
+        )?;
+        self.release(&two, &b).await.map(drop)
+    }
+
+    /// The fence of a grant, or a violation when this store gives fences to some grants only.
+    fn fence_of(&self, grant: Option<Grant>, what: &str) -> Result<Fence, Violation> {
+        match grant {
+            Some(g) => g.fence().ok_or_else(|| {
+                self.fail(format!(
+                    "{what} came without a fence, though the store fenced an earlier grant"
+                ))
+            }),
+            None => Err(self.fail(format!("{what}: acquire of a free key answered false"))),
+        }
+    }
+
+    fn increases(&self, before: Fence, after: Fence, what: &str) -> Result<(), Violation> {
+        self.check(
+            after > before,
+            &format!("{what}: fence {after} after fence {before}; fences must strictly increase"),
+        )
+    }
+
+    async fn fences_increase(&self) -> Result<Verdict, Violation> {
+        let key = self.key()?;
+        let first = self.owner()?;
+        let Some(grant) = self.grant(&key, &first, self.long()).await? else {
+            return Err(self.fail("acquire of a free key answered false"));
+        };
+        let Some(mut last) = grant.fence() else {
+            self.release(&key, &first).await?;
+            return Ok(Verdict::NotApplicable(
+                "the store hands out no fences: its locks have fence null".into(),
+            ));
+        };
+        // After a release.
+        self.release(&key, &first).await?;
+        let second = self.owner()?;
+        let fence = self.fence_of(
+            self.grant(&key, &second, self.short()).await?,
+            "acquire after release",
+        )?;
+        self.increases(last, fence, "acquire after release")?;
+        last = fence;
+        // After expiry (the holder never released).
+        self.outlive_short_ttl().await;
+        let owners = self.contenders()?;
+        let grants = self.race(&key, &owners).await?;
+        let [grant] = grants[..] else {
+            return Err(self.fail(format!(
+                "{} concurrent acquires of an expired key: {} won, expected exactly 1",
+                owners.len(),
+                grants.len()
+            )));
+        };
+        let fence = self.fence_of(Some(grant), "acquire after expiry")?;
+        self.increases(
+            last,
+            fence,
+            "acquire after expiry by one of many contenders",
+        )?;
+        last = fence;
+        for o in &owners {
+            self.release(&key, o).await?;
+        }
+        // Another key's acquisitions in between do not reset this key's fences.
+        let (other, third) = (self.key()?, self.owner()?);
+        self.acquire(&other, &third, self.long()).await?;
+        self.release(&other, &third).await?;
+        let fourth = self.owner()?;
+        let fence = self.fence_of(
+            self.grant(&key, &fourth, self.long()).await?,
+            "acquire after another key's use",
+        )?;
+        self.increases(last, fence, "acquire after release, again")?;
+        self.release(&key, &fourth).await?;
+        Ok(Verdict::Holds)
+    }
+
+    async fn release_requires_owner(&self) -> Result<(), Violation> {
         let (key, a, b) = (self.key()?, self.owner()?, self.owner()?);
         self.acquire(&key, &a, self.long()).await?;
         self.check(
@@ -213,7 +357,7 @@ where
         )
     }
 
-    async fn extend_requires_owner(&self) -> PropertyResult {
+    async fn extend_requires_owner(&self) -> Result<(), Violation> {
         let (key, a, b) = (self.key()?, self.owner()?, self.owner()?);
         self.check(
             !self.extend(&key, &a, self.long()).await?,
@@ -231,7 +375,7 @@ where
         self.release(&key, &a).await.map(drop)
     }
 
-    async fn released_key_is_free(&self) -> PropertyResult {
+    async fn released_key_is_free(&self) -> Result<(), Violation> {
         let (key, a, b) = (self.key()?, self.owner()?, self.owner()?);
         self.acquire(&key, &a, self.long()).await?;
         self.release(&key, &a).await?;
@@ -246,7 +390,7 @@ where
         self.release(&key, &b).await.map(drop)
     }
 
-    async fn expired_key_is_free(&self) -> PropertyResult {
+    async fn expired_key_is_free(&self) -> Result<(), Violation> {
         let (key, a, b) = (self.key()?, self.owner()?, self.owner()?);
         self.acquire(&key, &a, self.short()).await?;
         self.outlive_short_ttl().await;
@@ -265,7 +409,7 @@ where
         self.release(&key, &b).await.map(drop)
     }
 
-    async fn extend_after_expiry_fails(&self) -> PropertyResult {
+    async fn extend_after_expiry_fails(&self) -> Result<(), Violation> {
         let (key, a) = (self.key()?, self.owner()?);
         self.acquire(&key, &a, self.short()).await?;
         self.outlive_short_ttl().await;
@@ -279,7 +423,7 @@ where
         )
     }
 
-    async fn late_release_keeps_new_holder(&self) -> PropertyResult {
+    async fn late_release_keeps_new_holder(&self) -> Result<(), Violation> {
         let (key, a, b) = (self.key()?, self.owner()?, self.owner()?);
         self.acquire(&key, &a, self.short()).await?;
         self.outlive_short_ttl().await;
@@ -305,7 +449,7 @@ where
         )
     }
 
-    async fn extend_pushes_expiry_out(&self) -> PropertyResult {
+    async fn extend_pushes_expiry_out(&self) -> Result<(), Violation> {
         let (key, a) = (self.key()?, self.owner()?);
         self.acquire(&key, &a, self.short()).await?;
         self.check(
@@ -325,7 +469,7 @@ where
         self.release(&key, &a).await.map(drop)
     }
 
-    async fn inspection_agrees(&self) -> PropertyResult {
+    async fn inspection_agrees(&self) -> Result<(), Violation> {
         let (key, a) = (self.key()?, self.owner()?);
         self.check(
             !self.is_locked(&key).await?,
@@ -375,7 +519,7 @@ macro_rules! properties {
             where
                 S::Error: Debug,
             {
-                Ctx { store, runtime, options, property: stringify!($name) }.$name().await
+                Ctx { store, runtime, options, property: stringify!($name) }.$name().await.map(Into::into)
             }
         )*
 
@@ -396,6 +540,7 @@ macro_rules! properties {
 properties! {
     acquire_is_exclusive: "A held key cannot be acquired again, not even by its holder: acquire is set-if-absent.",
     concurrent_acquires_have_one_winner: "Many concurrent acquires of one free key: exactly one wins (atomicity).",
+    concurrent_acquires_of_expired_key_have_one_winner: "Many concurrent acquires of one expired key: exactly one wins (expiry and acquire are one atomic step).",
     release_requires_owner: "Only the owner's release frees the key; a stranger's answers false and changes nothing.",
     extend_requires_owner: "Only the owner's extend succeeds; extending a free key fails.",
     released_key_is_free: "After release, the key is free for anyone.",
@@ -404,6 +549,8 @@ properties! {
     late_release_keeps_new_holder: "An expired holder's release and extend fail and leave the new holder's lock in place.",
     extend_pushes_expiry_out: "Extend moves the expiry: the key outlives its original TTL.",
     inspection_agrees: "isLocked and remainingTime agree with the lock's state; remainingTime is within the TTL.",
+    keys_are_independent: "Holding, releasing or extending one key does nothing to another.",
+    fences_increase: "Each grant's fence is higher than every earlier one for its key, across release, expiry and competing acquirers (not applicable to a store without fences).",
 }
 
 /// Polls every future in turn until all are done: concurrency without an executor dependency,

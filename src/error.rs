@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::input::ShowNumber;
+pub use crate::input::InputError;
 
 /// The store operation an error happened in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -14,85 +14,22 @@ pub enum Operation {
     Release,
     /// `extend(key, owner, ttl)`: compare-owner-and-reset-expiry.
     Extend,
-    /// `isLocked(key)`.
+    /// `is_locked(key)`: is anyone holding it?
     IsLocked,
-    /// `remainingTime(key)`.
+    /// `remaining_time(key)`: ms until the hold expires.
     RemainingTime,
-}
-
-impl Operation {
-    /// The method name as the JS store seam spells it.
-    pub fn js_name(self) -> &'static str {
-        match self {
-            Operation::Acquire => "acquire",
-            Operation::Release => "release",
-            Operation::Extend => "extend",
-            Operation::IsLocked => "isLocked",
-            Operation::RemainingTime => "remainingTime",
-        }
-    }
 }
 
 impl fmt::Display for Operation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.js_name())
+        f.write_str(match self {
+            Operation::Acquire => "acquire",
+            Operation::Release => "release",
+            Operation::Extend => "extend",
+            Operation::IsLocked => "is_locked",
+            Operation::RemainingTime => "remaining_time",
+        })
     }
-}
-
-/// A value a caller passed that the lock cannot work with. Never a panic: bindings turn these
-/// into `TypeError`/`RangeError` for JS and into a WIT error variant for components.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[non_exhaustive]
-pub enum InputError {
-    /// The key is the empty string.
-    #[error("lock key must be a non-empty string")]
-    EmptyKey,
-    /// The key is longer than [`crate::input::MAX_KEY_BYTES`] bytes of UTF-8.
-    #[error("lock key is {len} bytes of UTF-8; the limit is {max}")]
-    KeyTooLong {
-        /// Length of the key that was given, in bytes.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// A TTL that is not a finite number of milliseconds in `1..=MAX_TTL_MS`.
-    #[error("ttlMs must be a finite number of milliseconds between 1 and {max}, got {}", ShowNumber(*.value))]
-    InvalidTtl {
-        /// The value that was given.
-        value: f64,
-        /// The largest TTL accepted.
-        max: u64,
-    },
-    /// A negative or non-finite wait option (`timeout`, `retryDelay`).
-    #[error("{option} must be a finite number of milliseconds between 0 and {max}, got {}", ShowNumber(*.value))]
-    InvalidWait {
-        /// Which option: `timeout` or `retryDelay`.
-        option: &'static str,
-        /// The value that was given.
-        value: f64,
-        /// The largest value accepted.
-        max: u64,
-    },
-    /// An owner token that is empty, too long or not printable ASCII.
-    #[error("owner token must be 1 to {max} printable ASCII characters")]
-    InvalidOwner {
-        /// The longest token accepted.
-        max: usize,
-    },
-    /// A string given to `restoreLock` that `serialize()` did not produce.
-    #[error("not a serialized keel-lock: {reason}")]
-    MalformedSerializedLock {
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// A serialized lock from a format version this build does not read.
-    #[error("serialized lock has format version {found}; this build reads version {supported}")]
-    UnsupportedSerializedVersion {
-        /// The version found in the string.
-        found: String,
-        /// The version this build reads.
-        supported: u32,
-    },
 }
 
 /// Everything a lock operation can fail with. `E` is the store's own error type, carried
@@ -105,12 +42,12 @@ pub enum Error<E> {
     Input(#[from] InputError),
     /// `extend()` (or `serialize()`) on a lock this handle does not hold: never acquired,
     /// released, or lost to expiry and possibly taken by someone else.
-    #[error("lock \"{key}\" is not held by this handle ({operation})")]
+    #[error("lock \"{key}\" is not held by this handle ({attempted})")]
     NotHeld {
         /// The key of the lock.
         key: String,
         /// What was attempted.
-        operation: &'static str,
+        attempted: HoldOperation,
     },
     /// The store failed (threw, rejected, lost its connection, answered nonsense).
     #[error("{store} store failed during {operation}")]
@@ -123,6 +60,31 @@ pub enum Error<E> {
         error: E,
     },
     /// The platform's random number generator failed, so no owner token could be minted.
-    #[error("could not draw an owner token from the platform CSPRNG: {0}")]
-    Random(getrandom::Error),
+    #[error(transparent)]
+    Random(#[from] RandomError),
 }
+
+/// What needed a held lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HoldOperation {
+    /// `extend()`.
+    Extend,
+    /// `serialize()`.
+    Serialize,
+}
+
+impl fmt::Display for HoldOperation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HoldOperation::Extend => "extend",
+            HoldOperation::Serialize => "serialize",
+        })
+    }
+}
+
+/// The platform's random number generator failed. Opaque: which generator a platform uses is
+/// not part of this crate's API.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("could not draw an owner token from the platform CSPRNG: {0}")]
+pub struct RandomError(pub(crate) String);

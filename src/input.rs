@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-use crate::error::InputError;
-
 /// Shows a JS number in error messages the way JS would for the values that matter (integers,
 /// NaN, ±Infinity, three decimals otherwise) without `{f64}` formatting, whose code would add
 /// over 10 KB to every wasm build.
@@ -34,6 +32,86 @@ impl fmt::Display for ShowNumber {
             "a huge number"
         } else {
             "a hugely negative number"
+        })
+    }
+}
+
+/// A value a caller passed that the lock cannot work with. Never a panic: bindings turn these
+/// into `TypeError`/`RangeError` for JS and into a WIT error variant for components.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// The key is the empty string.
+    #[error("lock key must be a non-empty string")]
+    EmptyKey,
+    /// The key is longer than [`crate::input::MAX_KEY_BYTES`] bytes of UTF-8.
+    #[error("lock key is {len} bytes of UTF-8; the limit is {max}")]
+    KeyTooLong {
+        /// Length of the key that was given, in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A TTL that is not a finite number of milliseconds in `1..=MAX_TTL_MS`.
+    #[error("a TTL must be a finite number of milliseconds between 1 and {max}, got {}", ShowNumber(*.value))]
+    InvalidTtl {
+        /// The value that was given.
+        value: f64,
+        /// The largest TTL accepted.
+        max: u64,
+    },
+    /// A negative, non-finite or too large wait option.
+    #[error("the {option} must be a finite number of milliseconds between 0 and {max}, got {}", ShowNumber(*.value))]
+    InvalidWait {
+        /// Which option.
+        option: WaitOption,
+        /// The value that was given.
+        value: f64,
+        /// The largest value accepted.
+        max: u64,
+    },
+    /// An owner token that is empty, too long or not printable ASCII.
+    #[error("owner token must be 1 to {max} printable ASCII characters")]
+    InvalidOwner {
+        /// The longest token accepted.
+        max: usize,
+    },
+    /// A string given to `restoreLock` that `serialize()` did not produce.
+    #[error("not a serialized keel-lock: {reason}")]
+    MalformedSerializedLock {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A fence outside `1..=MAX_FENCE` (a store answered nonsense, or a serialized lock was edited).
+    #[error("a fence must be a whole number between 1 and {max}, got {value}", max = crate::grant::MAX_FENCE)]
+    InvalidFence {
+        /// The value that was given.
+        value: u64,
+    },
+    /// A serialized lock from a format version this build does not read.
+    #[error("serialized lock has format version {found}; this build reads version {supported}")]
+    UnsupportedSerializedVersion {
+        /// The version found in the string.
+        found: String,
+        /// The version this build reads.
+        supported: u32,
+    },
+}
+
+/// A wait option, named in [`InputError::InvalidWait`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitOption {
+    /// The total time to keep trying.
+    Timeout,
+    /// The pause between attempts.
+    RetryDelay,
+}
+
+impl fmt::Display for WaitOption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            WaitOption::Timeout => "timeout",
+            WaitOption::RetryDelay => "retry delay",
         })
     }
 }
@@ -151,18 +229,41 @@ impl AcquireOptions {
         let defaults = Self::default();
         Ok(AcquireOptions {
             timeout_ms: match timeout {
-                Some(v) => wait_ms("timeout", v)?,
+                Some(v) => wait_ms(WaitOption::Timeout, v)?,
                 None => defaults.timeout_ms,
             },
             retry_delay_ms: match retry_delay {
-                Some(v) => wait_ms("retryDelay", v)?,
+                Some(v) => wait_ms(WaitOption::RetryDelay, v)?,
                 None => defaults.retry_delay_ms,
             },
         })
     }
 }
 
-fn wait_ms(option: &'static str, value: f64) -> Result<u64, InputError> {
+impl AcquireOptions {
+    /// Builds options from whole milliseconds; `None` means "use the default".
+    pub fn from_ms(timeout_ms: u64, retry_delay_ms: Option<u64>) -> Result<Self, InputError> {
+        let check = |option, ms: u64| {
+            if ms > MAX_WAIT_MS {
+                return Err(InputError::InvalidWait {
+                    option,
+                    value: ms as f64,
+                    max: MAX_WAIT_MS,
+                });
+            }
+            Ok(ms)
+        };
+        Ok(AcquireOptions {
+            timeout_ms: check(WaitOption::Timeout, timeout_ms)?,
+            retry_delay_ms: match retry_delay_ms {
+                Some(ms) => check(WaitOption::RetryDelay, ms)?,
+                None => DEFAULT_RETRY_DELAY_MS,
+            },
+        })
+    }
+}
+
+fn wait_ms(option: WaitOption, value: f64) -> Result<u64, InputError> {
     if !value.is_finite() || value < 0.0 || value.ceil() > MAX_WAIT_MS as f64 {
         return Err(InputError::InvalidWait {
             option,

@@ -16,7 +16,7 @@
 //! let store = MemoryLockStore::new(rt.clone());
 //! let key = Key::new("invoice:42").unwrap();
 //! let lock = Lock::new(key, Ttl::default(), &store, rt.clone());
-//! let ran = rt.block_on(lock.run(AcquireOptions::default(), || async { "charged" }));
+//! let ran = rt.block_on(lock.run(AcquireOptions::default(), |_| async { "charged" }));
 //! assert_eq!(ran.unwrap(), Some("charged"));
 //! ```
 #![deny(missing_docs)]
@@ -30,6 +30,7 @@
 mod base64url;
 pub mod conformance;
 pub mod error;
+pub mod grant;
 pub mod input;
 pub mod lock;
 pub mod memory;
@@ -47,9 +48,10 @@ pub mod js;
 #[cfg(all(feature = "worker", target_arch = "wasm32"))]
 pub mod worker;
 
-pub use error::{Error, InputError, Operation};
+pub use error::{Error, HoldOperation, InputError, Operation, RandomError};
+pub use grant::{Fence, Grant, MAX_FENCE};
 pub use input::{AcquireOptions, Key, Ttl};
-pub use lock::Lock;
+pub use lock::{Lock, RunContext};
 pub use memory::MemoryLockStore;
 pub use runtime::Runtime;
 pub use serialized::SerializedLock;

@@ -7,7 +7,8 @@ use std::cell::RefCell;
 use std::fmt;
 use std::future::Future;
 
-use crate::error::{Error, Operation};
+use crate::error::{Error, HoldOperation, Operation};
+use crate::grant::{Fence, Grant};
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::runtime::Runtime;
 use crate::serialized::SerializedLock;
@@ -19,11 +20,25 @@ use crate::token::OwnerToken;
 enum Hold {
     /// Never acquired, or released by us.
     None,
-    /// Acquired (or restored) with this token; the store will free the key no later than
-    /// `deadline` by our clock (measured from when the acquire/extend request was *sent*).
-    Held { owner: OwnerToken, deadline: u64 },
+    /// Acquired (or restored) with this token and fence; the store will free the key no
+    /// earlier than `deadline` by our clock (measured from when the acquire/extend request was
+    /// *sent*).
+    Held {
+        owner: OwnerToken,
+        deadline: u64,
+        fence: Option<Fence>,
+    },
     /// We held it and found out we lost it (a release or extend the store refused).
     Lost,
+}
+
+/// What a task run under the lock is handed: facts about this hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunContext {
+    /// The hold's fence, when the store keeps fences: pass it to the protected resource so it
+    /// can refuse writes from a holder that paused past its TTL.
+    pub fence: Option<Fence>,
 }
 
 /// How `try_run` can fail: the task's own error, or the lock's.
@@ -77,6 +92,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         *lock.hold.borrow_mut() = Hold::Held {
             owner: serialized.owner,
             deadline: serialized.deadline_ms,
+            fence: serialized.fence,
         };
         lock
     }
@@ -104,6 +120,15 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
     }
 
+    /// The fence of the current hold: `None` when this handle holds nothing, or when the store
+    /// keeps no fences.
+    pub fn fence(&self) -> Option<Fence> {
+        match &*self.hold.borrow() {
+            Hold::Held { fence, .. } => *fence,
+            _ => None,
+        }
+    }
+
     fn store_error(&self, operation: Operation) -> impl FnOnce(S::Error) -> Error<S::Error> + '_ {
         move |error| Error::Store {
             store: self.store.name(),
@@ -116,23 +141,20 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// every `retry_delay_ms` until it succeeds or the timeout is spent (one last attempt is
     /// made at the deadline). Answers whether the lock is now held by this handle.
     pub async fn acquire(&self, options: AcquireOptions) -> LockResult<bool, S> {
-        let owner = OwnerToken::mint().map_err(Error::Random)?;
+        let owner = OwnerToken::mint()?;
         let pause = options.retry_delay_ms.max(1);
         let mut give_up_at = None;
         loop {
             let sent = self.runtime.now_ms();
             // The wait is measured from the first attempt (one clock read fewer per acquire).
             let give_up_at = *give_up_at.get_or_insert(sent.saturating_add(options.timeout_ms));
-            let won = self
+            let grant = self
                 .store
                 .acquire(&self.key, &owner, self.ttl)
                 .await
                 .map_err(self.store_error(Operation::Acquire))?;
-            if won {
-                *self.hold.borrow_mut() = Hold::Held {
-                    owner,
-                    deadline: sent.saturating_add(self.ttl.as_ms()),
-                };
+            if let Some(grant) = grant {
+                self.take_hold(owner, sent, grant);
                 return Ok(true);
             }
             let now = self.runtime.now_ms();
@@ -141,6 +163,14 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             }
             self.runtime.sleep(pause.min(give_up_at - now)).await;
         }
+    }
+
+    fn take_hold(&self, owner: OwnerToken, sent: u64, grant: Grant) {
+        *self.hold.borrow_mut() = Hold::Held {
+            owner,
+            deadline: sent.saturating_add(self.ttl.as_ms()),
+            fence: grant.fence(),
+        };
     }
 
     /// Frees the key if this handle still owns it. Answers `false`, without throwing, when the
@@ -161,7 +191,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             .release(&self.key, owner)
             .await
             .map_err(self.store_error(Operation::Release))?;
-        self.settle(owner, if released { Hold::None } else { Hold::Lost });
+        self.record_outcome(owner, if released { Hold::None } else { Hold::Lost });
         Ok(released)
     }
 
@@ -170,8 +200,9 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// that one holds a lock one does not is the bug this prevents.
     pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
         let ttl = ttl.unwrap_or(self.ttl);
-        let Some(owner) = self.owner() else {
-            return Err(self.not_held("extend"));
+        let (owner, fence) = match &*self.hold.borrow() {
+            Hold::Held { owner, fence, .. } => (owner.clone(), *fence),
+            _ => return Err(self.not_held(HoldOperation::Extend)),
         };
         let sent = self.runtime.now_ms();
         let extended = self
@@ -180,46 +211,47 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             .await
             .map_err(self.store_error(Operation::Extend))?;
         if extended {
-            self.settle(
+            self.record_outcome(
                 &owner,
                 Hold::Held {
                     owner: owner.clone(),
                     deadline: sent.saturating_add(ttl.as_ms()),
+                    fence,
                 },
             );
             Ok(())
         } else {
-            self.settle(&owner, Hold::Lost);
-            Err(self.not_held("extend"))
+            self.record_outcome(&owner, Hold::Lost);
+            Err(self.not_held(HoldOperation::Extend))
         }
     }
 
     /// Records the outcome of a store call made with `owner`, unless a concurrent acquire on
     /// this handle has since replaced the hold (then that newer hold stands).
-    fn settle(&self, owner: &OwnerToken, next: Hold) {
+    fn record_outcome(&self, owner: &OwnerToken, next: Hold) {
         let mut hold = self.hold.borrow_mut();
         if matches!(&*hold, Hold::Held { owner: current, .. } if current == owner) {
             *hold = next;
         }
     }
 
-    fn not_held(&self, operation: &'static str) -> Error<S::Error> {
+    fn not_held(&self, attempted: HoldOperation) -> Error<S::Error> {
         Error::NotHeld {
             key: self.key.as_str().to_owned(),
-            operation,
+            attempted,
         }
     }
 
-    /// Acquire, run `task`, and always release. `Ok(None)` means someone else held the lock and
-    /// `task` never ran.
+    /// Acquire, run `task` with the hold's [`RunContext`], and always release. `Ok(None)` means
+    /// someone else held the lock and `task` never ran.
     pub async fn run<T, Fut, F>(&self, options: AcquireOptions, task: F) -> LockResult<Option<T>, S>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = T>,
     {
         match self
-            .try_run(options, || async {
-                Ok::<T, std::convert::Infallible>(task().await)
+            .try_run(options, |context| async {
+                Ok::<T, std::convert::Infallible>(task(context).await)
             })
             .await
         {
@@ -237,7 +269,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         task: F,
     ) -> Result<Option<T>, RunError<U, Error<S::Error>>>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = Result<T, U>>,
     {
         if !self.acquire(options).await.map_err(RunError::Lock)? {
@@ -245,10 +277,11 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
         // The token of *this* run's hold: if the task outlives the TTL and the handle is
         // re-acquired meanwhile, the cleanup below must not free that newer hold.
-        let Some(owner) = self.owner() else {
-            return Ok(None);
+        let (owner, fence) = match &*self.hold.borrow() {
+            Hold::Held { owner, fence, .. } => (owner.clone(), *fence),
+            _ => return Ok(None),
         };
-        let outcome = task().await;
+        let outcome = task(RunContext { fence }).await;
         let released = self.release_hold(&owner).await;
         match (outcome, released) {
             (Err(task_error), _) => Err(RunError::Task(task_error)),
@@ -287,19 +320,24 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         self.runtime.now_ms() >= deadline
     }
 
-    /// Freezes key, TTL, owner token and local deadline into a versioned string that
+    /// Freezes key, TTL, owner token, fence and local deadline into a versioned string that
     /// [`SerializedLock::parse`] reads back. Fails with [`Error::NotHeld`] when there is no
     /// hold to hand over.
     pub fn serialize(&self) -> LockResult<String, S> {
         match &*self.hold.borrow() {
-            Hold::Held { owner, deadline } => Ok(SerializedLock {
+            Hold::Held {
+                owner,
+                deadline,
+                fence,
+            } => Ok(SerializedLock {
                 key: self.key.clone(),
                 ttl: self.ttl,
                 owner: owner.clone(),
                 deadline_ms: *deadline,
+                fence: *fence,
             }
             .encode()),
-            _ => Err(self.not_held("serialize")),
+            _ => Err(self.not_held(HoldOperation::Serialize)),
         }
     }
 }

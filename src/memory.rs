@@ -5,6 +5,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::convert::Infallible;
 
+use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
@@ -32,9 +33,13 @@ impl Row {
 
 /// An in-memory [`LockStore`]. Every operation completes synchronously (the futures are ready
 /// at once), so driving it from the core costs no event-loop round trip.
+///
+/// Fences come from one counter per store: strictly increasing across all keys, so per key too,
+/// and nothing per key outlives its row.
 pub struct MemoryLockStore<R: Runtime> {
     rows: RefCell<HashMap<String, Row>>,
     next_sweep_at: Cell<usize>,
+    last_fence: Cell<Option<Fence>>,
     runtime: R,
 }
 
@@ -44,6 +49,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         MemoryLockStore {
             rows: RefCell::new(HashMap::new()),
             next_sweep_at: Cell::new(SWEEP_FLOOR),
+            last_fence: Cell::new(None),
             runtime,
         }
     }
@@ -97,32 +103,44 @@ impl<R: Runtime> MemoryLockStore<R> {
         decision.granted
     }
 
-    /// The synchronous operations behind the async trait, public so bindings can skip the
-    /// future machinery entirely.
-    pub fn try_acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
+    /// Synchronous [`LockStore::acquire`]: the operations are public in this form so bindings
+    /// can skip the future machinery entirely.
+    pub fn acquire_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Option<Grant> {
         let now = self.runtime.now_ms();
         if self.rows.borrow().len() >= self.next_sweep_at.get() {
             self.purge_expired();
         }
-        self.decide(key, owner, |row| rows::acquire(row, now, ttl))
+        if !self.decide(key, owner, |row| rows::acquire(row, now, ttl)) {
+            return None;
+        }
+        // After 2^53 − 1 grants (centuries at a million a second) the counter is spent and
+        // grants carry no fence rather than a repeated one.
+        let fence = match self.last_fence.get() {
+            None => Some(Fence::FIRST),
+            Some(last) => last.next(),
+        };
+        if fence.is_some() {
+            self.last_fence.set(fence);
+        }
+        Some(Grant::new(fence))
     }
 
     /// Synchronous [`LockStore::release`].
-    pub fn try_release(&self, key: &Key, owner: &OwnerToken) -> bool {
+    pub fn release_sync(&self, key: &Key, owner: &OwnerToken) -> bool {
         let now = self.runtime.now_ms();
         self.decide(key, owner, |row| rows::release(row, now, owner))
     }
 
     /// Synchronous [`LockStore::extend`].
-    pub fn try_extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
+    pub fn extend_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
         let now = self.runtime.now_ms();
         self.decide(key, owner, |row| rows::extend(row, now, owner, ttl))
     }
 
     /// Synchronous [`LockStore::remaining_time`].
-    pub fn remaining_ms(&self, key: &Key) -> Option<u64> {
+    pub fn remaining_time_sync(&self, key: &Key) -> Option<u64> {
         let now = self.runtime.now_ms();
-        rows::remaining(self.rows.borrow().get(key.as_str()).map(Row::view), now)
+        rows::remaining_time(self.rows.borrow().get(key.as_str()).map(Row::view), now)
     }
 }
 
@@ -132,20 +150,25 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
     fn name(&self) -> &'static str {
         "memory"
     }
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
-        Ok(self.try_acquire(key, owner, ttl))
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<Grant>, Infallible> {
+        Ok(self.acquire_sync(key, owner, ttl))
     }
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Infallible> {
-        Ok(self.try_release(key, owner))
+        Ok(self.release_sync(key, owner))
     }
     async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
-        Ok(self.try_extend(key, owner, ttl))
+        Ok(self.extend_sync(key, owner, ttl))
     }
     async fn is_locked(&self, key: &Key) -> Result<bool, Infallible> {
-        Ok(self.remaining_ms(key).is_some())
+        Ok(self.remaining_time_sync(key).is_some())
     }
     async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Infallible> {
-        Ok(self.remaining_ms(key))
+        Ok(self.remaining_time_sync(key))
     }
 }
 
@@ -162,7 +185,9 @@ mod tests {
         let mut peak = 0;
         for i in 0..100_000 {
             let key = Key::new(format!("job:{i}")).unwrap();
-            assert!(store.try_acquire(&key, &OwnerToken::mint().unwrap(), ttl));
+            assert!(store
+                .acquire_sync(&key, &OwnerToken::mint().unwrap(), ttl)
+                .is_some());
             rt.advance(20); // every key expires before the next one is taken
             peak = peak.max(store.stored_rows());
         }
@@ -176,11 +201,13 @@ mod tests {
         let long = Ttl::from_ms(1_000_000).unwrap();
         let owners: Vec<_> = (0..500).map(|_| OwnerToken::mint().unwrap()).collect();
         for (i, o) in owners.iter().enumerate() {
-            assert!(store.try_acquire(&Key::new(format!("k{i}")).unwrap(), o, long));
+            assert!(store
+                .acquire_sync(&Key::new(format!("k{i}")).unwrap(), o, long)
+                .is_some());
         }
         assert_eq!(store.purge_expired(), 0);
         for (i, o) in owners.iter().enumerate() {
-            assert!(store.try_release(&Key::new(format!("k{i}")).unwrap(), o));
+            assert!(store.release_sync(&Key::new(format!("k{i}")).unwrap(), o));
         }
     }
 }

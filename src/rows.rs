@@ -95,7 +95,7 @@ pub fn extend(existing: Option<RowView<'_>>, now: u64, owner: &OwnerToken, ttl: 
 }
 
 /// Milliseconds until the row expires, or `None` when nobody holds the key.
-pub fn remaining(existing: Option<RowView<'_>>, now: u64) -> Option<u64> {
+pub fn remaining_time(existing: Option<RowView<'_>>, now: u64) -> Option<u64> {
     existing
         .filter(|row| row.is_live(now))
         .map(|row| row.expires_at - now)
@@ -136,8 +136,8 @@ mod tests {
 
     #[test]
     fn remaining_is_none_once_expired() {
-        assert_eq!(remaining(row("a", 150), 100), Some(50));
-        assert_eq!(remaining(row("a", 100), 100), None);
-        assert_eq!(remaining(None, 100), None);
+        assert_eq!(remaining_time(row("a", 150), 100), Some(50));
+        assert_eq!(remaining_time(row("a", 100), 100), None);
+        assert_eq!(remaining_time(None, 100), None);
     }
 }

@@ -1,24 +1,30 @@
 //! The hand-over format of `serialize()` / `restoreLock()`:
 //!
 //! ```text
-//! keel-lock:1:<ttl ms>:<deadline, epoch ms>:<owner, base64url>:<key, base64url>
+//! keel-lock:2:<ttl ms>:<deadline, epoch ms>:<fence, or empty>:<owner, base64url>:<key, base64url>
 //! ```
 //!
 //! Versioned so a later format can be told apart; base64url so any key survives queues, URLs
-//! and headers unchanged. Every field is re-validated on the way in.
+//! and headers unchanged. Only the exact string [`SerializedLock::encode`] writes is read back:
+//! every field is re-validated, and a string that decodes but is not written the way `encode`
+//! writes it (`+5000`, `0005000`, a non-canonical base64url tail) is refused. Version 1 (the same
+//! without the fence field) is still read, as a lock without a fence.
 
 use crate::base64url;
-use crate::error::InputError;
-use crate::input::{Key, Ttl};
+use crate::grant::Fence;
+use crate::input::{InputError, Key, Ttl};
 use crate::token::OwnerToken;
 
 const MAGIC: &str = "keel-lock";
 
-/// The format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The format version this build writes.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Longest string `parse` will look at; real ones are well under 1 KiB.
 const MAX_SERIALIZED_BYTES: usize = 4096;
+
+/// Latest deadline accepted, in epoch ms: the largest time a JS `Date` can hold (year 275760).
+pub const MAX_DEADLINE_MS: u64 = 8_640_000_000_000_000;
 
 /// A lock frozen for hand-over to another process.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,10 +33,12 @@ pub struct SerializedLock {
     pub key: Key,
     /// The lock's TTL (the default for `extend()`).
     pub ttl: Ttl,
-    /// The owner token of the hold being handed over.
+    /// The owner token of the hold being handed over (always a minted token).
     pub owner: OwnerToken,
     /// The conservative local deadline of the hold, epoch ms by the serializing process's clock.
     pub deadline_ms: u64,
+    /// The hold's fence, when its store keeps fences.
+    pub fence: Option<Fence>,
 }
 
 fn malformed(reason: impl Into<String>) -> InputError {
@@ -45,11 +53,22 @@ fn decode_text(field: &str, what: &str) -> Result<String, InputError> {
     String::from_utf8(bytes).map_err(|_| malformed(format!("the {what} is not UTF-8")))
 }
 
+/// A whole number written the way `encode` writes one: digits only, no sign, no leading zero.
+fn number(field: &str, what: &str) -> Result<u64, InputError> {
+    let canonical = !field.is_empty()
+        && field.len() <= 20
+        && field.bytes().all(|b| b.is_ascii_digit())
+        && (field == "0" || !field.starts_with('0'));
+    let value = if canonical { field.parse().ok() } else { None };
+    value.ok_or_else(|| malformed(format!("the {what} is not a whole number written plainly")))
+}
+
 impl SerializedLock {
     /// The string form.
     pub fn encode(&self) -> String {
+        let fence = self.fence.map(|f| f.to_string()).unwrap_or_default();
         format!(
-            "{MAGIC}:{FORMAT_VERSION}:{}:{}:{}:{}",
+            "{MAGIC}:{FORMAT_VERSION}:{}:{}:{fence}:{}:{}",
             self.ttl.as_ms(),
             self.deadline_ms,
             base64url::encode(self.owner.as_str().as_bytes()),
@@ -67,34 +86,51 @@ impl SerializedLock {
         if fields[0] != MAGIC {
             return Err(malformed("it does not start with \"keel-lock:\""));
         }
-        match fields.get(1) {
-            Some(v) if *v == FORMAT_VERSION.to_string() => {}
-            Some(v) => {
+        let (ttl, deadline, fence, owner, key) = match (fields.get(1).copied(), &fields[..]) {
+            (Some("2"), [_, _, ttl, deadline, fence, owner, key]) => {
+                (*ttl, *deadline, Some(*fence), *owner, *key)
+            }
+            (Some("1"), [_, _, ttl, deadline, owner, key]) => (*ttl, *deadline, None, *owner, *key),
+            (Some(v @ ("1" | "2")), _) => {
+                return Err(malformed(format!(
+                    "version {v} has {} fields separated by ':', found {}",
+                    if v == "1" { 6 } else { 7 },
+                    fields.len()
+                )))
+            }
+            (Some(v), _) => {
                 return Err(InputError::UnsupportedSerializedVersion {
                     found: v.chars().take(16).collect(),
                     supported: FORMAT_VERSION,
                 })
             }
-            None => return Err(malformed("the version is missing")),
-        }
-        let [_, _, ttl, deadline, owner, key] = fields[..] else {
-            return Err(malformed(format!(
-                "expected 6 fields separated by ':', found {}",
-                fields.len()
-            )));
+            (None, _) => return Err(malformed("the version is missing")),
         };
-        let ttl: u64 = ttl
-            .parse()
-            .map_err(|_| malformed("the TTL is not a number"))?;
-        let deadline_ms: u64 = deadline
-            .parse()
-            .map_err(|_| malformed("the deadline is not a number"))?;
-        Ok(SerializedLock {
-            ttl: Ttl::from_ms(ttl)?,
+        let deadline_ms = number(deadline, "deadline")?;
+        if deadline_ms == 0 || deadline_ms > MAX_DEADLINE_MS {
+            return Err(malformed("the deadline is not a time a clock can show"));
+        }
+        let fence = match fence {
+            None | Some("") => None,
+            Some(f) => Some(Fence::new(number(f, "fence")?)?),
+        };
+        let owner = OwnerToken::parse(decode_text(owner, "owner token")?)?;
+        if !owner.is_minted_form() {
+            return Err(malformed("the owner token is not one keel-lock minted"));
+        }
+        let parsed = SerializedLock {
+            ttl: Ttl::from_ms(number(ttl, "TTL")?)?,
             deadline_ms,
-            owner: OwnerToken::parse(decode_text(owner, "owner token")?)?,
+            owner,
             key: Key::new(decode_text(key, "key")?)?,
-        })
+            fence,
+        };
+        // What remains non-canonical after the field checks (a base64url tail with stray bits)
+        // shows up as a difference from what `encode` writes.
+        if fields[1] == "2" && parsed.encode() != text {
+            return Err(malformed("it is not written the way serialize() writes it"));
+        }
+        Ok(parsed)
     }
 }
 
@@ -108,6 +144,7 @@ mod tests {
             ttl: Ttl::from_ms(60_000).unwrap(),
             owner: OwnerToken::mint().unwrap(),
             deadline_ms: 1_700_000_060_000,
+            fence: Some(Fence::new(41).unwrap()),
         }
     }
 
@@ -121,7 +158,7 @@ mod tests {
     fn refuses_other_versions_and_garbage() {
         let text = sample().encode();
         assert!(matches!(
-            SerializedLock::parse(&text.replacen(":1:", ":2:", 1)),
+            SerializedLock::parse(&text.replacen(":2:", ":3:", 1)),
             Err(InputError::UnsupportedSerializedVersion { .. })
         ));
         for bad in [
@@ -130,6 +167,7 @@ mod tests {
             "keel-lock:1",
             "{\"key\":\"x\"}",
             "keel-lock:1:0:0:YQ:YQ",
+            "keel-lock:2:5000:1:1:YQ:YQ",
         ] {
             assert!(SerializedLock::parse(bad).is_err(), "{bad:?} accepted");
         }
@@ -140,6 +178,57 @@ mod tests {
                 "cut at {cut} accepted"
             );
         }
+    }
+
+    #[test]
+    fn reads_only_the_canonical_form() {
+        let s = sample();
+        let text = s.encode();
+        let owner = base64url::encode(s.owner.as_str().as_bytes());
+        let key = base64url::encode(s.key.as_str().as_bytes());
+        let with = |ttl: &str, deadline: &str, fence: &str, owner: &str| {
+            format!("keel-lock:2:{ttl}:{deadline}:{fence}:{owner}:{key}")
+        };
+        assert_eq!(with("60000", "1700000060000", "41", &owner), text);
+        let one_char_owner = base64url::encode(b"x");
+        let max_deadline = (MAX_DEADLINE_MS + 1).to_string();
+        for bad in [
+            with("+60000", "1700000060000", "41", &owner),
+            with("0060000", "1700000060000", "41", &owner),
+            with("60000", "0", "41", &owner),
+            with("60000", &u64::MAX.to_string(), "41", &owner),
+            with("60000", &max_deadline, "41", &owner),
+            with("60000", "1700000060000", "041", &owner),
+            with("60000", "1700000060000", "0", &owner),
+            with("60000", "1700000060000", "9007199254740992", &owner),
+            with("60000", "1700000060000", "41", &one_char_owner),
+            with("60000", "1700000060000", " 41", &owner),
+        ] {
+            assert!(SerializedLock::parse(&bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn reads_version_one_without_a_fence() {
+        let s = sample();
+        let v1 = format!(
+            "keel-lock:1:60000:1700000060000:{}:{}",
+            base64url::encode(s.owner.as_str().as_bytes()),
+            base64url::encode(s.key.as_str().as_bytes())
+        );
+        let read = SerializedLock::parse(&v1).unwrap();
+        assert_eq!(read.fence, None);
+        assert_eq!(read.owner, s.owner);
+        assert_eq!(read.key, s.key);
+    }
+
+    #[test]
+    fn round_trips_without_a_fence() {
+        let s = SerializedLock {
+            fence: None,
+            ..sample()
+        };
+        assert_eq!(SerializedLock::parse(&s.encode()).unwrap(), s);
     }
 
     // proptest is a native-only dev-dependency.

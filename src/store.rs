@@ -4,6 +4,7 @@
 
 use std::rc::Rc;
 
+use crate::grant::Grant;
 use crate::input::{Key, Ttl};
 use crate::token::OwnerToken;
 
@@ -12,9 +13,10 @@ use crate::token::OwnerToken;
 ///
 /// Futures are not `Send`: wasm is single-threaded and JS values are not `Send`.
 ///
-/// Evolution: new capabilities (a fencing token returned by acquire, a store-side blocking
-/// wait instead of polling) will arrive as provided methods with default implementations, so
-/// stores written against this trait, and the five-method JS seam, keep working unchanged.
+/// Five operations, every one a single atomic step in the store. `acquire` answers a [`Grant`]
+/// rather than a `bool` so that what a store knows about an acquisition (its fence) travels with
+/// it; further capabilities arrive as provided methods with defaults, so existing stores keep
+/// compiling and keep their meaning. ARCHITECTURE.md has the design.
 #[allow(async_fn_in_trait)]
 pub trait LockStore {
     /// The store's own error, passed through to callers unchanged.
@@ -24,8 +26,16 @@ pub trait LockStore {
     fn name(&self) -> &'static str;
 
     /// Atomically: if `key` is free (absent or expired), record `owner` as its holder for `ttl`
-    /// and answer `true`; otherwise change nothing and answer `false`.
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Self::Error>;
+    /// and answer the [`Grant`]; otherwise change nothing and answer `None`.
+    ///
+    /// A store that keeps fences gives every grant a fence strictly greater than every fence it
+    /// handed out before for `key`, across release, expiry and restarts (gaps allowed).
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<Grant>, Self::Error>;
 
     /// Atomically: if `owner` holds `key` (and it has not expired), free it and answer `true`;
     /// otherwise change nothing and answer `false`.
@@ -49,7 +59,7 @@ macro_rules! forward_store {
             fn name(&self) -> &'static str {
                 (**self).name()
             }
-            async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, S::Error> {
+            async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<Option<Grant>, S::Error> {
                 (**self).acquire(key, owner, ttl).await
             }
             async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, S::Error> {

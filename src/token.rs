@@ -3,7 +3,8 @@
 use std::cell::RefCell;
 use std::fmt;
 
-use crate::error::InputError;
+use crate::error::RandomError;
+use crate::input::InputError;
 
 /// Longest owner token accepted from outside (a restored lock, a WIT caller).
 pub const MAX_OWNER_BYTES: usize = 128;
@@ -28,7 +29,7 @@ pub struct OwnerToken(String);
 impl OwnerToken {
     /// Mints a fresh token from the platform CSPRNG (`crypto.getRandomValues` in JS hosts).
     /// Called lazily on the first acquire, never at module load: Workers forbid randomness there.
-    pub fn mint() -> Result<Self, getrandom::Error> {
+    pub fn mint() -> Result<Self, RandomError> {
         let empty = POOL.with(|pool| {
             let (bytes, used) = &*pool.borrow();
             bytes.is_empty() || used + TOKEN_BYTES > bytes.len()
@@ -37,7 +38,7 @@ impl OwnerToken {
             // Filled with the pool not borrowed: in JS this calls `crypto.getRandomValues`,
             // which user code could replace with something that mints a token itself.
             let mut fresh = vec![0; POOL_BYTES];
-            getrandom::fill(&mut fresh)?;
+            getrandom::fill(&mut fresh).map_err(|e| RandomError(e.to_string()))?;
             POOL.with(|pool| *pool.borrow_mut() = (fresh, 0));
         }
         POOL.with(|pool| {
@@ -69,6 +70,16 @@ impl OwnerToken {
         }
     }
 
+    /// Whether this token has the form [`OwnerToken::mint`] gives every token: 32 lowercase hex
+    /// digits. A serialized lock always carries a minted token, so a restored one must be too.
+    pub fn is_minted_form(&self) -> bool {
+        self.0.len() == TOKEN_BYTES * 2
+            && self
+                .0
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
+
     /// The token as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -95,6 +106,7 @@ mod tests {
         assert_eq!(tokens.len(), 10_000);
         for t in tokens.iter().take(50) {
             assert_eq!(t.len(), 32);
+            assert!(OwnerToken::parse(t.clone()).unwrap().is_minted_form());
             assert!(t
                 .bytes()
                 .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
@@ -107,6 +119,8 @@ mod tests {
         assert!(OwnerToken::parse("has space").is_err());
         assert!(OwnerToken::parse("x".repeat(MAX_OWNER_BYTES + 1)).is_err());
         assert!(OwnerToken::parse("ok-token_1").is_ok());
+        assert!(!OwnerToken::parse("ok-token_1").unwrap().is_minted_form());
+        assert!(!OwnerToken::parse("A".repeat(32)).unwrap().is_minted_form());
         assert_eq!(
             format!("{:?}", OwnerToken::parse("secret").unwrap()),
             "OwnerToken(..)"

@@ -12,9 +12,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use keel_lock::conformance::Verdict;
 use keel_lock::conformance::{self, check_all, ConformanceOptions, PropertyResult, PROPERTIES};
 use keel_lock::virtual_time::VirtualRuntime;
-use keel_lock::{Key, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl};
+use keel_lock::{Fence, Grant, Key, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl};
 
 fn run_kit<S: LockStore<Error = Infallible>>(
     store: &S,
@@ -66,11 +67,15 @@ fn the_memory_store_passes_every_property() {
     let store = MemoryLockStore::new(rt.clone());
     let start = rt.now_ms();
     let results = run_kit(&store, &rt, &ConformanceOptions::default());
-    assert_eq!(results.len(), 10);
+    assert_eq!(results.len(), 13);
     assert_caught(&results, &[]);
-    // Four properties outlive the short TTL (150 + 100 ms each) on the virtual clock: the kit
+    assert!(
+        results.iter().all(|(_, r)| *r == Ok(Verdict::Holds)),
+        "the memory store keeps fences, so every property applies: {results:#?}"
+    );
+    // Six properties outlive the short TTL (150 + 100 ms each) on the virtual clock: the kit
     // really waited, instead of checking expiry without letting time pass.
-    assert!(rt.now_ms() - start >= 4 * 250, "{} ms", rt.now_ms() - start);
+    assert!(rt.now_ms() - start >= 6 * 250, "{} ms", rt.now_ms() - start);
 }
 
 #[test]
@@ -111,13 +116,13 @@ fn single_properties_can_be_run_on_their_own() {
         rt.block_on(conformance::concurrent_acquires_have_one_winner(
             &store, &rt, &options
         )),
-        Ok(())
+        Ok(Verdict::Holds)
     );
     assert_eq!(
         rt.block_on(conformance::late_release_keeps_new_holder(
             &store, &rt, &options
         )),
-        Ok(())
+        Ok(Verdict::Holds)
     );
 }
 
@@ -138,17 +143,30 @@ enum Gap {
     Jitter,
 }
 
+/// How `acquire` numbers its grants.
+#[derive(Clone, Copy, PartialEq)]
+enum Fences {
+    /// One counter for the store, never reset: correct.
+    Counter,
+    /// No fences at all: still a lock, one whose holders cannot fence their writes.
+    Absent,
+    /// The counter restarts when a key is released, so the next holder gets an old fence.
+    ReusedAfterRelease,
+}
+
 #[derive(Clone, Copy)]
 struct Flaws {
     gap: Gap,
     release_checks_owner: bool,
     extend_checks_owner: bool,
+    fences: Fences,
 }
 
 const CORRECT: Flaws = Flaws {
     gap: Gap::None,
     release_checks_owner: true,
     extend_checks_owner: true,
+    fences: Fences::Counter,
 };
 
 struct RowStore {
@@ -156,6 +174,7 @@ struct RowStore {
     rows: RefCell<HashMap<String, (OwnerToken, u64)>>,
     flaws: Flaws,
     calls: Cell<u64>,
+    last_fence: Cell<u64>,
 }
 
 impl RowStore {
@@ -165,6 +184,7 @@ impl RowStore {
             rows: RefCell::new(HashMap::new()),
             flaws,
             calls: Cell::new(0),
+            last_fence: Cell::new(0),
         }
     }
 
@@ -218,9 +238,14 @@ impl LockStore for RowStore {
     fn name(&self) -> &'static str {
         "row"
     }
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<Grant>, Infallible> {
         if self.live_owner(key).is_some() {
-            return Ok(false);
+            return Ok(None);
         }
         // With a gap, another acquirer can read "free" here too, and both then write.
         self.gap().await;
@@ -228,13 +253,20 @@ impl LockStore for RowStore {
         self.rows
             .borrow_mut()
             .insert(key.as_str().to_owned(), (owner.clone(), expires_at));
-        Ok(true)
+        if self.flaws.fences == Fences::Absent {
+            return Ok(Some(Grant::unfenced()));
+        }
+        self.last_fence.set(self.last_fence.get() + 1);
+        Ok(Some(Grant::new(Fence::new(self.last_fence.get()).ok())))
     }
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Infallible> {
         if !self.may_touch(key, owner, self.flaws.release_checks_owner) {
             return Ok(false);
         }
         self.rows.borrow_mut().remove(key.as_str());
+        if self.flaws.fences == Fences::ReusedAfterRelease {
+            self.last_fence.set(0);
+        }
         Ok(true)
     }
     async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
@@ -278,13 +310,31 @@ fn the_hand_rolled_store_without_flaws_passes() {
 // (a) Non-atomic acquire
 // ---------------------------------------------------------------------------------------------
 
+/// What a get-then-set acquire breaks: every race for a key, free or expired.
+const NON_ATOMIC: &[&str] = &[
+    "concurrent_acquires_have_one_winner",
+    "concurrent_acquires_of_expired_key_have_one_winner",
+    "fences_increase",
+];
+
+fn result_of<'a>(
+    results: &'a [(&'static str, PropertyResult)],
+    property: &str,
+) -> &'a PropertyResult {
+    &results
+        .iter()
+        .find(|(name, _)| *name == property)
+        .expect("property ran")
+        .1
+}
+
 #[test]
 fn a_non_atomic_acquire_with_a_sleep_is_caught() {
     let results = check_flaws(Flaws {
         gap: Gap::Sleep,
         ..CORRECT
     });
-    assert_caught(&results, &["concurrent_acquires_have_one_winner"]);
+    assert_caught(&results, NON_ATOMIC);
     let violation = results[1].1.as_ref().unwrap_err();
     assert!(
         violation.message.contains("50 won"),
@@ -300,7 +350,7 @@ fn a_non_atomic_acquire_with_a_yield_is_caught() {
             gap: Gap::Yield,
             ..CORRECT
         }),
-        &["concurrent_acquires_have_one_winner"],
+        NON_ATOMIC,
     );
 }
 
@@ -353,6 +403,7 @@ fn release_and_extend_without_an_owner_check_are_caught() {
             "release_requires_owner",
             "extend_requires_owner",
             "late_release_keeps_new_holder",
+            "keys_are_independent",
         ],
     );
 }
@@ -365,12 +416,15 @@ fn release_without_an_owner_check_is_caught_on_its_own() {
     });
     assert_caught(
         &results,
-        &["release_requires_owner", "late_release_keeps_new_holder"],
+        &[
+            "release_requires_owner",
+            "late_release_keeps_new_holder",
+            "keys_are_independent",
+        ],
     );
-    let late = &results[7];
-    assert_eq!(late.0, "late_release_keeps_new_holder");
+    let late = result_of(&results, "late_release_keeps_new_holder");
     assert!(
-        late.1.as_ref().unwrap_err().message.contains("release"),
+        late.as_ref().unwrap_err().message.contains("release"),
         "{late:?}"
     );
 }
@@ -383,11 +437,15 @@ fn extend_without_an_owner_check_is_caught_on_its_own() {
     });
     assert_caught(
         &results,
-        &["extend_requires_owner", "late_release_keeps_new_holder"],
+        &[
+            "extend_requires_owner",
+            "late_release_keeps_new_holder",
+            "keys_are_independent",
+        ],
     );
-    let late = &results[7];
+    let late = result_of(&results, "late_release_keeps_new_holder");
     assert!(
-        late.1.as_ref().unwrap_err().message.contains("extend"),
+        late.as_ref().unwrap_err().message.contains("extend"),
         "{late:?}"
     );
 }
@@ -399,12 +457,48 @@ fn every_flaw_at_once_is_caught_by_all_the_relevant_properties() {
             gap: Gap::Sleep,
             release_checks_owner: false,
             extend_checks_owner: false,
+            fences: Fences::ReusedAfterRelease,
         }),
         &[
             "concurrent_acquires_have_one_winner",
+            "concurrent_acquires_of_expired_key_have_one_winner",
             "release_requires_owner",
             "extend_requires_owner",
             "late_release_keeps_new_holder",
+            "keys_are_independent",
+            "fences_increase",
         ],
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (c) Fences
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_fence_reused_after_release_is_caught() {
+    let results = check_flaws(Flaws {
+        fences: Fences::ReusedAfterRelease,
+        ..CORRECT
+    });
+    assert_caught(&results, &["fences_increase"]);
+    let violation = result_of(&results, "fences_increase").as_ref().unwrap_err();
+    assert!(
+        violation.message.contains("after release"),
+        "{}",
+        violation.message
+    );
+}
+
+#[test]
+fn a_store_without_fences_is_a_finding_not_a_failure() {
+    let results = check_flaws(Flaws {
+        fences: Fences::Absent,
+        ..CORRECT
+    });
+    assert_caught(&results, &[]);
+    match result_of(&results, "fences_increase") {
+        Ok(Verdict::NotApplicable(why)) => assert!(why.contains("no fences"), "{why}"),
+        other => panic!("expected a not-applicable finding, got {other:?}"),
+    }
 }

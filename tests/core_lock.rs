@@ -102,30 +102,35 @@ impl LockStore for ScriptedStore {
     fn name(&self) -> &'static str {
         "scripted"
     }
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Outage> {
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<keel_lock::Grant>, Outage> {
         self.enter(Operation::Acquire)?;
-        Ok(self.inner.try_acquire(key, owner, ttl))
+        Ok(self.inner.acquire_sync(key, owner, ttl))
     }
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Outage> {
         self.enter(Operation::Release)?;
-        Ok(self.inner.try_release(key, owner))
+        Ok(self.inner.release_sync(key, owner))
     }
     async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Outage> {
         self.enter(Operation::Extend)?;
-        Ok(self.inner.try_extend(key, owner, ttl))
+        Ok(self.inner.extend_sync(key, owner, ttl))
     }
     async fn is_locked(&self, key: &Key) -> Result<bool, Outage> {
         self.enter(Operation::IsLocked)?;
-        Ok(self.inner.remaining_ms(key).is_some())
+        Ok(self.inner.remaining_time_sync(key).is_some())
     }
     async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Outage> {
         self.enter(Operation::RemainingTime)?;
-        Ok(self.inner.remaining_ms(key))
+        Ok(self.inner.remaining_time_sync(key))
     }
 }
 
 fn is_not_held<E>(result: &Result<impl Sized, Error<E>>, k: &str, op: &str) -> bool {
-    matches!(result, Err(Error::NotHeld { key, operation }) if key == k && *operation == op)
+    matches!(result, Err(Error::NotHeld { key, attempted }) if key == k && attempted.to_string() == op)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -177,7 +182,7 @@ fn run_acquires_runs_the_task_and_releases() {
     let other = Lock::new(key("job"), ttl(5_000), &store, rt.clone());
     let held_inside = Cell::new(None);
 
-    let out = rt.block_on(lock.run(now(), || async {
+    let out = rt.block_on(lock.run(now(), |_| async {
         // Inside the critical section the key is held, and nobody else can take it.
         held_inside.set(Some((
             other.is_locked().await.unwrap(),
@@ -207,7 +212,7 @@ fn run_on_a_held_key_answers_none_and_never_runs_the_task() {
     assert!(rt.block_on(holder.acquire(now())).unwrap());
 
     let ran = Cell::new(false);
-    let out = rt.block_on(latecomer.run(now(), || async { ran.set(true) }));
+    let out = rt.block_on(latecomer.run(now(), |_| async { ran.set(true) }));
     assert_eq!(out.unwrap(), None);
     assert!(!ran.get(), "the task ran without the lock");
     // The failed attempt left the holder's lock alone.
@@ -225,14 +230,16 @@ fn run_waits_for_the_holder_when_given_a_timeout() {
     let tasks: Vec<Task> = vec![
         Box::pin(async {
             holder
-                .run(now(), || rt.sleep(700))
+                .run(now(), |_| rt.sleep(700))
                 .await
                 .unwrap()
                 .expect("holder runs");
         }),
         Box::pin(async {
             let out = waiter
-                .run(wait(2_000, 100), || async { ran_at.set(Some(rt.now_ms())) })
+                .run(wait(2_000, 100), |_| async {
+                    ran_at.set(Some(rt.now_ms()))
+                })
                 .await;
             assert_eq!(out.unwrap(), Some(()));
         }),
@@ -250,7 +257,7 @@ fn try_run_with_a_failing_task_releases_and_returns_the_same_error() {
     let rt = VirtualRuntime::new();
     let store = ScriptedStore::new(&rt);
     let lock = Lock::new(key("charge"), ttl(5_000), &store, rt.clone());
-    let out = rt.block_on(lock.try_run(now(), || async {
+    let out = rt.block_on(lock.try_run(now(), |_| async {
         rt.sleep(10).await;
         Err::<(), _>(TaskFailed("card declined", 402))
     }));
@@ -265,7 +272,7 @@ fn try_run_with_a_failing_task_releases_and_returns_the_same_error() {
     assert!(lock.owner().is_none());
 
     // The key is free for the next run.
-    let again = rt.block_on(lock.try_run(now(), || async { Ok::<_, TaskFailed>(7) }));
+    let again = rt.block_on(lock.try_run(now(), |_| async { Ok::<_, TaskFailed>(7) }));
     assert!(matches!(again, Ok(Some(7))), "{again:?}");
 }
 
@@ -277,7 +284,7 @@ fn try_run_on_a_held_key_answers_none_without_running() {
     let other = Lock::new(key("t"), ttl(5_000), &store, rt.clone());
     assert!(rt.block_on(holder.acquire(now())).unwrap());
     let ran = Cell::new(false);
-    let out = rt.block_on(other.try_run(now(), || async {
+    let out = rt.block_on(other.try_run(now(), |_| async {
         ran.set(true);
         Err::<(), _>("should not run")
     }));
@@ -292,7 +299,7 @@ fn the_task_can_extend_its_own_lock_past_the_original_ttl() {
     let lock = Lock::new(key("long-job"), ttl(100), &store, rt.clone());
     let rival = Lock::new(key("long-job"), ttl(100), &store, rt.clone());
     let rival_got_in = Cell::new(false);
-    let out = rt.block_on(lock.run(now(), || async {
+    let out = rt.block_on(lock.run(now(), |_| async {
         lock.extend(Some(ttl(1_000))).await.unwrap();
         rt.sleep(500).await; // well past the original 100 ms
         rival_got_in.set(rival.acquire(now()).await.unwrap());
@@ -315,7 +322,7 @@ fn a_run_that_outlives_its_ttl_does_not_free_the_next_holder() {
     let next = Lock::new(key("slow"), ttl(10_000), &store, rt.clone());
     let tasks: Vec<Task> = vec![
         Box::pin(async {
-            let out = slow.run(now(), || rt.sleep(300)).await;
+            let out = slow.run(now(), |_| rt.sleep(300)).await;
             assert_eq!(out.unwrap(), Some(()));
             assert!(slow.is_expired(), "slow run's lock expired under it");
         }),
@@ -689,8 +696,8 @@ fn run_inside_run_on_the_same_handle_does_not_run_the_inner_task() {
     let store = ScriptedStore::new(&rt);
     let lock = Lock::new(key("nest"), ttl(1_000), &store, rt.clone());
     let inner_ran = Cell::new(false);
-    let out = rt.block_on(lock.run(now(), || async {
-        let inner = lock.run(now(), || async { inner_ran.set(true) }).await;
+    let out = rt.block_on(lock.run(now(), |_| async {
+        let inner = lock.run(now(), |_| async { inner_ran.set(true) }).await;
         assert_eq!(inner.unwrap(), None);
         // The outer hold survives the refused inner attempt.
         assert!(lock.is_locked().await.unwrap());
@@ -824,9 +831,11 @@ fn a_restored_lock_can_extend_and_release_the_original_hold() {
     let original = Lock::new(key(k), ttl(2_000), &store, rt.clone());
     assert!(rt.block_on(original.acquire(now())).unwrap());
     let text = original.serialize().unwrap();
-    assert!(text.starts_with("keel-lock:1:"), "{text}");
+    assert!(text.starts_with("keel-lock:2:"), "{text}");
 
     let parsed = SerializedLock::parse(&text).unwrap();
+    assert_eq!(parsed.fence, original.fence());
+    assert!(parsed.fence.is_some());
     assert_eq!(parsed.key.as_str(), k);
     assert_eq!(parsed.ttl, ttl(2_000));
     assert_eq!(Some(parsed.owner.clone()), original.owner());
@@ -948,7 +957,7 @@ fn run_with_a_failing_acquire_never_runs_the_task() {
     let store = ScriptedStore::failing(&rt, Operation::Acquire);
     let lock = Lock::new(key("down"), ttl(1_000), &store, rt.clone());
     let ran = Cell::new(false);
-    let result = rt.block_on(lock.run(now(), || async { ran.set(true) }));
+    let result = rt.block_on(lock.run(now(), |_| async { ran.set(true) }));
     assert!(!ran.get(), "the task ran although acquire failed");
     match result {
         Err(Error::Store {
@@ -960,7 +969,7 @@ fn run_with_a_failing_acquire_never_runs_the_task() {
     }
 
     let ran = Cell::new(false);
-    let result = rt.block_on(lock.try_run(now(), || async {
+    let result = rt.block_on(lock.try_run(now(), |_| async {
         ran.set(true);
         Ok::<(), ()>(())
     }));
@@ -980,7 +989,7 @@ fn run_with_a_failing_release_reports_the_release_error_after_running() {
     let store = ScriptedStore::failing(&rt, Operation::Release);
     let lock = Lock::new(key("flaky"), ttl(1_000), &store, rt.clone());
     let ran = Cell::new(false);
-    let result = rt.block_on(lock.run(now(), || async { ran.set(true) }));
+    let result = rt.block_on(lock.run(now(), |_| async { ran.set(true) }));
     assert!(ran.get());
     match result {
         Err(Error::Store {
@@ -997,7 +1006,7 @@ fn when_both_task_and_release_fail_the_task_error_wins() {
     let rt = VirtualRuntime::new();
     let store = ScriptedStore::failing(&rt, Operation::Release);
     let lock = Lock::new(key("flaky"), ttl(1_000), &store, rt.clone());
-    let result = rt.block_on(lock.try_run(now(), || async { Err::<(), _>("task broke") }));
+    let result = rt.block_on(lock.try_run(now(), |_| async { Err::<(), _>("task broke") }));
     assert_eq!(result.unwrap_err().to_string(), "task failed: task broke");
 }
 
@@ -1058,4 +1067,83 @@ fn failing_inspection_calls_name_their_operation() {
         })
     ));
     assert!(rt.block_on(lock.is_locked()).is_ok());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fences
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn a_hold_carries_its_fence_and_only_while_held() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let lock = Lock::new(key("fenced"), ttl(1_000), &store, rt.clone());
+    assert_eq!(lock.fence(), None, "no fence before acquiring");
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    let first = lock.fence().expect("the memory store keeps fences");
+    assert!(rt.block_on(lock.release()).unwrap());
+    assert_eq!(lock.fence(), None, "no fence after releasing");
+    assert!(rt.block_on(lock.acquire(now())).unwrap());
+    assert!(lock.fence().unwrap() > first);
+}
+
+#[test]
+fn fences_increase_across_handles_release_and_expiry() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let mut last = None;
+    for round in 0..20 {
+        let lock = Lock::new(key("ledger:7"), ttl(100), &store, rt.clone());
+        assert!(rt.block_on(lock.acquire(now())).unwrap());
+        let fence = lock.fence().unwrap();
+        assert!(Some(fence) > last, "round {round}: {fence} after {last:?}");
+        last = Some(fence);
+        if round % 2 == 0 {
+            assert!(rt.block_on(lock.release()).unwrap());
+        } else {
+            rt.advance(150); // left to expire
+        }
+    }
+}
+
+#[test]
+fn run_hands_the_task_the_fence_of_its_hold() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let lock = Lock::new(key("ctx"), ttl(1_000), &store, rt.clone());
+    let seen = rt
+        .block_on(lock.run(now(), |context| async move { context.fence }))
+        .unwrap()
+        .expect("ran");
+    assert!(seen.is_some());
+    let again = rt
+        .block_on(lock.run(now(), |context| async move { context.fence }))
+        .unwrap()
+        .expect("ran");
+    assert!(again > seen, "{again:?} after {seen:?}");
+}
+
+#[test]
+fn a_stale_holder_is_fenced_out_by_the_resource() {
+    // The pause-past-TTL story: A holds, stalls beyond its TTL, B acquires and writes; A wakes
+    // and writes. A resource that keeps the highest fence it has seen refuses A's write.
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let highest_seen = Cell::new(0u64);
+    let write = |fence: keel_lock::Fence| {
+        if fence.get() > highest_seen.get() {
+            highest_seen.set(fence.get());
+            true
+        } else {
+            false
+        }
+    };
+    let a = Lock::new(key("ledger"), ttl(1_000), &store, rt.clone());
+    let b = Lock::new(key("ledger"), ttl(1_000), &store, rt.clone());
+    assert!(rt.block_on(a.acquire(now())).unwrap());
+    let fence_a = a.fence().unwrap();
+    rt.advance(5_000); // A's pause: its TTL passes
+    assert!(rt.block_on(b.acquire(now())).unwrap());
+    assert!(write(b.fence().unwrap()), "B's write is accepted");
+    assert!(!write(fence_a), "A's stale write must be refused");
 }

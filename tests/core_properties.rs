@@ -60,7 +60,7 @@ impl Counting {
     }
 
     fn held(&self) -> Option<u64> {
-        self.inner.remaining_ms(&key())
+        self.inner.remaining_time_sync(&key())
     }
 }
 
@@ -69,7 +69,12 @@ impl LockStore for Counting {
     fn name(&self) -> &'static str {
         "counting"
     }
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Self::Error> {
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<keel_lock::Grant>, Self::Error> {
         self.acquires.set(self.acquires.get() + 1);
         self.spin.tick();
         self.inner.acquire(key, owner, ttl).await
@@ -124,7 +129,7 @@ proptest! {
         let tasks: Vec<std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>> = vec![
             Box::pin(async {
                 let ran = holder
-                    .run(AcquireOptions::immediately(), || rt.sleep(work))
+                    .run(AcquireOptions::immediately(), |_| rt.sleep(work))
                     .await
                     .unwrap();
                 holder_ran.set(ran.is_some());
@@ -169,14 +174,14 @@ proptest! {
         prop_assert!(rt.block_on(lock.acquire(AcquireOptions::immediately())).unwrap());
         for (advance, extend) in steps {
             rt.advance(advance);
-            let held = store.remaining_ms(&key()).is_some();
+            let held = store.remaining_time_sync(&key()).is_some();
             prop_assert_eq!(lock.is_expired(), !held);
             if let Some(ms) = extend {
                 let extended = rt.block_on(lock.extend(Some(ttl(ms)))).is_ok();
                 prop_assert_eq!(extended, held);
                 prop_assert_eq!(lock.is_expired(), !extended);
                 if extended {
-                    prop_assert_eq!(store.remaining_ms(&key()), Some(ms));
+                    prop_assert_eq!(store.remaining_time_sync(&key()), Some(ms));
                 }
             }
         }
@@ -212,7 +217,7 @@ proptest! {
                     (&rt, &locks[i], &inside, &most_inside, &runs, &busy_ms);
                 async move {
                     rt.sleep(delay).await;
-                    lock.run(wait(600_000, retry_delay), || async move {
+                    lock.run(wait(600_000, retry_delay), |_| async move {
                         inside.set(inside.get() + 1);
                         most_inside.set(most_inside.get().max(inside.get()));
                         rt.sleep(work).await;
@@ -253,7 +258,7 @@ proptest! {
             .map(|(&work, lock)| {
                 let (rt, ran) = (&rt, &ran);
                 async move {
-                    lock.run(wait(0, retry_delay), || async move {
+                    lock.run(wait(0, retry_delay), |_| async move {
                         ran.set(ran.get() + 1);
                         rt.sleep(work).await;
                     })

@@ -91,12 +91,6 @@ fn restore_lock(bucket: &str, serialized: &str) -> Result<wit_lock::Lock, LockEr
     }))
 }
 
-/// A wait option as the core reads it; `u64 → f64` is exact for every value the core accepts,
-/// and anything larger is refused as too large whatever the rounding.
-fn wait_ms(ms: u64) -> f64 {
-    ms as f64
-}
-
 impl wit_lock::Guest for Component {
     type Lock = ComponentLock;
 
@@ -119,9 +113,7 @@ impl wit_lock::GuestLock for ComponentLock {
     }
 
     fn acquire(&self, timeout_ms: u64, retry_delay_ms: Option<u64>) -> Result<bool, LockError> {
-        let options =
-            AcquireOptions::from_f64(Some(wait_ms(timeout_ms)), retry_delay_ms.map(wait_ms))
-                .map_err(invalid)?;
+        let options = AcquireOptions::from_ms(timeout_ms, retry_delay_ms).map_err(invalid)?;
         block_on(self.inner.acquire(options)).map_err(wit_error)
     }
 
@@ -148,6 +140,10 @@ impl wit_lock::GuestLock for ComponentLock {
 
     fn remaining_time(&self) -> Result<Option<u64>, LockError> {
         block_on(self.inner.remaining_time()).map_err(wit_error)
+    }
+
+    fn fence(&self) -> Option<u64> {
+        self.inner.fence().map(|f| f.get())
     }
 
     fn key(&self) -> String {

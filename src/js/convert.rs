@@ -4,8 +4,8 @@
 use js_sys::{Object, RangeError, Reflect, TypeError};
 use wasm_bindgen::prelude::*;
 
-use crate::error::{Error, InputError};
-use crate::input::{AcquireOptions, Key, ShowNumber, Ttl};
+use crate::error::{Error, HoldOperation, InputError, Operation};
+use crate::input::{AcquireOptions, Key, ShowNumber, Ttl, WaitOption};
 use crate::token::OwnerToken;
 
 #[wasm_bindgen(module = "/js/errors.js")]
@@ -44,9 +44,9 @@ pub(crate) fn describe(value: &JsValue) -> String {
 pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
     match error {
         Error::Input(input) => input_to_js(input),
-        Error::NotHeld { key, operation } => {
-            let message = match operation {
-                "serialize" => {
+        Error::NotHeld { key, attempted } => {
+            let message = match attempted {
+                HoldOperation::Serialize => {
                     format!("cannot serialize lock \"{key}\": it is not held (acquire it first)")
                 }
                 _ => format!("lock \"{key}\" is not held: it expired or was never acquired"),
@@ -58,9 +58,36 @@ pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
     }
 }
 
-/// A value of the right type but outside what the lock accepts.
+/// A value of the right type but outside what the lock accepts, named the way the JS API names
+/// it (`ttlMs`, `retryDelay`).
 pub(crate) fn input_to_js(error: InputError) -> JsValue {
-    RangeError::new(&error.to_string()).into()
+    let message = match error {
+        InputError::InvalidTtl { value, max } => format!(
+            "ttlMs must be a finite number of milliseconds between 1 and {max}, got {}",
+            ShowNumber(value)
+        ),
+        InputError::InvalidWait { option, value, max } => format!(
+            "{} must be a finite number of milliseconds between 0 and {max}, got {}",
+            match option {
+                WaitOption::Timeout => "timeout",
+                WaitOption::RetryDelay => "retryDelay",
+            },
+            ShowNumber(value)
+        ),
+        other => other.to_string(),
+    };
+    RangeError::new(&message).into()
+}
+
+/// A store operation's method name on the JS seam.
+pub(crate) fn method_name(op: Operation) -> &'static str {
+    match op {
+        Operation::Acquire => "acquire",
+        Operation::Release => "release",
+        Operation::Extend => "extend",
+        Operation::IsLocked => "isLocked",
+        Operation::RemainingTime => "remainingTime",
+    }
 }
 
 pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {
@@ -136,6 +163,20 @@ pub(crate) fn acquire_options(value: &JsValue) -> Result<AcquireOptions, JsValue
     AcquireOptions::from_f64(field("timeout")?, field("retryDelay")?).map_err(input_to_js)
 }
 
+/// A fence as JS sees it: a number (exact: fences stay below 2^53), or `null`.
+pub(crate) fn fence_to_js(fence: Option<crate::grant::Fence>) -> JsValue {
+    fence.map_or(JsValue::NULL, |f| JsValue::from_f64(f.get() as f64))
+}
+
+/// A store's acquire answer on the JS seam: `false`, `true` (no fence) or `{ fence }`.
+pub(crate) fn grant_to_js(grant: Option<crate::grant::Grant>) -> Result<JsValue, JsValue> {
+    match grant {
+        None => Ok(JsValue::FALSE),
+        Some(g) if g.fence().is_none() => Ok(JsValue::TRUE),
+        Some(g) => object(&[("fence", fence_to_js(g.fence()))]),
+    }
+}
+
 /// A plain object `{ [name]: value, ... }` from pairs.
 pub(crate) fn object(pairs: &[(&str, JsValue)]) -> Result<JsValue, JsValue> {
     let obj = Object::new();
@@ -145,9 +186,9 @@ pub(crate) fn object(pairs: &[(&str, JsValue)]) -> Result<JsValue, JsValue> {
     Ok(obj.into())
 }
 
-/// Settles a value a JS callback answered: a thenable is awaited (its rejection comes back as
+/// Resolves a value a JS callback answered: a thenable is awaited (its rejection comes back as
 /// the same JS value), anything else is returned as is.
-pub(crate) async fn settle(answer: JsValue) -> Result<JsValue, JsValue> {
+pub(crate) async fn resolve_answer(answer: JsValue) -> Result<JsValue, JsValue> {
     let thenable = (answer.is_object() || answer.is_function())
         && Reflect::get(&answer, &JsValue::from_str("then")).is_ok_and(|t| t.is_function());
     if thenable {

@@ -11,12 +11,14 @@ use js_sys::{Array, Function, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use super::convert::{acquire_options, describe, settle, to_js, ttl, type_error};
+use super::convert::{
+    acquire_options, describe, fence_to_js, object, resolve_answer, to_js, ttl, type_error,
+};
 use super::runtime::JsRuntime;
 use super::store::Backend;
 use crate::error::Error;
 use crate::input::AcquireOptions;
-use crate::lock::{Lock, RunError};
+use crate::lock::{Lock, RunContext, RunError};
 
 pub(crate) type CoreLock = Lock<Backend, JsRuntime>;
 
@@ -60,9 +62,11 @@ fn spawn_boxed(mut future: JsFuture) -> Promise {
     }
 }
 
-/// Calls the user's callback; a thrown error or rejection comes back as the same JS object.
-async fn call_task(task: Function) -> Result<JsValue, JsValue> {
-    settle(task.call0(&JsValue::UNDEFINED)?).await
+/// Calls the user's callback with the run's context object `{ fence }`; a thrown error or
+/// rejection comes back as the same JS object.
+async fn call_task(task: Function, context: RunContext) -> Result<JsValue, JsValue> {
+    let context = object(&[("fence", fence_to_js(context.fence))])?;
+    resolve_answer(task.call1(&JsValue::UNDEFINED, &context)?).await
 }
 
 async fn run(
@@ -74,7 +78,10 @@ async fn run(
     let task: Function = task
         .dyn_into()
         .map_err(|v| type_error(format!("run() needs a function, got {}", describe(&v))))?;
-    match lock.try_run(options, || call_task(task)).await {
+    match lock
+        .try_run(options, |context| call_task(task, context))
+        .await
+    {
         Ok(Some(value)) => Ok(Array::of2(&JsValue::TRUE, &value).into()),
         Ok(None) => Ok(Array::of2(&JsValue::FALSE, &JsValue::UNDEFINED).into()),
         Err(RunError::Task(error)) => Err(error),
@@ -88,8 +95,8 @@ fn lift<T: Into<JsValue>>(r: Result<T, Error<JsValue>>) -> Result<JsValue, JsVal
 
 #[wasm_bindgen(js_class = Lock)]
 impl JsLock {
-    /// Acquire, run `fn`, always release. Resolves `[true, result]`, or `[false, undefined]`
-    /// when someone else holds the lock (then `fn` never ran).
+    /// Acquire, run `fn({ fence })`, always release. Resolves `[true, result]`, or
+    /// `[false, undefined]` when someone else holds the lock (then `fn` never ran).
     pub fn run(&self, task: JsValue, options: JsValue) -> Promise {
         spawn(run(self.inner.clone(), task, acquire_options(&options)))
     }
@@ -155,6 +162,15 @@ impl JsLock {
             let remaining = lock.remaining_time().await.map_err(to_js)?;
             Ok(remaining.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
         })
+    }
+
+    /// The fencing token of the current hold: a number that strictly increases with every
+    /// acquisition of the key, or `null` when this handle holds nothing or its store keeps no
+    /// fences.
+    #[wasm_bindgen(getter)]
+    #[wasm_bindgen(unchecked_return_type = "number | null")]
+    pub fn fence(&self) -> JsValue {
+        fence_to_js(self.inner.fence())
     }
 
     /// The key.

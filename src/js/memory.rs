@@ -7,7 +7,7 @@ use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
 
-use super::convert::{key, owner, required_ttl};
+use super::convert::{grant_to_js, key, owner, required_ttl};
 use super::runtime::JsRuntime;
 use crate::memory::MemoryLockStore;
 
@@ -40,36 +40,38 @@ impl JsMemoryLockStore {
         }
     }
 
-    /// Atomic set-if-absent.
-    pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<bool, JsValue> {
-        Ok(self
+    /// Atomic set-if-absent: `{ fence }` when acquired, `false` when held.
+    #[wasm_bindgen(unchecked_return_type = "{ fence: number } | false")]
+    pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<JsValue, JsValue> {
+        let grant = self
             .inner
-            .try_acquire(&key(&k)?, &owner(&o)?, required_ttl(&t)?))
+            .acquire_sync(&key(&k)?, &owner(&o)?, required_ttl(&t)?);
+        grant_to_js(grant)
     }
 
     /// Compare-owner-and-delete.
     pub fn release(&self, k: JsValue, o: JsValue) -> Result<bool, JsValue> {
-        Ok(self.inner.try_release(&key(&k)?, &owner(&o)?))
+        Ok(self.inner.release_sync(&key(&k)?, &owner(&o)?))
     }
 
     /// Compare-owner-and-reset-expiry.
     pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<bool, JsValue> {
         Ok(self
             .inner
-            .try_extend(&key(&k)?, &owner(&o)?, required_ttl(&t)?))
+            .extend_sync(&key(&k)?, &owner(&o)?, required_ttl(&t)?))
     }
 
     /// Whether anyone holds the key.
     #[wasm_bindgen(js_name = isLocked)]
     pub fn is_locked(&self, k: JsValue) -> Result<bool, JsValue> {
-        Ok(self.inner.remaining_ms(&key(&k)?).is_some())
+        Ok(self.inner.remaining_time_sync(&key(&k)?).is_some())
     }
 
     /// Milliseconds until the key expires, or `null`.
     #[wasm_bindgen(js_name = remainingTime)]
     #[wasm_bindgen(unchecked_return_type = "number | null")]
     pub fn remaining_time(&self, k: JsValue) -> Result<JsValue, JsValue> {
-        let remaining = self.inner.remaining_ms(&key(&k)?);
+        let remaining = self.inner.remaining_time_sync(&key(&k)?);
         Ok(remaining.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
     }
 

@@ -8,7 +8,7 @@ pub(crate) mod convert;
 mod lock;
 mod memory;
 mod runtime;
-mod store;
+pub(crate) mod store;
 mod testing;
 
 pub use api::{get_lock_store, lock, restore_lock, set_lock_store};

@@ -7,10 +7,11 @@ use std::rc::Rc;
 use js_sys::{Function, Reflect};
 use wasm_bindgen::prelude::*;
 
-use super::convert::{describe, settle, type_error};
+use super::convert::{describe, method_name, resolve_answer, type_error};
 use super::runtime::JsRuntime;
 use crate::error::Operation;
-use crate::input::{Key, Ttl};
+use crate::grant::{Fence, Grant};
+use crate::input::{Key, Ttl, MAX_TTL_MS};
 use crate::memory::MemoryLockStore;
 use crate::store::LockStore;
 use crate::token::OwnerToken;
@@ -34,12 +35,12 @@ impl JsLockStore {
             ));
         }
         let method = |op: Operation| -> Result<Function, JsValue> {
-            Reflect::get(&object, &JsValue::from_str(op.js_name()))?
+            Reflect::get(&object, &JsValue::from_str(method_name(op)))?
                 .dyn_into::<Function>()
                 .map_err(|_| {
                     type_error(format!(
                         "lock store is missing the method {}() (a LockStore needs acquire, release, extend, isLocked and remainingTime)",
-                        op.js_name()
+                        method_name(op)
                     ))
                 })
         };
@@ -62,24 +63,68 @@ impl JsLockStore {
             [a, b, c] => method.call3(&self.object, a, b, c),
             _ => method.call0(&self.object),
         }?;
-        settle(answer).await
+        resolve_answer(answer).await
+    }
+}
+
+/// How a store's answers are judged, for every store reached through JS (a user's store, the
+/// Durable Object over RPC): anything outside the documented contract is a `TypeError` that
+/// names the method, never a guess. `method` is how the message names it, e.g.
+/// `lock store's acquire()`.
+pub(crate) mod answers {
+    use super::*;
+
+    fn broken(method: &str, expected: &str, answer: &JsValue) -> JsValue {
+        type_error(format!(
+            "{method} must answer {expected} (or a promise of one), got {}; this store is broken",
+            describe(answer)
+        ))
     }
 
-    async fn boolean(
-        &self,
-        op: Operation,
-        method: &Function,
-        args: &[JsValue],
-    ) -> Result<bool, JsValue> {
-        let answer = self.call(method, args).await?;
-        answer.as_bool().ok_or_else(|| {
-            type_error(format!(
-                "lock store's {}() must answer a boolean (or a promise of one), got {}; this store is broken",
-                op.js_name(),
-                describe(&answer)
-            ))
-        })
+    /// `true`, `false`, or `{ fence }` with a whole-number fence in `1..=2^53 − 1`.
+    pub(crate) fn acquire(method: &str, answer: &JsValue) -> Result<Option<Grant>, JsValue> {
+        const EXPECTED: &str =
+            "true, false or { fence } with a whole-number fence from 1 to 2^53 - 1";
+        if let Some(acquired) = answer.as_bool() {
+            return Ok(acquired.then(Grant::unfenced));
+        }
+        if !answer.is_object() {
+            return Err(broken(method, EXPECTED, answer));
+        }
+        let fence = Reflect::get(answer, &JsValue::from_str("fence"))?;
+        match fence.as_f64() {
+            Some(f) if f.fract() == 0.0 && f >= 1.0 && f <= crate::grant::MAX_FENCE as f64 => {
+                Ok(Some(Grant::new(Fence::new(f as u64).ok())))
+            }
+            _ => Err(broken(method, EXPECTED, answer)),
+        }
     }
+
+    /// A boolean.
+    pub(crate) fn boolean(method: &str, answer: &JsValue) -> Result<bool, JsValue> {
+        answer
+            .as_bool()
+            .ok_or_else(|| broken(method, "a boolean", answer))
+    }
+
+    /// `null`, or milliseconds from 0 to the longest TTL (fractions round up).
+    pub(crate) fn remaining_time(method: &str, answer: &JsValue) -> Result<Option<u64>, JsValue> {
+        if answer.is_null() {
+            return Ok(None);
+        }
+        match answer.as_f64() {
+            Some(ms) if ms >= 0.0 && ms <= MAX_TTL_MS as f64 => Ok(Some(ms.ceil() as u64)),
+            _ => Err(broken(
+                method,
+                "null or a number of milliseconds from 0 to 2147483647",
+                answer,
+            )),
+        }
+    }
+}
+
+fn seam_method(op: Operation) -> String {
+    format!("lock store's {}()", method_name(op))
 }
 
 fn js_key(key: &Key) -> JsValue {
@@ -101,38 +146,38 @@ impl LockStore for JsLockStore {
         "js"
     }
 
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, JsValue> {
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<Grant>, JsValue> {
         let args = [js_key(key), js_owner(owner), js_ttl(ttl)];
-        self.boolean(Operation::Acquire, &self.acquire, &args).await
+        let answer = self.call(&self.acquire, &args).await?;
+        answers::acquire(&seam_method(Operation::Acquire), &answer)
     }
 
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, JsValue> {
-        let args = [js_key(key), js_owner(owner)];
-        self.boolean(Operation::Release, &self.release, &args).await
+        let answer = self
+            .call(&self.release, &[js_key(key), js_owner(owner)])
+            .await?;
+        answers::boolean(&seam_method(Operation::Release), &answer)
     }
 
     async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, JsValue> {
         let args = [js_key(key), js_owner(owner), js_ttl(ttl)];
-        self.boolean(Operation::Extend, &self.extend, &args).await
+        let answer = self.call(&self.extend, &args).await?;
+        answers::boolean(&seam_method(Operation::Extend), &answer)
     }
 
     async fn is_locked(&self, key: &Key) -> Result<bool, JsValue> {
-        self.boolean(Operation::IsLocked, &self.is_locked, &[js_key(key)])
-            .await
+        let answer = self.call(&self.is_locked, &[js_key(key)]).await?;
+        answers::boolean(&seam_method(Operation::IsLocked), &answer)
     }
 
     async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, JsValue> {
         let answer = self.call(&self.remaining_time, &[js_key(key)]).await?;
-        if answer.is_null() || answer.is_undefined() {
-            return Ok(None);
-        }
-        match answer.as_f64() {
-            Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(Some(ms.ceil() as u64)),
-            _ => Err(type_error(format!(
-                "lock store's remainingTime() must answer a non-negative number or null (or a promise of one), got {}; this store is broken",
-                describe(&answer)
-            ))),
-        }
+        answers::remaining_time(&seam_method(Operation::RemainingTime), &answer)
     }
 }
 
@@ -156,37 +201,42 @@ impl LockStore for Backend {
         }
     }
 
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, JsValue> {
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<Grant>, JsValue> {
         match self {
-            Backend::Memory(m) => Ok(m.try_acquire(key, owner, ttl)),
+            Backend::Memory(m) => Ok(m.acquire_sync(key, owner, ttl)),
             Backend::Js(j) => j.acquire(key, owner, ttl).await,
         }
     }
 
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, JsValue> {
         match self {
-            Backend::Memory(m) => Ok(m.try_release(key, owner)),
+            Backend::Memory(m) => Ok(m.release_sync(key, owner)),
             Backend::Js(j) => j.release(key, owner).await,
         }
     }
 
     async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, JsValue> {
         match self {
-            Backend::Memory(m) => Ok(m.try_extend(key, owner, ttl)),
+            Backend::Memory(m) => Ok(m.extend_sync(key, owner, ttl)),
             Backend::Js(j) => j.extend(key, owner, ttl).await,
         }
     }
 
     async fn is_locked(&self, key: &Key) -> Result<bool, JsValue> {
         match self {
-            Backend::Memory(m) => Ok(m.remaining_ms(key).is_some()),
+            Backend::Memory(m) => Ok(m.remaining_time_sync(key).is_some()),
             Backend::Js(j) => j.is_locked(key).await,
         }
     }
 
     async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, JsValue> {
         match self {
-            Backend::Memory(m) => Ok(m.remaining_ms(key)),
+            Backend::Memory(m) => Ok(m.remaining_time_sync(key)),
             Backend::Js(j) => j.remaining_time(key).await,
         }
     }

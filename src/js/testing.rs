@@ -9,7 +9,7 @@ use super::api::backend_for;
 use super::convert::{object, type_error};
 use super::lock::JsFuture;
 use super::runtime::JsRuntime;
-use crate::conformance::{check_all, ConformanceOptions};
+use crate::conformance::{check_all, ConformanceOptions, Verdict};
 
 fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
     let mut o = ConformanceOptions::default();
@@ -51,7 +51,8 @@ fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
 }
 
 /// Runs every conformance property against `store` and resolves
-/// `[{ property, ok, message }]`, one entry per property.
+/// `[{ property, ok, applicable, message }]`, one entry per property: `ok: false` is a broken
+/// property; `applicable: false` is a finding (e.g. a store without fences), not a failure.
 #[wasm_bindgen(js_name = checkLockStore)]
 pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
     let prepared = backend_for(store).and_then(|b| Ok((b, options(&opts)?)));
@@ -60,13 +61,15 @@ pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
         let (backend, options) = prepared?;
         let results = Array::new();
         for (property, outcome) in check_all(&backend, &JsRuntime, &options).await {
-            let (ok, message) = match outcome {
-                Ok(()) => (true, JsValue::NULL),
-                Err(v) => (false, JsValue::from_str(&v.message)),
+            let (ok, applicable, message) = match outcome {
+                Ok(Verdict::Holds) => (true, true, JsValue::NULL),
+                Ok(Verdict::NotApplicable(why)) => (true, false, JsValue::from_str(&why)),
+                Err(v) => (false, true, JsValue::from_str(&v.message)),
             };
             results.push(&object(&[
                 ("property", JsValue::from_str(property)),
                 ("ok", JsValue::from_bool(ok)),
+                ("applicable", JsValue::from_bool(applicable)),
                 ("message", message),
             ])?);
         }

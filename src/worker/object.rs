@@ -12,8 +12,9 @@ use wasm_bindgen_futures::future_to_promise;
 use worker::{ScheduledTime, SqlStorageValue, State};
 
 use super::{describe, type_error};
+use crate::grant::{Fence, Grant};
 use crate::input::Key;
-use crate::js::convert::{key, owner, required_ttl as ttl};
+use crate::js::convert::{grant_to_js, key, owner, required_ttl as ttl};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::token::OwnerToken;
 
@@ -22,6 +23,14 @@ const CREATE: &str = "CREATE TABLE IF NOT EXISTS keel_locks (
     owner TEXT NOT NULL,
     expires_at INTEGER NOT NULL
 ) WITHOUT ROWID";
+/// The last fence handed out per key. Never deleted with the lock row, so fences keep rising
+/// across release, expiry, alarms and restarts.
+const CREATE_FENCES: &str = "CREATE TABLE IF NOT EXISTS keel_fences (
+    key TEXT PRIMARY KEY NOT NULL,
+    last INTEGER NOT NULL
+) WITHOUT ROWID";
+const NEXT_FENCE: &str = "INSERT INTO keel_fences (key, last) VALUES (?, 1)
+    ON CONFLICT (key) DO UPDATE SET last = last + 1 RETURNING last";
 const SELECT: &str = "SELECT owner, expires_at FROM keel_locks WHERE key = ?";
 const UPSERT: &str = "INSERT INTO keel_locks (key, owner, expires_at) VALUES (?, ?, ?)
     ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at";
@@ -126,6 +135,17 @@ impl Inner {
         Ok(decision)
     }
 
+    /// Bumps and answers `key`'s fence counter. Runs in the same synchronous turn as the row
+    /// write it belongs to, so no other call can take a fence in between.
+    fn next_fence(&self, key: &Key) -> Result<Fence, JsValue> {
+        let cursor = self.exec(NEXT_FENCE, vec![key.as_str().into()])?;
+        let first = cursor.raw().next().transpose().map_err(storage_error)?;
+        first
+            .and_then(|row| row.first().and_then(as_ms))
+            .and_then(|n| Fence::new(n).ok())
+            .ok_or_else(|| storage_error("the fence counter is missing or spent"))
+    }
+
     fn next_expiry(&self) -> Result<Option<u64>, JsValue> {
         let cursor = self.exec(NEXT_EXPIRY, vec![])?;
         let first = cursor.raw().next().transpose().map_err(storage_error)?;
@@ -154,7 +174,11 @@ impl Inner {
 
     /// Answers `decision.granted`, after moving the alarm if the decision wrote.
     fn answer(self: &Rc<Self>, decision: Decision) -> Promise {
-        let granted = JsValue::from_bool(decision.granted);
+        self.answer_with(decision, JsValue::from_bool(decision.granted))
+    }
+
+    /// Answers `granted`, after moving the alarm if `decision` wrote.
+    fn answer_with(self: &Rc<Self>, decision: Decision, granted: JsValue) -> Promise {
         if decision.change == Change::Keep {
             return Promise::resolve(&granted);
         }
@@ -192,16 +216,22 @@ impl LockDurableObject {
             alarm_at: Cell::new(None),
         });
         inner.exec(CREATE, vec![])?;
+        inner.exec(CREATE_FENCES, vec![])?;
         Ok(LockDurableObject { inner })
     }
 
-    /// Set-if-absent (an expired row counts as absent). Resolves `true` when acquired.
+    /// Set-if-absent (an expired row counts as absent). Resolves `{ fence }` when acquired,
+    /// `false` otherwise.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
         let d = self
             .inner
             .decide(&k, &o, |row, now| rows::acquire(row, now, t))?;
-        Ok(self.inner.answer(d))
+        let grant = match d.granted {
+            true => Some(Grant::new(Some(self.inner.next_fence(&k)?))),
+            false => None,
+        };
+        Ok(self.inner.answer_with(d, grant_to_js(grant)?))
     }
 
     /// Compare-owner-and-delete. Resolves `true` when this owner held the key and freed it.
@@ -237,7 +267,7 @@ impl LockDurableObject {
             owner,
             expires_at: *expires_at,
         });
-        Ok(rows::remaining(view, now()).map(|ms| ms as f64))
+        Ok(rows::remaining_time(view, now()).map(|ms| ms as f64))
     }
 
     /// The alarm handler: deletes expired rows, then points the alarm at the next expiry.

@@ -13,8 +13,10 @@ use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
 use super::{describe, type_error};
 use crate::error::Operation;
+use crate::grant::Grant;
 use crate::input::{Key, Ttl};
-use crate::js::convert::{key, owner, required_ttl};
+use crate::js::convert::{grant_to_js, key, method_name, owner, required_ttl};
+use crate::js::store::answers;
 use crate::store::LockStore;
 use crate::token::OwnerToken;
 
@@ -71,7 +73,7 @@ impl DurableObjectLockStore {
     /// One RPC call: `stub[op](...args)`, awaited.
     async fn call(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<JsValue, JsValue> {
         let stub = self.stub(key)?;
-        let f = method(&stub, op.js_name())?;
+        let f = method(&stub, method_name(op))?;
         // Reflect.apply, not f.call(...): on an RPC stub, `.call` is itself a remote property.
         let answer = Reflect::apply(&f, &stub, &args.iter().collect::<Array>())?;
         JsFuture::from(Promise::resolve(&answer)).await
@@ -79,14 +81,13 @@ impl DurableObjectLockStore {
 
     async fn boolean(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<bool, JsValue> {
         let answer = self.call(key, op, args).await?;
-        answer.as_bool().ok_or_else(|| {
-            type_error(format!(
-                "LockDurableObject.{}() answered {}, not a boolean: is LOCKS bound to keel-lock's LockDurableObject?",
-                op.js_name(),
-                describe(&answer)
-            ))
-        })
+        answers::boolean(&object_method(op), &answer)
     }
+}
+
+/// How answer errors name the object's method.
+fn object_method(op: Operation) -> String {
+    format!("LockDurableObject.{}()", method_name(op))
 }
 
 fn args3(key: &Key, owner: &OwnerToken, ttl: Ttl) -> [JsValue; 3] {
@@ -104,9 +105,16 @@ impl LockStore for DurableObjectLockStore {
         "durable-object"
     }
 
-    async fn acquire(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, JsValue> {
-        self.boolean(key, Operation::Acquire, &args3(key, owner, ttl))
-            .await
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<Grant>, JsValue> {
+        let answer = self
+            .call(key, Operation::Acquire, &args3(key, owner, ttl))
+            .await?;
+        answers::acquire(&object_method(Operation::Acquire), &answer)
     }
 
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, JsValue> {
@@ -128,16 +136,7 @@ impl LockStore for DurableObjectLockStore {
         let answer = self
             .call(key, Operation::RemainingTime, &[key.as_str().into()])
             .await?;
-        if answer.is_null() || answer.is_undefined() {
-            return Ok(None);
-        }
-        match answer.as_f64() {
-            Some(ms) if ms.is_finite() && ms >= 0.0 => Ok(Some(ms.ceil() as u64)),
-            _ => Err(type_error(format!(
-                "LockDurableObject.remainingTime() answered {}, not a number or null",
-                describe(&answer)
-            ))),
-        }
+        answers::remaining_time(&object_method(Operation::RemainingTime), &answer)
     }
 }
 
@@ -169,11 +168,11 @@ impl JsDurableObjectLockStore {
         })
     }
 
-    /// Atomic set-if-absent, in the key's Durable Object.
+    /// Atomic set-if-absent, in the key's Durable Object: `{ fence }` or `false`.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
         spawn(&self.inner, move |s| {
             let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
-            Ok(async move { s.acquire(&k, &o, t).await })
+            Ok(async move { grant_to_js(s.acquire(&k, &o, t).await?) })
         })
     }
 

@@ -17,6 +17,7 @@ import { startRedis } from "./lib/servers.js";
 const PROPERTIES = [
   "acquire_is_exclusive",
   "concurrent_acquires_have_one_winner",
+  "concurrent_acquires_of_expired_key_have_one_winner",
   "release_requires_owner",
   "extend_requires_owner",
   "released_key_is_free",
@@ -25,6 +26,8 @@ const PROPERTIES = [
   "late_release_keeps_new_holder",
   "extend_pushes_expiry_out",
   "inspection_agrees",
+  "keys_are_independent",
+  "fences_increase",
 ];
 
 const failedOf = (results) => results.filter((r) => !r.ok).map((r) => r.property).sort();
@@ -42,13 +45,23 @@ describe("stores that are locks pass", () => {
   test("MemoryLockStore: every property holds; checkLockStore resolves the results", async () => {
     const results = await checkLockStore(new MemoryLockStore());
     assert.deepEqual(results.map((r) => r.property), PROPERTIES);
-    for (const r of results) assert.deepEqual(r, { property: r.property, ok: true, message: null });
+    for (const r of results) assert.deepEqual(r, { property: r.property, ok: true, applicable: true, message: null });
   });
 
   test("a correct store written in JS (async, over a Map)", async () => {
     const results = await checkLockStore(jsMapStore());
     assert.deepEqual(failedOf(results), []);
     assert.equal(results.length, PROPERTIES.length);
+  });
+
+  test("a store without fences passes, with fences_increase reported as not applicable", async () => {
+    const results = await checkLockStore(brokenStore(["no-fences"]));
+    assert.deepEqual(failedOf(results), []);
+    const fences = results.find((r) => r.property === "fences_increase");
+    assert.equal(fences.ok, true);
+    assert.equal(fences.applicable, false);
+    assert.match(fences.message, /no fences/);
+    assert.ok(results.filter((r) => r.property !== "fences_increase").every((r) => r.applicable));
   });
 
   test("lockStoreResults answers the same without throwing", async () => {
@@ -58,15 +71,30 @@ describe("stores that are locks pass", () => {
 });
 
 // flaw(s) → the properties they must break (and only those).
+const RACES = [
+  "concurrent_acquires_have_one_winner",
+  "concurrent_acquires_of_expired_key_have_one_winner",
+  "fences_increase",
+];
 const BROKEN = [
-  [["get-then-set"], ["concurrent_acquires_have_one_winner"]],
-  [["release-any-owner"], ["late_release_keeps_new_holder", "release_requires_owner"]],
-  [["extend-any-owner"], ["extend_requires_owner", "late_release_keeps_new_holder"]],
+  [["get-then-set"], RACES],
+  [["release-any-owner"], ["keys_are_independent", "late_release_keeps_new_holder", "release_requires_owner"]],
+  [["extend-any-owner"], ["extend_requires_owner", "keys_are_independent", "late_release_keeps_new_holder"]],
   [["extend-revives"], ["extend_after_expiry_fails", "extend_requires_owner"]],
-  [["never-expires"], ["expired_key_is_free", "extend_after_expiry_fails", "late_release_keeps_new_holder"]],
+  [
+    ["never-expires"],
+    [
+      "concurrent_acquires_of_expired_key_have_one_winner",
+      "expired_key_is_free",
+      "extend_after_expiry_fails",
+      "fences_increase",
+      "late_release_keeps_new_holder",
+    ],
+  ],
+  [["fence-reused"], ["fences_increase"]],
   [
     ["get-then-set", "release-any-owner"],
-    ["concurrent_acquires_have_one_winner", "late_release_keeps_new_holder", "release_requires_owner"],
+    [...RACES, "keys_are_independent", "late_release_keeps_new_holder", "release_requires_owner"],
   ],
 ];
 
@@ -103,7 +131,7 @@ describe("broken stores are caught", () => {
 
   test("lockStoreResults reports a broken store's failures without throwing", async () => {
     const results = await lockStoreResults(brokenStore(["release-any-owner"]));
-    assert.deepEqual(failedOf(results), ["late_release_keeps_new_holder", "release_requires_owner"]);
+    assert.deepEqual(failedOf(results), ["keys_are_independent", "late_release_keeps_new_holder", "release_requires_owner"]);
   });
 
   test("a store that throws fails the properties it throws in, with the store's error", async () => {
@@ -115,7 +143,13 @@ describe("broken stores are caught", () => {
     assert.ok(error instanceof LockStoreConformanceError);
     assert.deepEqual(
       error.failures.map((f) => f.property).sort(),
-      ["extend_after_expiry_fails", "extend_pushes_expiry_out", "extend_requires_owner", "late_release_keeps_new_holder"],
+      [
+        "extend_after_expiry_fails",
+        "extend_pushes_expiry_out",
+        "extend_requires_owner",
+        "keys_are_independent",
+        "late_release_keeps_new_holder",
+      ],
     );
     for (const f of error.failures) assert.match(f.message, /store\.extend failed: .*extend is down/s);
   });
@@ -148,6 +182,8 @@ describe("a racy store against a real redis-server is caught", () => {
     assert.ok(error instanceof LockStoreConformanceError, `not caught: ${error}`);
     assert.deepEqual(error.failures.map((f) => f.property).sort(), [
       "concurrent_acquires_have_one_winner",
+      "concurrent_acquires_of_expired_key_have_one_winner",
+      "keys_are_independent",
       "late_release_keeps_new_holder",
       "release_requires_owner",
     ]);

@@ -728,14 +728,21 @@ fn memory_store_methods_check_their_arguments() {
     assert_type_error(&e, "MemoryLockStore.release(key)");
 
     // And it is a correct store through its own methods.
-    assert!(fulfilled_sync(
+    let grant = fulfilled_sync(
         m.acquire(k.clone(), owner.clone(), num(10_000.0)),
-        "acquire"
-    ));
-    assert!(!fulfilled_sync(
-        m.acquire(k.clone(), s("owner-2"), num(10_000.0)),
-        "acquire 2"
-    ));
+        "acquire",
+    );
+    let fence = get(&grant, "fence")
+        .as_f64()
+        .expect("acquire answers { fence }");
+    assert!(fence >= 1.0 && fence.fract() == 0.0, "fence {fence}");
+    assert_eq!(
+        fulfilled_sync(
+            m.acquire(k.clone(), s("owner-2"), num(10_000.0)),
+            "acquire 2"
+        ),
+        JsValue::FALSE
+    );
     assert!(fulfilled_sync(m.is_locked(k.clone()), "isLocked"));
     let left = fulfilled_sync(m.remaining_time(k.clone()), "remainingTime")
         .as_f64()
@@ -813,7 +820,7 @@ async fn lock_methods_called_from_js_with_missing_arguments() {
     let text = serialize.call0(&l).expect("serialize() of a held lock");
     assert!(text
         .as_string()
-        .is_some_and(|t| t.starts_with("keel-lock:1:")));
+        .is_some_and(|t| t.starts_with("keel-lock:2:")));
     assert!(fulfilled_bool(call_promise("release", &Array::new()), "release()").await);
 }
 
@@ -1249,18 +1256,28 @@ async fn serialize_and_restore_round_trip() {
     let l = new_lock(&k, 10_000.0);
     assert!(fulfilled_bool(l.acquire(undef()), "acquire").await);
     let text = fulfilled_sync(l.serialize(), "serialize()");
-    assert!(text.starts_with("keel-lock:1:"), "format: {text}");
+    assert!(text.starts_with("keel-lock:2:"), "format: {text}");
+    let fence = l.fence();
+    assert!(
+        fence.as_f64().is_some(),
+        "a held lock on the memory store has a fence"
+    );
 
     let restored = fulfilled_sync(restore_lock(s(&text)), "restoreLock(serialize())");
     assert_eq!(restored.key(), k);
     assert_eq!(restored.ttl_ms(), 10_000.0);
+    assert_eq!(
+        restored.fence(),
+        fence,
+        "the restored lock carries the fence"
+    );
     assert!(!fulfilled_bool(restored.is_expired(), "restored isExpired").await);
     fulfilled(restored.extend(num(20_000.0)), "restored extend").await;
     assert_eq!(
         fulfilled_sync(restored.serialize(), "re-serialize")
             .split(':')
-            .nth(4),
-        text.split(':').nth(4),
+            .nth(5),
+        text.split(':').nth(5),
         "the restored lock carries the same owner token"
     );
     assert!(fulfilled_bool(restored.release(), "restored release").await);
@@ -1291,7 +1308,7 @@ async fn sample_serialized() -> String {
 async fn restore_refuses_malformed_strings_with_type_error() {
     let text = sample_serialized().await;
     let fields: Vec<&str> = text.split(':').collect();
-    assert_eq!(fields.len(), 6, "{text}");
+    assert_eq!(fields.len(), 7, "{text}");
     let with_field = |i: usize, value: &str| {
         let mut f = fields.clone();
         f[i] = value;
@@ -1319,7 +1336,7 @@ async fn restore_refuses_malformed_strings_with_type_error() {
             text.replacen("keel-lock", "keel-lick", 1),
         ),
         ("upper-case magic".into(), text.to_uppercase()),
-        ("version 2".into(), with_field(1, "2")),
+        ("version 3".into(), with_field(1, "3")),
         ("version 0".into(), with_field(1, "0")),
         ("version v1".into(), with_field(1, "v1")),
         ("empty version".into(), with_field(1, "")),
@@ -1330,9 +1347,26 @@ async fn restore_refuses_malformed_strings_with_type_error() {
             "deadline overflows".into(),
             with_field(3, "99999999999999999999999"),
         ),
-        ("owner not base64url".into(), with_field(4, "!!!")),
-        ("key not base64url".into(), with_field(5, "@@")),
-        ("key not UTF-8".into(), with_field(5, "_w")),
+        ("owner not base64url".into(), with_field(5, "!!!")),
+        ("key not base64url".into(), with_field(6, "@@")),
+        ("key not UTF-8".into(), with_field(6, "_w")),
+        // Edits that parse as numbers but are not what serialize() writes.
+        ("TTL with a plus sign".into(), with_field(2, "+10000")),
+        ("TTL with leading zeros".into(), with_field(2, "0010000")),
+        ("deadline 0".into(), with_field(3, "0")),
+        (
+            "deadline 2^64 - 1".into(),
+            with_field(3, "18446744073709551615"),
+        ),
+        ("fence 0".into(), with_field(4, "0")),
+        (
+            "fence with leading zero".into(),
+            with_field(4, &format!("0{}", fields[4])),
+        ),
+        (
+            "fence past 2^53 - 1".into(),
+            with_field(4, "9007199254740992"),
+        ),
         ("extra field".into(), format!("{text}:extra")),
         ("7 KB".into(), format!("{text}{}", "A".repeat(7_000))),
         ("leading space".into(), format!(" {text}")),
@@ -1399,11 +1433,12 @@ fn malformed_field_strings(text: &str) -> Vec<(String, String)> {
         ),
         ("TTL 0".into(), with_field(2, "0")),
         ("TTL over the maximum".into(), with_field(2, "9999999999")),
-        ("empty owner".into(), with_field(4, "")),
-        ("owner with a space".into(), with_field(4, &b64("a b"))),
+        ("empty owner".into(), with_field(5, "")),
+        ("owner with a space".into(), with_field(5, &b64("a b"))),
+        ("one-character owner".into(), with_field(5, &b64("x"))),
         (
             "key of 513 bytes".into(),
-            with_field(5, &b64(&"k".repeat(513))),
+            with_field(6, &b64(&"k".repeat(513))),
         ),
     ]
 }
@@ -1724,8 +1759,30 @@ async fn js_store_wrong_answers_are_type_errors_naming_the_method() {
             }
         }
 
-        // remainingTime must be a non-negative number or null/undefined.
+        // acquire may answer { fence }, but only with a whole number from 1 to 2^53 - 1.
+        for (what, fence) in [
+            ("{ fence: 0 }", num(0.0)),
+            ("{ fence: 1.5 }", num(1.5)),
+            ("{ fence: \"3\" }", s("3")),
+            ("{ fence: 2^53 }", num(9_007_199_254_740_992.0)),
+            ("{ fence: null }", JsValue::NULL),
+            ("{ fence: -1 }", num(-1.0)),
+        ] {
+            let answer = Object::new();
+            Reflect::set(&answer, &s("fence"), &fence).unwrap();
+            let store = with_method(&good, "acquire", answering(answer.into(), promised));
+            fulfilled_sync(set_lock_store(store), "set");
+            let l = new_lock(&fresh_key("wrong-fence"), 10_000.0);
+            let e = rejected(l.acquire(undef()), "acquire").await;
+            assert_type_error(&e, &format!("acquire() answering {what}"));
+            assert!(message(&e).contains("acquire()"), "{}", message(&e));
+        }
+
+        // remainingTime must be null or a number of ms within the longest TTL.
         for (what, value) in [
+            ("undefined", undef()),
+            ("1e300", num(1e300)),
+            ("2^31", num(2_147_483_648.0)),
             ("\"5\"", s("5")),
             ("-1", num(-1.0)),
             ("NaN", num(f64::NAN)),
@@ -1740,7 +1797,7 @@ async fn js_store_wrong_answers_are_type_errors_naming_the_method() {
             assert_type_error(&e, &format!("remainingTime() answering {what}"));
             assert!(message(&e).contains("remainingTime()"), "{}", message(&e));
         }
-        for (what, value) in [("null", JsValue::NULL), ("undefined", undef())] {
+        for (what, value) in [("null", JsValue::NULL)] {
             let store = with_method(&good, "remainingTime", answering(value, promised));
             fulfilled_sync(set_lock_store(store), "set");
             let l = new_lock(&fresh_key("wrong-type"), 10_000.0);
@@ -1751,6 +1808,65 @@ async fn js_store_wrong_answers_are_type_errors_naming_the_method() {
             );
         }
     }
+}
+
+// =============================================================================================
+// Fences
+// =============================================================================================
+
+#[wasm_bindgen_test]
+async fn fences_increase_and_reach_fn_through_its_context() {
+    use_memory_store();
+    let k = fresh_key("fence");
+    let l = new_lock(&k, 10_000.0);
+    assert!(l.fence().is_null(), "no fence before acquiring");
+    assert!(fulfilled_bool(l.acquire(undef()), "acquire").await);
+    let first = l.fence().as_f64().expect("fence while held");
+    assert!(fulfilled_bool(l.release(), "release").await);
+    assert!(l.fence().is_null(), "no fence after release");
+
+    // run(fn) calls fn({ fence }) with the hold's fence.
+    let seen = Rc::new(RefCell::new(JsValue::UNDEFINED));
+    let task = {
+        let seen = seen.clone();
+        Closure::<dyn FnMut(JsValue) -> JsValue>::new(move |context: JsValue| {
+            *seen.borrow_mut() = context;
+            JsValue::from_str("done")
+        })
+        .into_js_value()
+    };
+    let out = fulfilled(new_lock(&k, 10_000.0).run(task, undef()), "run").await;
+    assert_eq!(run_outcome(&out), (true, s("done")));
+    let context = seen.borrow().clone();
+    assert!(context.is_object(), "fn got a context object: {context:?}");
+    let second = get(&context, "fence").as_f64().expect("context.fence");
+    assert!(second > first, "fence {second} after {first}");
+}
+
+#[wasm_bindgen_test]
+async fn a_js_store_decides_whether_locks_have_fences() {
+    // A seed five-method store answering true: locks work, without fences.
+    let (good, _) = js_store(Answer::Resolved);
+    fulfilled_sync(set_lock_store(good.clone()), "set");
+    let l = new_lock(&fresh_key("unfenced"), 10_000.0);
+    assert!(fulfilled_bool(l.acquire(undef()), "acquire").await);
+    assert!(l.fence().is_null(), "a store answering true gives no fence");
+    assert!(fulfilled_bool(l.release(), "release").await);
+
+    // The same store answering { fence: 41 }: the lock carries 41.
+    let answer = Object::new();
+    Reflect::set(&answer, &s("fence"), &num(41.0)).unwrap();
+    let answer: JsValue = answer.into();
+    let store = with_method(
+        &good,
+        "acquire",
+        fn3(move |_, _, _| Ok(Promise::resolve(&answer).into())),
+    );
+    fulfilled_sync(set_lock_store(store), "set");
+    let l = new_lock(&fresh_key("fenced"), 10_000.0);
+    assert!(fulfilled_bool(l.acquire(undef()), "acquire").await);
+    assert_eq!(l.fence().as_f64(), Some(41.0));
+    use_memory_store();
 }
 
 // =============================================================================================

@@ -61,6 +61,7 @@ export async function start({ persist } = {}) {
         durableObjects: {
           LOCKS: { className: "LockDurableObject", useSQLite: true },
           COUNTER: { className: "Counter", useSQLite: true },
+          LEDGER: { className: "Ledger", useSQLite: true },
         },
       },
       {

@@ -15,15 +15,21 @@ const tick = () => new Promise((resolve) => setImmediate(resolve));
  *   "extend-any-owner"   extend resets the expiry whoever holds the key
  *   "extend-revives"     extend works on an expired (or missing) row and brings it back
  *   "never-expires"      the TTL is ignored: rows live until released
+ *   "no-fences"          acquire answers true: a lock, but one without fencing tokens
+ *   "fence-reused"       the fence counter restarts when a key is released
+ * Without flaws, acquire answers { fence } from one counter per store.
  */
 export function brokenStore(flaws = []) {
   const flawed = new Set(flaws);
   for (const f of flawed) {
-    if (!["get-then-set", "release-any-owner", "extend-any-owner", "extend-revives", "never-expires"].includes(f)) {
+    const known = ["get-then-set", "release-any-owner", "extend-any-owner", "extend-revives", "never-expires", "no-fences", "fence-reused"];
+    if (!known.includes(f)) {
       throw new Error(`unknown flaw ${f}`);
     }
   }
   const rows = new Map();
+  let lastFence = 0;
+  const grant = () => (flawed.has("no-fences") ? true : { fence: ++lastFence });
   const live = (key) => {
     const row = rows.get(key);
     if (!row) return null;
@@ -38,12 +44,12 @@ export function brokenStore(flaws = []) {
         await tick(); // the "round trip" between the read and the write
         if (held) return false;
         rows.set(key, { owner, expiresAt: Date.now() + ttlMs });
-        return true;
+        return grant();
       }
       await tick();
       if (live(key)) return false;
       rows.set(key, { owner, expiresAt: Date.now() + ttlMs });
-      return true;
+      return grant();
     },
     async release(key, owner) {
       await tick();
@@ -51,6 +57,7 @@ export function brokenStore(flaws = []) {
       if (!row) return false;
       if (row.owner !== owner && !flawed.has("release-any-owner")) return false;
       rows.delete(key);
+      if (flawed.has("fence-reused")) lastFence = 0;
       return true;
     },
     async extend(key, owner, ttlMs) {

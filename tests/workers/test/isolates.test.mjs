@@ -29,6 +29,12 @@ describe("across isolates", { concurrency: false }, () => {
   it(`${N} concurrent run() with timeouts: all run, one at a time`, async () => {
     const { ran, stats } = await race("wait", `invoice:${crypto.randomUUID()}`);
     assert.equal(ran, N);
+    // Holders from both isolates, in the order they entered (recorded by the Counter object),
+    // got strictly increasing fences.
+    const { fences } = stats;
+    assert.equal(fences.length, N);
+    assert.ok(fences.every(Number.isSafeInteger), `fences ${fences}`);
+    for (let i = 1; i < N; i++) assert.ok(fences[i] > fences[i - 1], `turn ${i}: fence ${fences[i]} after ${fences[i - 1]}`);
     assert.equal(stats.entered, N);
     assert.equal(stats.maxInside, 1, `up to ${stats.maxInside} inside at once`);
     assert.equal(stats.inside, 0);

@@ -16,6 +16,7 @@ it("a held lock survives a restart and keeps its deadline", async () => {
   let w = await start({ persist: dir });
   const held = await w.call("main", "/hold", { key, ttl });
   assert.equal(held.acquired, true);
+  assert.ok(Number.isSafeInteger(held.fence), `fence ${held.fence}`);
   const before = await w.call("main", "/state", { key });
   assert.equal(before.isLocked, true);
   const deadline = before.snapshot.rows[0].expiresAt;
@@ -30,6 +31,7 @@ it("a held lock survives a restart and keeps its deadline", async () => {
     assert.equal(afterRestart.acquiredByOther, false, "another caller took the lock after the restart");
     const restored = await w.call("main", "/restore", { serialized: held.serialized });
     assert.equal(restored.isLocked, true);
+    assert.equal(restored.fence, held.fence, "the serialized lock carries its fence");
 
     // Poll until the object's clock says the lock is free: that must not be before the deadline.
     let state = afterRestart;
@@ -38,6 +40,11 @@ it("a held lock survives a restart and keeps its deadline", async () => {
       state = await w.call("main", "/state", { key });
     }
     assert.ok(state.snapshot.now >= deadline, `freed at ${state.snapshot.now}, before the deadline ${deadline}`);
+
+    // The fence counter survived the restart and the row's expiry.
+    const next = await w.call("main", "/hold", { key, ttl: 1_000 });
+    assert.equal(next.acquired, true);
+    assert.ok(next.fence > held.fence, `fence ${next.fence} after a restart, not above ${held.fence}`);
   } finally {
     await w.dispose();
   }

@@ -9,9 +9,9 @@ import {
   LockDurableObject,
   LockNotHeldError,
 } from "keel-lock";
-import { Counter, contend, stats, sleep, useStore } from "./shared.js";
+import { Counter, Ledger, contend, stats, sleep, useStore } from "./shared.js";
 
-export { LockDurableObject, Counter };
+export { LockDurableObject, Counter, Ledger };
 
 class Failure extends Error {}
 function check(cond, message) {
@@ -172,8 +172,39 @@ const suite = {
     await rejects(stub.remainingTime(["x"]), TypeError, /key must be a string/, "array key");
     await rejects(stub.isLocked("k".repeat(600)), RangeError, /bytes/, "long key");
     // The object survived all of that and still works.
-    eq(await stub.acquire(key, "owner-1", 1000), true, "acquire after garbage");
+    const grant = await stub.acquire(key, "owner-1", 1000);
+    check(Number.isSafeInteger(grant?.fence) && grant.fence >= 1, `acquire after garbage answered ${JSON.stringify(grant)}`);
     eq(await stub.release(key, "owner-1"), true, "release after garbage");
+  },
+  async "fences increase across handles, release and expiry"() {
+    const key = unique("fences");
+    let last = 0;
+    for (let round = 0; round < 6; round++) {
+      const l = lock(key, 200);
+      eq(l.fence, null, "fence before acquire");
+      check(await l.acquire(), `acquire in round ${round}`);
+      check(Number.isSafeInteger(l.fence) && l.fence > last, `round ${round}: fence ${l.fence} after ${last}`);
+      last = l.fence;
+      if (round % 2 === 0) check(await l.release(), "release");
+      else await untilFree(l); // left to expire (the alarm may delete the row; the fence stays)
+    }
+    const [ran, seen] = await lock(key, 5_000).run(({ fence }) => fence);
+    check(ran && seen > last, `run() context fence ${seen} after ${last}`);
+  },
+  async "a holder that paused past its TTL is fenced out by the resource"(env) {
+    const key = unique("ledger");
+    const ledger = env.LEDGER.get(env.LEDGER.idFromName(key));
+    const a = lock(key, 300);
+    check(await a.acquire(), "A acquires");
+    const fenceA = a.fence;
+    await untilFree(a); // A's pause: its TTL passes without it noticing
+    const b = lock(key, 10_000);
+    check(await b.acquire(), "B acquires the expired key");
+    check(b.fence > fenceA, `B's fence ${b.fence} is not above A's ${fenceA}`);
+    eq((await ledger.write("B's balance", b.fence)).accepted, true, "B's write");
+    eq((await ledger.write("A's stale balance", fenceA)).accepted, false, "A's stale write");
+    eq((await ledger.read()).value, "B's balance", "the ledger keeps B's write");
+    check(await b.release(), "B releases");
   },
   async "the alarm deletes an expired row"(env) {
     const key = unique("alarm");
@@ -232,7 +263,7 @@ async function route(request, env) {
       return stats(env, body.runId);
     case "/hold": {
       const l = lock(body.key, body.ttl);
-      return { acquired: await l.acquire(), serialized: (await l.isLocked()) ? l.serialize() : null };
+      return { acquired: await l.acquire(), fence: l.fence, serialized: (await l.isLocked()) ? l.serialize() : null };
     }
     case "/state": {
       const l = lock(body.key);
@@ -241,7 +272,7 @@ async function route(request, env) {
     }
     case "/restore": {
       const l = restoreLock(body.serialized);
-      return { isLocked: await l.isLocked(), isExpired: await l.isExpired(), released: body.release ? await l.release() : null };
+      return { isLocked: await l.isLocked(), isExpired: await l.isExpired(), fence: l.fence, released: body.release ? await l.release() : null };
     }
   }
   return null;

@@ -20,7 +20,9 @@ export class Counter extends DurableObject {
   maxInside = 0;
   entered = 0;
   refused = 0;
-  enter() {
+  fences = [];
+  enter(fence = null) {
+    this.fences.push(fence);
     this.inside += 1;
     this.entered += 1;
     this.maxInside = Math.max(this.maxInside, this.inside);
@@ -32,8 +34,26 @@ export class Counter extends DurableObject {
     this.refused += 1;
   }
   stats() {
-    const { inside, maxInside, entered, refused } = this;
-    return { inside, maxInside, entered, refused };
+    const { inside, maxInside, entered, refused, fences } = this;
+    return { inside, maxInside, entered, refused, fences };
+  }
+}
+
+/**
+ * A protected resource that checks fences: it remembers the highest fence it accepted and
+ * refuses a write carrying a lower or equal one (a holder that paused past its TTL).
+ */
+export class Ledger extends DurableObject {
+  lastFence = 0;
+  value = null;
+  write(value, fence) {
+    if (!(fence > this.lastFence)) return { accepted: false, lastFence: this.lastFence };
+    this.lastFence = fence;
+    this.value = value;
+    return { accepted: true, lastFence: fence };
+  }
+  read() {
+    return { value: this.value, lastFence: this.lastFence };
   }
 }
 
@@ -47,9 +67,11 @@ export async function contend(env, { key, mode, n, runId, holdMs = 5 }) {
   const l = lock(key, 30_000);
   const started = Date.now();
   let entered = null;
-  const task = async () => {
+  let fence = null;
+  const task = async (context) => {
     entered = Date.now();
-    await counter.enter();
+    fence = context.fence;
+    await counter.enter(fence);
     if (mode === "immediate") {
       const deadline = Date.now() + 20_000;
       while ((await counter.stats()).refused < n - 1 && Date.now() < deadline) await sleep(10);
@@ -61,7 +83,7 @@ export async function contend(env, { key, mode, n, runId, holdMs = 5 }) {
   const options = mode === "wait" ? { timeout: 120_000, retryDelay: 5 } : undefined;
   const [ran] = await l.run(task, options);
   if (!ran) await counter.refuse();
-  return { ran, waitedMs: entered === null ? null : entered - started, totalMs: Date.now() - started };
+  return { ran, fence, entered, waitedMs: entered === null ? null : entered - started, totalMs: Date.now() - started };
 }
 
 export async function stats(env, runId) {
