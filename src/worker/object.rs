@@ -255,19 +255,27 @@ impl LockDurableObject {
     /// Whether anyone holds the key now.
     #[wasm_bindgen(js_name = isLocked)]
     pub fn is_locked(&self, k: JsValue) -> Result<bool, JsValue> {
-        Ok(self.remaining_time(k)?.is_some())
+        Ok(self.remaining_ms(k)?.is_some())
     }
 
-    /// Milliseconds until the key expires, or `null`.
+    /// Milliseconds until the key expires, or `null` (never `undefined`: the seam's answer rules
+    /// refuse anything else).
     #[wasm_bindgen(js_name = remainingTime)]
-    pub fn remaining_time(&self, k: JsValue) -> Result<Option<f64>, JsValue> {
+    #[wasm_bindgen(unchecked_return_type = "number | null")]
+    pub fn remaining_time(&self, k: JsValue) -> Result<JsValue, JsValue> {
+        Ok(self
+            .remaining_ms(k)?
+            .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
+    }
+
+    fn remaining_ms(&self, k: JsValue) -> Result<Option<u64>, JsValue> {
         let k = key(&k)?;
         let row = self.inner.row(&k)?;
         let view = row.as_ref().map(|(owner, expires_at)| RowView {
             owner,
             expires_at: *expires_at,
         });
-        Ok(rows::remaining_time(view, now()).map(|ms| ms as f64))
+        Ok(rows::remaining_time(view, now()))
     }
 
     /// The alarm handler: deletes expired rows, then points the alarm at the next expiry.
