@@ -1,4 +1,4 @@
-import type { LockStore } from "../index.js";
+import type { Grant, LockStore } from "../index.js";
 
 /** The database drivers `databaseLockStore` adapts to. */
 export type DatabaseDriver = "d1" | "sqlite" | "pg";
@@ -19,24 +19,17 @@ export interface SchemaOptions {
   table?: string;
 }
 
-/**
- * What a won acquire answers: the fencing token, an integer in 1..MAX_FENCE (2^53 − 1) greater
- * than every fence this table handed out before — across holders, processes, expiry, release,
- * `purgeExpired()` and database restarts. Fences of one table's keys come from one counter, so a
- * key's fences have gaps.
- */
-export interface Fence {
-  readonly fence: number;
-}
-
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
 export type DatabaseLockStore = Omit<LockStore, "acquire"> & {
   /**
    * Atomic set-if-absent judged by the database's clock: `{ fence }` if this call took the lock,
-   * `false` if someone holds it. Rejects (and leaves no lock) if the fence counter is missing
-   * (run `createTable()`) or exhausted.
+   * `false` if someone holds it. The fence (1..2^53 − 1) is greater than every fence this table
+   * handed out before — across holders, processes, expiry, release, `purgeExpired()` and
+   * database restarts; one counter serves all of a table's keys, so a key's fences have gaps.
+   * Rejects (and leaves no lock) if the fence counter is missing (run `createTable()`) or
+   * exhausted.
    */
-  acquire(key: string, owner: string, ttlMs: number): Promise<false | Fence>;
+  acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
   readonly table: string;
   readonly driver: DatabaseDriver;
   readonly dialect: SqlDialect;
