@@ -122,8 +122,8 @@ function objectNames(table) {
     counterBare: quote(`${last}_fence`),
     insertTrigger: inSchema(`${last}_fence_on_insert`),
     updateTrigger: inSchema(`${last}_fence_on_update`),
-    // Postgres: the sequence, and the same name as a string literal for nextval(). The parts are
-    // plain identifiers (tableParts), so nothing in them can end the literal.
+    // Postgres: the sequence. acquire names it inside a string literal for nextval(); the parts
+    // are plain identifiers (tableParts), so nothing in them can end the literal.
     sequence: inSchema(fitIdentifier(last, "_fence_seq")),
   };
 }
@@ -168,8 +168,8 @@ function schemaStatements(dialect, table) {
   ];
 }
 
-// What createTable() runs before schemaStatements() to bring a table from the layout without
-// fences up to date. SQLite has no ADD COLUMN IF NOT EXISTS: the statement fails with "duplicate
+// What createTable() runs after the CREATE TABLE and before the rest of schemaStatements(), to
+// bring a table from the layout without fences up to date. SQLite has no ADD COLUMN IF NOT EXISTS: the statement fails with "duplicate
 // column name" on a table that has the column, and createTable() ignores exactly that error.
 // (Postgres keeps no fence in the lock row: its migration is the CREATE SEQUENCE above.)
 function upgradeStatements(dialect, table) {

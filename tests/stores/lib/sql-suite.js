@@ -466,6 +466,36 @@ export function registerSqlTests(env, { driver }) {
     await dropLockTable(raw, dialect, table);
   });
 
+  test("a 63-character table name gets a fence counter of its own", async () => {
+    const { db, raw, dialect } = env();
+    // Postgres cuts identifiers at 63 bytes: "<table>_fence_seq" must not be cut back to the
+    // table's own name. Two long names differing only at the end must not share a counter.
+    const base = `long_${randomBytes(3).toString("hex")}_`;
+    const tables = ["a", "b"].map((end) => base.padEnd(62, "x") + end);
+    const stores = tables.map((table) => databaseLockStore(db, { table }));
+    for (const store of stores) await store.createTable();
+    const key = uniqueKey("long");
+    const ledgers = [fenceLedger(), fenceLedger()];
+    for (let round = 0; round < 2; round++) {
+      for (const i of [0, 1]) {
+        ledgers[i].take(key, await stores[i].acquire(key, `o${round}`, LONG), `${tables[i]}, round ${round}`);
+        assert.equal(await stores[i].release(key, `o${round}`), true);
+      }
+    }
+    // Separate counters: each table started at 1.
+    assert.deepEqual([ledgers[0].last(key), ledgers[1].last(key)], [2, 2]);
+    for (const table of tables) {
+      if (dialect === "postgres") {
+        const sequence = schema({ dialect, table }).match(/CREATE SEQUENCE IF NOT EXISTS ("[^"]+")/)[1];
+        assert.ok(sequence.length - 2 <= 63, sequence);
+        await raw(`DROP TABLE "${table}"`, []);
+        await raw(`DROP SEQUENCE ${sequence}`, []);
+      } else {
+        await dropLockTable(raw, dialect, table);
+      }
+    }
+  });
+
   if (driver !== "pg") {
     test("SQLite: a missing counter row is reported, not answered as a fence; createTable() restores it above the fences in the rows", async () => {
       const { db, raw } = env();
