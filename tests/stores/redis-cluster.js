@@ -184,6 +184,7 @@ describe("Redis Cluster (three masters, started here)", () => {
           const master = await masterOf(lock);
           assert.equal(await master.get(lock), owner, `${lock} is not on the master serving its slot`);
           assert.equal(Number(await master.get(fence)), first, `${fence} is not next to ${lock}`);
+          assert.equal(await master.pttl(fence), -1, `${fence} has a TTL`);
           used.add(master.options.port);
           held.push([key, owner, first]);
         }
@@ -194,6 +195,7 @@ describe("Redis Cluster (three masters, started here)", () => {
           assert.ok((await store.remainingTime(key)) > 50_000);
           assert.equal(await store.extend(key, owner, 60_000), true);
           assert.equal(await store.release(key, owner), true, `release of ${JSON.stringify(key)}`);
+          assert.equal(Number(await admin.get(store.keys(key).fence)), first, "release changed the counter");
           const again = ctx.owner();
           assert.ok(fenceOf(await store.acquire(key, again, 60_000)) > first, `fence after release of ${JSON.stringify(key)}`);
           assert.equal(await store.release(key, again), true);
