@@ -1,4 +1,4 @@
-import type { LockStore } from "../index.js";
+import type { Grant, LockStore } from "../index.js";
 
 /** The client APIs `redisLockStore` adapts to. */
 export type RedisClientType = "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash";
@@ -8,16 +8,6 @@ export interface RedisLockStoreOptions {
   prefix?: string;
   /** Skip client detection (for wrapped or proxied clients). */
   clientType?: RedisClientType;
-}
-
-/**
- * What a won acquire answers: the fencing token, an integer in 1..MAX_FENCE (2^53 − 1) greater
- * than every fence handed out before for the same key — across holders, processes, expiry and
- * release — as long as Redis keeps the key's counter (see the README on persistence, failover and
- * eviction).
- */
-export interface Fence {
-  readonly fence: number;
 }
 
 /** The Redis key names for one lock key; both carry the same hash tag, so one cluster slot. */
@@ -35,10 +25,12 @@ export interface RedisLockKeys {
 export type RedisLockStore = Omit<LockStore, "acquire"> & {
   /**
    * One script, atomically: if the key is free, take it and answer `{ fence }` from the key's
-   * counter; if someone holds it, answer `false`. Rejects (and takes no lock) if the counter is
-   * not a positive integer or is exhausted.
+   * counter; if someone holds it, answer `false`. The fence (1..2^53 − 1) is greater than every
+   * fence handed out before for this key — across holders, processes, expiry and release — as
+   * long as Redis keeps the counter (see the README on persistence, failover and eviction).
+   * Rejects (and takes no lock) if the counter is not a positive integer or is exhausted.
    */
-  acquire(key: string, owner: string, ttlMs: number): Promise<false | Fence>;
+  acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
   /** The key prefix in use. */
   readonly prefix: string;
   /** The client API detected (or given). */

@@ -5,11 +5,11 @@ import {
   redisLockKeys,
   detectRedisClient,
   ACQUIRE_SHA,
-  type Fence,
   type RedisClientType,
   type RedisLockKeys,
   type RedisLockStore,
 } from "../../../pkg/stores/redis.js";
+import type { Grant, LockStore } from "../../../pkg/index.js";
 import { Redis as IORedis, Cluster } from "ioredis";
 import { createClient, createCluster } from "redis";
 import { Redis as Upstash } from "@upstash/redis";
@@ -25,7 +25,7 @@ export async function redisUsage(): Promise<void> {
   const kind: RedisClientType | null = detectRedisClient(ioCluster);
   const type: RedisClientType = nodeRedisCluster.clientType;
 
-  const got: false | Fence = await io.acquire("k", "owner", 1000);
+  const got: false | Grant = await io.acquire("k", "owner", 1000);
   const fence: number | undefined = got ? got.fence : undefined;
   const released: boolean = await ioCluster.release("k", "owner");
   const extended: boolean = await nodeRedis.extend("k", "owner", 1000);
@@ -34,6 +34,7 @@ export async function redisUsage(): Promise<void> {
   const lockName: string = io.keys("k").lock;
   const counterName: string = names.fence;
   const sha: string = ACQUIRE_SHA;
+  const asLockStore: LockStore = nodeRedisCluster; // what setLockStore() takes
 
   // @ts-expect-error acquire answers { fence } or false, not a boolean
   const won: boolean = await io.acquire("k", "owner", 1000);
@@ -44,5 +45,5 @@ export async function redisUsage(): Promise<void> {
   // @ts-expect-error prefix must be a string
   redisLockKeys("k", 1);
 
-  void [kind, type, fence, released, extended, left, lockName, counterName, sha, won, notAString];
+  void [asLockStore, kind, type, fence, released, extended, left, lockName, counterName, sha, won, notAString];
 }
