@@ -396,20 +396,60 @@ describe("through keel-lock's lock() (the package installed in tests/stores)", (
   });
   after(() => client.disconnect());
 
-  test("an uncontended run() is two round trips: the acquire script and the release script", async () => {
-    const { lock, setLockStore, getLockStore } = await import("keel-lock");
-    const previous = getLockStore();
-    setLockStore(redisLockStore(client));
+  // Runs `body(keelLock)` with a Redis store set as keel-lock's store, then puts the old one back.
+  async function withRedisStore(body) {
+    const keelLock = await import("keel-lock");
+    const previous = keelLock.getLockStore();
+    const store = redisLockStore(client);
+    keelLock.setLockStore(store);
     try {
+      return await body(keelLock, store);
+    } finally {
+      keelLock.setLockStore(previous);
+    }
+  }
+
+  test("an uncontended run() is two round trips: the acquire script and the release script", () =>
+    withRedisStore(async ({ lock }) => {
       for (const script of [ACQUIRE_SCRIPT, RELEASE_SCRIPT]) await admin.script("LOAD", script);
       const key = newContext([], "run").key();
       await resetStats();
       assert.deepEqual(await lock(key, 60_000).run(() => 42), [true, 42]);
       assert.deepEqual(await executed(), { evalsha: 2, exists: 1, incr: 1, set: 1, get: 1, del: 1 });
-    } finally {
-      setLockStore(previous);
-    }
-  });
+    }));
+
+  test("run() hands fn the fence the store drew; it grows from one run to the next", () =>
+    withRedisStore(async ({ lock }, store) => {
+      const key = newContext([], "run-fence").key();
+      const fences = [];
+      for (let i = 0; i < 3; i++) {
+        const [ran, fence] = await lock(key, 60_000).run((context) => context.fence);
+        assert.equal(ran, true);
+        assert.equal(fence, Number(await admin.get(store.keys(key).fence)), "context.fence is not the counter's value");
+        fences.push(fence);
+      }
+      assert.ok(fences[0] < fences[1] && fences[1] < fences[2], `fences ${fences}`);
+    }));
+
+  test("the stale-writer story with Lock handles: A's lock expires, B runs and writes, A's write is refused", () =>
+    withRedisStore(async ({ lock }) => {
+      const ctx = newContext([], "lock-stale");
+      const [key, resource] = [ctx.key(), fencedResource(admin, ctx.key())];
+      const a = lock(key, 300);
+      assert.equal(await a.acquire(), true);
+      const fenceA = a.fence;
+      assert.equal(await resource.write(fenceA, "A"), true);
+      await sleep(500); // A stalls past its TTL
+      const [ranB, fenceB] = await lock(key, 60_000).run(async ({ fence }) => {
+        assert.equal(await resource.write(fence, "B"), true, "B's write");
+        return fence;
+      });
+      assert.equal(ranB, true);
+      assert.ok(fenceB > fenceA, `B's fence ${fenceB} is not above A's ${fenceA}`);
+      assert.equal(await resource.write(fenceA, "A, stale"), false, "the resource accepted A's stale write");
+      assert.equal(await resource.read(), "B");
+      assert.equal(await a.release(), false);
+    }));
 });
 
 describe("the fence counter's limits", () => {
