@@ -10,16 +10,26 @@
 //!   binding. It sends each key to its own object (`idFromName(key)`), one JS RPC call per
 //!   store operation.
 //!
+//! * [`WorkersRuntime`] is the clock and timer a [`crate::Lock`] needs in a Worker, and
+//!   keel-lock's errors convert into [`worker::Error`], so `?` works in a workers-rs handler.
+//!
 //! JS RPC needs the class workerd instantiates to `extends DurableObject` (from
 //! `cloudflare:workers`), which a wasm-bindgen class cannot do; the npm package's workerd entry
-//! exports a five-line JS `LockDurableObject` that delegates to this one (exported to JS as
-//! `LockDurableObjectCore`). workers-rs users write the same five lines; see `docs/workers.md`.
+//! exports a small JS `LockDurableObject` that delegates to this one (exported to JS as
+//! `LockDurableObjectCore`). A workers-rs Worker adds the same class to its entry module; see
+//! the crate-level docs and `examples/workers-rs`.
 
+mod error;
 mod object;
 mod store;
 
 pub use object::LockDurableObject;
-pub use store::{DurableObjectLockStore, JsDurableObjectLockStore};
+pub use store::{DurableObjectLock, DurableObjectLockStore, JsDurableObjectLockStore};
+
+/// The Workers clock and timer for a [`crate::Lock`]: `Date.now()` and `setTimeout`. In workerd
+/// `Date.now()` advances only across I/O, which is all a lock needs: its waits are timers and
+/// its store calls are I/O. The Durable Object's own clock decides expiry.
+pub use crate::js::JsRuntime as WorkersRuntime;
 
 // Value checks and error shapes are the JS bindings' own: one set of rules for every entry point.
 pub(crate) use crate::js::convert::{describe, type_error};

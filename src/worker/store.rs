@@ -11,12 +11,13 @@ use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
-use super::{describe, type_error};
-use crate::error::Operation;
+use super::{describe, type_error, WorkersRuntime};
+use crate::error::{InputError, Operation};
 use crate::grant::Grant;
 use crate::input::{Key, Ttl};
 use crate::js::convert::{grant_to_js, key, method_name, owner, required_ttl};
 use crate::js::store::answers;
+use crate::lock::Lock;
 use crate::store::LockStore;
 use crate::token::OwnerToken;
 
@@ -24,12 +25,52 @@ use crate::token::OwnerToken;
 /// object with `idFromName(key)` (no global bottleneck), and each operation is one JS RPC call
 /// to it. Expiry is judged by the object's clock, never the caller's.
 ///
-/// For workers-rs users: `DurableObjectLockStore::new(env.durable_object("LOCKS")?)`, then
-/// `Lock::new(key, ttl, &store, runtime)`. Errors are the JS exceptions the binding raised.
+/// Cheap to create and to clone (it holds the namespace binding only): make one per request.
+/// Its error type is the JS exception the RPC call raised; keel-lock's errors convert into
+/// [`worker::Error`], so `?` works in a handler.
+///
+/// ```no_run
+/// use keel_lock::worker::DurableObjectLockStore;
+/// use keel_lock::AcquireOptions;
+/// use worker::{event, Context, Env, Request, Response, Result};
+///
+/// #[event(fetch)]
+/// async fn fetch(_req: Request, env: Env, _ctx: Context) -> Result<Response> {
+///     let locks = DurableObjectLockStore::from_env(&env, "LOCKS")?;
+///     let lock = locks.lock("invoice:42", 30_000)?;
+///     // The task gets the hold's fencing token: hand it to whatever the work writes to.
+///     match lock.run(AcquireOptions::immediately(), |held| charge_invoice(42, held.fence)).await? {
+///         Some(receipt) => Response::ok(receipt),
+///         None => Response::error("someone else is charging invoice 42", 409),
+///     }
+/// }
+/// # async fn charge_invoice(_id: u32, _fence: Option<keel_lock::Fence>) -> String { String::new() }
+/// ```
+///
+/// The parts, for a lock built by hand or with another runtime:
+///
+/// ```no_run
+/// # async fn handler(env: worker::Env) -> worker::Result<()> {
+/// use keel_lock::worker::{DurableObjectLockStore, WorkersRuntime};
+/// use keel_lock::{AcquireOptions, Key, Lock, Ttl};
+///
+/// let store = DurableObjectLockStore::new(env.durable_object("LOCKS")?);
+/// let lock = Lock::new(Key::new("invoice:42")?, Ttl::from_ms(30_000)?, store, WorkersRuntime);
+/// // Wait up to 10 s for the holder, trying again every 25 ms.
+/// let options = AcquireOptions { timeout_ms: 10_000, retry_delay_ms: 25 };
+/// if lock.acquire(options).await? {
+///     // … the work, then:
+///     lock.release().await?;
+/// }
+/// # Ok(()) }
+/// ```
 #[derive(Clone)]
 pub struct DurableObjectLockStore {
     namespace: JsValue,
 }
+
+/// A [`Lock`] over a [`DurableObjectLockStore`], as [`DurableObjectLockStore::lock`] makes it.
+pub type DurableObjectLock = Lock<DurableObjectLockStore, WorkersRuntime>;
 
 fn method(target: &JsValue, name: &str) -> Result<Function, JsValue> {
     Reflect::get(target, &JsValue::from_str(name))?
@@ -47,6 +88,28 @@ impl DurableObjectLockStore {
         DurableObjectLockStore {
             namespace: namespace.into(),
         }
+    }
+
+    /// A store over the Worker's Durable Object binding named `binding` (`"LOCKS"` for a
+    /// `[[durable_objects.bindings]] name = "LOCKS"` entry in `wrangler.toml`).
+    pub fn from_env(env: &worker::Env, binding: &str) -> worker::Result<Self> {
+        Ok(Self::new(env.durable_object(binding)?))
+    }
+
+    /// A lock on `key`, held for `ttl_ms` once acquired, over this store with the Workers
+    /// clock and timer ([`WorkersRuntime`]) — `lock(key, ttlMs)` of the JS API. Fails on an
+    /// empty key, one over 512 bytes, or a TTL outside `1..=2^31-1` ms.
+    pub fn lock(
+        &self,
+        key: impl Into<String>,
+        ttl_ms: u64,
+    ) -> Result<DurableObjectLock, InputError> {
+        Ok(Lock::new(
+            Key::new(key)?,
+            Ttl::from_ms(ttl_ms)?,
+            self.clone(),
+            WorkersRuntime,
+        ))
     }
 
     /// A store over a namespace binding given as a JS value; a `TypeError` when it is not one.

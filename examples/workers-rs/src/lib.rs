@@ -1,0 +1,263 @@
+//! keel-lock from a Worker written in Rust: "charge invoice 42" exactly once, however many
+//! requests ask at the same time — the story `make demo` tells in JS, with workers-rs.
+//!
+//! ```text
+//! POST /charge          {"mode": "immediate"}  try once; answers {"charged": true|false, …}
+//! POST /charge          {"mode": "wait"}       wait for the lock, then charge
+//! GET  /ledger?run=ID   charges booked in that run, and the most ever inside at once
+//! ```
+//!
+//! The lock rows live in keel-lock's `LockDurableObject` (bound as `LOCKS`; `entry.js` exports
+//! the class). The `Ledger` Durable Object stands in for the payment provider: it books every
+//! charge and notices if two ever overlap.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::time::Duration;
+
+use keel_lock::worker::DurableObjectLockStore;
+use keel_lock::AcquireOptions;
+use serde::{Deserialize, Serialize};
+use worker::{
+    durable_object, event, Context, Date, Delay, DurableObject, Env, Method, Request, RequestInit,
+    Response, Result, State, Stub, Url,
+};
+
+/// How long a charge may hold the lock before another request may take it over.
+const LOCK_TTL_MS: u64 = 30_000;
+
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Mode {
+    /// Try once: if someone else is charging, say so.
+    Immediate,
+    /// Wait (up to a minute) for the lock, then charge.
+    Wait,
+}
+
+/// The body of `POST /charge`. Every field is optional.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Order {
+    /// Which ledger run to book into (the tests give every scenario its own).
+    run: String,
+    mode: Mode,
+    /// The lock key.
+    key: String,
+    /// How long the "payment provider call" takes, in ms.
+    pay_ms: u64,
+    /// In `immediate` mode the charge stays inside until this many requests minus one have
+    /// been turned away (at most 5 s), so the outcome never depends on scheduling luck.
+    expected: u32,
+}
+
+impl Default for Order {
+    fn default() -> Self {
+        Order {
+            run: "curl".into(),
+            mode: Mode::Immediate,
+            key: "invoice:42".into(),
+            pay_ms: 25,
+            expected: 1,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Outcome {
+    charged: bool,
+    fence: Option<u64>,
+    waited_ms: Option<u64>,
+    total_ms: u64,
+    worker: &'static str,
+}
+
+fn now() -> u64 {
+    Date::now().as_millis()
+}
+
+async fn charge(env: &Env, order: Order) -> Result<Outcome> {
+    let ledger = Ledger::open(env, &order.run)?;
+    let lock = DurableObjectLockStore::from_env(env, "LOCKS")?.lock(order.key, LOCK_TTL_MS)?;
+    let options = match order.mode {
+        Mode::Immediate => AcquireOptions::immediately(),
+        Mode::Wait => AcquireOptions {
+            timeout_ms: 60_000,
+            retry_delay_ms: 5,
+        },
+    };
+    let started = now();
+    let entered = Cell::new(None);
+    // try_run: acquire, run the task, always release; `None` if someone else held the key.
+    // The task answers worker::Result, and `?` turns a lock error or the task's error into a
+    // worker::Error.
+    let (ledger, entered) = (&ledger, &entered);
+    let charged = lock
+        .try_run(options, |held| async move {
+            entered.set(Some(now()));
+            // The fencing token of this hold: the ledger refuses a charge carrying a fence
+            // lower than one it has already seen (a holder that paused past its TTL).
+            let fence = held.fence.map(|f| f.get());
+            ledger.enter(fence).await?;
+            if order.mode == Mode::Wait {
+                Delay::from(Duration::from_millis(order.pay_ms)).await;
+            } else {
+                let until = now() + 5_000;
+                loop {
+                    Delay::from(Duration::from_millis(order.pay_ms.min(20))).await;
+                    let refused = ledger.book("stats").await?.refused;
+                    if refused + 1 >= order.expected || now() >= until {
+                        break;
+                    }
+                }
+            }
+            ledger.book("exit").await?;
+            Ok::<_, worker::Error>(fence)
+        })
+        .await?;
+    if charged.is_none() {
+        ledger.book("refuse").await?;
+    }
+    Ok(Outcome {
+        charged: charged.is_some(),
+        fence: charged.flatten(),
+        waited_ms: entered.get().map(|at| at - started),
+        total_ms: now() - started,
+        worker: "rust",
+    })
+}
+
+fn query(url: &Url, name: &str) -> Option<String> {
+    url.query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
+}
+
+#[event(fetch)]
+async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
+    match (req.method(), req.path().as_str()) {
+        (Method::Post, "/charge") => {
+            let body = req.text().await?;
+            let order = if body.trim().is_empty() {
+                Order::default()
+            } else {
+                serde_json::from_str(&body)?
+            };
+            match charge(&env, order).await {
+                Ok(outcome) => Response::from_json(&outcome),
+                // keel-lock's errors are worker::Errors (bad input, a failing store).
+                Err(e) => Response::error(e.to_string(), 500),
+            }
+        }
+        (Method::Get, "/ledger") => {
+            let run = query(&req.url()?, "run").unwrap_or_else(|| "curl".into());
+            Response::from_json(&Ledger::open(&env, &run)?.book("stats").await?)
+        }
+        _ => Response::ok(
+            "keel-lock workers-rs demo. Try:\n  curl -X POST localhost:8787/charge\n  curl -X POST localhost:8787/charge -d '{\"mode\":\"wait\"}'\n  curl localhost:8787/ledger\n",
+        ),
+    }
+}
+
+/// One run's bookings.
+#[derive(Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Run {
+    charges: u32,
+    refused: u32,
+    inside: u32,
+    max_inside: u32,
+    /// The fences of the charges, in the order they were booked.
+    fences: Vec<u64>,
+    /// Charges refused for carrying a fence lower than one already booked.
+    stale: u32,
+}
+
+/// Books charges per run and watches for overlap. In memory: a demo ledger, not a bank.
+#[durable_object(fetch)]
+pub struct Ledger {
+    runs: RefCell<HashMap<String, Run>>,
+}
+
+impl DurableObject for Ledger {
+    fn new(_state: State, _env: Env) -> Self {
+        Ledger {
+            runs: RefCell::default(),
+        }
+    }
+
+    /// `POST https://ledger/{enter|exit|refuse|stats}?run=ID[&fence=N]`, answering the run's
+    /// bookings.
+    async fn fetch(&self, req: Request) -> Result<Response> {
+        let url = req.url()?;
+        let run = query(&url, "run").unwrap_or_default();
+        let mut runs = self.runs.borrow_mut();
+        let r = runs.entry(run).or_default();
+        match url.path() {
+            "/enter" => {
+                let fence = query(&url, "fence").and_then(|f| f.parse::<u64>().ok());
+                if let (Some(fence), Some(&last)) = (fence, r.fences.last()) {
+                    if fence < last {
+                        r.stale += 1;
+                        return Response::error("stale fence", 409);
+                    }
+                }
+                r.charges += 1;
+                r.inside += 1;
+                r.max_inside = r.max_inside.max(r.inside);
+                r.fences.extend(fence);
+            }
+            "/exit" => r.inside = r.inside.saturating_sub(1),
+            "/refuse" => r.refused += 1,
+            "/stats" => {}
+            _ => return Response::error("no such ledger operation", 404),
+        }
+        Response::from_json(&*r)
+    }
+}
+
+/// A client of one run's ledger (a single `Ledger` object named "ledger").
+struct LedgerRun {
+    stub: Stub,
+    run: String,
+}
+
+impl Ledger {
+    fn open(env: &Env, run: &str) -> Result<LedgerRun> {
+        let stub = env
+            .durable_object("LEDGER")?
+            .id_from_name("ledger")?
+            .get_stub()?;
+        Ok(LedgerRun {
+            stub,
+            run: run.to_owned(),
+        })
+    }
+}
+
+impl LedgerRun {
+    async fn enter(&self, fence: Option<u64>) -> Result<Run> {
+        self.call("enter", fence).await
+    }
+
+    async fn book(&self, what: &str) -> Result<Run> {
+        self.call(what, None).await
+    }
+
+    async fn call(&self, what: &str, fence: Option<u64>) -> Result<Run> {
+        let mut url = Url::parse("https://ledger/")?.join(what)?;
+        url.query_pairs_mut().append_pair("run", &self.run);
+        if let Some(fence) = fence {
+            url.query_pairs_mut()
+                .append_pair("fence", &fence.to_string());
+        }
+        let req =
+            Request::new_with_init(url.as_str(), RequestInit::new().with_method(Method::Post))?;
+        let mut res = self.stub.fetch_with_request(req).await?;
+        if res.status_code() != 200 {
+            return Err(format!("ledger {what}: HTTP {}", res.status_code()).into());
+        }
+        res.json().await
+    }
+}

@@ -1,0 +1,98 @@
+// A JS Worker (the npm package's workerd build) and the Rust Worker (workers-rs, worker-build)
+// share one lock namespace and exclude each other — whichever of them serves the Durable Object
+// class — and the rows one build writes are read by the other after a restart.
+import { after, describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { race, start } from "../harness.mjs";
+
+const N = 40;
+const mixed = ["rust", "js"];
+
+function assertIncreasing(fences, what) {
+  for (let i = 1; i < fences.length; i++) {
+    assert.ok(fences[i] > fences[i - 1], `${what}: fences out of order: ${fences}`);
+  }
+}
+
+for (const lockHost of ["rust", "js"]) {
+  describe(`JS and Rust Workers, LockDurableObject served by the ${lockHost} script`, { concurrency: false }, () => {
+    let w;
+    after(() => w?.dispose());
+
+    it(`${N} concurrent charges, half from each, without waiting: exactly one charges`, async () => {
+      w = await start({ lockHost });
+      const { charged, results, ledger } = await race(w, mixed, { mode: "immediate", n: N });
+      assert.equal(results.filter((r) => r.worker === "js").length, N / 2, "half the requests ran in the JS Worker");
+      assert.equal(charged.length, 1, `${charged.length} requests charged`);
+      assert.equal(ledger.charges, 1);
+      assert.equal(ledger.refused, N - 1);
+      assert.equal(ledger.maxInside, 1);
+    });
+
+    it(`${N} concurrent charges with a timeout: all charge, one at a time, fences increasing across both`, async () => {
+      const { charged, ledger } = await race(w, mixed, { mode: "wait", n: N });
+      assert.equal(charged.length, N);
+      assert.equal(ledger.charges, N);
+      assert.equal(ledger.maxInside, 1, `up to ${ledger.maxInside} inside at once`);
+      assert.equal(ledger.inside, 0);
+      // Fences in the order the ledger booked the charges: strictly increasing, and both
+      // Workers' holds are among them.
+      assert.equal(ledger.fences.length, N);
+      assertIncreasing(ledger.fences, "ledger");
+      assert.equal(ledger.stale, 0);
+      const byWorker = (name) => charged.filter((r) => r.worker === name).map((r) => r.fence);
+      assert.equal(byWorker("js").length, N / 2);
+      assert.equal(byWorker("rust").length, N / 2);
+      assert.deepEqual(
+        [...byWorker("js"), ...byWorker("rust")].sort((a, b) => a - b),
+        [...ledger.fences].sort((a, b) => a - b),
+        "each Worker's fences are the ones the ledger booked",
+      );
+    });
+
+    it("holds alternate between JS and Rust: each fence above the other's last", async () => {
+      const key = `invoice:${crypto.randomUUID()}`;
+      const run = `alternate:${crypto.randomUUID()}`;
+      const fences = [];
+      for (let i = 0; i < 8; i++) {
+        const worker = mixed[i % 2];
+        const out = await w.call(worker, "/charge", { run, key });
+        assert.equal(out.charged, true, `${worker} charge ${i}`);
+        assert.equal(out.worker, worker);
+        fences.push(out.fence);
+      }
+      assertIncreasing(fences, "alternating holders");
+    });
+  });
+}
+
+describe("row format: rows written by one build are read by the other", { concurrency: false }, () => {
+  const dir = mkdtempSync(join(tmpdir(), "keel-workers-rs-persist-"));
+  after(() => rmSync(dir, { recursive: true, force: true }));
+
+  it("a lock taken while the Rust build served the object is held when the JS build serves it", async () => {
+    const key = `invoice:${crypto.randomUUID()}`;
+    const first = await start({ lockHost: "rust", persist: dir });
+    try {
+      assert.deepEqual(await first.call("js", "/hold", { key, ttl: 120_000 }), { acquired: true });
+      const before = await first.call("js", "/state", { key });
+      assert.equal(before.isLocked, true);
+      assert.equal(before.rows.length, 1);
+    } finally {
+      await first.dispose();
+    }
+    const second = await start({ lockHost: "js", persist: dir });
+    try {
+      const after = await second.call("js", "/state", { key });
+      assert.equal(after.isLocked, true, "the row survived the switch of builds");
+      assert.ok(after.remaining > 60_000 && after.remaining <= 120_000, `remaining ${after.remaining}`);
+      const refused = await second.call("rust", "/charge", { run: `persist:${crypto.randomUUID()}`, key });
+      assert.equal(refused.charged, false, "the Rust Worker must not charge while the JS hold lasts");
+    } finally {
+      await second.dispose();
+    }
+  });
+});
