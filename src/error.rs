@@ -59,6 +59,10 @@ pub enum Error<E> {
         /// The store's own error, unchanged.
         error: E,
     },
+    /// The caller gave up waiting (its cancellation completed, e.g. an `AbortSignal` fired).
+    /// Nothing is held or queued on its behalf.
+    #[error("acquire was aborted")]
+    Aborted,
     /// The platform's random number generator failed, so no owner token could be minted.
     #[error(transparent)]
     Random(#[from] RandomError),

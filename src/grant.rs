@@ -51,17 +51,36 @@ impl fmt::Display for Fence {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Grant {
     fence: Option<Fence>,
+    waited_ms: u64,
 }
 
 impl Grant {
     /// A grant with `fence`, or without one when the store does not keep fences.
     pub fn new(fence: Option<Fence>) -> Self {
-        Grant { fence }
+        Grant {
+            fence,
+            waited_ms: 0,
+        }
     }
 
     /// A grant from a store that keeps no fences (the seed five-method JS seam answering `true`).
     pub fn unfenced() -> Self {
-        Grant { fence: None }
+        Grant::new(None)
+    }
+
+    /// The same grant, made after the request waited `ms` in the store's queue.
+    pub fn waited(self, ms: u64) -> Self {
+        Grant {
+            waited_ms: ms,
+            ..self
+        }
+    }
+
+    /// How long the request waited in the store before this grant, by the store's own timer
+    /// (0 for an immediate grant). The holder's TTL runs from the grant, so its conservative
+    /// local deadline is `request sent + waited + ttl`.
+    pub fn waited_ms(&self) -> u64 {
+        self.waited_ms
     }
 
     /// The acquisition's fence, if the store keeps fences.

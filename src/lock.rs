@@ -10,9 +10,10 @@ use std::future::Future;
 use crate::error::{Error, HoldOperation, Operation};
 use crate::grant::{Fence, Grant};
 use crate::input::{AcquireOptions, Key, Ttl};
+use crate::race::{race, Either};
 use crate::runtime::Runtime;
 use crate::serialized::SerializedLock;
-use crate::store::LockStore;
+use crate::store::{LockStore, Wait};
 use crate::token::OwnerToken;
 
 /// What this handle believes about its own hold on the key.
@@ -30,6 +31,12 @@ enum Hold {
     },
     /// We held it and found out we lost it (a release or extend the store refused).
     Lost,
+}
+
+/// Whether `future` has completed, polled once without registering interest.
+fn is_done(future: std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    future.poll(&mut cx).is_ready()
 }
 
 /// What a task run under the lock is handed: facts about this hold.
@@ -137,38 +144,101 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
     }
 
-    /// Tries to take the lock with a fresh owner token. With `options.timeout_ms > 0`, retries
-    /// every `retry_delay_ms` until it succeeds or the timeout is spent (one last attempt is
-    /// made at the deadline). Answers whether the lock is now held by this handle.
+    /// Tries to take the lock with a fresh owner token. With `options.timeout_ms > 0`, waits
+    /// until it succeeds or the timeout is spent: parked in the store's queue when the store
+    /// hands keys over ([`LockStore::hands_over`]), otherwise retrying every `retry_delay_ms`
+    /// (one last attempt is made at the deadline). Answers whether this handle now holds it.
     pub async fn acquire(&self, options: AcquireOptions) -> LockResult<bool, S> {
+        self.acquire_until(options, std::future::pending()).await
+    }
+
+    /// [`Lock::acquire`] that gives up when `cancel` completes first: the caller leaves the
+    /// store's queue (a grant that raced the cancellation is released), nothing stays held, and
+    /// it fails with [`Error::Aborted`]. A store call already in flight is let finish.
+    pub async fn acquire_until(
+        &self,
+        options: AcquireOptions,
+        cancel: impl Future<Output = ()>,
+    ) -> LockResult<bool, S> {
         let owner = OwnerToken::mint()?;
+        let mut cancel = std::pin::pin!(cancel);
         let pause = options.retry_delay_ms.max(1);
-        let mut give_up_at = None;
+        let sent = self.runtime.now_ms();
+        // The wait is measured from the first attempt (one clock read fewer per acquire).
+        let give_up_at = sent.saturating_add(options.timeout_ms);
+        if options.timeout_ms > 0 && self.store.hands_over() {
+            let wait = Wait {
+                wait_ms: options.timeout_ms,
+                poll_ms: pause,
+            };
+            let waiting = self
+                .store
+                .acquire_or_wait(&self.key, &owner, self.ttl, wait);
+            return match race(waiting, cancel.as_mut()).await {
+                Either::First(grant) => {
+                    match grant.map_err(self.store_error(Operation::Acquire))? {
+                        Some(grant) => self.settle_grant(owner, sent, grant, cancel).await,
+                        None => Ok(false),
+                    }
+                }
+                Either::Second(()) => {
+                    self.store
+                        .withdraw(&self.key, &owner)
+                        .await
+                        .map_err(self.store_error(Operation::Acquire))?;
+                    Err(Error::Aborted)
+                }
+            };
+        }
+        let mut sent = sent;
         loop {
-            let sent = self.runtime.now_ms();
-            // The wait is measured from the first attempt (one clock read fewer per acquire).
-            let give_up_at = *give_up_at.get_or_insert(sent.saturating_add(options.timeout_ms));
             let grant = self
                 .store
                 .acquire(&self.key, &owner, self.ttl)
                 .await
                 .map_err(self.store_error(Operation::Acquire))?;
             if let Some(grant) = grant {
-                self.take_hold(owner, sent, grant);
-                return Ok(true);
+                return self.settle_grant(owner, sent, grant, cancel).await;
             }
             let now = self.runtime.now_ms();
             if now >= give_up_at {
                 return Ok(false);
             }
-            self.runtime.sleep(pause.min(give_up_at - now)).await;
+            let sleep = self.runtime.sleep(pause.min(give_up_at - now));
+            if let Either::Second(()) = race(sleep, cancel.as_mut()).await {
+                return Err(Error::Aborted);
+            }
+            sent = self.runtime.now_ms();
         }
     }
 
+    /// Takes the hold a store granted, unless the caller gave up while the store call was in
+    /// flight: then the grant is released and the acquire fails with [`Error::Aborted`].
+    async fn settle_grant(
+        &self,
+        owner: OwnerToken,
+        sent: u64,
+        grant: Grant,
+        cancel: std::pin::Pin<&mut impl Future<Output = ()>>,
+    ) -> LockResult<bool, S> {
+        if is_done(cancel) {
+            self.store
+                .withdraw(&self.key, &owner)
+                .await
+                .map_err(self.store_error(Operation::Release))?;
+            return Err(Error::Aborted);
+        }
+        self.take_hold(owner, sent, grant);
+        Ok(true)
+    }
+
     fn take_hold(&self, owner: OwnerToken, sent: u64, grant: Grant) {
+        // The TTL runs from the grant, which came no earlier than `sent + waited` (the store
+        // measured the wait; the request arrived no earlier than it was sent).
+        let granted_no_earlier_than = sent.saturating_add(grant.waited_ms());
         *self.hold.borrow_mut() = Hold::Held {
             owner,
-            deadline: sent.saturating_add(self.ttl.as_ms()),
+            deadline: granted_no_earlier_than.saturating_add(self.ttl.as_ms()),
             fence: grant.fence(),
         };
     }
@@ -272,7 +342,27 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = Result<T, U>>,
     {
-        if !self.acquire(options).await.map_err(RunError::Lock)? {
+        self.try_run_until(options, std::future::pending(), task)
+            .await
+    }
+
+    /// [`Lock::try_run`] whose wait for the lock ends when `cancel` completes (see
+    /// [`Lock::acquire_until`]); once the task runs, `cancel` no longer matters.
+    pub async fn try_run_until<T, U, Fut, F>(
+        &self,
+        options: AcquireOptions,
+        cancel: impl Future<Output = ()>,
+        task: F,
+    ) -> Result<Option<T>, RunError<U, Error<S::Error>>>
+    where
+        F: FnOnce(RunContext) -> Fut,
+        Fut: Future<Output = Result<T, U>>,
+    {
+        if !self
+            .acquire_until(options, cancel)
+            .await
+            .map_err(RunError::Lock)?
+        {
             return Ok(None);
         }
         // The token of *this* run's hold: if the task outlives the TTL and the handle is

@@ -2,14 +2,17 @@
 //! callers that share it and nothing more — right for tests and single-process apps.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
+use std::rc::Rc;
+use std::task::Waker;
 
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl};
+use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
-use crate::store::LockStore;
+use crate::store::{LockStore, Wait};
 use crate::token::OwnerToken;
 
 /// Expired rows are swept when the map reaches this many rows, and from then on whenever it
@@ -31,13 +34,32 @@ impl Row {
     }
 }
 
+/// A caller parked in a key's queue.
+struct Ticket {
+    owner: OwnerToken,
+    ttl: Ttl,
+    /// When it joined the queue, by the store's clock.
+    since: u64,
+    /// Set by the hand-over; taken by the waiting caller.
+    grant: Cell<Option<Grant>>,
+    /// The waiting caller's waker, woken by the hand-over.
+    waker: RefCell<Option<Waker>>,
+    /// The caller stopped waiting; the hand-over skips it.
+    gone: Cell<bool>,
+}
+
 /// An in-memory [`LockStore`]. Every operation completes synchronously (the futures are ready
 /// at once), so driving it from the core costs no event-loop round trip.
 ///
 /// Fences come from one counter per store: strictly increasing across all keys, so per key too,
 /// and nothing per key outlives its row.
+///
+/// Waiting ([`LockStore::acquire_or_wait`]) is a FIFO queue per key: a release hands the key to
+/// the oldest waiter synchronously, and when a holder's TTL passes the oldest waiter (woken by
+/// a timer at that moment) takes it over. A newcomer never overtakes a waiter.
 pub struct MemoryLockStore<R: Runtime> {
     rows: RefCell<HashMap<String, Row>>,
+    queues: RefCell<HashMap<String, VecDeque<Rc<Ticket>>>>,
     next_sweep_at: Cell<usize>,
     last_fence: Cell<Option<Fence>>,
     runtime: R,
@@ -48,6 +70,7 @@ impl<R: Runtime> MemoryLockStore<R> {
     pub fn new(runtime: R) -> Self {
         MemoryLockStore {
             rows: RefCell::new(HashMap::new()),
+            queues: RefCell::new(HashMap::new()),
             next_sweep_at: Cell::new(SWEEP_FLOOR),
             last_fence: Cell::new(None),
             runtime,
@@ -57,6 +80,11 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// Rows currently stored, expired ones included (for tests of the cleanup bound).
     pub fn stored_rows(&self) -> usize {
         self.rows.borrow().len()
+    }
+
+    /// Callers waiting in queues right now, over all keys (for tests that queues are cleaned).
+    pub fn waiting(&self) -> usize {
+        self.queues.borrow().values().map(VecDeque::len).sum()
     }
 
     /// Deletes every expired row now and answers how many went.
@@ -110,6 +138,13 @@ impl<R: Runtime> MemoryLockStore<R> {
         if self.rows.borrow().len() >= self.next_sweep_at.get() {
             self.purge_expired();
         }
+        // A key whose holder just expired goes to its oldest waiter first, not to this caller.
+        self.hand_over(key, now);
+        self.take(key, owner, ttl, now)
+    }
+
+    /// Set-if-absent without looking at the queue.
+    fn take(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, now: u64) -> Option<Grant> {
         if !self.decide(key, owner, |row| rows::acquire(row, now, ttl)) {
             return None;
         }
@@ -125,10 +160,126 @@ impl<R: Runtime> MemoryLockStore<R> {
         Some(Grant::new(fence))
     }
 
-    /// Synchronous [`LockStore::release`].
+    /// Synchronous [`LockStore::release`]; a waiter, if any, holds the key when it returns.
     pub fn release_sync(&self, key: &Key, owner: &OwnerToken) -> bool {
         let now = self.runtime.now_ms();
-        self.decide(key, owner, |row| rows::release(row, now, owner))
+        let released = self.decide(key, owner, |row| rows::release(row, now, owner));
+        if released {
+            self.hand_over(key, now);
+        }
+        released
+    }
+
+    /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting
+    /// and wakes it. Waiters that left are dropped from the queue; an emptied queue is removed.
+    fn hand_over(&self, key: &Key, now: u64) {
+        let next = {
+            let mut queues = self.queues.borrow_mut();
+            let Some(queue) = queues.get_mut(key.as_str()) else {
+                return;
+            };
+            let held = self
+                .rows
+                .borrow()
+                .get(key.as_str())
+                .is_some_and(|row| row.expires_at > now);
+            if held {
+                return;
+            }
+            while queue.front().is_some_and(|t| t.gone.get()) {
+                queue.pop_front();
+            }
+            let next = queue.pop_front();
+            if queue.is_empty() {
+                queues.remove(key.as_str());
+            }
+            next
+        };
+        let Some(ticket) = next else { return };
+        let grant = self
+            .take(key, &ticket.owner, ticket.ttl, now)
+            .map(|g| g.waited(now.saturating_sub(ticket.since)));
+        ticket.grant.set(grant);
+        // Woken with no store borrow held: the waker may poll the waiter right away.
+        let waker = ticket.waker.borrow_mut().take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The expiry of `key`'s live hold, if any.
+    fn expiry(&self, key: &Key, now: u64) -> Option<u64> {
+        self.rows
+            .borrow()
+            .get(key.as_str())
+            .map(|row| row.expires_at)
+            .filter(|at| *at > now)
+    }
+
+    /// [`LockStore::acquire_or_wait`]: set-if-absent, or queue up and wait up to `wait_ms`.
+    pub async fn acquire_or_wait_ms(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait_ms: u64,
+    ) -> Option<Grant> {
+        if let Some(grant) = self.acquire_sync(key, owner, ttl) {
+            return Some(grant);
+        }
+        if wait_ms == 0 {
+            return None;
+        }
+        let since = self.runtime.now_ms();
+        let give_up_at = since.saturating_add(wait_ms);
+        let ticket = Rc::new(Ticket {
+            owner: owner.clone(),
+            ttl,
+            since,
+            grant: Cell::new(None),
+            waker: RefCell::new(None),
+            gone: Cell::new(false),
+        });
+        self.queues
+            .borrow_mut()
+            .entry(key.as_str().to_owned())
+            .or_default()
+            .push_back(ticket.clone());
+        // Leaves the queue however this future ends: granted, timed out, or dropped by a
+        // caller that gave up (then a grant that already arrived is released).
+        let _leave = Leave {
+            store: self,
+            key,
+            ticket: &ticket,
+        };
+        loop {
+            if let Some(grant) = ticket.grant.take() {
+                ticket.gone.set(true);
+                return Some(grant);
+            }
+            let now = self.runtime.now_ms();
+            if now >= give_up_at {
+                return None;
+            }
+            // Wake for the hand-over, or at the holder's expiry (to take over from it), or
+            // when the wait is spent.
+            let until = self
+                .expiry(key, now)
+                .map_or(give_up_at, |e| e.min(give_up_at));
+            let granted = poll_until(|cx| {
+                if ticket.grant_ready() {
+                    return true;
+                }
+                *ticket.waker.borrow_mut() = Some(cx.waker().clone());
+                false
+            });
+            race(
+                granted,
+                self.runtime.sleep(until.saturating_sub(now).max(1)),
+            )
+            .await;
+            self.hand_over(key, self.runtime.now_ms());
+        }
     }
 
     /// Synchronous [`LockStore::extend`].
@@ -141,6 +292,40 @@ impl<R: Runtime> MemoryLockStore<R> {
     pub fn remaining_time_sync(&self, key: &Key) -> Option<u64> {
         let now = self.runtime.now_ms();
         rows::remaining_time(self.rows.borrow().get(key.as_str()).map(Row::view), now)
+    }
+}
+
+impl Ticket {
+    fn grant_ready(&self) -> bool {
+        let grant = self.grant.take();
+        self.grant.set(grant);
+        grant.is_some()
+    }
+}
+
+/// Takes a ticket out of its queue when its waiter stops waiting.
+struct Leave<'a, R: Runtime> {
+    store: &'a MemoryLockStore<R>,
+    key: &'a Key,
+    ticket: &'a Rc<Ticket>,
+}
+
+impl<R: Runtime> Drop for Leave<'_, R> {
+    fn drop(&mut self) {
+        let ticket = self.ticket;
+        ticket.gone.set(true);
+        // A grant the waiter never took (it was dropped first) is released, so the key passes
+        // on instead of staying held by nobody until its TTL.
+        if ticket.grant.take().is_some() {
+            self.store.release_sync(self.key, &ticket.owner);
+        }
+        let mut queues = self.store.queues.borrow_mut();
+        if let Some(queue) = queues.get_mut(self.key.as_str()) {
+            queue.retain(|t| !Rc::ptr_eq(t, ticket));
+            if queue.is_empty() {
+                queues.remove(self.key.as_str());
+            }
+        }
     }
 }
 
@@ -169,6 +354,23 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
     }
     async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Infallible> {
         Ok(self.remaining_time_sync(key))
+    }
+    fn hands_over(&self) -> bool {
+        true
+    }
+    async fn acquire_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait: Wait,
+    ) -> Result<Option<Grant>, Infallible> {
+        Ok(self.acquire_or_wait_ms(key, owner, ttl, wait.wait_ms).await)
+    }
+    async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), Infallible> {
+        // A waiter's queue entry leaves with its dropped wait; what remains is a hold.
+        self.release_sync(key, owner);
+        Ok(())
     }
 }
 

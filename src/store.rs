@@ -50,6 +50,48 @@ pub trait LockStore {
 
     /// Milliseconds until `key` expires, or `None` when nobody holds it.
     async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Self::Error>;
+
+    /// Whether this store parks waiting callers and hands a freed key to the oldest of them
+    /// ([`LockStore::acquire_or_wait`]). When it does not, the core polls `acquire` every
+    /// retry delay instead.
+    fn hands_over(&self) -> bool {
+        false
+    }
+
+    /// Acquire `key`, or join its queue of waiters and wait up to `wait.wait_ms` for the store
+    /// to hand it over: on release, or when the holder's TTL passes, the store grants the key to
+    /// the oldest waiter still waiting — no race against newcomers. Answers `None` when the wait
+    /// is spent (and the caller is no longer queued). The grant reports how long it waited in
+    /// the store ([`Grant::waited_ms`]).
+    ///
+    /// The default is one plain [`LockStore::acquire`], for stores that cannot wait.
+    async fn acquire_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait: Wait,
+    ) -> Result<Option<Grant>, Self::Error> {
+        let _ = wait;
+        self.acquire(key, owner, ttl).await
+    }
+
+    /// The caller with `owner` stopped waiting for `key` (it gave up or was aborted): leave the
+    /// queue, and if the store already handed `key` to `owner`, release it. Afterwards `owner`
+    /// neither holds `key` nor waits for it. The default releases.
+    async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), Self::Error> {
+        self.release(key, owner).await.map(drop)
+    }
+}
+
+/// How long a caller will wait for a store to hand it a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wait {
+    /// The most the caller will wait, in ms.
+    pub wait_ms: u64,
+    /// How often a store that is told about hand-overs should look again anyway, in case a
+    /// notification was lost: the caller's retry delay.
+    pub poll_ms: u64,
 }
 
 macro_rules! forward_store {
@@ -73,6 +115,15 @@ macro_rules! forward_store {
             }
             async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, S::Error> {
                 (**self).remaining_time(key).await
+            }
+            fn hands_over(&self) -> bool {
+                (**self).hands_over()
+            }
+            async fn acquire_or_wait(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, wait: Wait) -> Result<Option<Grant>, S::Error> {
+                (**self).acquire_or_wait(key, owner, ttl, wait).await
+            }
+            async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), S::Error> {
+                (**self).withdraw(key, owner).await
             }
         }
     )*};

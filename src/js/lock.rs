@@ -11,6 +11,7 @@ use js_sys::{Array, Function, Promise};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
+use super::abort::{cancellation, signal_option, Abort};
 use super::convert::{
     acquire_options, describe, fence_to_js, object, resolve_answer, to_js, ttl, type_error,
 };
@@ -69,23 +70,57 @@ async fn call_task(task: Function, context: RunContext) -> Result<JsValue, JsVal
     resolve_answer(task.call1(&JsValue::UNDEFINED, &context)?).await
 }
 
+/// `{ timeout, retryDelay, signal }`.
+type WaitOptions = (AcquireOptions, Option<Abort>);
+
+fn wait_options(value: &JsValue) -> Result<WaitOptions, JsValue> {
+    Ok((acquire_options(value)?, signal_option(value)?))
+}
+
+/// A lock error as JS sees it; an abort rejects with the signal's reason.
+fn lock_error(error: Error<JsValue>, abort: Option<&Abort>) -> JsValue {
+    match (error, abort) {
+        (Error::Aborted, Some(abort)) => abort.reason(),
+        (error, _) => to_js(error),
+    }
+}
+
 async fn run(
     lock: Rc<CoreLock>,
     task: JsValue,
-    options: Result<AcquireOptions, JsValue>,
+    options: Result<WaitOptions, JsValue>,
 ) -> Result<JsValue, JsValue> {
-    let options = options?;
+    let (options, abort) = options?;
     let task: Function = task
         .dyn_into()
         .map_err(|v| type_error(format!("run() needs a function, got {}", describe(&v))))?;
+    if let Some(abort) = abort.as_ref().filter(|a| a.aborted()) {
+        return Err(abort.reason());
+    }
+    let cancel = cancellation(abort.as_ref())?;
     match lock
-        .try_run(options, |context| call_task(task, context))
+        .try_run_until(options, cancel, |context| call_task(task, context))
         .await
     {
         Ok(Some(value)) => Ok(Array::of2(&JsValue::TRUE, &value).into()),
         Ok(None) => Ok(Array::of2(&JsValue::FALSE, &JsValue::UNDEFINED).into()),
         Err(RunError::Task(error)) => Err(error),
-        Err(RunError::Lock(error)) => Err(to_js(error)),
+        Err(RunError::Lock(error)) => Err(lock_error(error, abort.as_ref())),
+    }
+}
+
+async fn acquire(
+    lock: Rc<CoreLock>,
+    options: Result<WaitOptions, JsValue>,
+) -> Result<JsValue, JsValue> {
+    let (options, abort) = options?;
+    if let Some(abort) = abort.as_ref().filter(|a| a.aborted()) {
+        return Err(abort.reason());
+    }
+    let cancel = cancellation(abort.as_ref())?;
+    match lock.acquire_until(options, cancel).await {
+        Ok(acquired) => Ok(acquired.into()),
+        Err(error) => Err(lock_error(error, abort.as_ref())),
     }
 }
 
@@ -98,7 +133,7 @@ impl JsLock {
     /// Acquire, run `fn({ fence })`, always release. Resolves `[true, result]`, or
     /// `[false, undefined]` when someone else holds the lock (then `fn` never ran).
     pub fn run(&self, task: JsValue, options: JsValue) -> Promise {
-        spawn(run(self.inner.clone(), task, acquire_options(&options)))
+        spawn(run(self.inner.clone(), task, wait_options(&options)))
     }
 
     /// `run(fn)` that never waits.
@@ -107,14 +142,15 @@ impl JsLock {
         spawn(run(
             self.inner.clone(),
             task,
-            Ok(AcquireOptions::immediately()),
+            Ok((AcquireOptions::immediately(), None)),
         ))
     }
 
-    /// Tries to take the lock; with `{ timeout }`, keeps trying until then. Resolves a boolean.
+    /// Tries to take the lock; with `{ timeout }`, waits until then (in the store's queue when
+    /// it hands keys over). Resolves a boolean; with `{ signal }`, rejects with the signal's
+    /// reason when it aborts first, leaving nothing held or queued.
     pub fn acquire(&self, options: JsValue) -> Promise {
-        let (lock, options) = (self.inner.clone(), acquire_options(&options));
-        spawn(async move { lift(lock.acquire(options?).await) })
+        spawn(acquire(self.inner.clone(), wait_options(&options)))
     }
 
     /// Frees the lock if this handle still owns it. Resolves `false` (never throws) otherwise.

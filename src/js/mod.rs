@@ -3,6 +3,7 @@
 //! a panic traps the wasm instance and poisons every lock in the isolate, so every bad value
 //! becomes a `TypeError`, `RangeError` or `LockNotHeldError`.
 
+mod abort;
 mod api;
 pub(crate) mod convert;
 mod lock;

@@ -13,10 +13,13 @@ use crate::error::Operation;
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl, MAX_TTL_MS};
 use crate::memory::MemoryLockStore;
-use crate::store::LockStore;
+use crate::store::{LockStore, Wait};
 use crate::token::OwnerToken;
 
-/// A store written in JS: the object and its five methods, looked up once at `setLockStore`.
+/// A store written in JS: the object and its five methods, looked up once at `setLockStore`,
+/// plus the optional pair that lets a store hand keys over to waiters:
+/// `acquireOrWait(key, owner, ttlMs, waitMs, pollMs)` (answers like `acquire`, or
+/// `{ fence, waitedMs }`) and `withdraw(key, owner)`.
 pub struct JsLockStore {
     object: JsValue,
     acquire: Function,
@@ -24,6 +27,8 @@ pub struct JsLockStore {
     extend: Function,
     is_locked: Function,
     remaining_time: Function,
+    acquire_or_wait: Option<Function>,
+    withdraw: Option<Function>,
 }
 
 impl JsLockStore {
@@ -44,7 +49,18 @@ impl JsLockStore {
                     ))
                 })
         };
+        let optional = |name: &str| -> Result<Option<Function>, JsValue> {
+            let value = Reflect::get(&object, &JsValue::from_str(name))?;
+            if value.is_undefined() {
+                return Ok(None);
+            }
+            value.dyn_into::<Function>().map(Some).map_err(|_| {
+                type_error(format!("lock store's {name} must be a method when present"))
+            })
+        };
         Ok(JsLockStore {
+            acquire_or_wait: optional("acquireOrWait")?,
+            withdraw: optional("withdraw")?,
             acquire: method(Operation::Acquire)?,
             release: method(Operation::Release)?,
             extend: method(Operation::Extend)?,
@@ -61,7 +77,7 @@ impl JsLockStore {
             [a] => method.call1(&self.object, a),
             [a, b] => method.call2(&self.object, a, b),
             [a, b, c] => method.call3(&self.object, a, b, c),
-            _ => method.call0(&self.object),
+            _ => method.apply(&self.object, &args.iter().collect()),
         }?;
         resolve_answer(answer).await
     }
@@ -179,6 +195,41 @@ impl LockStore for JsLockStore {
         let answer = self.call(&self.remaining_time, &[js_key(key)]).await?;
         answers::remaining_time(&seam_method(Operation::RemainingTime), &answer)
     }
+
+    fn hands_over(&self) -> bool {
+        self.acquire_or_wait.is_some()
+    }
+
+    async fn acquire_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait: Wait,
+    ) -> Result<Option<Grant>, JsValue> {
+        let Some(method) = &self.acquire_or_wait else {
+            return self.acquire(key, owner, ttl).await;
+        };
+        let args = [
+            js_key(key),
+            js_owner(owner),
+            js_ttl(ttl),
+            JsValue::from_f64(wait.wait_ms as f64),
+            JsValue::from_f64(wait.poll_ms as f64),
+        ];
+        let answer = self.call(method, &args).await?;
+        answers::acquire("lock store's acquireOrWait()", &answer)
+    }
+
+    async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), JsValue> {
+        match &self.withdraw {
+            Some(method) => self
+                .call(method, &[js_key(key), js_owner(owner)])
+                .await
+                .map(drop),
+            None => self.release(key, owner).await.map(drop),
+        }
+    }
 }
 
 /// The store a lock was created with: the built-in memory store (called synchronously, no
@@ -238,6 +289,36 @@ impl LockStore for Backend {
         match self {
             Backend::Memory(m) => Ok(m.remaining_time_sync(key)),
             Backend::Js(j) => j.remaining_time(key).await,
+        }
+    }
+
+    fn hands_over(&self) -> bool {
+        match self {
+            Backend::Memory(_) => true,
+            Backend::Js(j) => j.hands_over(),
+        }
+    }
+
+    async fn acquire_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait: Wait,
+    ) -> Result<Option<Grant>, JsValue> {
+        match self {
+            Backend::Memory(m) => Ok(m.acquire_or_wait_ms(key, owner, ttl, wait.wait_ms).await),
+            Backend::Js(j) => j.acquire_or_wait(key, owner, ttl, wait).await,
+        }
+    }
+
+    async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), JsValue> {
+        match self {
+            Backend::Memory(m) => {
+                m.release_sync(key, owner);
+                Ok(())
+            }
+            Backend::Js(j) => j.withdraw(key, owner).await,
         }
     }
 }

@@ -1,0 +1,239 @@
+//! Waiting without polling on the memory store: the store parks waiters in a FIFO queue per key
+//! and hands the key over on release or expiry. Virtual time makes every interleaving exact.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+
+use keel_lock::virtual_time::VirtualRuntime;
+use keel_lock::{AcquireOptions, Error, Key, Lock, LockStore, MemoryLockStore, Runtime, Ttl};
+
+fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_ms(ms).unwrap()
+}
+
+fn wait(timeout_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        timeout_ms,
+        retry_delay_ms: 50,
+    }
+}
+
+type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+#[test]
+fn waiters_acquire_in_arrival_order_one_at_a_time_right_at_each_release() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("k"), ttl(10_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let order = RefCell::new(Vec::new());
+    let inside = Cell::new(0);
+    let start = rt.now_ms();
+    let mut tasks: Vec<Task> = Vec::new();
+    for i in 0..8u64 {
+        let (store, rt, order, inside) = (&store, rt.clone(), &order, &inside);
+        tasks.push(Box::pin(async move {
+            rt.sleep(i + 1).await; // arrive in order 0, 1, 2, … one ms apart
+            let l = Lock::new(key("k"), ttl(10_000), store, rt.clone());
+            let ran = l
+                .run(wait(60_000), |_| async {
+                    inside.set(inside.get() + 1);
+                    assert_eq!(inside.get(), 1, "two holders inside at once");
+                    order.borrow_mut().push((i, rt.now_ms() - start));
+                    rt.sleep(10).await;
+                    inside.set(inside.get() - 1);
+                })
+                .await
+                .unwrap();
+            assert!(ran.is_some());
+        }));
+    }
+    tasks.push(Box::pin(async {
+        rt.sleep(100).await;
+        assert!(holder.release().await.unwrap());
+    }));
+    rt.join_all(tasks);
+    let order = order.into_inner();
+    assert_eq!(
+        order.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        (0..8).collect::<Vec<_>>(),
+        "not first come, first served"
+    );
+    // Hand-overs happen at the release itself: no retry delay between holders.
+    let times: Vec<u64> = order.iter().map(|(_, t)| *t).collect();
+    assert_eq!(times, vec![100, 110, 120, 130, 140, 150, 160, 170]);
+    assert_eq!(store.waiting(), 0, "queue not cleaned");
+}
+
+#[test]
+fn a_newcomer_never_overtakes_a_waiter_even_as_the_holder_expires() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("k"), ttl(100), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let newcomer = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let newcomer_won = Cell::new(None);
+    let tasks: Vec<Task> = vec![
+        Box::pin(async {
+            assert!(waiter.acquire(wait(5_000)).await.unwrap());
+        }),
+        Box::pin(async {
+            // Exactly when the holder's TTL ends, before or after the waiter's timer fires.
+            rt.sleep(100).await;
+            newcomer_won.set(Some(
+                newcomer.acquire(AcquireOptions::default()).await.unwrap(),
+            ));
+        }),
+    ];
+    rt.join_all(tasks);
+    assert_eq!(
+        newcomer_won.get(),
+        Some(false),
+        "the newcomer overtook the waiter"
+    );
+    assert!(waiter.owner().is_some(), "the waiter does not hold the key");
+}
+
+#[test]
+fn a_crashed_holder_hands_over_at_its_expiry_not_a_retry_later() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let crashed = Lock::new(key("k"), ttl(250), &store, rt.clone());
+    assert!(rt
+        .block_on(crashed.acquire(AcquireOptions::default()))
+        .unwrap());
+    let start = rt.now_ms();
+    let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let options = AcquireOptions {
+        timeout_ms: 10_000,
+        retry_delay_ms: 5_000, // would be a long poll; the hand-over does not wait for it
+    };
+    assert!(rt.block_on(waiter.acquire(options)).unwrap());
+    assert_eq!(rt.now_ms() - start, 250);
+    // The waiter's TTL runs from the grant: it is not already expired.
+    assert!(!waiter.is_expired());
+    rt.advance(999);
+    assert!(!waiter.is_expired());
+}
+
+#[test]
+fn a_waiter_whose_timeout_passes_leaves_the_queue() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("k"), ttl(10_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let start = rt.now_ms();
+    assert!(!rt.block_on(waiter.acquire(wait(300))).unwrap());
+    assert_eq!(rt.now_ms() - start, 300);
+    assert_eq!(store.waiting(), 0);
+    // Releasing later hands the key to nobody: it is simply free.
+    assert!(rt.block_on(holder.release()).unwrap());
+    assert!(!rt.block_on(waiter.is_locked()).unwrap());
+}
+
+#[test]
+fn aborting_a_queued_waiter_leaves_no_trace_and_the_next_waiter_gets_the_key() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("k"), ttl(10_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let aborted = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let patient = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let abort_result = RefCell::new(None);
+    let tasks: Vec<Task> = vec![
+        Box::pin(async {
+            let outcome = aborted.acquire_until(wait(60_000), rt.sleep(30)).await;
+            *abort_result.borrow_mut() = Some(outcome);
+        }),
+        Box::pin(async {
+            rt.sleep(1).await;
+            assert!(patient.acquire(wait(60_000)).await.unwrap());
+        }),
+        Box::pin(async {
+            rt.sleep(50).await;
+            assert_eq!(store.waiting(), 1, "the aborted waiter is still queued");
+            assert!(holder.release().await.unwrap());
+        }),
+    ];
+    rt.join_all(tasks);
+    assert!(matches!(
+        abort_result.into_inner(),
+        Some(Err(Error::Aborted))
+    ));
+    assert!(aborted.owner().is_none());
+    assert!(
+        patient.owner().is_some(),
+        "the key went past the patient waiter"
+    );
+    assert_eq!(store.waiting(), 0);
+}
+
+#[test]
+fn a_waiter_dropped_after_its_grant_releases_the_key_to_the_next() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let owner_a = keel_lock::OwnerToken::mint().unwrap();
+    let owner_b = keel_lock::OwnerToken::mint().unwrap();
+    let holder = keel_lock::OwnerToken::mint().unwrap();
+    let k = key("k");
+    assert!(store.acquire_sync(&k, &holder, ttl(10_000)).is_some());
+    let b_got = Cell::new(false);
+    {
+        // A queues first, then is granted by the release, but its future is dropped before
+        // it runs again (its caller went away).
+        let mut a = Box::pin(store.acquire_or_wait_ms(&k, &owner_a, ttl(1_000), 60_000));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(a.as_mut().poll(&mut cx).is_pending());
+        let b = store.acquire_or_wait_ms(&k, &owner_b, ttl(1_000), 60_000);
+        let tasks: Vec<Task> = vec![
+            Box::pin(async {
+                b_got.set(b.await.is_some());
+            }),
+            Box::pin(async {
+                rt.sleep(10).await;
+                assert!(store.release_sync(&k, &holder)); // hands over to A
+                drop(a); // A never takes it: it must pass on to B
+            }),
+        ];
+        rt.join_all(tasks);
+    }
+    assert!(b_got.get(), "the key stayed with the dropped waiter");
+    assert_eq!(store.waiting(), 0);
+}
+
+#[test]
+fn an_already_cancelled_acquire_touches_nothing() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let l = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let holder = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let outcome = rt.block_on(l.acquire_until(wait(1_000), std::future::ready(())));
+    assert!(matches!(outcome, Err(Error::Aborted)));
+    assert_eq!(store.waiting(), 0);
+    assert!(rt.block_on(holder.release()).unwrap());
+}
+
+#[test]
+fn the_memory_store_says_it_hands_over() {
+    let rt = VirtualRuntime::new();
+    assert!(MemoryLockStore::new(rt).hands_over());
+}
