@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # rustfmt check, and clippy with -D warnings for every feature of the crate, each on the target
-# it is built for (the pure core natively; `js`/`worker` for wasm32-unknown-unknown;
-# `component` for wasm32-wasip2).
+# it is built for (the pure core and `testing` natively; `js`/`worker` for
+# wasm32-unknown-unknown; `component` for wasm32-wasip2). Each feature is linted twice: with
+# --all-targets (the tests, whose self-dev-dependency turns `testing` on) and as the library
+# alone (the build users get, without `testing`). Then the npm version pins shared by the
+# repository's JS projects must agree (scripts/check-pins.mjs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 cargo fmt --check
 cargo clippy --all-targets -- -D warnings
+cargo clippy --lib -- -D warnings
 features=$(cargo metadata --no-deps --format-version 1 |
   node -e 'const m=JSON.parse(require("fs").readFileSync(0));console.log(Object.keys(m.packages[0].features).filter(f=>f!=="default").join(" "))')
 for f in $features; do
   case "$f" in
     component) target=wasm32-wasip2 ;;
+    testing) target=$(rustc -vV | sed -n 's/^host: //p') ;;
     *) target=wasm32-unknown-unknown ;;
   esac
-  echo "clippy --features $f --target $target"
+  echo "clippy --features $f --target $target (all targets, then the library alone)"
   cargo clippy --all-targets --features "$f" --target "$target" -- -D warnings
+  cargo clippy --lib --features "$f" --target "$target" -- -D warnings
 done
+
+node scripts/check-pins.mjs

@@ -6,7 +6,11 @@
 //! tokens ([`OwnerToken`]), TTL and retry logic, the store seam ([`LockStore`]) and the
 //! per-process [`MemoryLockStore`]. The core never reads a clock or starts a timer itself; a
 //! [`Runtime`] is injected, so the same code runs natively under `cargo test` with virtual time
-//! ([`virtual_time`]) and in JavaScript hosts through the `js` feature's wasm-bindgen layer.
+//! (`virtual_time`) and in JavaScript hosts through the `js` feature's wasm-bindgen layer.
+//!
+//! The `testing` feature adds the test tooling: `virtual_time` (a deterministic clock and
+//! executor) and `conformance` (the [`LockStore`] contract as properties, to check a store).
+//! The example runs on virtual time, so it needs that feature:
 //!
 //! ```
 //! use keel_lock::{AcquireOptions, Key, Lock, MemoryLockStore, Ttl};
@@ -19,7 +23,68 @@
 //! let ran = rt.block_on(lock.run(AcquireOptions::default(), |_| async { "charged" }));
 //! assert_eq!(ran.unwrap(), Some("charged"));
 //! ```
+//!
+//! ## Cloudflare Workers in Rust (workers-rs)
+//!
+//! The `worker` feature (wasm32 only) adds the `worker` module: `LockDurableObject`, a Durable
+//! Object keeping one SQLite row per held key and judging expiry by its own clock, and
+//! `DurableObjectLockStore`, the store that sends each key's operations to its object over JS
+//! RPC. keel-lock's errors convert into `worker::Error`, so `?` works in a handler, and
+//! `WorkersRuntime` is the clock and timer a lock needs there.
+//!
+//! ```toml
+//! [dependencies]
+//! keel-lock = { version = "0.1", features = ["worker"] }
+//! worker = "0.8.7"
+//! ```
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "worker", target_arch = "wasm32"))]
+//! # mod example {
+//! use keel_lock::worker::DurableObjectLockStore;
+//! use keel_lock::AcquireOptions;
+//! use worker::{event, Context, Env, Request, Response, Result};
+//!
+//! #[event(fetch)]
+//! async fn fetch(_req: Request, env: Env, _ctx: Context) -> Result<Response> {
+//!     let lock = DurableObjectLockStore::from_env(&env, "LOCKS")?.lock("invoice:42", 30_000)?;
+//!     match lock.run(AcquireOptions::immediately(), |_| charge_invoice(42)).await? {
+//!         Some(()) => Response::ok("charged"),
+//!         None => Response::error("someone else is charging invoice 42", 409),
+//!     }
+//! }
+//! # async fn charge_invoice(_id: u32) {}
+//! # }
+//! ```
+//!
+//! `wrangler.toml` binds `LOCKS` to the class `LockDurableObject` and lists it under
+//! `new_sqlite_classes` in a migration. workerd delivers JS RPC only to a class that
+//! `extends DurableObject`, which wasm-bindgen cannot generate, so the Worker's entry module —
+//! a few lines of JS next to what `worker-build` produces — declares that class and forwards
+//! each call to the Rust object, exported to JS as `LockDurableObjectCore`:
+//!
+//! ```js
+//! import { DurableObject } from "cloudflare:workers";
+//! import worker, { LockDurableObjectCore } from "./build/index.js";
+//! export default worker;
+//! export class LockDurableObject extends DurableObject {
+//!   #core;
+//!   constructor(ctx, env) { super(ctx, env); this.#core = new LockDurableObjectCore(ctx, env); }
+//!   acquire(key, owner, ttlMs) { return this.#core.acquire(key, owner, ttlMs); }
+//!   release(key, owner) { return this.#core.release(key, owner); }
+//!   extend(key, owner, ttlMs) { return this.#core.extend(key, owner, ttlMs); }
+//!   isLocked(key) { return this.#core.isLocked(key); }
+//!   remainingTime(key) { return this.#core.remainingTime(key); }
+//!   inspect() { return this.#core.inspect(); }
+//!   alarm() { return this.#core.alarm(); }
+//! }
+//! ```
+//!
+//! The class and its rows are the same as the npm package's, so JS and Rust Workers bound to one
+//! namespace exclude each other. A complete Worker, its `wrangler.toml` and its tests in workerd:
+//! `examples/workers-rs` in the repository.
 #![deny(missing_docs)]
+#![warn(rustdoc::broken_intra_doc_links)]
 #![cfg_attr(
     not(all(feature = "component", target_arch = "wasm32")),
     forbid(unsafe_code)
@@ -28,6 +93,7 @@
 #![cfg_attr(all(feature = "component", target_arch = "wasm32"), deny(unsafe_code))]
 
 mod base64url;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod error;
 pub mod grant;
@@ -40,6 +106,7 @@ pub mod runtime;
 pub mod serialized;
 pub mod store;
 pub mod token;
+#[cfg(feature = "testing")]
 pub mod virtual_time;
 
 #[cfg(all(feature = "component", target_arch = "wasm32"))]

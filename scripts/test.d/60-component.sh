@@ -1,29 +1,39 @@
 #!/usr/bin/env bash
-# WebAssembly component (issue 6): build keel-lock for wasm32-wasip2 with the `component` feature
-# (a component, world keel:lock/keel-lock@0.1.0 in wit/), then instantiate it in a real host —
-# the wasmtime embedding in tests/component-host, which provides wasi:keyvalue (draft2, with
-# compare-and-swap) over one store shared by several instances on several threads — and run the
-# lock's properties through the exported interface. Exits non-zero on any failure.
+# WebAssembly component: build keel-lock for wasm32-wasip2 twice — the production component
+# (`--features component`, world keel:lock/keel-lock@0.1.0 in wit/: the lock API only) and the
+# testing one (`--features component,testing`, world keel-lock-testing: plus `conformance`) —
+# then instantiate them in a real host: the wasmtime embedding in tests/component-host, which
+# provides wasi:keyvalue (draft2, with compare-and-swap) over one store shared by several
+# instances on several threads, runs the lock's properties through the exported interface and
+# checks what each world exports. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 rustup target add wasm32-wasip2 >/dev/null 2>&1 || true
 
-echo "[component] cargo build --target wasm32-wasip2 --release --features component"
-cargo build --target wasm32-wasip2 --release --features component
+target_dir="$(mkdir -p "${CARGO_TARGET_DIR:-target}" && cd "${CARGO_TARGET_DIR:-target}" && pwd)"
+built="$target_dir/wasm32-wasip2/release/keel_lock.wasm"
+out="$target_dir/component"
+mkdir -p "$out"
 
-target_dir="${CARGO_TARGET_DIR:-target}"
-component="$(cd "$target_dir" && pwd)/wasm32-wasip2/release/keel_lock.wasm"
-# A component starts with the preview-2 header (\0asm, version 0x0d, layer 1), not a core module's.
-if [ "$(head -c 8 "$component" | od -An -tx1 | tr -d ' \n')" != "0061736d0d000100" ]; then
-  echo "[component] $component is not a WebAssembly component" >&2
-  exit 1
-fi
-echo "[component] built $component ($(wc -c <"$component") bytes)"
+# build FEATURES NAME: a release component with FEATURES, copied to $out/NAME.wasm.
+build() {
+  echo "[component] cargo build --target wasm32-wasip2 --release --features $1"
+  cargo build --target wasm32-wasip2 --release --features "$1"
+  # A component starts with the preview-2 header (\0asm, version 0x0d, layer 1), not a core module's.
+  if [ "$(head -c 8 "$built" | od -An -tx1 | tr -d ' \n')" != "0061736d0d000100" ]; then
+    echo "[component] $built is not a WebAssembly component" >&2
+    exit 1
+  fi
+  cp "$built" "$out/$2.wasm"
+  echo "[component] $out/$2.wasm: $(stat -c %s "$out/$2.wasm") bytes, $(gzip -9c "$out/$2.wasm" | wc -c) gzip"
+}
+build component keel_lock
+build component,testing keel_lock_testing
 
 # The host is its own cargo project (not a member of the root crate) with its own target dir.
-# Cold: ~2-3 min and ~2 GB (wasmtime); warm: seconds.
+# Cold: ~10 min and ~2 GB (wasmtime); warm: seconds.
 echo "[component] wasmtime host tests (tests/component-host)"
-KEEL_LOCK_COMPONENT="$component" \
+KEEL_LOCK_COMPONENT="$out/keel_lock_testing.wasm" KEEL_LOCK_PRODUCTION_COMPONENT="$out/keel_lock.wasm" \
   cargo test --locked --manifest-path tests/component-host/Cargo.toml -- --test-threads=2

@@ -5,39 +5,47 @@
 //!
 //! The store is the host's `wasi:keyvalue@0.2.0-draft2` bucket ([`KeyValueLockStore`]), the
 //! clock the host's `wasi:clocks` ([`WasiRuntime`]). Build with
-//! `cargo build --target wasm32-wasip2 --release --features component`.
+//! `cargo build --target wasm32-wasip2 --release --features component`. With the `testing`
+//! feature the component is the `keel-lock-testing` world instead: the same lock API plus the
+//! `conformance` export ([`testing`]).
 
 mod runtime;
 mod store;
+#[cfg(feature = "testing")]
+mod testing;
 
 pub use runtime::{block_on, wall_clock_ms, WasiRuntime};
 pub use store::{KeyValueError, KeyValueLockStore};
 
-use crate::conformance::{self, ConformanceOptions};
 use crate::error::Error;
-use crate::input::{AcquireOptions, Key, Ttl, MAX_KEY_BYTES, MAX_WAIT_MS};
+use crate::input::{AcquireOptions, Key, Ttl};
 use crate::lock::Lock;
 use crate::serialized::SerializedLock;
 
 // Generated glue (canonical ABI lifting and lowering) is unsafe by nature; nothing else here is.
 #[allow(unsafe_code)]
 mod bindings {
+    // The production world exports the lock API only.
+    #[cfg(not(feature = "testing"))]
     wit_bindgen::generate!({
         path: "wit",
         world: "keel:lock/keel-lock@0.1.0",
         generate_all,
     });
+    // The testing world adds `conformance`, implemented in `testing.rs`.
+    #[cfg(feature = "testing")]
+    wit_bindgen::generate!({
+        path: "wit",
+        world: "keel:lock/keel-lock-testing@0.1.0",
+        generate_all,
+    });
 }
 
-use bindings::exports::keel::lock::conformance as wit_conformance;
 use bindings::exports::keel::lock::lock as wit_lock;
 use bindings::exports::keel::lock::types::LockError;
 
 /// The bucket `new` and `restore` use: the name Spin and most hosts give their default store.
 pub const DEFAULT_BUCKET: &str = "default";
-
-/// Most contenders a conformance run accepts.
-const MAX_CONTENDERS: u32 = 10_000;
 
 /// The component: implements the exported interfaces.
 pub struct Component;
@@ -154,55 +162,5 @@ impl wit_lock::GuestLock for ComponentLock {
 
     fn ttl_ms(&self) -> u64 {
         self.inner.ttl().as_ms()
-    }
-}
-
-impl wit_conformance::Guest for Component {
-    fn properties() -> Vec<String> {
-        conformance::PROPERTIES
-            .iter()
-            .map(|p| (*p).to_owned())
-            .collect()
-    }
-
-    fn check_all(
-        options: wit_conformance::Options,
-    ) -> Result<Vec<wit_conformance::Outcome>, LockError> {
-        let short = Ttl::from_ms(options.short_ttl_ms).map_err(invalid)?;
-        if options.settle_ms > MAX_WAIT_MS {
-            return Err(LockError::InvalidInput(format!(
-                "settle-ms must be at most {MAX_WAIT_MS}, got {}",
-                options.settle_ms
-            )));
-        }
-        if options.contenders > MAX_CONTENDERS {
-            return Err(LockError::InvalidInput(format!(
-                "contenders must be at most {MAX_CONTENDERS}, got {}",
-                options.contenders
-            )));
-        }
-        // Property keys are `<prefix><property name>:<12 hex digits>`; leave room for the longest.
-        let room = MAX_KEY_BYTES - 64;
-        if options.key_prefix.len() > room {
-            return Err(LockError::InvalidInput(format!(
-                "key-prefix is {} bytes; the limit is {room}",
-                options.key_prefix.len()
-            )));
-        }
-        let store = open_bucket(&options.bucket)?;
-        let run = ConformanceOptions {
-            key_prefix: options.key_prefix,
-            short_ttl_ms: short.as_ms(),
-            settle_ms: options.settle_ms,
-            contenders: options.contenders as usize,
-        };
-        let outcomes = block_on(conformance::check_all(&store, &WasiRuntime, &run));
-        Ok(outcomes
-            .into_iter()
-            .map(|(property, result)| wit_conformance::Outcome {
-                property: property.to_owned(),
-                violation: result.err().map(|v| v.message),
-            })
-            .collect())
     }
 }

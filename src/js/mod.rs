@@ -10,6 +10,7 @@ mod lock;
 mod memory;
 mod runtime;
 pub(crate) mod store;
+#[cfg(feature = "testing")]
 mod testing;
 
 pub use api::{get_lock_store, lock, restore_lock, set_lock_store};
@@ -17,4 +18,5 @@ pub use lock::JsLock;
 pub use memory::JsMemoryLockStore;
 pub use runtime::JsRuntime;
 pub use store::{Backend, JsLockStore};
+#[cfg(feature = "testing")]
 pub use testing::check_lock_store;

@@ -1,5 +1,5 @@
 //! `checkLockStore`: the core's conformance properties, run against any JS store. The engine
-//! behind `keel-lock/testing`.
+//! behind `keel-lock/testing` (feature `testing`: the npm package builds it as a wasm of its own).
 
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;

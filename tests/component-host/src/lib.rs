@@ -1,4 +1,5 @@
-//! A wasmtime embedding of keel-lock's component (`keel:lock/keel-lock@0.1.0`) for the tests.
+//! A wasmtime embedding of keel-lock's component for the tests: the `keel-lock-testing` world
+//! (`keel:lock@0.1.0`, the lock API plus `conformance`), built with the crate's `testing` feature.
 //!
 //! The host provides `wasi:keyvalue@0.2.0-draft2` (`store` + `atomics`) over one in-memory map
 //! shared by every instance it creates, and the rest of WASI preview 2 from `wasmtime-wasi`.
@@ -15,7 +16,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 wasmtime::component::bindgen!({
     path: "../../wit",
-    world: "keel:lock/keel-lock",
+    world: "keel:lock/keel-lock-testing",
     with: {
         "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
         "wasi:io": wasmtime_wasi::p2::bindings::io,
@@ -303,7 +304,19 @@ impl atomics::HostCas for State {
     }
 }
 
-/// The built component's default location (the root crate's release build).
+/// The names a component exports (`keel:lock/lock@0.1.0`, …), as its type declares them.
+pub fn component_exports(path: &Path) -> Result<Vec<String>> {
+    let engine = Engine::new(&Config::new())?;
+    let component = Component::from_file(&engine, path)
+        .map_err(|e| e.context(format!("loading {}", path.display())))?;
+    let ty = component.component_type();
+    let mut names: Vec<String> = ty.exports(&engine).map(|(name, _)| name.to_owned()).collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The testing component's default location (the root crate's release build with
+/// `--features component,testing`).
 pub fn default_component_path() -> PathBuf {
     if let Some(p) = std::env::var_os("KEEL_LOCK_COMPONENT") {
         return PathBuf::from(p);
@@ -314,7 +327,7 @@ pub fn default_component_path() -> PathBuf {
 /// A compiled component, a linker with every import, and the store all instances share.
 pub struct Host {
     engine: Engine,
-    pre: KeelLockPre<State>,
+    pre: KeelLockTestingPre<State>,
     kv: Arc<SharedKv>,
 }
 
@@ -328,7 +341,7 @@ impl Host {
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
         store::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
         atomics::add_to_linker::<State, HasSelf<State>>(&mut linker, |s| s)?;
-        let pre = KeelLockPre::new(linker.instantiate_pre(&component)?)?;
+        let pre = KeelLockTestingPre::new(linker.instantiate_pre(&component)?)?;
         Ok(Host {
             engine,
             pre,
@@ -367,10 +380,10 @@ impl Host {
 /// inner ones are the component's `lock-error` answers.
 pub struct Instance {
     store: Store<State>,
-    bindings: KeelLock,
+    bindings: KeelLockTesting,
 }
 
-fn api(bindings: &KeelLock) -> &exports::keel::lock::lock::Guest {
+fn api(bindings: &KeelLockTesting) -> &exports::keel::lock::lock::Guest {
     bindings.keel_lock_lock()
 }
 

@@ -6,7 +6,7 @@ use std::sync::{Barrier, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use keel_lock_component_host::{default_component_path, Host, Instance, LockError};
+use keel_lock_component_host::{component_exports, default_component_path, Host, Instance, LockError};
 
 const LONG_TTL: u64 = 60_000;
 
@@ -18,7 +18,7 @@ fn host() -> &'static Host {
             Ok(h) => h,
             Err(e) => panic!(
                 "cannot load the component at {} (build it with `cargo build --target \
-                 wasm32-wasip2 --release --features component`): {e:?}",
+                 wasm32-wasip2 --release --features component,testing`): {e:?}",
                 path.display()
             ),
         }
@@ -434,4 +434,20 @@ fn conformance_properties_hold_against_the_host_store() {
         err(a.check_all("conformance", &"p".repeat(500), 150, 100, 2)),
         LockError::InvalidInput(_)
     ));
+}
+
+/// The production component (built without `testing`) is the `keel-lock` world: it exports the
+/// lock API and nothing else; the testing component adds `conformance`.
+#[test]
+fn production_world_exports_only_the_lock_api() {
+    let production = std::env::var_os("KEEL_LOCK_PRODUCTION_COMPONENT").expect(
+        "KEEL_LOCK_PRODUCTION_COMPONENT must name the component built with `--features component` \
+         (scripts/test.d/60-component.sh sets it)",
+    );
+    let lock_api = ["keel:lock/lock@0.1.0", "keel:lock/types@0.1.0"];
+    let exports = |path: &std::path::Path| component_exports(path).expect("read the exports");
+    assert_eq!(exports(std::path::Path::new(&production)), lock_api);
+    let mut testing = lock_api.to_vec();
+    testing.insert(0, "keel:lock/conformance@0.1.0");
+    assert_eq!(exports(&default_component_path()), testing);
 }
