@@ -8,7 +8,7 @@ use crate::error::{Error, HoldOperation, InputError, Operation};
 use crate::input::{AcquireOptions, Key, ShowNumber, Ttl, WaitOption};
 use crate::token::OwnerToken;
 
-#[wasm_bindgen(module = "/js/errors.js")]
+#[wasm_bindgen(module = "/src/js/errors.js")]
 extern "C" {
     #[wasm_bindgen(js_name = notHeld)]
     fn not_held_error(key: &str, message: &str) -> JsValue;
