@@ -116,29 +116,3 @@ export declare function restoreLock(serialized: string): Lock;
 export declare function setLockStore(store: LockStore): void;
 /** The store `lock()` uses: the very object last passed to `setLockStore`, or the default. */
 export declare function getLockStore(): LockStore;
-
-/** One conformance property's outcome. */
-export interface PropertyResult {
-  property: string;
-  /** `false`: the store broke the property (`message` says how). */
-  ok: boolean;
-  /**
-   * `false`: the property does not apply to this store — a finding, not a failure (`message`
-   * says why; e.g. a store without fences).
-   */
-  applicable: boolean;
-  message: string | null;
-}
-/** Options for `checkLockStore`. */
-export interface CheckOptions {
-  /** Prefix for every key the check touches. Default "keel-lock-conformance:". */
-  keyPrefix?: string;
-  /** Short TTL used by the expiry properties, ms. Default 150. */
-  shortTtlMs?: number;
-  /** Extra wait past that TTL before the key must be free, ms. Default 100. */
-  settleMs?: number;
-  /** Concurrent acquirers racing for one key. Default 50. */
-  contenders?: number;
-}
-/** Run the LockStore contract's properties against `store`; one result per property. */
-export declare function checkLockStore(store: LockStore, options?: CheckOptions): Promise<PropertyResult[]>;

@@ -1,7 +1,30 @@
 // keel-lock/testing: the LockStore conformance kit.
-import type { CheckOptions, LockStore, PropertyResult } from "./index.js";
+import type { LockStore } from "./index.js";
 
-export type { CheckOptions, PropertyResult };
+/** One conformance property's outcome. */
+export interface PropertyResult {
+  property: string;
+  /** `false`: the store broke the property (`message` says how). */
+  ok: boolean;
+  /**
+   * `false`: the property does not apply to this store — a finding, not a failure (`message`
+   * says why; e.g. a store without fences).
+   */
+  applicable: boolean;
+  message: string | null;
+}
+
+/** Options for `checkLockStore`. */
+export interface CheckOptions {
+  /** Prefix for every key the check touches. Default "keel-lock-conformance:". */
+  keyPrefix?: string;
+  /** Short TTL used by the expiry properties, ms. Default 150. */
+  shortTtlMs?: number;
+  /** Extra wait past that TTL before the key must be free, ms. Default 100. */
+  settleMs?: number;
+  /** Concurrent acquirers racing for one key. Default 50. */
+  contenders?: number;
+}
 
 /** A property the store broke. */
 export interface PropertyFailure extends PropertyResult {

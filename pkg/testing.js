@@ -1,11 +1,14 @@
 // keel-lock/testing: the LockStore conformance kit. The properties themselves live in the Rust
-// core (src/conformance.rs, one function per property) and run through the main package's
-// `checkLockStore`; this entry turns their results into something a test runner understands —
-// a rejection naming every property the store broke.
+// core (src/conformance.rs, one function per property) and run in a wasm of their own
+// (dist/testing, built with the `testing` feature), so the builds behind `keel-lock` do not
+// carry them. This entry turns their results into something a test runner understands — a
+// rejection naming every property the store broke.
 //
-// It imports the main package by its own name so that it shares the wasm instance (and the
-// runtime-specific entry: Node, browser, workerd) with the application's `import "keel-lock"`.
-import { checkLockStore as runProperties } from "keel-lock";
+// `#testing-wasm` (the package.json `imports` map) picks the build for the runtime: Node, browser
+// or workerd. That instance is separate from the application's `keel-lock` instance, so it drives
+// every store — a `MemoryLockStore` made by `keel-lock` included — through the store's own five
+// methods, as it would any store written in JS.
+import { checkLockStore as runProperties } from "#testing-wasm";
 
 /** Thrown (rejected) by `checkLockStore` when a store breaks one or more properties. */
 export class LockStoreConformanceError extends Error {

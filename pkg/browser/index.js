@@ -12,6 +12,5 @@ export const {
   getLockStore,
   MemoryLockStore,
   Lock,
-  checkLockStore,
 } = wasm;
 export const LockNotHeldError = wasm.__lockNotHeldErrorClass();

@@ -12,5 +12,4 @@ module.exports = {
   MemoryLockStore: wasm.MemoryLockStore,
   Lock: wasm.Lock,
   LockNotHeldError: wasm.__lockNotHeldErrorClass(),
-  checkLockStore: wasm.checkLockStore,
 };

@@ -9,5 +9,4 @@ export const {
   MemoryLockStore,
   Lock,
   LockNotHeldError,
-  checkLockStore,
 } = keel;

@@ -16,7 +16,6 @@ export const {
   getLockStore,
   MemoryLockStore,
   Lock,
-  checkLockStore,
   DurableObjectLockStore,
 } = wasm;
 export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
@@ -36,6 +35,14 @@ export class LockDurableObject extends DurableObject {
   acquire(key, owner, ttlMs) {
     return this.#core.acquire(key, owner, ttlMs);
   }
+  /** Acquire, or wait in the key's FIFO queue up to `waitMs`: `{ fence, waitedMs }` or `false`. */
+  acquireOrWait(key, owner, ttlMs, waitMs) {
+    return this.#core.acquireOrWait(key, owner, ttlMs, waitMs);
+  }
+  /** Leave the key's queue, or release the key if it was already handed to `owner`. */
+  withdraw(key, owner) {
+    return this.#core.withdraw(key, owner);
+  }
   release(key, owner) {
     return this.#core.release(key, owner);
   }
@@ -48,7 +55,7 @@ export class LockDurableObject extends DurableObject {
   remainingTime(key) {
     return this.#core.remainingTime(key);
   }
-  /** Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }] }` (owner tokens never leave). */
+  /** Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }], waiting }` (owner tokens never leave). */
   inspect() {
     return this.#core.inspect();
   }

@@ -10,13 +10,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
 
-# Build pkg/dist unless it is newer than every source it is made from.
-wasm=pkg/dist/node/keel_lock_bg.wasm
-if [ ! -f "$wasm" ] || [ -n "$(find src Cargo.toml Cargo.lock -newer "$wasm" -print -quit 2>/dev/null)" ]; then
-  bash scripts/build-pkg.sh
-else
-  echo "pkg/dist is newer than src/: not rebuilding"
-fi
+bash scripts/ensure-pkg.sh
 
 # Pack into a private directory (scripts/test.d/30-package.sh packs into pkg/ itself).
 packdir="$(mktemp -d "${TMPDIR:-/tmp}/keel-lock-pack.XXXXXX")"

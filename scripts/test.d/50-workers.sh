@@ -5,9 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
-if [ ! -f pkg/dist/workerd/keel_lock_bg.wasm ] || [ -n "$(find src pkg/workerd Cargo.toml -newer pkg/dist/workerd/keel_lock_bg.wasm -print -quit)" ]; then
-  bash scripts/build-pkg.sh
-fi
+bash scripts/ensure-pkg.sh
 [ -d tests/workers/node_modules/miniflare ] || (cd tests/workers && npm ci --no-audit --no-fund --loglevel=error)
 cd tests/workers
 export WRANGLER_SEND_METRICS=false CLOUDFLARE_CF_FETCH_ENABLED=false

@@ -1,10 +1,14 @@
 // The API's essentials, run in each runtime the package supports (Deno, Bun, a Vite bundle in
-// Chromium). Throws on the first thing that is wrong; answers a summary otherwise.
-export async function smoke(keel) {
+// Chromium), and the conformance kit (`testing`, keel-lock/testing) against a store made by
+// `keel`. Throws on the first thing that is wrong; answers a summary otherwise.
+export async function smoke(keel, testing) {
   const { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError } = keel;
   const check = (ok, what) => {
     if (!ok) throw new Error(`smoke check failed: ${what}`);
   };
+  check(!("checkLockStore" in keel), "keel-lock does not export checkLockStore");
+  const properties = await testing.checkLockStore(new MemoryLockStore(), { shortTtlMs: 50, settleMs: 50, contenders: 10 });
+  check(properties.length >= 5 && properties.every((r) => r.ok), "keel-lock/testing passes keel-lock's MemoryLockStore");
   const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
   const store = new MemoryLockStore();
   setLockStore(store);
@@ -49,5 +53,5 @@ export async function smoke(keel) {
   });
   for (let i = 0; i < 50; i++) await lock(`t${i}`).run(() => {});
   check(tokens.size === 50 && [...tokens].every((t) => /^[0-9a-f]{32}$/.test(t)), "fresh 128-bit tokens");
-  return { ok: true, winners, maxInside, done };
+  return { ok: true, winners, maxInside, done, conformance: true };
 }

@@ -27,7 +27,7 @@ test("a Vite bundle runs the package in headless Chromium", async () => {
     await page.waitForFunction(() => window.__keelResult !== undefined, null, { timeout: 60_000 });
     const result = await page.evaluate(() => window.__keelResult);
     assert.deepEqual(errors, []);
-    assert.deepEqual(result, { ok: true, winners: 1, maxInside: 1, done: 10 });
+    assert.deepEqual(result, { ok: true, winners: 1, maxInside: 1, done: 10, conformance: true });
     assert.match(await page.evaluate(() => navigator.userAgent), /Chrome/);
   } finally {
     await browser.close();

@@ -1,5 +1,6 @@
 // Entry for Deno and Bun: import the installed package by name, run the smoke checks, print JSON.
 import * as keel from "keel-lock";
+import * as testing from "keel-lock/testing";
 import { smoke } from "../smoke.mjs";
 
-console.log(JSON.stringify(await smoke(keel)));
+console.log(JSON.stringify(await smoke(keel, testing)));

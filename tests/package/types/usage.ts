@@ -2,6 +2,9 @@
 // type-check as users write them.
 import { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
 import type { Lock, LockStore, AcquireOptions } from "keel-lock";
+// @ts-expect-error checkLockStore lives in keel-lock/testing only
+import { checkLockStore } from "keel-lock";
+import { checkLockStore as checkStore, type PropertyResult } from "keel-lock/testing";
 
 declare const invoice: { id: number };
 declare function charge(i: { id: number }): Promise<{ receipt: string }>;
@@ -86,4 +89,9 @@ export async function snippets(client: FakeRedis): Promise<void> {
       void key;
     }
   }
+}
+
+export async function kit(store: LockStore): Promise<PropertyResult[]> {
+  void checkLockStore;
+  return checkStore(store, { contenders: 10 });
 }
