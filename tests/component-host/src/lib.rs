@@ -310,7 +310,10 @@ pub fn component_exports(path: &Path) -> Result<Vec<String>> {
     let component = Component::from_file(&engine, path)
         .map_err(|e| e.context(format!("loading {}", path.display())))?;
     let ty = component.component_type();
-    let mut names: Vec<String> = ty.exports(&engine).map(|(name, _)| name.to_owned()).collect();
+    let mut names: Vec<String> = ty
+        .exports(&engine)
+        .map(|(name, _)| name.to_owned())
+        .collect();
     names.sort();
     Ok(names)
 }

@@ -6,7 +6,9 @@ use std::sync::{Barrier, OnceLock};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use keel_lock_component_host::{component_exports, default_component_path, Host, Instance, LockError};
+use keel_lock_component_host::{
+    component_exports, default_component_path, Host, Instance, LockError,
+};
 
 const LONG_TTL: u64 = 60_000;
 
@@ -88,15 +90,16 @@ fn acquire_is_exclusive_across_instances() {
 }
 
 #[test]
-fn stored_value_is_owner_and_expiry_and_release_empties_it() {
+fn stored_value_is_expiry_fence_and_owner_and_release_keeps_the_fence() {
     let key = unique_key("value");
     let mut a = instance();
     let l = ok!(a.new_lock(&key, LONG_TTL));
     assert!(ok!(a.acquire(l, 0, None)));
     let value = String::from_utf8(host().kv().get("default", &key).expect("written")).unwrap();
-    let parts: Vec<&str> = value.splitn(3, ':').collect();
-    assert_eq!(parts.len(), 3, "{value}");
-    assert_eq!(parts[0], "1");
+    // `2:<expiry, epoch ms>:<last fence>:<owner token>`
+    let parts: Vec<&str> = value.splitn(4, ':').collect();
+    assert_eq!(parts.len(), 4, "{value}");
+    assert_eq!(parts[0], "2");
     let expiry: u64 = parts[1].parse().unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -106,9 +109,15 @@ fn stored_value_is_owner_and_expiry_and_release_empties_it() {
         expiry > now && expiry <= now + LONG_TTL + 1_000,
         "expiry {expiry}, now {now}"
     );
-    assert_eq!(parts[2].len(), 32, "owner token is 128-bit hex");
+    let fence: u64 = parts[2].parse().unwrap();
+    assert!(fence >= 1, "fence {fence}");
+    assert_eq!(parts[3].len(), 32, "owner token is 128-bit hex");
     assert!(ok!(a.release(l)));
-    assert_eq!(host().kv().get("default", &key), Some(Vec::new()));
+    // Released: free (expiry 0, no owner), the fence counter kept for the next holder.
+    assert_eq!(
+        host().kv().get("default", &key),
+        Some(format!("2:0:{fence}:").into_bytes())
+    );
 }
 
 #[test]
@@ -257,7 +266,7 @@ fn serialize_and_restore_hand_a_hold_to_another_instance() {
     assert!(matches!(err(a.serialize(la)), LockError::NotHeld(_)));
     assert!(ok!(a.acquire(la, 0, None)));
     let text = ok!(a.serialize(la));
-    assert!(text.starts_with("keel-lock:1:"), "{text}");
+    assert!(text.starts_with("keel-lock:2:"), "{text}");
     let lb = ok!(b.restore(&text));
     assert_eq!(b.key(lb).unwrap(), key);
     assert_eq!(b.ttl_ms(lb).unwrap(), LONG_TTL);
@@ -296,7 +305,7 @@ fn bad_input_returns_the_error_variant_and_never_traps() {
         "keel-lock:1".into(),
         "{\"key\":\"x\"}".into(),
         "keel-lock:1:0:0:YQ:YQ".into(),
-        text.replacen(":1:", ":2:", 1),
+        text.replacen("keel-lock:2:", "keel-lock:99:", 1),
         "x".repeat(100_000),
         format!("{text}:extra"),
     ];
