@@ -3,10 +3,40 @@
 
 /** How long to wait for a held lock, and how often to retry. */
 export interface AcquireOptions {
-  /** Total time to keep trying, in ms (0 to 2^31 - 1). Default 0: try once, don't wait. */
+  /** Total time to wait, in ms (0 to 2^31 - 1). Default 0: try once, don't wait. */
   timeout?: number;
-  /** Pause between attempts, in ms (0 to 2^31 - 1). Default 50. */
+  /**
+   * Pause between attempts, in ms (0 to 2^31 - 1). Default 50. For a store that hands the lock
+   * over to waiters (the memory store, the Durable Object, Redis, Postgres) there are no
+   * attempts to pace: it is only the safety-net interval at which a waiter looks again.
+   */
   retryDelay?: number;
+  /**
+   * Stop waiting when this signal aborts: the promise rejects with `signal.reason`, the waiter
+   * leaves the store's queue, and nothing stays held. An already-aborted signal rejects without
+   * touching the store.
+   */
+  signal?: AbortSignal;
+}
+
+/** Auto-extension while a lock is held: extend every `every` ms, for at most `maxHoldMs`. */
+export interface AutoExtendOptions {
+  /** Extend this often, in ms. Default: a third of the lock's TTL. */
+  every?: number;
+  /** Stop extending, and abort the hold's signal, once the hold is this old (ms). Default: no cap. */
+  maxHoldMs?: number;
+}
+
+/** `run()`'s options: waiting, plus keeping the lock alive while `fn` runs. */
+export interface RunOptions extends AcquireOptions {
+  /** Keep extending the lock while `fn` runs (`true`: every ttl/3, no cap). */
+  autoExtend?: boolean | AutoExtendOptions;
+}
+
+/** `hold()`'s options. */
+export interface HoldOptions extends AcquireOptions {
+  /** Keep extending the lock until it is released or disposed. */
+  autoExtend?: boolean | AutoExtendOptions;
 }
 
 /**
@@ -25,6 +55,13 @@ export interface LockContext {
    * protected resource, which refuses writes carrying a lower fence than it has seen.
    */
   readonly fence: number | null;
+  /**
+   * Aborted the moment the hold is known or presumed lost — an extend the store refused, the
+   * conservative local deadline passing without a successful extend, or `maxHoldMs` — with a
+   * `LockNotHeldError` (carrying the key) as its reason. Advisory: `fn` decides what to do;
+   * `run()` still releases afterwards.
+   */
+  readonly signal: AbortSignal;
 }
 
 /**
@@ -40,11 +77,35 @@ export interface LockStore {
    * `true` (one that does not: its locks have `fence === null`).
    */
   acquire(key: string, owner: string, ttlMs: number): boolean | Grant | Promise<boolean | Grant>;
+  /**
+   * Optional: acquire, or join the key's FIFO queue and wait up to `waitMs` for the store to
+   * hand the key over (on release, or when the holder's TTL passes), re-checking at least every
+   * `pollMs`. `false` once `waitMs` is spent (and no longer queued). A store that has it is
+   * waited on instead of polled.
+   */
+  acquireOrWait?(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    waitMs: number,
+    pollMs: number,
+  ): boolean | WaitedGrant | Promise<boolean | WaitedGrant>;
+  /** Optional: leave `key`'s queue; if already handed `key`, release it. */
+  withdraw?(key: string, owner: string): unknown;
+  /** Optional: free `key` whoever holds it; `true` when someone did. */
+  forceRelease?(key: string): boolean | Promise<boolean>;
   release(key: string, owner: string): boolean | Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): boolean | Promise<boolean>;
   isLocked(key: string): boolean | Promise<boolean>;
   /** ms until `key` expires (0 to 2^31 - 1), or `null` when nobody holds it. */
   remainingTime(key: string): number | null | Promise<number | null>;
+}
+
+/** A grant from `acquireOrWait`: the fence (or `null`) and how long it waited in the store. */
+export interface WaitedGrant {
+  fence: number | null;
+  /** Whole ms the request waited in the store's queue before the grant. */
+  waitedMs: number;
 }
 
 /** What `run()` resolves: `[true, result]`, or `[false, undefined]` when the lock was held. */
@@ -66,13 +127,35 @@ export declare class Lock {
    * Acquire, run `fn(context)`, always release (in a `finally`). `fn` never runs if the lock
    * is held. `context.fence` is this hold's fencing token.
    */
-  run<T>(fn: (context: LockContext) => T, options?: AcquireOptions): Promise<RunResult<T>>;
+  run<T>(fn: (context: LockContext) => T, options?: RunOptions): Promise<RunResult<T>>;
   /** `run()` that never waits. */
   runImmediately<T>(fn: (context: LockContext) => T): Promise<RunResult<T>>;
-  /** Take the lock; with `{ timeout }`, keep trying until then. */
+  /** Take the lock; with `{ timeout }`, wait until then. */
   acquire(options?: AcquireOptions): Promise<boolean>;
-  /** Free the lock if this handle still owns it; `false` (never a throw) otherwise. */
+  /**
+   * Acquire or throw `LockUnavailableError`; resolves this lock, for
+   * `await using held = await lock(key).hold({ timeout })`.
+   */
+  hold(options?: HoldOptions): Promise<this>;
+  /** Free the lock if this handle still owns it; `false` (never a throw) otherwise. Stops `autoExtend()`. */
   release(): Promise<boolean>;
+  /** Releases the lock (for `await using`). */
+  [Symbol.asyncDispose](): Promise<void>;
+  /**
+   * Keep extending the held lock until `release()` or `stopAutoExtend()`; returns the hold's
+   * context, whose signal aborts if it is lost. Throws `LockNotHeldError` when nothing is held.
+   */
+  autoExtend(options?: AutoExtendOptions): LockContext;
+  /** Stop `autoExtend()`; resolves once no extend is in flight. */
+  stopAutoExtend(): Promise<void>;
+  /** The signal of the hold `autoExtend()` keeps alive, or `undefined`. */
+  readonly signal: AbortSignal | undefined;
+  /**
+   * Free the key whoever holds it — for operators clearing a stuck lock. Dangerous: the holder
+   * is not stopped; it learns at its next extend (its signal aborts then). Rejects when the
+   * store cannot force-release.
+   */
+  forceRelease(): Promise<boolean>;
   /** Reset expiry to `ttlMs` (default: the lock's TTL) from now. Rejects with `LockNotHeldError` if lost. */
   extend(ttlMs?: number): Promise<void>;
   /** Key, TTL, owner token and fence as a string for `restoreLock()`. Throws `LockNotHeldError` if not held. */
@@ -94,6 +177,7 @@ export declare class MemoryLockStore implements LockStore {
   extend(key: string, owner: string, ttlMs: number): boolean;
   isLocked(key: string): boolean;
   remainingTime(key: string): number | null;
+  forceRelease(key: string): boolean;
   /** Rows stored right now, expired rows not yet swept included. */
   readonly size: number;
   /** Delete expired rows now; returns how many went. */
@@ -104,6 +188,14 @@ export declare class MemoryLockStore implements LockStore {
 export declare class LockNotHeldError extends Error {
   constructor(key: string, message?: string);
   readonly name: "LockNotHeldError";
+  /** The lock's key. */
+  readonly key: string;
+}
+
+/** Thrown by `hold()` when the lock could not be acquired (within its timeout). */
+export declare class LockUnavailableError extends Error {
+  constructor(key: string, message?: string);
+  readonly name: "LockUnavailableError";
   /** The lock's key. */
   readonly key: string;
 }

@@ -18,6 +18,8 @@ pub enum Operation {
     IsLocked,
     /// `remaining_time(key)`: ms until the hold expires.
     RemainingTime,
+    /// `force_release(key)`: free the key whoever holds it.
+    ForceRelease,
 }
 
 impl fmt::Display for Operation {
@@ -28,6 +30,7 @@ impl fmt::Display for Operation {
             Operation::Extend => "extend",
             Operation::IsLocked => "is_locked",
             Operation::RemainingTime => "remaining_time",
+            Operation::ForceRelease => "force_release",
         })
     }
 }
@@ -58,6 +61,14 @@ pub enum Error<E> {
         operation: Operation,
         /// The store's own error, unchanged.
         error: E,
+    },
+    /// The store does not offer the operation (e.g. `force_release`).
+    #[error("the {store} store does not support {operation}")]
+    Unsupported {
+        /// The store's name, from [`crate::LockStore::name`].
+        store: &'static str,
+        /// The operation it lacks.
+        operation: Operation,
     },
     /// The caller gave up waiting (its cancellation completed, e.g. an `AbortSignal` fired).
     /// Nothing is held or queued on its behalf.

@@ -3,17 +3,20 @@
 //! its own critical section (`extend()` within `run()`), so state is borrowed only between
 //! awaits, never across one.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::future::Future;
+use std::rc::Rc;
+use std::task::Poll;
 
 use crate::error::{Error, HoldOperation, Operation};
 use crate::grant::{Fence, Grant};
+use crate::holding::{KeepAlive, LossReason, LossState, RunContext};
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::race::{race, Either};
 use crate::runtime::Runtime;
 use crate::serialized::SerializedLock;
-use crate::store::{LockStore, Wait};
+use crate::store::{ForceRelease, LockStore, Wait};
 use crate::token::OwnerToken;
 
 /// What this handle believes about its own hold on the key.
@@ -37,15 +40,6 @@ enum Hold {
 fn is_done(future: std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     future.poll(&mut cx).is_ready()
-}
-
-/// What a task run under the lock is handed: facts about this hold.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct RunContext {
-    /// The hold's fence, when the store keeps fences: pass it to the protected resource so it
-    /// can refuse writes from a holder that paused past its TTL.
-    pub fence: Option<Fence>,
 }
 
 /// How `try_run` can fail: the task's own error, or the lock's.
@@ -358,6 +352,28 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = Result<T, U>>,
     {
+        self.try_run_with(options, cancel, None, task).await
+    }
+
+    /// The general form of [`Lock::try_run`]: waiting ends when `cancel` completes, and while
+    /// the task runs its hold is watched — with `keep_alive`, extended every
+    /// [`KeepAlive::every_ms`] — and the task's [`RunContext`] signals a loss: an extend the
+    /// store refused, the local deadline passing without a successful extend, or the
+    /// [`KeepAlive::max_hold_ms`] cap. An extend that fails with a store error is retried until
+    /// the deadline. Nothing re-acquires a lost hold, and the release waits for an extend in
+    /// flight, so nothing extends after it. A task that finishes before its first await sets no
+    /// timer at all.
+    pub async fn try_run_with<T, U, Fut, F>(
+        &self,
+        options: AcquireOptions,
+        cancel: impl Future<Output = ()>,
+        keep_alive: Option<KeepAlive>,
+        task: F,
+    ) -> Result<Option<T>, RunError<U, Error<S::Error>>>
+    where
+        F: FnOnce(RunContext) -> Fut,
+        Fut: Future<Output = Result<T, U>>,
+    {
         if !self
             .acquire_until(options, cancel)
             .await
@@ -371,12 +387,173 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             Hold::Held { owner, fence, .. } => (owner.clone(), *fence),
             _ => return Ok(None),
         };
-        let outcome = task(RunContext { fence }).await;
+        let loss = Rc::new(LossState::default());
+        let outcome = self
+            .watched(
+                task(RunContext::new(fence, loss.clone())),
+                &owner,
+                keep_alive,
+                &loss,
+            )
+            .await;
         let released = self.release_hold(&owner).await;
         match (outcome, released) {
             (Err(task_error), _) => Err(RunError::Task(task_error)),
             (Ok(_), Err(lock_error)) => Err(RunError::Lock(lock_error)),
             (Ok(value), Ok(_)) => Ok(Some(value)),
+        }
+    }
+
+    /// The [`RunContext`] of the current hold, for watching it outside `run` with
+    /// [`Lock::keep_alive`]; `None` when this handle holds nothing.
+    pub fn hold_context(&self) -> Option<RunContext> {
+        match &*self.hold.borrow() {
+            Hold::Held { fence, .. } => Some(RunContext::new(*fence, Rc::default())),
+            _ => None,
+        }
+    }
+
+    /// Watches the current hold (as `run` does while its task runs) until `stop` completes:
+    /// with `keep_alive`, extends it; signals `context` when the hold is lost. An extend in
+    /// flight when `stop` completes is let finish. Returns at once when nothing is held.
+    pub async fn keep_alive(
+        &self,
+        context: &RunContext,
+        keep_alive: Option<KeepAlive>,
+        stop: impl Future<Output = ()>,
+    ) {
+        let Some(owner) = self.owner() else { return };
+        self.watched(stop, &owner, keep_alive, context.loss_state())
+            .await;
+    }
+
+    /// Runs `task` while a watcher looks after the hold taken with `owner` (see
+    /// [`Lock::try_run_with`]). The watcher is an unstarted future until the task first waits.
+    async fn watched<T>(
+        &self,
+        task: impl Future<Output = T>,
+        owner: &OwnerToken,
+        keep_alive: Option<KeepAlive>,
+        loss: &LossState,
+    ) -> T {
+        let extending = Cell::new(false);
+        let mut task = std::pin::pin!(task);
+        let mut watcher = std::pin::pin!(self.watch(owner, keep_alive, loss, &extending));
+        let mut watching = true;
+        let out = std::future::poll_fn(|cx| {
+            if let Poll::Ready(out) = task.as_mut().poll(cx) {
+                return Poll::Ready(out);
+            }
+            if watching && watcher.as_mut().poll(cx).is_ready() {
+                watching = false;
+            }
+            Poll::Pending
+        })
+        .await;
+        // An extend in flight finishes before the release that follows.
+        if watching && extending.get() {
+            std::future::poll_fn(|cx| {
+                if !extending.get() || watcher.as_mut().poll(cx).is_ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+        }
+        out
+    }
+
+    /// The hold's watcher: fires `loss` at the local deadline, or, with `keep_alive`, extends
+    /// until an extend is refused, the deadline passes without one succeeding, or the cap.
+    async fn watch(
+        &self,
+        owner: &OwnerToken,
+        keep_alive: Option<KeepAlive>,
+        loss: &LossState,
+        extending: &Cell<bool>,
+    ) {
+        let started = self.runtime.now_ms();
+        let every = keep_alive.map(|k| {
+            k.every_ms
+                .unwrap_or(self.ttl.as_ms() / 3)
+                .clamp(1, self.ttl.as_ms())
+        });
+        let cap_at = keep_alive
+            .and_then(|k| k.max_hold_ms)
+            .map(|cap| started.saturating_add(cap));
+        let mut next_extend = every.map(|e| started.saturating_add(e));
+        loop {
+            let Some(deadline) = self.deadline_of(owner) else {
+                // The hold ended some other way (an extend from the task was refused).
+                loss.fire(LossReason::Refused);
+                return;
+            };
+            let now = self.runtime.now_ms();
+            if cap_at.is_some_and(|cap| now >= cap) {
+                loss.fire(LossReason::HoldCapReached);
+                return;
+            }
+            if now >= deadline {
+                loss.fire(LossReason::Expired);
+                return;
+            }
+            match next_extend {
+                Some(at) if now >= at => {
+                    extending.set(true);
+                    let extended = self.extend(None).await;
+                    extending.set(false);
+                    let now = self.runtime.now_ms();
+                    next_extend = match extended {
+                        Ok(()) => every.map(|e| now.saturating_add(e)),
+                        Err(Error::NotHeld { .. }) => {
+                            loss.fire(LossReason::Refused);
+                            return;
+                        }
+                        // A store error: try again soon, while the hold may still be alive.
+                        Err(_) => every.map(|e| now.saturating_add((e / 4).max(10))),
+                    };
+                }
+                _ => {
+                    let wake_at = [Some(deadline), next_extend, cap_at]
+                        .into_iter()
+                        .flatten()
+                        .min()
+                        .unwrap_or(deadline);
+                    self.runtime.sleep(wake_at.saturating_sub(now).max(1)).await;
+                }
+            }
+        }
+    }
+
+    /// The local deadline of the hold taken with `owner`, while this handle still has it.
+    fn deadline_of(&self, owner: &OwnerToken) -> Option<u64> {
+        match &*self.hold.borrow() {
+            Hold::Held {
+                owner: current,
+                deadline,
+                ..
+            } if current == owner => Some(*deadline),
+            _ => None,
+        }
+    }
+
+    /// Frees the key whoever holds it — for an operator clearing a stuck lock. Dangerous: the
+    /// holder is not stopped; it learns at its next extend (a keep-alive signals its task then).
+    /// Answers whether anyone held it; fails with [`Error::Unsupported`] when the store cannot.
+    pub async fn force_release(&self) -> LockResult<bool, S> {
+        let outcome = self
+            .store
+            .force_release(&self.key)
+            .await
+            .map_err(self.store_error(Operation::ForceRelease))?;
+        match outcome {
+            ForceRelease::Freed => Ok(true),
+            ForceRelease::WasFree => Ok(false),
+            ForceRelease::Unsupported => Err(Error::Unsupported {
+                store: self.store.name(),
+                operation: Operation::ForceRelease,
+            }),
         }
     }
 

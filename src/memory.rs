@@ -12,7 +12,7 @@ use crate::input::{Key, Ttl};
 use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
-use crate::store::{LockStore, Wait};
+use crate::store::{ForceRelease, LockStore, Wait};
 use crate::token::OwnerToken;
 
 /// Expired rows are swept when the map reaches this many rows, and from then on whenever it
@@ -288,6 +288,19 @@ impl<R: Runtime> MemoryLockStore<R> {
         self.decide(key, owner, |row| rows::extend(row, now, owner, ttl))
     }
 
+    /// Frees `key` whoever holds it (an operator clearing a stuck lock); the holder learns at its
+    /// next extend. Answers whether anyone held it. A waiter, if any, holds the key afterwards.
+    pub fn force_release_sync(&self, key: &Key) -> bool {
+        let now = self.runtime.now_ms();
+        let held = self
+            .rows
+            .borrow_mut()
+            .remove(key.as_str())
+            .is_some_and(|row| row.expires_at > now);
+        self.hand_over(key, now);
+        held
+    }
+
     /// Synchronous [`LockStore::remaining_time`].
     pub fn remaining_time_sync(&self, key: &Key) -> Option<u64> {
         let now = self.runtime.now_ms();
@@ -366,6 +379,12 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
         wait: Wait,
     ) -> Result<Option<Grant>, Infallible> {
         Ok(self.acquire_or_wait_ms(key, owner, ttl, wait.wait_ms).await)
+    }
+    async fn force_release(&self, key: &Key) -> Result<ForceRelease, Infallible> {
+        Ok(match self.force_release_sync(key) {
+            true => ForceRelease::Freed,
+            false => ForceRelease::WasFree,
+        })
     }
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), Infallible> {
         // A waiter's queue entry leaves with its dropped wait; what remains is a hold.

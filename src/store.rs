@@ -76,12 +76,31 @@ pub trait LockStore {
         self.acquire(key, owner, ttl).await
     }
 
+    /// Frees `key` whoever holds it: for operators clearing a stuck lock. Dangerous — the holder
+    /// keeps working until its next extend is refused. The default answers
+    /// [`ForceRelease::Unsupported`].
+    async fn force_release(&self, key: &Key) -> Result<ForceRelease, Self::Error> {
+        let _ = key;
+        Ok(ForceRelease::Unsupported)
+    }
+
     /// The caller with `owner` stopped waiting for `key` (it gave up or was aborted): leave the
     /// queue, and if the store already handed `key` to `owner`, release it. Afterwards `owner`
     /// neither holds `key` nor waits for it. The default releases.
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), Self::Error> {
         self.release(key, owner).await.map(drop)
     }
+}
+
+/// What [`LockStore::force_release`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForceRelease {
+    /// The key was held, and is now free (or handed to its next waiter).
+    Freed,
+    /// Nobody held the key.
+    WasFree,
+    /// This store cannot free a key regardless of its holder.
+    Unsupported,
 }
 
 /// How long a caller will wait for a store to hand it a key.
@@ -124,6 +143,9 @@ macro_rules! forward_store {
             }
             async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), S::Error> {
                 (**self).withdraw(key, owner).await
+            }
+            async fn force_release(&self, key: &Key) -> Result<ForceRelease, S::Error> {
+                (**self).force_release(key).await
             }
         }
     )*};

@@ -22,6 +22,8 @@ pub const VIRTUAL_EPOCH_MS: u64 = 1_700_000_000_000;
 struct Clock {
     now: Cell<u64>,
     timers: RefCell<Vec<(u64, Waker)>>,
+    /// Every timer ever started (a sleep that was polled), for tests that none was.
+    started: Cell<u64>,
 }
 
 /// A cloneable handle on one virtual clock. Clones share the clock.
@@ -44,6 +46,12 @@ impl VirtualRuntime {
         VirtualRuntime {
             clock: Rc::new(clock),
         }
+    }
+
+    /// How many times a sleep has waited on this clock (a sleep that completed at once, or was
+    /// never polled, started no timer).
+    pub fn timers_started(&self) -> u64 {
+        self.clock.started.get()
     }
 
     /// Moves the clock forward by `ms` and wakes the timers that are now due.
@@ -136,6 +144,7 @@ impl Future for Sleep {
             .timers
             .borrow_mut()
             .push((self.until, cx.waker().clone()));
+        self.clock.started.set(self.clock.started.get() + 1);
         Poll::Pending
     }
 }

@@ -10,6 +10,7 @@ use std::cell::Cell;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use support::SpinGuard;
 
 use keel_lock::lock::RunError;
@@ -1146,4 +1147,225 @@ fn a_stale_holder_is_fenced_out_by_the_resource() {
     assert!(rt.block_on(b.acquire(now())).unwrap());
     assert!(write(b.fence().unwrap()), "B's write is accepted");
     assert!(!write(fence_a), "A's stale write must be refused");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Holding: the loss signal and keep-alive
+// ---------------------------------------------------------------------------------------------
+
+fn keep_alive(every_ms: u64, max_hold_ms: Option<u64>) -> Option<keel_lock::KeepAlive> {
+    Some(keel_lock::KeepAlive {
+        every_ms: Some(every_ms),
+        max_hold_ms,
+    })
+}
+
+/// Runs `work_ms` of work under `lock` with `keep`; answers the loss seen by the task (and when).
+fn run_for(
+    rt: &VirtualRuntime,
+    lock: &Lock<&ScriptedStore, VirtualRuntime>,
+    keep: Option<keel_lock::KeepAlive>,
+    work_ms: u64,
+) -> (Option<keel_lock::LossReason>, Option<u64>) {
+    let lost_at = Rc::new(Cell::new(None));
+    let start = rt.now_ms();
+    let seen = rt
+        .block_on(
+            lock.try_run_with(now(), std::future::pending(), keep, |context| {
+                let (rt, lost_at) = (rt.clone(), lost_at.clone());
+                async move {
+                    let rt2 = rt.clone();
+                    context.on_lost(move |_| lost_at.set(Some(rt2.now_ms() - start)));
+                    rt.sleep(work_ms).await;
+                    Ok::<_, ()>(context.lost())
+                }
+            }),
+        )
+        .unwrap()
+        .expect("ran");
+    (seen, lost_at.get())
+}
+
+#[test]
+fn without_keep_alive_the_task_is_told_at_the_local_deadline() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("long"), ttl(1_000), &store, rt.clone());
+    let (lost, at) = run_for(&rt, &lock, None, 5_000);
+    assert_eq!(lost, Some(keel_lock::LossReason::Expired));
+    assert_eq!(at, Some(1_000));
+    // run() still released, which the store refused (the hold had expired there): no error.
+    assert!(lock.owner().is_none());
+}
+
+#[test]
+fn keep_alive_holds_through_five_ttls_and_nobody_else_gets_in() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("long"), ttl(1_000), &store, rt.clone());
+    let rival = Lock::new(key("long"), ttl(1_000), &store, rt.clone());
+    let rival_won = Cell::new(false);
+    let lost = Cell::new(None);
+    let tasks: Vec<Task> = vec![
+        Box::pin(async {
+            let out = lock
+                .try_run_with(
+                    now(),
+                    std::future::pending(),
+                    keep_alive(300, None),
+                    |context| {
+                        let rt = rt.clone();
+                        async move {
+                            rt.sleep(5_000).await;
+                            Ok::<_, ()>(context.lost())
+                        }
+                    },
+                )
+                .await
+                .unwrap();
+            lost.set(out.expect("ran"));
+        }),
+        Box::pin(async {
+            rt.sleep(10).await;
+            for _ in 0..95 {
+                if rival.acquire(now()).await.unwrap() {
+                    rival_won.set(true);
+                }
+                rt.sleep(50).await;
+            }
+        }),
+    ];
+    rt.join_all(tasks);
+    assert_eq!(lost.get(), None, "the hold was lost despite keep-alive");
+    assert!(!rival_won.get(), "someone else got in while the task ran");
+    // Released at the end: free again.
+    assert!(!rt.block_on(lock.is_locked()).unwrap());
+}
+
+#[test]
+fn a_store_outage_outlasting_the_ttl_signals_the_task_and_never_reacquires() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("outage"), ttl(1_000), &store, rt.clone());
+    store.fail_on.set(Some(Operation::Extend));
+    let acquires_before = Cell::new(0);
+    let (lost, at) = {
+        acquires_before.set(store.acquires.get());
+        run_for(&rt, &lock, keep_alive(300, None), 3_000)
+    };
+    assert_eq!(lost, Some(keel_lock::LossReason::Expired));
+    assert_eq!(
+        at,
+        Some(1_000),
+        "loss declared at the deadline, after retries"
+    );
+    assert_eq!(
+        store.acquires.get(),
+        acquires_before.get() + 1,
+        "keep-alive acquired again"
+    );
+}
+
+#[test]
+fn a_refused_extend_signals_the_task_at_once() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("forced"), ttl(1_000), &store, rt.clone());
+    let lost_at = Rc::new(Cell::new(None));
+    let seen = rt
+        .block_on(lock.try_run_with(
+            now(),
+            std::future::pending(),
+            keep_alive(300, None),
+            |context| {
+                let (rt, lost_at, store) = (rt.clone(), lost_at.clone(), &store);
+                async move {
+                    // An operator frees the key under us.
+                    rt.sleep(100).await;
+                    assert!(store.inner.force_release_sync(&key("forced")));
+                    let rt2 = rt.clone();
+                    context.on_lost(move |_| lost_at.set(Some(rt2.now_ms())));
+                    rt.sleep(2_000).await;
+                    Ok::<_, ()>(context.lost())
+                }
+            },
+        ))
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen, Some(keel_lock::LossReason::Refused));
+    // Told at the first extend after the force-release (300 ms in), not at the deadline.
+    assert_eq!(
+        lost_at
+            .get()
+            .map(|t| t - keel_lock::virtual_time::VIRTUAL_EPOCH_MS),
+        Some(300)
+    );
+}
+
+#[test]
+fn the_hold_cap_stops_extending_and_signals() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("capped"), ttl(1_000), &store, rt.clone());
+    let (lost, at) = run_for(&rt, &lock, keep_alive(300, Some(2_000)), 10_000);
+    assert_eq!(lost, Some(keel_lock::LossReason::HoldCapReached));
+    assert_eq!(at, Some(2_000));
+    let extends = store.calls.get();
+    // No extend after the cap: the key expires by its TTL within a second of the cap.
+    rt.advance(1_000);
+    assert!(!rt
+        .block_on(Lock::new(key("capped"), ttl(1), &store, rt.clone()).is_locked())
+        .unwrap());
+    assert_eq!(store.calls.get(), extends + 1, "extended after the cap");
+}
+
+#[test]
+fn a_task_that_finishes_at_once_sets_no_timer() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("quick"), ttl(1_000), &store, rt.clone());
+    let start = rt.now_ms();
+    let out = rt
+        .block_on(lock.try_run_with(
+            now(),
+            std::future::pending(),
+            keep_alive(300, None),
+            |_| async { Ok::<_, ()>(7) },
+        ))
+        .unwrap();
+    assert_eq!(out, Some(7));
+    assert_eq!(rt.timers_started(), 0, "the watcher started a timer");
+    assert_eq!(rt.now_ms(), start);
+}
+
+#[test]
+fn force_release_frees_a_key_whoever_holds_it_and_says_when_a_store_cannot() {
+    let rt = VirtualRuntime::new();
+    let memory = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("stuck"), ttl(60_000), &memory, rt.clone());
+    let operator = Lock::new(key("stuck"), ttl(1_000), &memory, rt.clone());
+    assert!(rt.block_on(holder.acquire(now())).unwrap());
+    assert!(rt.block_on(operator.force_release()).unwrap());
+    assert!(!rt.block_on(operator.is_locked()).unwrap());
+    assert!(
+        !rt.block_on(operator.force_release()).unwrap(),
+        "nothing left to free"
+    );
+    // The holder finds out at its next extend.
+    assert!(is_not_held(
+        &rt.block_on(holder.extend(None)),
+        "stuck",
+        "extend"
+    ));
+
+    // A store without force_release: a clear error, not a silent no-op.
+    let scripted = ScriptedStore::new(&rt);
+    let l = Lock::new(key("stuck"), ttl(1_000), &scripted, rt.clone());
+    assert!(matches!(
+        rt.block_on(l.force_release()),
+        Err(Error::Unsupported {
+            store: "scripted",
+            operation: Operation::ForceRelease
+        })
+    ));
 }

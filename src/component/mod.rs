@@ -71,8 +71,8 @@ fn wit_error(e: Error<KeyValueError>) -> LockError {
             error,
         } => LockError::StoreError(format!("{store} store failed during {operation}: {error}")),
         Error::Random(e) => LockError::RandomUnavailable(e.to_string()),
-        // The component API has no cancellation, so nothing aborts an acquire here.
-        Error::Aborted => LockError::StoreError(e.to_string()),
+        // The component API has neither cancellation nor force-release.
+        Error::Aborted | Error::Unsupported { .. } => LockError::StoreError(e.to_string()),
     }
 }
 

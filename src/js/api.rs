@@ -94,6 +94,12 @@ pub fn get_lock_store() -> JsValue {
     with_current(|c| c.object.clone())
 }
 
+/// The `LockUnavailableError` class (exported by the package entry points).
+#[wasm_bindgen(js_name = __lockUnavailableErrorClass, skip_typescript)]
+pub fn lock_unavailable_error_class() -> JsValue {
+    super::lock::lock_unavailable_error_class()
+}
+
 /// The `LockNotHeldError` class (exported by the package entry points).
 #[wasm_bindgen(js_name = __lockNotHeldErrorClass, skip_typescript)]
 pub fn lock_not_held_error_class() -> JsValue {

@@ -11,7 +11,7 @@ use crate::token::OwnerToken;
 #[wasm_bindgen(module = "/src/js/errors.js")]
 extern "C" {
     #[wasm_bindgen(js_name = notHeld)]
-    fn not_held_error(key: &str, message: &str) -> JsValue;
+    pub(crate) fn not_held_error(key: &str, message: &str) -> JsValue;
     #[wasm_bindgen(js_name = errorClass)]
     pub(crate) fn lock_not_held_error_class() -> JsValue;
 }
@@ -54,6 +54,11 @@ pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
             not_held_error(&key, &message)
         }
         Error::Store { error, .. } => error,
+        Error::Unsupported { store, operation } => js_sys::Error::new(&format!(
+            "the {store} store does not support {}()",
+            method_name(operation)
+        ))
+        .into(),
         other => js_sys::Error::new(&other.to_string()).into(),
     }
 }
@@ -87,6 +92,7 @@ pub(crate) fn method_name(op: Operation) -> &'static str {
         Operation::Extend => "extend",
         Operation::IsLocked => "isLocked",
         Operation::RemainingTime => "remainingTime",
+        Operation::ForceRelease => "forceRelease",
     }
 }
 

@@ -2,24 +2,38 @@
 //! clone of the lock (`Rc`), so no Rust borrow is held across an await: `l.extend()` from inside
 //! `l.run(fn)` — the documented pattern — works.
 
+use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
 
-use js_sys::{Array, Function, Promise};
+use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
+use wasm_bindgen_futures::{future_to_promise, spawn_local};
 
 use super::abort::{cancellation, signal_option, Abort};
 use super::convert::{
-    acquire_options, describe, fence_to_js, object, resolve_answer, to_js, ttl, type_error,
+    acquire_options, describe, fence_to_js, not_held_error, resolve_answer, to_js, ttl, type_error,
 };
 use super::runtime::JsRuntime;
 use super::store::Backend;
-use crate::error::Error;
-use crate::input::AcquireOptions;
-use crate::lock::{Lock, RunContext, RunError};
+use crate::error::{Error, HoldOperation};
+use crate::holding::{KeepAlive, LossReason, RunContext};
+use crate::input::{AcquireOptions, Ttl};
+use crate::lock::{Lock, RunError};
+
+#[wasm_bindgen(module = "/src/js/holding.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = makeContext)]
+    fn make_context(fence: &JsValue) -> JsValue;
+    #[wasm_bindgen(js_name = loseContext)]
+    fn lose_context(context: &JsValue, reason: &JsValue);
+    #[wasm_bindgen(js_name = unavailableErrorClass)]
+    pub(crate) fn lock_unavailable_error_class() -> JsValue;
+    #[wasm_bindgen(js_name = installHolding)]
+    fn install_holding(instance: &JsValue);
+}
 
 pub(crate) type CoreLock = Lock<Backend, JsRuntime>;
 
@@ -28,14 +42,131 @@ pub(crate) type CoreLock = Lock<Backend, JsRuntime>;
 #[wasm_bindgen(js_name = Lock)]
 pub struct JsLock {
     inner: Rc<CoreLock>,
+    keeper: Rc<RefCell<Option<Keeper>>>,
+}
+
+thread_local! {
+    static DISPOSE_INSTALLED: Cell<bool> = const { Cell::new(false) };
 }
 
 impl JsLock {
     pub(crate) fn wrap(lock: CoreLock) -> JsLock {
+        // The first lock gives the class `hold()` and `[Symbol.asyncDispose]` (lazily, not at
+        // module load).
+        if !DISPOSE_INSTALLED.with(Cell::get) {
+            DISPOSE_INSTALLED.with(|d| d.set(true));
+            let sample = JsLock {
+                inner: Rc::new(Lock::new(
+                    lock.key().clone(),
+                    lock.ttl(),
+                    lock.store().clone(),
+                    JsRuntime,
+                )),
+                keeper: Rc::default(),
+            };
+            install_holding(&JsValue::from(sample));
+        }
         JsLock {
             inner: Rc::new(lock),
+            keeper: Rc::default(),
         }
     }
+}
+
+/// A one-shot flag a future can wait on.
+#[derive(Default)]
+struct Flag {
+    set: Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Flag {
+    fn set(&self) {
+        self.set.set(true);
+        if let Some(waker) = self.waker.borrow_mut().take() {
+            waker.wake();
+        }
+    }
+
+    fn wait(self: Rc<Self>) -> impl Future<Output = ()> {
+        std::future::poll_fn(move |cx| {
+            if self.set.get() {
+                return Poll::Ready(());
+            }
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
+}
+
+/// A keep-alive started with `autoExtend()` on an acquired lock.
+struct Keeper {
+    context: JsValue,
+    stop: Rc<Flag>,
+    done: Rc<Flag>,
+}
+
+/// Stops the lock's keep-alive, if one runs, and waits until it has (an extend in flight is let
+/// finish), so that nothing extends after what follows.
+async fn stop_keeper(keeper: &Rc<RefCell<Option<Keeper>>>) {
+    let running = keeper.borrow_mut().take();
+    if let Some(keeper) = running {
+        keeper.stop.set();
+        keeper.done.wait().await;
+    }
+}
+
+/// The JS context object for a hold: `{ fence, signal }`, its signal aborted with a
+/// `LockNotHeldError` saying why when the core reports the hold lost.
+fn js_context(lock: &Rc<CoreLock>, context: &RunContext) -> JsValue {
+    let js = make_context(&fence_to_js(context.fence));
+    let (target, lock) = (js.clone(), lock.clone());
+    context.on_lost(move |reason: LossReason| {
+        let key = lock.key().as_str();
+        let error = not_held_error(key, &format!("lock \"{key}\" was lost: {reason}"));
+        lose_context(&target, &error);
+    });
+    js
+}
+
+/// `autoExtend`: `undefined`/`false` (off), `true` (every ttl/3, no cap), or
+/// `{ every?, maxHoldMs? }`.
+fn keep_alive_option(value: &JsValue) -> Result<Option<KeepAlive>, JsValue> {
+    if value.is_undefined() || value.as_bool() == Some(false) {
+        return Ok(None);
+    }
+    if value.as_bool() == Some(true) {
+        return Ok(Some(KeepAlive::default()));
+    }
+    if !value.is_object() || value.is_function() {
+        return Err(type_error(format!(
+            "autoExtend must be true, false or {{ every, maxHoldMs }}, got {}",
+            describe(value)
+        )));
+    }
+    let ms = |name: &str| -> Result<Option<u64>, JsValue> {
+        let v = Reflect::get(value, &JsValue::from_str(name))?;
+        if v.is_undefined() {
+            return Ok(None);
+        }
+        let n = v.as_f64().ok_or_else(|| {
+            type_error(format!(
+                "autoExtend.{name} must be a number, got {}",
+                describe(&v)
+            ))
+        })?;
+        // Same range as a TTL: 1 ms to 2^31 - 1 ms, fractions rounding up.
+        Ttl::from_f64(n).map(|t| Some(t.as_ms())).map_err(|_| {
+            js_sys::RangeError::new(&format!(
+                "autoExtend.{name} must be a finite number of milliseconds between 1 and 2147483647"
+            ))
+            .into()
+        })
+    };
+    Ok(Some(KeepAlive {
+        every_ms: ms("every")?,
+        max_hold_ms: ms("maxHoldMs")?,
+    }))
 }
 
 /// A future of a JS value, boxed so that every async method (and `checkLockStore`) shares one
@@ -63,10 +194,14 @@ fn spawn_boxed(mut future: JsFuture) -> Promise {
     }
 }
 
-/// Calls the user's callback with the run's context object `{ fence }`; a thrown error or
-/// rejection comes back as the same JS object.
-async fn call_task(task: Function, context: RunContext) -> Result<JsValue, JsValue> {
-    let context = object(&[("fence", fence_to_js(context.fence))])?;
+/// Calls the user's callback with the run's context object `{ fence, signal }`; a thrown error
+/// or rejection comes back as the same JS object.
+async fn call_task(
+    lock: Rc<CoreLock>,
+    task: Function,
+    context: RunContext,
+) -> Result<JsValue, JsValue> {
+    let context = js_context(&lock, &context);
     resolve_answer(task.call1(&JsValue::UNDEFINED, &context)?).await
 }
 
@@ -75,6 +210,15 @@ type WaitOptions = (AcquireOptions, Option<Abort>);
 
 fn wait_options(value: &JsValue) -> Result<WaitOptions, JsValue> {
     Ok((acquire_options(value)?, signal_option(value)?))
+}
+
+/// `run()`'s options: the wait options and `autoExtend`.
+fn run_options(value: &JsValue) -> Result<(WaitOptions, Option<KeepAlive>), JsValue> {
+    let keep = match value.is_object() {
+        true => keep_alive_option(&Reflect::get(value, &JsValue::from_str("autoExtend"))?)?,
+        false => None,
+    };
+    Ok((wait_options(value)?, keep))
 }
 
 /// A lock error as JS sees it; an abort rejects with the signal's reason.
@@ -88,9 +232,9 @@ fn lock_error(error: Error<JsValue>, abort: Option<&Abort>) -> JsValue {
 async fn run(
     lock: Rc<CoreLock>,
     task: JsValue,
-    options: Result<WaitOptions, JsValue>,
+    options: Result<(WaitOptions, Option<KeepAlive>), JsValue>,
 ) -> Result<JsValue, JsValue> {
-    let (options, abort) = options?;
+    let ((options, abort), keep) = options?;
     let task: Function = task
         .dyn_into()
         .map_err(|v| type_error(format!("run() needs a function, got {}", describe(&v))))?;
@@ -98,8 +242,11 @@ async fn run(
         return Err(abort.reason());
     }
     let cancel = cancellation(abort.as_ref())?;
+    let held = lock.clone();
     match lock
-        .try_run_until(options, cancel, |context| call_task(task, context))
+        .try_run_with(options, cancel, keep, |context| {
+            call_task(held, task, context)
+        })
         .await
     {
         Ok(Some(value)) => Ok(Array::of2(&JsValue::TRUE, &value).into()),
@@ -133,7 +280,7 @@ impl JsLock {
     /// Acquire, run `fn({ fence })`, always release. Resolves `[true, result]`, or
     /// `[false, undefined]` when someone else holds the lock (then `fn` never ran).
     pub fn run(&self, task: JsValue, options: JsValue) -> Promise {
-        spawn(run(self.inner.clone(), task, wait_options(&options)))
+        spawn(run(self.inner.clone(), task, run_options(&options)))
     }
 
     /// `run(fn)` that never waits.
@@ -142,7 +289,7 @@ impl JsLock {
         spawn(run(
             self.inner.clone(),
             task,
-            Ok((AcquireOptions::immediately(), None)),
+            Ok(((AcquireOptions::immediately(), None), None)),
         ))
     }
 
@@ -154,9 +301,76 @@ impl JsLock {
     }
 
     /// Frees the lock if this handle still owns it. Resolves `false` (never throws) otherwise.
+    /// Stops an `autoExtend()` first, waiting for an extend in flight.
     pub fn release(&self) -> Promise {
+        let (lock, keeper) = (self.inner.clone(), self.keeper.clone());
+        spawn(async move {
+            stop_keeper(&keeper).await;
+            lift(lock.release().await)
+        })
+    }
+
+    /// Keeps extending the acquired lock (every `every` ms, default a third of the TTL) until
+    /// `release()` or `stopAutoExtend()`; returns the hold's context `{ fence, signal }`, whose
+    /// signal aborts when the hold is lost or `maxHoldMs` is reached. Throws `LockNotHeldError`
+    /// when nothing is held. Calling it again while it runs returns the same context.
+    #[wasm_bindgen(js_name = autoExtend)]
+    pub fn auto_extend(&self, options: JsValue) -> Result<JsValue, JsValue> {
+        if let Some(keeper) = &*self.keeper.borrow() {
+            return Ok(keeper.context.clone());
+        }
+        let keep = match options.is_undefined() {
+            true => KeepAlive::default(),
+            false => keep_alive_option(&options)?.unwrap_or_default(),
+        };
+        let context = self.inner.hold_context().ok_or_else(|| {
+            to_js(Error::NotHeld {
+                key: self.inner.key().as_str().to_owned(),
+                attempted: HoldOperation::Extend,
+            })
+        })?;
+        let js = js_context(&self.inner, &context);
+        let (stop, done) = (Rc::new(Flag::default()), Rc::new(Flag::default()));
+        let (lock, until, finished) = (self.inner.clone(), stop.clone(), done.clone());
+        spawn_local(async move {
+            lock.keep_alive(&context, Some(keep), until.wait()).await;
+            finished.set();
+        });
+        *self.keeper.borrow_mut() = Some(Keeper {
+            context: js.clone(),
+            stop,
+            done,
+        });
+        Ok(js)
+    }
+
+    /// Stops `autoExtend()`; resolves once no extend is in flight. The lock stays held.
+    #[wasm_bindgen(js_name = stopAutoExtend)]
+    pub fn stop_auto_extend(&self) -> Promise {
+        let keeper = self.keeper.clone();
+        spawn(async move {
+            stop_keeper(&keeper).await;
+            Ok(JsValue::UNDEFINED)
+        })
+    }
+
+    /// The loss signal of the hold `autoExtend()` keeps alive, or `undefined` when none runs.
+    #[wasm_bindgen(getter)]
+    #[wasm_bindgen(unchecked_return_type = "AbortSignal | undefined")]
+    pub fn signal(&self) -> Result<JsValue, JsValue> {
+        match &*self.keeper.borrow() {
+            Some(keeper) => Reflect::get(&keeper.context, &JsValue::from_str("signal")),
+            None => Ok(JsValue::UNDEFINED),
+        }
+    }
+
+    /// Frees the key whoever holds it — for operators clearing a stuck lock. Dangerous: the
+    /// holder keeps working until its next extend fails (its `signal` aborts then). Resolves
+    /// whether anyone held it; rejects when the store cannot force-release.
+    #[wasm_bindgen(js_name = forceRelease)]
+    pub fn force_release(&self) -> Promise {
         let lock = self.inner.clone();
-        spawn(async move { lift(lock.release().await) })
+        spawn(async move { lift(lock.force_release().await) })
     }
 
     /// Resets expiry to `ttlMs` (default: the lock's TTL) from now. Rejects with

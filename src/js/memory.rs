@@ -75,6 +75,12 @@ impl JsMemoryLockStore {
         Ok(remaining.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
     }
 
+    /// Frees the key whoever holds it; answers whether anyone did.
+    #[wasm_bindgen(js_name = forceRelease)]
+    pub fn force_release(&self, k: JsValue) -> Result<bool, JsValue> {
+        Ok(self.inner.force_release_sync(&key(&k)?))
+    }
+
     /// Rows held right now, expired ones not yet swept included.
     #[wasm_bindgen(getter)]
     pub fn size(&self) -> usize {

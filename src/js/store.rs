@@ -13,7 +13,7 @@ use crate::error::Operation;
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl, MAX_TTL_MS};
 use crate::memory::MemoryLockStore;
-use crate::store::{LockStore, Wait};
+use crate::store::{ForceRelease, LockStore, Wait};
 use crate::token::OwnerToken;
 
 /// A store written in JS: the object and its five methods, looked up once at `setLockStore`,
@@ -29,6 +29,7 @@ pub struct JsLockStore {
     remaining_time: Function,
     acquire_or_wait: Option<Function>,
     withdraw: Option<Function>,
+    force_release: Option<Function>,
 }
 
 impl JsLockStore {
@@ -61,6 +62,7 @@ impl JsLockStore {
         Ok(JsLockStore {
             acquire_or_wait: optional("acquireOrWait")?,
             withdraw: optional("withdraw")?,
+            force_release: optional("forceRelease")?,
             acquire: method(Operation::Acquire)?,
             release: method(Operation::Release)?,
             extend: method(Operation::Extend)?,
@@ -221,6 +223,19 @@ impl LockStore for JsLockStore {
         answers::acquire("lock store's acquireOrWait()", &answer)
     }
 
+    async fn force_release(&self, key: &Key) -> Result<ForceRelease, JsValue> {
+        let Some(method) = &self.force_release else {
+            return Ok(ForceRelease::Unsupported);
+        };
+        let answer = self.call(method, &[js_key(key)]).await?;
+        Ok(
+            match answers::boolean("lock store's forceRelease()", &answer)? {
+                true => ForceRelease::Freed,
+                false => ForceRelease::WasFree,
+            },
+        )
+    }
+
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), JsValue> {
         match &self.withdraw {
             Some(method) => self
@@ -309,6 +324,16 @@ impl LockStore for Backend {
         match self {
             Backend::Memory(m) => Ok(m.acquire_or_wait_ms(key, owner, ttl, wait.wait_ms).await),
             Backend::Js(j) => j.acquire_or_wait(key, owner, ttl, wait).await,
+        }
+    }
+
+    async fn force_release(&self, key: &Key) -> Result<ForceRelease, JsValue> {
+        match self {
+            Backend::Memory(m) => Ok(match m.force_release_sync(key) {
+                true => ForceRelease::Freed,
+                false => ForceRelease::WasFree,
+            }),
+            Backend::Js(j) => j.force_release(key).await,
         }
     }
 

@@ -2034,6 +2034,188 @@ async fn a_js_store_with_acquire_or_wait_is_waited_on_and_withdrawn_from() {
 }
 
 // =============================================================================================
+// Holding: the loss signal, auto-extend, force-release, hold() and await using
+// =============================================================================================
+
+/// Runs `body` (an async JS function body) with `lock(key, ttl)`, `key` and `sleep(ms)` in scope
+/// and answers what it returns.
+async fn scenario(name: &str, body: &str) -> JsValue {
+    use_memory_store();
+    let make =
+        Closure::<dyn Fn(JsValue, JsValue) -> JsResult>::new(|k, t| lock(k, t).map(JsValue::from))
+            .into_js_value();
+    let f = Function::new_with_args(
+        "lock, key",
+        &format!(
+            "const sleep = (ms) => new Promise((r) => setTimeout(r, ms));\n\
+             return (async () => {{ {body} }})();"
+        ),
+    );
+    let promise = f
+        .call2(&JsValue::UNDEFINED, &make, &s(&fresh_key(name)))
+        .unwrap_or_else(|e| panic!("{name}: threw {e:?}"));
+    fulfilled(promise.unchecked_into(), name).await
+}
+
+#[track_caller]
+fn assert_json(value: &JsValue, expected: &str) {
+    let got = js_sys::JSON::stringify(value)
+        .map(String::from)
+        .unwrap_or_default();
+    assert_eq!(got, expected);
+}
+
+#[wasm_bindgen_test]
+async fn the_run_signal_aborts_at_the_local_deadline_without_auto_extend() {
+    let out = scenario(
+        "signal-expiry",
+        r#"
+        const [ran, seen] = await lock(key, 150).run(async ({ signal }) => {
+          const before = signal.aborted;
+          await sleep(400);
+          return { before, after: signal.aborted, name: signal.reason?.name, key: signal.reason?.key === key };
+        });
+        return { ran, ...seen };
+        "#,
+    )
+    .await;
+    assert_json(
+        &out,
+        r#"{"ran":true,"before":false,"after":true,"name":"LockNotHeldError","key":true}"#,
+    );
+}
+
+#[wasm_bindgen_test]
+async fn auto_extend_keeps_the_lock_through_five_ttls() {
+    let out = scenario(
+        "auto-extend",
+        r#"
+        let rivalWon = false;
+        const [ran, aborted] = await lock(key, 150).run(async ({ signal }) => {
+          for (let i = 0; i < 15; i++) {
+            if (await lock(key, 150).acquire()) rivalWon = true;
+            await sleep(50);
+          }
+          return signal.aborted;
+        }, { autoExtend: true });
+        return { ran, aborted, rivalWon, free: !(await lock(key).isLocked()) };
+        "#,
+    )
+    .await;
+    assert_json(
+        &out,
+        r#"{"ran":true,"aborted":false,"rivalWon":false,"free":true}"#,
+    );
+}
+
+#[wasm_bindgen_test]
+async fn max_hold_ms_stops_extending_and_aborts_the_signal() {
+    let out = scenario(
+        "max-hold",
+        r#"
+        const started = Date.now();
+        const [, seen] = await lock(key, 100).run(async ({ signal }) => {
+          await new Promise((r) => signal.addEventListener("abort", r));
+          return { after: Date.now() - started, message: signal.reason.message };
+        }, { autoExtend: { every: 30, maxHoldMs: 250 } });
+        return { early: seen.after < 240, late: seen.after > 1000, cap: /maximum hold/.test(seen.message) };
+        "#,
+    )
+    .await;
+    assert_json(&out, r#"{"early":false,"late":false,"cap":true}"#);
+}
+
+#[wasm_bindgen_test]
+async fn force_release_frees_a_held_key_and_the_holder_is_told_at_its_next_extend() {
+    let out = scenario(
+        "force",
+        r#"
+        const [, seen] = await lock(key, 10000).run(async ({ signal }) => {
+          const forced = await lock(key).forceRelease();
+          await Promise.race([new Promise((r) => signal.addEventListener("abort", r)), sleep(3000)]);
+          return { forced, aborted: signal.aborted };
+        }, { autoExtend: { every: 40 } });
+        return { ...seen, again: await lock(key).forceRelease() };
+        "#,
+    )
+    .await;
+    assert_json(&out, r#"{"forced":true,"aborted":true,"again":false}"#);
+}
+
+#[wasm_bindgen_test]
+async fn hold_and_async_dispose_release_the_lock() {
+    let out = scenario(
+        "dispose",
+        r#"
+        const held = await lock(key, 10000).hold({ timeout: 50 });
+        const fence = held.fence;
+        const busy = await lock(key, 10000).hold({ timeout: 30 }).catch((e) => e);
+        const dispose = Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose");
+        await held[dispose]();
+        return {
+          fence: Number.isSafeInteger(fence),
+          busy: busy.name, busyKey: busy.key === key, isError: busy instanceof Error,
+          free: !(await lock(key).isLocked()),
+        };
+        "#,
+    )
+    .await;
+    assert_json(
+        &out,
+        r#"{"fence":true,"busy":"LockUnavailableError","busyKey":true,"isError":true,"free":true}"#,
+    );
+}
+
+#[wasm_bindgen_test]
+async fn auto_extend_outside_run_holds_until_release_and_stops_there() {
+    let out = scenario(
+        "keeper",
+        r#"
+        const l = lock(key, 120);
+        await l.acquire();
+        const context = l.autoExtend({ every: 30 });
+        const same = l.autoExtend() === context;
+        await sleep(600);
+        const alive = !(await l.isExpired()) && !context.signal.aborted && l.signal === context.signal;
+        const released = await l.release();
+        await sleep(200);
+        return { same, alive, released, free: !(await lock(key).isLocked()), signalAfter: l.signal === undefined };
+        "#,
+    )
+    .await;
+    assert_json(
+        &out,
+        r#"{"same":true,"alive":true,"released":true,"free":true,"signalAfter":true}"#,
+    );
+}
+
+#[wasm_bindgen_test]
+async fn bad_auto_extend_options_are_refused() {
+    use_memory_store();
+    let l = new_lock(&fresh_key("bad-keep"), 1_000.0);
+    let calls = Rc::new(Cell::new(0));
+    for (what, value, range) in [
+        ("\"yes\"", s("yes"), false),
+        ("{ every: 0 }", object(&[("every", num(0.0))]), true),
+        ("{ every: \"1\" }", object(&[("every", s("1"))]), false),
+        (
+            "{ maxHoldMs: -1 }",
+            object(&[("maxHoldMs", num(-1.0))]),
+            true,
+        ),
+    ] {
+        let options = object(&[("autoExtend", value)]);
+        let e = rejected(l.run(counting_task(&calls, undef()).into(), options), what).await;
+        if range {
+            assert!(e.dyn_ref::<RangeError>().is_some(), "{what}: {e:?}");
+        } else {
+            assert_type_error(&e, what);
+        }
+    }
+    assert_eq!(calls.get(), 0);
+}
+
+// =============================================================================================
 // Concurrency
 // =============================================================================================
 

@@ -1,0 +1,82 @@
+// The parts of holding a lock that JS must provide itself: the context object `run(fn)` hands
+// `fn` (its `signal` is a real AbortSignal, created only when read), the error `hold()` throws,
+// and the `Symbol.asyncDispose` method that lets `await using` release a lock.
+
+/** What `run(fn)` passes to `fn`: the hold's fence, and a signal aborted when the hold is lost. */
+export class LockContext {
+  #controller = null;
+  #lost = undefined;
+
+  constructor(fence) {
+    /** The hold's fencing token, or null when the store keeps no fences. */
+    this.fence = fence;
+  }
+
+  /** Aborted (with a LockNotHeldError) the moment the hold is known or presumed lost. */
+  get signal() {
+    if (this.#controller === null) {
+      this.#controller = new AbortController();
+      if (this.#lost !== undefined) this.#controller.abort(this.#lost);
+    }
+    return this.#controller.signal;
+  }
+
+  static lose(context, reason) {
+    if (context.#lost !== undefined) return;
+    context.#lost = reason;
+    context.#controller?.abort(reason);
+  }
+}
+
+export function makeContext(fence) {
+  return new LockContext(fence);
+}
+
+export function loseContext(context, reason) {
+  LockContext.lose(context, reason);
+}
+
+/** Thrown by `hold()` when the lock could not be acquired within its timeout. */
+export class LockUnavailableError extends Error {
+  constructor(key, message) {
+    super(message ?? `lock "${key}" is held by someone else`);
+    this.name = "LockUnavailableError";
+    this.key = key;
+  }
+}
+
+export function unavailableErrorClass() {
+  return LockUnavailableError;
+}
+
+const asyncDispose = Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose");
+
+/**
+ * Gives the class of `instance` the two methods written in JS: `[Symbol.asyncDispose]()`, which
+ * releases the lock, and `hold(options)`, which acquires it or throws, for `await using`.
+ */
+export function installHolding(instance) {
+  const proto = Object.getPrototypeOf(instance);
+  if (Object.prototype.hasOwnProperty.call(proto, asyncDispose)) return;
+  const method = (value) => ({ value, configurable: true, writable: true });
+  Object.defineProperty(
+    proto,
+    asyncDispose,
+    method(async function () {
+      await this.release();
+    }),
+  );
+  Object.defineProperty(
+    proto,
+    "hold",
+    method(async function (options) {
+      if (!(await this.acquire(options))) {
+        const waited = options?.timeout ? ` after waiting ${options.timeout} ms` : "";
+        throw new LockUnavailableError(this.key, `lock "${this.key}" is held by someone else${waited}`);
+      }
+      const keep = options?.autoExtend;
+      if (keep) this.autoExtend(keep === true ? undefined : keep);
+      return this;
+    }),
+  );
+}
