@@ -14,3 +14,4 @@ export const {
   Lock,
 } = wasm;
 export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
+export const LockUnavailableError = wasm.__lockUnavailableErrorClass();

@@ -12,4 +12,5 @@ module.exports = {
   MemoryLockStore: wasm.MemoryLockStore,
   Lock: wasm.Lock,
   LockNotHeldError: wasm.__lockNotHeldErrorClass(),
+  LockUnavailableError: wasm.__lockUnavailableErrorClass(),
 };

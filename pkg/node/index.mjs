@@ -9,4 +9,5 @@ export const {
   MemoryLockStore,
   Lock,
   LockNotHeldError,
+  LockUnavailableError,
 } = keel;

@@ -19,6 +19,7 @@ export const {
   DurableObjectLockStore,
 } = wasm;
 export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
+export const LockUnavailableError = wasm.__lockUnavailableErrorClass();
 
 /**
  * The Durable Object that holds lock rows. Re-export it from your Worker's entry module
