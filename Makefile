@@ -12,7 +12,9 @@ setup:
 pkg: setup
 	@bash scripts/build-pkg.sh
 
-lint: setup
+# Lint needs only the Rust targets and rustfmt/clippy (and Node), not browsers or servers.
+lint:
+	@bash scripts/setup.sh lint
 	@bash scripts/lint.sh
 
 # Every test suite: scripts/test.d/*.sh in order (native core, wasm in Node/Chromium/Firefox,

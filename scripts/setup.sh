@@ -1,15 +1,26 @@
 #!/usr/bin/env bash
 # Installs everything `make test`, `make demo` and `make bench` need on a fresh Debian 12 machine.
-# Idempotent: every step checks first, so a second run takes seconds. Versions follow
-# ../shared/TOOLCHAIN.md (what is known to work on these machines).
+# Idempotent: every step checks first, so a second run takes seconds. The versions below are
+# ones known to install and work on Debian 12 with stable Rust.
+#   scripts/setup.sh        everything
+#   scripts/setup.sh lint   only what `make lint` needs: the Rust targets and rustfmt/clippy
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
+mode="${1:-all}"
 
 WASM_BINDGEN_VERSION=0.2.130   # must equal the `wasm-bindgen = "=…"` pin in Cargo.toml
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 have() { command -v "$1" >/dev/null 2>&1; }
+
+# --- Rust targets and components (all `make lint` needs) -----------------------------------
+rustup target add wasm32-unknown-unknown wasm32-wasip2 >/dev/null 2>&1
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+if [ "$mode" = lint ]; then
+  log "ready (lint)"
+  exit 0
+fi
 
 # --- apt packages (browsers for wasm tests, servers for store tests) -----------------------
 apt_pkgs=(chromium chromium-driver firefox-esr redis-server postgresql)
@@ -26,13 +37,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   fi
 fi
 
-# --- Rust targets and tools ----------------------------------------------------------------
-rustup target add wasm32-unknown-unknown wasm32-wasip2 >/dev/null 2>&1
-rustup component add rustfmt clippy >/dev/null 2>&1 || true
-
+# --- Rust tools -------------------------------------------------------------------------------
 if ! have wasm-bindgen || [ "$(wasm-bindgen --version | awk '{print $2}')" != "$WASM_BINDGEN_VERSION" ]; then
   log "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION (~2 min)"
-  # No --locked: its lockfile pins a crate version the registry here lacks (TOOLCHAIN.md).
+  # No --locked: the CLI's own lockfile pins a crate version the crate registry no longer serves.
   cargo install -q wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION" --force
 fi
 if ! have wasm-pack; then
@@ -52,7 +60,7 @@ for dir in $(git ls-files '*package-lock.json' | xargs -rn1 dirname); do
   fi
 done
 
-# --- parts added by later issues (Workers, stores, components) --------------------------------
+# --- per-suite extras (scripts/setup.d: store servers' checks, Workers tooling) -----------------
 for extra in scripts/setup.d/*.sh; do
   [ -e "$extra" ] || continue
   log "$extra"

@@ -2,7 +2,7 @@
 # The stores against real servers that the tests start and stop themselves: redis-server (via
 # ioredis 5/6, node-redis 5/4, and @upstash/redis through a REST fixture), a throwaway
 # PostgreSQL cluster (pg), better-sqlite3, and D1 in local workerd.
-#   - the phase-1 store tests (pkg/stores/ imported from the source tree);
+#   - the store tests that import pkg/stores/ from the source tree;
 #   - the conformance kit, keel-lock/testing, run against EVERY store, and shown to catch broken
 #     ones; and a user-written Redis store raced from two OS processes — these use keel-lock as
 #     users get it: pkg/ built, packed, and the tarball installed into tests/stores.
