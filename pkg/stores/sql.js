@@ -125,6 +125,12 @@ function objectNames(table) {
     // Postgres: the sequence. acquire names it inside a string literal for nextval(); the parts
     // are plain identifiers (tableParts), so nothing in them can end the literal.
     sequence: inSchema(fitIdentifier(last, "_fence_seq")),
+    // Postgres, waiting: the queue table, its index (unqualified, like every Postgres index
+    // name) and the LISTEN/NOTIFY channel (a name, not a relation: the table as written, so two
+    // schemas' tables of one name do not share a channel).
+    waiters: inSchema(fitIdentifier(last, "_waiters")),
+    waitersIndex: quote(fitIdentifier(last, "_waiters_queue_idx")),
+    channel: fitIdentifier(parts.join("_"), "_wake"),
   };
 }
 
@@ -136,14 +142,30 @@ function schemaStatements(dialect, table) {
   if (dialect === "postgres") {
     return [
       `CREATE TABLE IF NOT EXISTS ${n.table} (\n` +
-        "  key        TEXT   PRIMARY KEY,\n" +
-        "  owner      TEXT   NOT NULL,\n" +
-        "  expires_at BIGINT NOT NULL\n" +
+        "  key          TEXT   PRIMARY KEY,\n" +
+        "  owner        TEXT   NOT NULL,\n" +
+        "  expires_at   BIGINT NOT NULL,\n" +
+        "  queued_until BIGINT NOT NULL DEFAULT 0\n" +
         ")",
       // An index name is never schema-qualified in Postgres: it lives in its table's schema.
       `CREATE INDEX IF NOT EXISTS ${quote(n.index)} ON ${n.table} (expires_at)`,
       // CACHE 1: with a per-session cache, two sessions would hand out values out of order.
       `CREATE SEQUENCE IF NOT EXISTS ${n.sequence} AS BIGINT MINVALUE 1 MAXVALUE ${MAX_FENCE_SQL} START 1 CACHE 1 NO CYCLE`,
+      // Callers of acquireOrWait queued for a key, oldest first by seq. A row lives from the
+      // enqueue until its owner leaves (timeout, withdraw, release); fence and granted_at are set
+      // when the store hands the key over.
+      `CREATE TABLE IF NOT EXISTS ${n.waiters} (\n` +
+        "  key         TEXT   NOT NULL,\n" +
+        "  owner       TEXT   NOT NULL,\n" +
+        "  seq         BIGINT GENERATED ALWAYS AS IDENTITY,\n" +
+        "  ttl_ms      BIGINT NOT NULL,\n" +
+        "  enqueued_at BIGINT NOT NULL,\n" +
+        "  deadline    BIGINT NOT NULL,\n" +
+        "  granted_at  BIGINT,\n" +
+        "  fence       BIGINT,\n" +
+        "  PRIMARY KEY (key, owner)\n" +
+        ")",
+      `CREATE INDEX IF NOT EXISTS ${n.waitersIndex} ON ${n.waiters} (key, seq)`,
     ];
   }
   // SQLite: the index and triggers take the schema qualifier, the table in ON must not.
@@ -171,10 +193,13 @@ function schemaStatements(dialect, table) {
 // What createTable() runs after the CREATE TABLE and before the rest of schemaStatements(), to
 // bring a table from the layout without fences up to date. SQLite has no ADD COLUMN IF NOT EXISTS: the statement fails with "duplicate
 // column name" on a table that has the column, and createTable() ignores exactly that error.
-// (Postgres keeps no fence in the lock row: its migration is the CREATE SEQUENCE above.)
+// Postgres keeps no fence in the lock row (its fence migration is the CREATE SEQUENCE above);
+// waiting adds the queued_until column (ADD COLUMN IF NOT EXISTS, so no error to ignore).
 function upgradeStatements(dialect, table) {
-  if (dialect === "postgres") return [];
   const n = objectNames(table);
+  if (dialect === "postgres") {
+    return [`ALTER TABLE ${n.table} ADD COLUMN IF NOT EXISTS queued_until BIGINT NOT NULL DEFAULT 0`];
+  }
   return [`ALTER TABLE ${n.table} ADD COLUMN fence INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL})`];
 }
 
@@ -205,21 +230,94 @@ function statements(dialect, table) {
       now: `SELECT ${now} AS now`,
     };
   }
-  // PostgreSQL: clock_timestamp() is the real current time (now() is frozen at transaction
-  // start, which matters when the caller passes a client inside a transaction). It is volatile,
-  // so each statement reads it once in a CTE and uses that one value throughout.
+  return postgresStatements(n);
+}
+
+// PostgreSQL: clock_timestamp() is the real current time (now() is frozen at transaction start,
+// which matters when the caller passes a client inside a transaction). It is volatile, so each
+// statement reads it once in a CTE and uses that one value throughout.
+//
+// Waiting. Every statement below is one round trip. Lock order, to rule out deadlocks: a
+// statement locks the key's lock row before any of its waiter rows. What serialises a hand-over
+// is the lock row: a grant writes it (INSERT … ON CONFLICT … WHERE expired, or UPDATE by the
+// releasing owner), and only a statement whose write went through marks a waiter granted — so two
+// statements that race to hand over one key never grant two waiters.
+//
+// In READ COMMITTED a statement sees the waiters committed before it started, and only the lock
+// row (which it locks or writes) as of now. So a release may miss a waiter that joined while the
+// release ran. The lock row's queued_until covers it: every enqueue writes it (under the lock
+// row's lock), the release reads the current value, and when it is in the future and no waiter
+// was visible, the release notifies "freed" and the waiters' stores grant the key themselves.
+function postgresStatements(n) {
+  const t = n.table;
+  const w = n.waiters;
+  const seq = `nextval('${n.sequence}')`;
   const clockCte = "c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now)";
   const clock = `WITH ${clockCte} `;
+  const nowSql = "(SELECT now FROM c)";
+  // Waiters still in the running: not granted, deadline not passed.
+  const live = "w.granted_at IS NULL AND w.deadline > c.now";
+  // A NOTIFY on the table's channel. The payload is JSON: [key, owner, fence, waitedMs, ttlMs]
+  // for a grant, [key, null] for "the key was freed, look again". A payload over Postgres's
+  // 8000-byte limit (a very long key or owner) becomes ["", null]: every waiter looks again.
+  const notify = (json) =>
+    `pg_notify('${n.channel}', CASE WHEN octet_length(${json}) <= 7900 THEN ${json} ELSE '["",null]' END)`;
+  const grantedPayload = "json_build_array(g.key, g.owner, g.fence, g.waited_ms, g.ttl_ms)::text";
+  const freedPayload = "json_build_array($1::text, NULL)::text";
+  // Rows nobody needs any more: waiters whose deadline passed, grants older than their TTL.
+  const stale =
+    "((w.granted_at IS NULL AND w.deadline <= c.now) OR (w.granted_at IS NOT NULL AND w.granted_at + w.ttl_ms <= c.now))";
+  const grantReturning = "RETURNING w.key, w.owner, w.fence, w.granted_at - w.enqueued_at AS waited_ms, w.ttl_ms";
+
+  // Hands key $1 to its oldest live waiter if the lock is free or expired, when `guard` holds.
+  // CTEs: l (the lock row, locked), head (the oldest live waiter, locked; rows that stopped
+  // qualifying while it waited for the lock are skipped), hw (the lock row written for the head,
+  // only if it is still free), g (the head marked granted, with a fence drawn after hw), swept.
+  const grantChain = (guard) =>
+    `l AS (SELECT cur.expires_at FROM ${t} AS cur WHERE cur.key = $1 AND ${guard} FOR UPDATE OF cur), ` +
+    `head AS (SELECT w.owner, w.ttl_ms FROM ${w} AS w, c WHERE w.key = $1 AND ${live} AND ${guard} ` +
+    "AND NOT EXISTS (SELECT 1 FROM l WHERE l.expires_at > c.now) ORDER BY w.seq LIMIT 1 FOR UPDATE OF w), " +
+    `hw AS (INSERT INTO ${t} AS cur (key, owner, expires_at) SELECT $1, head.owner, c.now + head.ttl_ms FROM head, c ` +
+    "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at " +
+    `WHERE cur.expires_at <= ${nowSql} RETURNING cur.owner), ` +
+    `g AS (UPDATE ${w} AS w SET granted_at = c.now, fence = ${seq} FROM hw, c WHERE w.key = $1 AND w.owner = hw.owner ` +
+    `${grantReturning}), ` +
+    `swept AS (DELETE FROM ${w} AS w USING c WHERE w.key = $1 AND ${guard} AND ${stale})`;
+  const notifyGrant = `(SELECT count(*) FROM g, LATERAL (SELECT ${notify(grantedPayload)}) AS sent)`;
+  // Are there waiters (as this statement sees them)?
+  const queued = `q AS (SELECT EXISTS (SELECT 1 FROM ${w} AS w, c WHERE w.key = $1 AND ${live}) AS queued)`;
+
   return {
     // nextval() is evaluated for the row `won` returns, after the upsert has written (and so
     // locked) the lock row — never for a failed attempt, never before the row lock is held.
+    // With waiters queued the caller does not take the key: if it is free or expired, it goes to
+    // the oldest waiter in this same statement.
     acquire:
-      `WITH ${clockCte}, ` +
-      `won AS (INSERT INTO ${t} AS cur (key, owner, expires_at) SELECT $1, $2, c.now + $3::bigint FROM c ` +
+      `WITH ${clockCte}, ${queued}, ` +
+      `won AS (INSERT INTO ${t} AS cur (key, owner, expires_at) SELECT $1, $2, c.now + $3::bigint FROM c, q WHERE NOT q.queued ` +
       "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at " +
-      "WHERE cur.expires_at <= (SELECT now FROM c) RETURNING cur.owner) " +
-      `SELECT won.owner, nextval('${n.sequence}') AS fence FROM won`,
-    release: clock + `DELETE FROM ${t} AS cur USING c WHERE cur.key = $1 AND cur.owner = $2 RETURNING cur.expires_at > c.now AS live`,
+      `WHERE cur.expires_at <= ${nowSql} RETURNING cur.owner), ` +
+      `${grantChain("(SELECT queued FROM q)")} ` +
+      `SELECT won.owner, ${seq} AS fence, ${notifyGrant} AS notified FROM won ` +
+      `UNION ALL SELECT NULL, NULL, ${notifyGrant} WHERE NOT EXISTS (SELECT 1 FROM won)`,
+    // Frees the key, or hands it to the oldest live waiter (other than the caller) in the same
+    // statement; also deletes the caller's own waiter row (so this is withdraw too) and stale
+    // rows of the key.
+    release:
+      `WITH ${clockCte}, ` +
+      `mine AS (SELECT cur.expires_at > c.now AS live, cur.queued_until > c.now AS queued FROM ${t} AS cur, c ` +
+      "WHERE cur.key = $1 AND cur.owner = $2 FOR UPDATE OF cur), " +
+      `head AS (SELECT w.owner, w.ttl_ms FROM ${w} AS w, c WHERE w.key = $1 AND w.owner <> $2 AND ${live} ` +
+      "AND EXISTS (SELECT 1 FROM mine) ORDER BY w.seq LIMIT 1 FOR UPDATE OF w), " +
+      `moved AS (UPDATE ${t} AS cur SET owner = head.owner, expires_at = c.now + head.ttl_ms FROM head, c ` +
+      "WHERE cur.key = $1 AND cur.owner = $2 RETURNING cur.owner), " +
+      `freed AS (DELETE FROM ${t} AS cur WHERE cur.key = $1 AND cur.owner = $2 AND NOT EXISTS (SELECT 1 FROM head) RETURNING 1), ` +
+      `g AS (UPDATE ${w} AS w SET granted_at = c.now, fence = ${seq} FROM moved, c WHERE w.key = $1 AND w.owner = moved.owner ` +
+      `${grantReturning}), ` +
+      `gone AS (DELETE FROM ${w} AS w USING c WHERE w.key = $1 AND (w.owner = $2 OR ${stale})) ` +
+      `SELECT mine.live, ${notifyGrant} AS notified, ` +
+      `(SELECT count(*) FROM (SELECT ${notify(freedPayload)} WHERE mine.queued AND NOT EXISTS (SELECT 1 FROM head)) AS sent) AS freed_notified ` +
+      "FROM mine",
     extend:
       clock +
       `UPDATE ${t} AS cur SET expires_at = c.now + $1::bigint FROM c ` +
@@ -227,8 +325,56 @@ function statements(dialect, table) {
     isLocked: clock + `SELECT 1 AS held FROM ${t} AS cur, c WHERE cur.key = $1 AND cur.expires_at > c.now`,
     remainingTime:
       clock + `SELECT cur.expires_at - c.now AS remaining FROM ${t} AS cur, c WHERE cur.key = $1 AND cur.expires_at > c.now`,
-    purge: clock + `DELETE FROM ${t} AS cur USING c WHERE cur.expires_at <= c.now`,
+    // Lock rows expired by the database clock go (the count answered); so do waiter rows nobody
+    // will ask for any more.
+    purge:
+      clock +
+      `, swept AS (DELETE FROM ${w} AS w USING c WHERE ${stale}) ` +
+      `DELETE FROM ${t} AS cur USING c WHERE cur.expires_at <= c.now`,
     now: clock + "SELECT now FROM c",
+
+    // acquireOrWait's first statement ($1 key, $2 owner, $3 ttl, $4 wait): take the key if it is
+    // free (or expired) and nobody is queued — answers fence; otherwise join the queue — answers
+    // remaining, the holder's ms left as of now (null: no holder; ≤ 0: expired), read from the
+    // lock row this statement wrote, so it is current. Either way the lock row's queued_until is
+    // raised to the new waiter's deadline (see postgresStatements).
+    enqueue:
+      `WITH ${clockCte}, ${queued}, ` +
+      `won AS (INSERT INTO ${t} AS cur (key, owner, expires_at, queued_until) SELECT $1, $2, c.now + $3::bigint, 0 FROM c, q WHERE NOT q.queued ` +
+      // The same owner already holding the key is not a new grant: no update, so no fence.
+      "ON CONFLICT (key) DO UPDATE SET " +
+      `owner = CASE WHEN cur.expires_at <= ${nowSql} THEN EXCLUDED.owner ELSE cur.owner END, ` +
+      `queued_until = CASE WHEN cur.expires_at <= ${nowSql} THEN cur.queued_until ELSE GREATEST(cur.queued_until, ${nowSql} + $4::bigint) END, ` +
+      `expires_at = CASE WHEN cur.expires_at <= ${nowSql} THEN EXCLUDED.expires_at ELSE cur.expires_at END ` +
+      "WHERE cur.owner <> EXCLUDED.owner RETURNING cur.owner, cur.expires_at), " +
+      `raised AS (UPDATE ${t} AS cur SET queued_until = GREATEST(cur.queued_until, c.now + $4::bigint) FROM c, q ` +
+      "WHERE cur.key = $1 AND q.queued RETURNING cur.expires_at), " +
+      `fenced AS (SELECT ${seq} AS fence FROM won WHERE won.owner = $2), ` +
+      `joined AS (INSERT INTO ${w} AS w (key, owner, ttl_ms, enqueued_at, deadline) SELECT $1, $2, $3::bigint, c.now, c.now + $4::bigint FROM c ` +
+      "WHERE NOT EXISTS (SELECT 1 FROM fenced) ON CONFLICT (key, owner) DO NOTHING RETURNING 1) " +
+      "SELECT (SELECT fence FROM fenced) AS fence, " +
+      "(SELECT e.expires_at - c.now FROM (SELECT expires_at FROM won WHERE won.owner <> $2 UNION ALL SELECT expires_at FROM raised) AS e, c LIMIT 1) AS remaining, " +
+      "(SELECT count(*) FROM joined) AS joined",
+    // A waiter's look ($1 key, $2 owner or null): hand the key to the oldest live waiter if it is
+    // free or expired; answer that grant (g_*), the caller's own row as this statement sees it
+    // (me_*), and the holder's ms left as of now.
+    tick:
+      `WITH ${clockCte}, ${grantChain("true")}, ` +
+      `me AS (SELECT w.fence, w.granted_at - w.enqueued_at AS waited_ms, w.granted_at IS NOT NULL AS granted, ` +
+      `w.granted_at + w.ttl_ms > c.now AS grant_live FROM ${w} AS w, c WHERE w.key = $1 AND w.owner = $2) ` +
+      "SELECT g.owner AS g_owner, g.fence AS g_fence, g.waited_ms AS g_waited_ms, g.ttl_ms AS g_ttl_ms, " +
+      "EXISTS (SELECT 1 FROM me) AS me_exists, me.granted AS me_granted, me.grant_live AS me_grant_live, me.fence AS me_fence, me.waited_ms AS me_waited_ms, " +
+      `COALESCE(g.ttl_ms, (SELECT l.expires_at - c.now FROM l, c)) AS remaining, ${notifyGrant} AS notified ` +
+      "FROM (SELECT 1) AS one LEFT JOIN g ON true LEFT JOIN me ON true",
+    // A waiter whose wait is spent leaves the queue ($1 key, $2 owner). If the key was handed to
+    // it before it left (and the grant is still live), that grant is answered.
+    leave:
+      `WITH ${clockCte}, gone AS (DELETE FROM ${w} AS w WHERE w.key = $1 AND w.owner = $2 ` +
+      "RETURNING w.fence, w.granted_at, w.enqueued_at, w.ttl_ms) " +
+      "SELECT gone.fence, gone.granted_at - gone.enqueued_at AS waited_ms, " +
+      "(gone.granted_at IS NOT NULL AND gone.granted_at + gone.ttl_ms > c.now) AS granted FROM gone, c",
+    listen: `LISTEN ${quote(n.channel)}`,
+    unlisten: `UNLISTEN ${quote(n.channel)}`,
   };
 }
 
@@ -297,6 +443,341 @@ function driverFor(db, driver) {
 
 const check = argumentChecks("databaseLockStore");
 
+/** Longest wait acquireOrWait accepts, in ms (the core's limit for `timeout`). */
+const MAX_WAIT_MS = 2_147_483_647;
+
+// A pg.Pool (its own pool of connections: one is checked out to LISTEN) or a single client.
+const isPgPool = (db) => typeof db.connect === "function" && typeof db.totalCount === "number";
+
+/**
+ * Waiting without polling on PostgreSQL: acquireOrWait / withdraw / close for databaseLockStore.
+ *
+ * The queue is the waiters table; the hand-over happens in SQL (statements.release, .acquire,
+ * .tick). This side only waits: each pending call is an entry in `waiting` (by key, then owner),
+ * woken by NOTIFY on one LISTEN connection per store. A grant's notification carries its fence
+ * and waited ms, so a waiter granted by someone's release costs no statement of its own. Timers:
+ *   - per call: its deadline (then `leave`), and the safety net every pollMs (`tick`), in case a
+ *     notification is lost (listener connection dropped, a releaser on a version that does not
+ *     notify);
+ *   - per key: the holder's expiry, learned from the enqueue, a tick or a grant notification;
+ *     when it passes, one `tick` hands the key to the oldest waiter (a crashed holder never
+ *     releases).
+ */
+function pgWaiting(db, sql, io, options) {
+  const waiting = new Map(); // key -> Map(owner -> entry)
+  const expiryTimers = new Map(); // key -> { at, timer }
+  let listener = null; // { client, ready: Promise, dead: boolean, close() }
+
+  const entriesOf = (key) => waiting.get(key);
+
+  function forget(entry) {
+    clearTimeout(entry.deadlineTimer);
+    clearTimeout(entry.pollTimer);
+    const entries = waiting.get(entry.key);
+    if (entries?.get(entry.owner) === entry) {
+      entries.delete(entry.owner);
+      if (entries.size === 0) {
+        waiting.delete(entry.key);
+        const expiry = expiryTimers.get(entry.key);
+        if (expiry) clearTimeout(expiry.timer);
+        expiryTimers.delete(entry.key);
+      }
+    }
+  }
+
+  function settle(entry, answer) {
+    if (entry.state === "done") return;
+    entry.state = "done";
+    forget(entry);
+    entry.resolve(answer);
+  }
+
+  function fail(entry, error) {
+    if (entry.state === "done") return;
+    entry.state = "done";
+    forget(entry);
+    entry.reject(error);
+  }
+
+  const grantOf = (fence, waitedMs) => ({ fence: toFence(fence), waitedMs: Math.max(0, Number(waitedMs) || 0) });
+
+  // Look again at `key` when its holder's TTL has passed (ms from now, as the database said).
+  function expireAfter(key, ms) {
+    if (!waiting.has(key) || ms === null || ms === undefined) return;
+    const delay = Math.max(0, Math.ceil(Number(ms))) + 1;
+    const at = Date.now() + delay;
+    const existing = expiryTimers.get(key);
+    if (existing && existing.at <= at) return;
+    if (existing) clearTimeout(existing.timer);
+    const timer = setTimeout(() => {
+      expiryTimers.delete(key);
+      tick(key, null).catch(() => {});
+    }, delay);
+    timer.unref?.();
+    expiryTimers.set(key, { at, timer });
+  }
+
+  // One tick statement: hands `key` over if it is free or expired, and settles what it learns.
+  // With an owner, also answers that waiter's own state.
+  async function tick(key, owner) {
+    const row = await io.row(sql.tick, [key, owner]);
+    if (row === null) return;
+    const entries = entriesOf(key);
+    if (row.g_owner !== null && row.g_owner !== undefined) {
+      const granted = entries?.get(row.g_owner);
+      if (granted?.state === "waiting") settle(granted, grantOf(row.g_fence, row.g_waited_ms));
+    }
+    if (owner !== null) {
+      const entry = entries?.get(owner);
+      if (entry?.state === "waiting" && row.g_owner !== owner) {
+        if (!truthy(row.me_exists)) settle(entry, false); // withdrawn or swept elsewhere
+        else if (truthy(row.me_granted)) {
+          settle(entry, truthy(row.me_grant_live) ? grantOf(row.me_fence, row.me_waited_ms) : false);
+        }
+      }
+    }
+    if (row.remaining !== null) expireAfter(key, row.remaining);
+  }
+
+  function onNotification(message) {
+    let payload;
+    try {
+      payload = JSON.parse(message.payload);
+    } catch {
+      return;
+    }
+    if (!Array.isArray(payload)) return;
+    const [key, owner, fence, waitedMs, ttlMs] = payload;
+    if (key === "") {
+      // Payload too long to name the key: every waiter of this store looks again.
+      for (const entries of waiting.values()) {
+        for (const entry of entries.values()) if (entry.state === "waiting") tick(entry.key, entry.owner).catch(() => {});
+      }
+      return;
+    }
+    const entries = entriesOf(key);
+    if (!entries) return;
+    if (owner === null) {
+      tick(key, null).catch(() => {}); // freed without a visible waiter: hand it over from here
+      return;
+    }
+    const entry = entries.get(owner);
+    if (entry?.state === "waiting") {
+      try {
+        settle(entry, grantOf(fence, waitedMs));
+      } catch (error) {
+        fail(entry, error);
+      }
+    }
+    expireAfter(key, ttlMs);
+  }
+
+  // A connection that is LISTENing on the table's channel, made on first use: options.listen()
+  // if given, else a connection checked out of the pool, else the single client itself.
+  async function openListener() {
+    let client;
+    let own;
+    if (typeof options.listen === "function") {
+      client = await options.listen();
+      own = true;
+    } else if (isPgPool(db)) {
+      client = await db.connect();
+      own = true;
+    } else if (typeof db.on === "function") {
+      client = db;
+      own = false;
+    } else {
+      return null; // nothing to LISTEN on: the safety-net poll does all the work
+    }
+    const state = { client, dead: false };
+    const onError = () => markDead();
+    const markDead = () => {
+      if (state.dead) return;
+      state.dead = true;
+      if (listener === state) listener = null;
+      // Notifications may have been lost: every waiter looks now.
+      for (const entries of waiting.values()) {
+        for (const entry of entries.values()) if (entry.state === "waiting") tick(entry.key, entry.owner).catch(() => {});
+      }
+    };
+    client.on("notification", onNotification);
+    client.on("error", onError);
+    client.on("end", markDead);
+    state.close = async () => {
+      state.dead = true;
+      client.removeListener?.("notification", onNotification);
+      client.removeListener?.("end", markDead);
+      if (own) {
+        if (typeof client.release === "function") client.release(true); // destroyed: the pool never hands out a LISTENing connection
+        else await client.end?.();
+        client.removeListener?.("error", onError);
+      } else {
+        await client.query(sql.unlisten).catch(() => {});
+        client.removeListener?.("error", onError);
+      }
+    };
+    try {
+      await client.query(sql.listen);
+    } catch (error) {
+      await state.close().catch(() => {});
+      throw error;
+    }
+    return state;
+  }
+
+  let opening = null;
+  async function ensureListener() {
+    if (listener && !listener.dead) return;
+    if (!opening) {
+      opening = openListener().finally(() => {
+        opening = null;
+      });
+      const opened = await opening;
+      if (opened) listener = opened;
+      return;
+    }
+    await opening;
+  }
+
+  function schedulePoll(entry) {
+    entry.pollTimer = setTimeout(async () => {
+      if (entry.state !== "waiting") return;
+      await ensureListener().catch(() => {});
+      await tick(entry.key, entry.owner).catch(() => {});
+      if (entry.state === "waiting") schedulePoll(entry);
+    }, entry.pollMs);
+  }
+
+  async function leave(entry) {
+    if (entry.state !== "waiting") return;
+    entry.state = "leaving";
+    clearTimeout(entry.pollTimer);
+    try {
+      const row = await io.row(sql.leave, [entry.key, entry.owner]);
+      const granted = row !== null && truthy(row.granted);
+      entry.state = "waiting"; // so that settle() below is the one that finishes it
+      settle(entry, granted && !entry.withdrawn ? grantOf(row.fence, row.waited_ms) : false);
+    } catch (error) {
+      entry.state = "waiting";
+      fail(entry, error);
+    }
+  }
+
+  return {
+    /**
+     * Takes the key, or queues for it and waits up to waitMs for the store to hand it over.
+     * Answers { fence, waitedMs } or false (the wait is spent and the caller is not queued).
+     */
+    async acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
+      check.key(key);
+      check.owner(owner);
+      check.ttl(ttlMs);
+      if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_WAIT_MS) {
+        throw new RangeError(`databaseLockStore: waitMs must be a whole number of ms in 0..${MAX_WAIT_MS}, got ${waitMs}`);
+      }
+      if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_WAIT_MS) {
+        throw new RangeError(`databaseLockStore: pollMs must be a whole number of ms in 1..${MAX_WAIT_MS}, got ${pollMs}`);
+      }
+      if (entriesOf(key)?.has(owner)) {
+        throw new Error(`databaseLockStore: ${owner} is already waiting for this key`);
+      }
+      // Listening before joining the queue, so no grant's notification can come too early.
+      await ensureListener();
+      let entry;
+      const answer = new Promise((resolve, reject) => {
+        entry = { key, owner, pollMs, state: "waiting", withdrawn: false, resolve, reject };
+      });
+      let entries = waiting.get(key);
+      if (!entries) waiting.set(key, (entries = new Map()));
+      entries.set(owner, entry);
+      entry.deadlineTimer = setTimeout(() => leave(entry), waitMs);
+      let row;
+      try {
+        row = await io.row(sql.enqueue, [key, owner, ttlMs, waitMs]);
+      } catch (error) {
+        // Whether or not the enqueue committed, the caller neither holds nor waits afterwards.
+        await io.row(sql.release, [key, owner]).catch(() => {});
+        fail(entry, error);
+        return answer;
+      }
+      if (row?.fence !== null && row?.fence !== undefined) {
+        try {
+          settle(entry, grantOf(row.fence, 0));
+        } catch (error) {
+          await io.row(sql.release, [key, owner]).catch(() => {});
+          fail(entry, error);
+        }
+        return answer;
+      }
+      if (entry.state === "waiting") {
+        schedulePoll(entry);
+        const remaining = row?.remaining === null || row?.remaining === undefined ? null : Number(row.remaining);
+        // No holder, or an expired one: nobody is going to release — hand over now.
+        if (remaining === null || remaining <= 0) tick(key, owner).catch(() => {});
+        else expireAfter(key, remaining);
+      }
+      return answer;
+    },
+
+    /**
+     * `owner` stops waiting for `key`: it leaves the queue, a grant it got is released (and handed
+     * to the next waiter), and its pending acquireOrWait answers false.
+     */
+    async withdraw(key, owner) {
+      check.key(key);
+      check.owner(owner);
+      const entry = entriesOf(key)?.get(owner);
+      if (entry) {
+        entry.withdrawn = true;
+        if (entry.state === "waiting") {
+          entry.state = "withdrawing";
+          clearTimeout(entry.pollTimer);
+          clearTimeout(entry.deadlineTimer);
+        }
+      }
+      try {
+        await io.row(sql.release, [key, owner]);
+      } finally {
+        if (entry && entry.state === "withdrawing") {
+          entry.state = "waiting";
+          settle(entry, false);
+        }
+      }
+    },
+
+    /**
+     * Stops waiting: pending acquireOrWait calls leave their queues (answering a grant they got
+     * before leaving, else false) and the LISTEN connection is closed (a pool's connection is
+     * destroyed, a single client only stops listening). The store stays usable; a later
+     * acquireOrWait listens again.
+     */
+    async close() {
+      const pending = [];
+      for (const entries of waiting.values()) for (const entry of entries.values()) pending.push(leave(entry));
+      await Promise.all(pending);
+      const closing = listener ?? (opening ? await opening.catch(() => null) : null);
+      listener = null;
+      if (closing && !closing.dead) await closing.close();
+      else if (closing) await closing.close().catch(() => {});
+    },
+
+    /** How many acquireOrWait calls of this store are waiting, and whether it is listening. */
+    get waitingCount() {
+      let count = 0;
+      for (const entries of waiting.values()) count += entries.size;
+      return count;
+    },
+    get listening() {
+      return listener !== null && !listener.dead;
+    },
+    /** The LISTEN connection's client, if any (for tests and diagnostics). */
+    get listenClient() {
+      return listener?.client ?? null;
+    },
+  };
+}
+
+
 // SQLite answers 1/0 (or 1n/0n with safeIntegers), Postgres true/false.
 const truthy = (value) => value === true || Number(value) === 1;
 
@@ -353,8 +834,11 @@ export function databaseLockStore(db, options = {}) {
   const dialect = dialectOf(driver);
   const sql = statements(dialect, table);
   const io = driverFor(db, driver);
+  if (options.listen !== undefined && typeof options.listen !== "function") {
+    throw new TypeError("databaseLockStore: options.listen must be a function answering a pg client");
+  }
 
-  return {
+  const store = {
     table,
     driver,
     dialect,
@@ -433,6 +917,11 @@ export function databaseLockStore(db, options = {}) {
       return Number(row?.now);
     },
   };
+  if (dialect !== "postgres") return store; // SQLite and D1: waiting callers poll acquire
+  const wait = pgWaiting(db, sql, io, options);
+  Object.defineProperties(store, Object.getOwnPropertyDescriptors(wait));
+  store.end = store.close;
+  return store;
 }
 
 export default databaseLockStore;

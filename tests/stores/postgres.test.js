@@ -12,6 +12,7 @@ import { databaseLockStore } from "../../pkg/stores/sql.js";
 import { sleep, startPostgres } from "./lib/servers.js";
 import { acquired, newContext, registerContract } from "./lib/contract.js";
 import { fenceLedger, fenceScenario, registerSqlTests } from "./lib/sql-suite.js";
+import { registerPgWaitingTests } from "./lib/pg-waiting.js";
 
 let server;
 const pools = [];
@@ -50,6 +51,8 @@ describe("pg Pool", () => {
   registerContract(() => newContext(stores, "pg"));
   registerSqlTests(() => ({ dialect: "postgres", db: pools[1], stores, raw }), { driver: "pg" });
 });
+
+registerPgWaitingTests(() => ({ connectionString: server.connectionString, pools }));
 
 describe("pg Client", () => {
   test("a single Client works as a store alongside the pools", async () => {
@@ -96,7 +99,7 @@ describe("a broken Postgres fence counter is caught (pg)", () => {
         (error) => error instanceof assert.AssertionError && /is not greater than the fence \d+ handed out before it/.test(error.message),
       );
     } finally {
-      await pools[0].query(`DROP TABLE IF EXISTS "${table}"`);
+      await pools[0].query(`DROP TABLE IF EXISTS "${table}", "${table}_waiters"`);
       await pools[0].query(`DROP SEQUENCE IF EXISTS "${table}_fence_seq"`);
     }
   });

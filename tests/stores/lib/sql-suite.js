@@ -122,7 +122,10 @@ async function dropLockTable(raw, dialect, table) {
   const schemaPrefix = parts.length === 2 ? `"${parts[0]}".` : "";
   await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}"`, []);
   if (dialect === "sqlite") await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_fence"`, []);
-  else await raw(`DROP SEQUENCE IF EXISTS ${schemaPrefix}"${last}_fence_seq"`, []);
+  else {
+    await raw(`DROP SEQUENCE IF EXISTS ${schemaPrefix}"${last}_fence_seq"`, []);
+    await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_waiters"`, []);
+  }
 }
 
 // The table as schema() laid it out before fences: what existing installations have.
@@ -231,7 +234,15 @@ export function registerSqlTests(env, { driver }) {
       assert.equal(counter.length, 1);
       assert.equal(counter[0].id, 1);
     } else {
-      assert.deepEqual(columns, ["key", "owner", "expires_at"]);
+      // queued_until: the latest deadline of a caller that queued for the key (acquireOrWait).
+      assert.deepEqual(columns, ["key", "owner", "expires_at", "queued_until"]);
+      const waiterColumns = (
+        await raw(
+          "SELECT column_name AS name FROM information_schema.columns WHERE table_name = 'keel_locks_waiters' ORDER BY ordinal_position",
+          [],
+        )
+      ).map((r) => r.name);
+      assert.deepEqual(waiterColumns, ["key", "owner", "seq", "ttl_ms", "enqueued_at", "deadline", "granted_at", "fence"]);
       const [seq] = await raw(
         "SELECT max_value::text AS max, cache_size::text AS cache, cycle FROM pg_sequences WHERE sequencename = 'keel_locks_fence_seq'",
         [],
@@ -488,7 +499,9 @@ export function registerSqlTests(env, { driver }) {
       if (dialect === "postgres") {
         const sequence = schema({ dialect, table }).match(/CREATE SEQUENCE IF NOT EXISTS ("[^"]+")/)[1];
         assert.ok(sequence.length - 2 <= 63, sequence);
-        await raw(`DROP TABLE "${table}"`, []);
+        const waiters = schema({ dialect, table }).match(/CREATE TABLE IF NOT EXISTS ("[^"]+")\s*\(\s*key\s+TEXT\s+NOT NULL/)[1];
+        assert.ok(waiters.length - 2 <= 63 && waiters !== `"${table}"`, waiters);
+        await raw(`DROP TABLE "${table}", ${waiters}`, []);
         await raw(`DROP SEQUENCE ${sequence}`, []);
       } else {
         await dropLockTable(raw, dialect, table);

@@ -1,0 +1,374 @@
+// Waiting without polling on PostgreSQL: databaseLockStore's acquireOrWait / withdraw / close,
+// against the real server postgres.test.js starts. `env()` answers
+//   { connectionString, pools: [pg.Pool, …] }  (pools of one database; the tests make their own
+//   stores, each with its own LISTEN connection, so "several processes" are several stores).
+//
+// The checks that a broken store must fail are exported functions (fifoOrder, releaseHandsOver);
+// the tests run them against broken variants too: a LIFO queue and a release that does not hand
+// over.
+import assert from "node:assert/strict";
+import { randomBytes } from "node:crypto";
+import { afterEach, describe, test } from "node:test";
+import pg from "pg";
+import { databaseLockStore } from "../../../pkg/stores/sql.js";
+import { fenceLedger } from "./sql-suite.js";
+import { sleep } from "./servers.js";
+
+const LONG = 60_000;
+const owner = (label = "o") => `${label}-${randomBytes(8).toString("hex")}`;
+const uniqueKey = (label) => `keel-test:wait:${label}:${randomBytes(4).toString("hex")}`;
+
+/** Rows of the waiters table for `key`, oldest first. */
+async function waiterRows(pool, key, table = "keel_locks") {
+  const { rows } = await pool.query(`SELECT owner, granted_at, fence FROM "${table}_waiters" WHERE key = $1 ORDER BY seq`, [key]);
+  return rows;
+}
+
+async function lockRow(pool, key, table = "keel_locks") {
+  const { rows } = await pool.query(`SELECT owner FROM "${table}" WHERE key = $1 AND expires_at > (extract(epoch FROM clock_timestamp()) * 1000)::bigint`, [key]);
+  return rows[0]?.owner ?? null;
+}
+
+/** Resolves once `count` callers are queued for `key` (rows in the waiters table). */
+async function queued(pool, key, count, table = "keel_locks") {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const rows = await waiterRows(pool, key, table);
+    if (rows.filter((r) => r.granted_at === null).length >= count) return rows;
+    assert.ok(Date.now() < deadline, `${count} waiters never queued for ${key} (${rows.length} did)`);
+    await sleep(5);
+  }
+}
+
+/**
+ * `stores[0]` holds the key; `waiters` callers queue one after another (each enqueued before the
+ * next starts), spread over `stores`; the holder releases. Asserts that they were granted in
+ * the order they arrived — nobody overtakes — with strictly increasing fences.
+ */
+export async function fifoOrder({ stores, pool, table = "keel_locks", waiters = 8 }) {
+  const key = uniqueKey("fifo");
+  const holder = owner("holder");
+  assert.ok(await stores[0].acquire(key, holder, LONG));
+  const ledger = fenceLedger();
+  const arrived = [];
+  const granted = [];
+  const done = [];
+  for (let i = 0; i < waiters; i++) {
+    const me = owner(`w${i}`);
+    const store = stores[i % stores.length];
+    arrived.push(me);
+    done.push(
+      store.acquireOrWait(key, me, LONG, 20_000, 60_000).then(async (answer) => {
+        assert.ok(answer, `${me} was not granted the key`);
+        ledger.take(key, answer, me);
+        granted.push(me);
+        await sleep(5);
+        assert.equal(await store.release(key, me), true, `${me} could not release`);
+      }),
+    );
+    await queued(pool, key, i + 1, table);
+  }
+  // A newcomer's plain acquire does not overtake the queue.
+  assert.equal(await stores[stores.length - 1].acquire(key, owner("newcomer"), LONG), false, "a newcomer overtook the queue");
+  assert.equal(await stores[0].release(key, holder), true);
+  await Promise.all(done);
+  const overtakes = granted.filter((o, i) => o !== arrived[i]).length;
+  assert.deepEqual(granted, arrived, `granted out of arrival order (${overtakes} out of place)`);
+  assert.deepEqual(await waiterRows(pool, key, table), [], "waiter rows left behind");
+  assert.equal(await lockRow(pool, key, table), null);
+}
+
+/**
+ * A waiter whose safety-net poll is a minute away is granted the key when the holder releases:
+ * the release itself hands it over (and NOTIFY wakes the waiter).
+ */
+export async function releaseHandsOver({ stores }) {
+  const [a, b] = [stores[0], stores[stores.length - 1]];
+  const key = uniqueKey("handover");
+  const [holder, waiter] = [owner("holder"), owner("waiter")];
+  assert.ok(await a.acquire(key, holder, LONG));
+  const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
+  await sleep(100);
+  assert.equal(await a.release(key, holder), true);
+  const answer = await Promise.race([waiting, sleep(5_000).then(() => "no hand-over within 5 s")]);
+  assert.ok(answer && typeof answer === "object", `the release did not hand the key over: ${String(answer)}`);
+  assert.ok(Number.isInteger(answer.waitedMs) && answer.waitedMs >= 0, `waitedMs ${answer.waitedMs}`);
+  assert.equal(await b.release(key, waiter), true);
+}
+
+export function registerPgWaitingTests(env) {
+  const made = [];
+  // A store with its own LISTEN connection (taken from `pool` on first use), closed at the end.
+  const storeOn = (pool, options) => {
+    const store = databaseLockStore(pool, options);
+    made.push(store);
+    return store;
+  };
+
+  describe("waiting without polling (pg): acquireOrWait / withdraw", () => {
+    // Each store holds one LISTEN connection of its pool: give them back after every test.
+    afterEach(async () => {
+      for (const store of made.splice(0)) await store.close();
+    });
+
+    test("only the Postgres store offers acquireOrWait/withdraw/close; a free key is taken at once", async () => {
+      const { pools } = env();
+      const store = storeOn(pools[0]);
+      for (const m of ["acquireOrWait", "withdraw", "close", "end"]) assert.equal(typeof store[m], "function", m);
+      const key = uniqueKey("free");
+      const me = owner();
+      const answer = await store.acquireOrWait(key, me, LONG, 1_000, 50);
+      assert.deepEqual(Object.keys(answer).sort(), ["fence", "waitedMs"]);
+      assert.equal(answer.waitedMs, 0);
+      assert.equal(store.listening, true, "no LISTEN connection after the first acquireOrWait");
+      assert.deepEqual(await waiterRows(pools[0], key), [], "a free key left a waiter row");
+      assert.equal(await store.release(key, me), true);
+      await assert.rejects(store.acquireOrWait(key, me, LONG, -1, 50), RangeError);
+      await assert.rejects(store.acquireOrWait(key, me, LONG, 100, 0), RangeError);
+      await assert.rejects(store.acquireOrWait("", me, LONG, 100, 50), TypeError);
+    });
+
+    test("FIFO: 12 waiters on 3 stores are granted in arrival order (0 overtakes); a newcomer's acquire waits its turn", { timeout: 60_000 }, async () => {
+      const { pools } = env();
+      const stores = pools.slice(0, 3).map((p) => storeOn(p));
+      await fifoOrder({ stores, pool: pools[0], waiters: 12 });
+    });
+
+    test("the FIFO check catches a LIFO queue (a trigger that reverses the order)", { timeout: 60_000 }, async () => {
+      const { pools } = env();
+      const table = `lifo_${randomBytes(3).toString("hex")}`;
+      const stores = pools.slice(0, 2).map((p) => storeOn(p, { table }));
+      await stores[0].createTable();
+      await pools[0].query(
+        `CREATE FUNCTION "${table}_reverse"() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN NEW.seq := -NEW.seq; RETURN NEW; END $$`,
+      );
+      await pools[0].query(`CREATE TRIGGER reverse BEFORE INSERT ON "${table}_waiters" FOR EACH ROW EXECUTE FUNCTION "${table}_reverse"()`);
+      try {
+        await assert.rejects(
+          fifoOrder({ stores, pool: pools[0], table, waiters: 4 }),
+          (error) => error instanceof assert.AssertionError && /granted out of arrival order \(\d+ out of place\)/.test(error.message),
+        );
+      } finally {
+        await pools[0].query(`DROP TABLE "${table}", "${table}_waiters"`);
+        await pools[0].query(`DROP SEQUENCE "${table}_fence_seq"`);
+        await pools[0].query(`DROP FUNCTION "${table}_reverse"()`);
+      }
+    });
+
+    test("release hands the key to the waiter (no poll needed)", async () => {
+      const { pools } = env();
+      await releaseHandsOver({ stores: [storeOn(pools[0]), storeOn(pools[1])] });
+    });
+
+    test("the hand-over check catches a release that only deletes the row", async () => {
+      const { pools } = env();
+      const real = storeOn(pools[0]);
+      const broken = {
+        ...real,
+        async release(key, o) {
+          const { rowCount } = await pools[0].query("DELETE FROM keel_locks WHERE key = $1 AND owner = $2", [key, o]);
+          return rowCount === 1;
+        },
+      };
+      await assert.rejects(
+        releaseHandsOver({ stores: [broken, storeOn(pools[1])] }),
+        (error) => error instanceof assert.AssertionError && /did not hand the key over/.test(error.message),
+      );
+    });
+
+    test("a timeout while queued answers false and leaves no waiter row", async () => {
+      const { pools } = env();
+      const store = storeOn(pools[0]);
+      const key = uniqueKey("timeout");
+      const [holder, waiter] = [owner("holder"), owner("waiter")];
+      assert.ok(await store.acquire(key, holder, LONG));
+      assert.equal(await store.acquireOrWait(key, waiter, LONG, 300, 60_000), false);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+      assert.equal(store.waitingCount, 0);
+      assert.equal(await lockRow(pools[0], key), holder);
+      assert.equal(await store.release(key, holder), true);
+      assert.equal(await lockRow(pools[0], key), null, "the key went to a waiter that had left");
+    });
+
+    test("withdraw while queued: the pending call answers false at once, the queue is clean, the next waiter is unaffected", async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("withdraw");
+      const [holder, w1, w2] = [owner("holder"), owner("w1"), owner("w2")];
+      assert.ok(await a.acquire(key, holder, LONG));
+      const first = b.acquireOrWait(key, w1, LONG, 20_000, 60_000);
+      await queued(pools[0], key, 1);
+      const second = b.acquireOrWait(key, w2, LONG, 20_000, 60_000);
+      await queued(pools[0], key, 2);
+      await b.withdraw(key, w1);
+      assert.equal(await Promise.race([first, sleep(1_000).then(() => "still pending")]), false);
+      assert.deepEqual((await waiterRows(pools[0], key)).map((r) => r.owner), [w2]);
+      assert.equal(await a.release(key, holder), true);
+      assert.ok(await second, "the remaining waiter was not granted");
+      // Withdraw after the grant releases and hands over: here, to nobody, so the key is free.
+      await b.withdraw(key, w2);
+      assert.equal(await lockRow(pools[0], key), null);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+    });
+
+    test("a holder that crashes (never releases) is succeeded at its expiry, not at the next poll", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("crash");
+      const [holder, waiter] = [owner("holder"), owner("waiter")];
+      const ledger = fenceLedger();
+      ledger.take(key, await a.acquire(key, holder, 600), "the holder");
+      const started = Date.now();
+      // The safety-net poll is 60 s away and the wait 20 s: only the expiry hand-over can grant.
+      const answer = await b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
+      ledger.take(key, answer, "the waiter, at the holder's expiry");
+      assert.ok(Date.now() - started < 20_000, "granted only at the end of the wait");
+      assert.ok(answer.waitedMs >= 300, `waitedMs ${answer.waitedMs}: granted before the holder expired?`);
+      assert.equal(await a.release(key, holder), false, "the crashed holder still held the key");
+      assert.equal(await b.release(key, waiter), true);
+    });
+
+    test("a waiter that is gone once granted holds the key only for its TTL", async () => {
+      const { pools } = env();
+      const store = storeOn(pools[0]);
+      const key = uniqueKey("gone");
+      const [holder, ghost, next] = [owner("holder"), owner("ghost"), owner("next")];
+      assert.ok(await store.acquire(key, holder, LONG));
+      // A waiter whose process died after queueing: its row is there, nobody listens for it.
+      await pools[0].query(
+        `INSERT INTO keel_locks_waiters (key, owner, ttl_ms, enqueued_at, deadline)
+         SELECT $1, $2, 400, n, n + 60000 FROM (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS n) t`,
+        [key, ghost],
+      );
+      assert.equal(await store.release(key, holder), true);
+      assert.equal(await lockRow(pools[0], key), ghost, "the release did not grant the queued waiter");
+      assert.equal(await store.acquire(key, next, LONG), false);
+      await sleep(700);
+      assert.equal(await store.isLocked(key), false, "the gone waiter's grant outlived its TTL");
+      assert.ok(await store.acquire(key, next, LONG), "the key was not free after the gone waiter's TTL");
+      assert.equal(await store.release(key, next), true);
+      assert.deepEqual(await waiterRows(pools[0], key), [], "the gone waiter's row was not cleaned");
+    });
+
+    test("a release racing the waiter's timeout: never two holders, never a lost grant (60 rounds)", { timeout: 120_000 }, async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const outcomes = { granted: 0, timedOut: 0 };
+      for (let round = 0; round < 60; round++) {
+        const key = uniqueKey(`race${round}`);
+        const [holder, waiter] = [owner("holder"), owner("waiter")];
+        assert.ok(await a.acquire(key, holder, LONG));
+        const wait = 40 + (round % 20);
+        const waiting = b.acquireOrWait(key, waiter, LONG, wait, 60_000);
+        await sleep(30 + (round % 7) * 5);
+        const released = a.release(key, holder);
+        const [answer] = await Promise.all([waiting, released]);
+        const owners = (await pools[2].query("SELECT owner FROM keel_locks WHERE key = $1", [key])).rows.map((r) => r.owner);
+        if (answer) {
+          outcomes.granted++;
+          assert.deepEqual(owners, [waiter], `round ${round}: granted, but the lock row says ${owners}`);
+          assert.equal(await b.release(key, waiter), true, `round ${round}`);
+        } else {
+          outcomes.timedOut++;
+          assert.ok(!owners.includes(waiter), `round ${round}: the waiter timed out but holds the key (a lost grant)`);
+          assert.deepEqual(owners, [], `round ${round}: after the release the key is held by ${owners}`);
+        }
+        assert.deepEqual(await waiterRows(pools[2], key), [], `round ${round}: waiter rows left`);
+      }
+      // Both outcomes happen (otherwise the rounds did not race).
+      assert.ok(outcomes.granted > 0 && outcomes.timedOut > 0, JSON.stringify(outcomes));
+    });
+
+    test("lost notifications: with the LISTEN connection's notifications dropped, the safety-net poll still hands over", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("lost");
+      const [holder, waiter] = [owner("holder"), owner("waiter")];
+      assert.ok(await a.acquire(key, holder, LONG));
+      let polled = false;
+      const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 300);
+      await queued(pools[0], key, 1);
+      // Drop every notification the waiter's store would have received (the connection stays up).
+      const listenClient = b.listenClient;
+      assert.ok(listenClient, "no LISTEN connection");
+      let dropped = 0;
+      const handlers = listenClient.listeners("notification");
+      listenClient.removeAllListeners("notification");
+      listenClient.on("notification", () => dropped++);
+      waiting.then(() => (polled = true));
+      assert.equal(await a.release(key, holder), true);
+      const answer = await waiting;
+      assert.ok(polled && answer, "the poll did not pick up the grant");
+      assert.ok(dropped >= 1, "the grant's notification never came (so nothing was dropped)");
+      for (const h of handlers) listenClient.on("notification", h);
+      assert.equal(await b.release(key, waiter), true);
+    });
+
+    test("lost notifications: the LISTEN connection is killed; the waiter still gets the key, and the store listens again", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("killed");
+      const [holder, waiter] = [owner("holder"), owner("waiter")];
+      assert.ok(await a.acquire(key, holder, LONG));
+      const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 300);
+      await queued(pools[0], key, 1);
+      const pid = b.listenClient.processID;
+      assert.ok(pid, "no LISTEN backend");
+      await pools[0].query("SELECT pg_terminate_backend($1)", [pid]);
+      await sleep(100);
+      assert.equal(await a.release(key, holder), true);
+      assert.ok(await waiting, "no hand-over after the LISTEN connection died");
+      assert.equal(b.listening, true, "the store did not LISTEN again");
+      assert.notEqual(b.listenClient.processID, pid);
+      assert.equal(await b.release(key, waiter), true);
+    });
+
+    test("mutual exclusion: 20 waiters over 4 stores, at most one inside at a time, fences rising, queue empty afterwards", { timeout: 60_000 }, async () => {
+      const { pools } = env();
+      const stores = pools.map((p) => storeOn(p));
+      const key = uniqueKey("mutex");
+      const ledger = fenceLedger();
+      let inside = 0;
+      let most = 0;
+      let entered = 0;
+      await Promise.all(
+        Array.from({ length: 20 }, async (_, i) => {
+          const store = stores[i % stores.length];
+          const me = owner(`m${i}`);
+          const answer = await store.acquireOrWait(key, me, LONG, 30_000, 10_000);
+          assert.ok(answer, `${me} was not granted`);
+          ledger.take(key, answer, me);
+          inside++;
+          entered++;
+          most = Math.max(most, inside);
+          await sleep(3);
+          inside--;
+          assert.equal(await store.release(key, me), true);
+        }),
+      );
+      assert.equal(entered, 20);
+      assert.equal(most, 1, `${most} holders inside at once`);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+    });
+
+    test("close() withdraws pending waiters and ends the LISTEN connection; the store listens again when next used", async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("close");
+      const [holder, waiter] = [owner("holder"), owner("waiter")];
+      assert.ok(await a.acquire(key, holder, LONG));
+      const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
+      await queued(pools[0], key, 1);
+      const before = pools[1].totalCount;
+      await b.close();
+      assert.equal(await waiting, false);
+      assert.equal(b.listening, false);
+      assert.equal(pools[1].totalCount, before - 1, "the LISTEN connection went back to the pool");
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+      assert.equal(await a.release(key, holder), true);
+      assert.ok(await b.acquireOrWait(key, waiter, LONG, 1_000, 50));
+      assert.equal(b.listening, true);
+      assert.equal(await b.release(key, waiter), true);
+    });
+  });
+}
