@@ -1,5 +1,22 @@
 // Public types of keel-lock. Hand-written (not generated) because they are the contract:
 // `run()`'s tuple result and the LockStore seam need generics the generator cannot express.
+/// <reference lib="esnext.disposable" />
+
+/** The slice of an `AbortSignal` keel-lock uses, for projects whose types declare none. */
+export interface AbortSignalLike {
+  readonly aborted: boolean;
+  readonly reason: any;
+  addEventListener(type: "abort", listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: "abort", listener: () => void): void;
+}
+
+/**
+ * The runtime's `AbortSignal` where the project's types declare one (DOM, `@types/node`,
+ * Workers types), so signals pass straight to `fetch` and friends; `AbortSignalLike` otherwise.
+ */
+export type LockAbortSignal = typeof globalThis extends { AbortSignal: { prototype: infer S } }
+  ? S
+  : AbortSignalLike;
 
 /** How long to wait for a held lock, and how often to retry. */
 export interface AcquireOptions {
@@ -16,7 +33,7 @@ export interface AcquireOptions {
    * leaves the store's queue, and nothing stays held. An already-aborted signal rejects without
    * touching the store.
    */
-  signal?: AbortSignal;
+  signal?: LockAbortSignal;
 }
 
 /** Auto-extension while a lock is held: extend every `every` ms, for at most `maxHoldMs`. */
@@ -61,7 +78,7 @@ export interface LockContext {
    * `LockNotHeldError` (carrying the key) as its reason. Advisory: `fn` decides what to do;
    * `run()` still releases afterwards.
    */
-  readonly signal: AbortSignal;
+  readonly signal: LockAbortSignal;
 }
 
 /**
@@ -149,7 +166,7 @@ export declare class Lock {
   /** Stop `autoExtend()`; resolves once no extend is in flight. */
   stopAutoExtend(): Promise<void>;
   /** The signal of the hold `autoExtend()` keeps alive, or `undefined`. */
-  readonly signal: AbortSignal | undefined;
+  readonly signal: LockAbortSignal | undefined;
   /**
    * Free the key whoever holds it — for operators clearing a stuck lock. Dangerous: the holder
    * is not stopped; it learns at its next extend (its signal aborts then). Rejects when the

@@ -1,6 +1,6 @@
 // Compiled with `tsc --strict` against the installed package: the documented snippets must
 // type-check as users write them.
-import { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
+import { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError } from "keel-lock";
 import type { Lock, LockStore, AcquireOptions } from "keel-lock";
 // @ts-expect-error checkLockStore lives in keel-lock/testing only
 import { checkLockStore } from "keel-lock";
@@ -87,6 +87,41 @@ export async function snippets(client: FakeRedis): Promise<void> {
     if (e instanceof LockNotHeldError) {
       const key: string = e.key;
       void key;
+    }
+  }
+}
+
+export async function holding(key: string): Promise<void> {
+  const [ran, fence] = await lock(key, 10_000).run(
+    async ({ fence, signal }) => {
+      signal.addEventListener("abort", () => {});
+      const lost: boolean = signal.aborted;
+      void lost;
+      return fence;
+    },
+    { timeout: 5_000, autoExtend: { every: 1_000, maxHoldMs: 60_000 } },
+  );
+  if (ran) {
+    const f: number | null = fence;
+    void f;
+  }
+  const l = lock(key);
+  const controller = new AbortController();
+  await l.acquire({ timeout: 100, signal: controller.signal });
+  const context = l.autoExtend({ every: 500 });
+  const sameFence: number | null = context.fence;
+  void sameFence;
+  await l.stopAutoExtend();
+  const freed: boolean = await l.forceRelease();
+  void freed;
+  const held = await lock(key).hold({ timeout: 100, autoExtend: true });
+  await held[Symbol.asyncDispose]();
+  try {
+    await lock(key).hold();
+  } catch (e) {
+    if (e instanceof LockUnavailableError) {
+      const k: string = e.key;
+      void k;
     }
   }
 }
