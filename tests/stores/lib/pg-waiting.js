@@ -18,6 +18,13 @@ const LONG = 60_000;
 const owner = (label = "o") => `${label}-${randomBytes(8).toString("hex")}`;
 const uniqueKey = (label) => `keel-test:wait:${label}:${randomBytes(4).toString("hex")}`;
 
+// keel-lock as users get it (the tarball scripts/test.d/40-stores.sh installs); KEEL_LOCK_ENTRY
+// points at another entry, e.g. pkg/node/index.mjs of the source tree while iterating.
+async function importKeelLock() {
+  const keel = await import(process.env.KEEL_LOCK_ENTRY ?? "keel-lock");
+  return keel.default?.lock ? keel.default : keel;
+}
+
 /** Rows of the waiters table for `key`, oldest first. */
 async function waiterRows(pool, key, table = "keel_locks") {
   const { rows } = await pool.query(`SELECT owner, granted_at, fence FROM "${table}_waiters" WHERE key = $1 ORDER BY seq`, [key]);
@@ -349,6 +356,86 @@ export function registerPgWaitingTests(env) {
       assert.equal(entered, 20);
       assert.equal(most, 1, `${most} holders inside at once`);
       assert.deepEqual(await waiterRows(pools[0], key), []);
+    });
+
+    test("through keel-lock: 20 callers of lock(k).run(fn, { timeout }) wait in the store — at most 3 statements per acquisition, no polling; a polling store is caught", { timeout: 60_000 }, async (t) => {
+      const { pools } = env();
+      const keel = await importKeelLock();
+      // Every statement the store sends through the pool is counted (the LISTEN connection,
+      // options.listen, carries only LISTEN and the notifications).
+      const counted = () => {
+        const stats = { statements: 0 };
+        const db = { query: (...args) => (stats.statements++, pools[0].query(...args)) };
+        return { stats, store: storeOn(db, { driver: "pg", listen: () => pools[0].connect() }) };
+      };
+      const callers = 20;
+      const runAll = async (store, options) => {
+        const key = uniqueKey("keel-lock");
+        const previous = keel.getLockStore();
+        keel.setLockStore(store);
+        let inside = 0;
+        let most = 0;
+        const fences = [];
+        try {
+          const results = await Promise.all(
+            Array.from({ length: callers }, () =>
+              keel.lock(key, LONG).run(async ({ fence }) => {
+                most = Math.max(most, ++inside);
+                fences.push(fence);
+                await sleep(10);
+                inside--;
+              }, options),
+            ),
+          );
+          assert.deepEqual(results.map(([ran]) => ran), Array(callers).fill(true), "a caller did not get the lock");
+        } finally {
+          keel.setLockStore(previous);
+        }
+        assert.equal(most, 1, `${most} callers inside at once`);
+        assert.deepEqual([...fences].sort((x, y) => x - y), fences, "fences out of order");
+        assert.deepEqual(await waiterRows(pools[0], key), []);
+      };
+      const perAcquisition = (stats) => stats.statements / callers;
+
+      const waiting = counted();
+      await runAll(waiting.store, { timeout: 30_000, retryDelay: 5_000 });
+      assert.ok(perAcquisition(waiting.stats) <= 3, `${waiting.stats.statements} statements for ${callers} acquisitions: the callers polled`);
+      assert.equal(waiting.store.waitingCount, 0);
+
+      // The same callers on the same store without acquireOrWait/withdraw: the core polls
+      // acquire every retryDelay, and the count shows it.
+      const polling = counted();
+      const { acquire, release, extend, isLocked, remainingTime } = polling.store;
+      await runAll({ acquire, release, extend, isLocked, remainingTime }, { timeout: 30_000, retryDelay: 20 });
+      t.diagnostic(`statements per acquisition: waiting in the store ${perAcquisition(waiting.stats)}, polling ${perAcquisition(polling.stats)}`);
+      assert.ok(perAcquisition(polling.stats) > 3, `the polling store sent only ${polling.stats.statements} statements`);
+    });
+
+    test("through keel-lock: aborting a queued run() withdraws it — the queue is clean and the key goes to the next waiter", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const keel = await importKeelLock();
+      const store = storeOn(pools[0]);
+      const key = uniqueKey("abort");
+      const holder = owner("holder");
+      assert.ok(await store.acquire(key, holder, LONG));
+      const previous = keel.getLockStore();
+      keel.setLockStore(store);
+      try {
+        const controller = new AbortController();
+        const aborted = keel.lock(key, LONG).run(() => "never", { timeout: 20_000, signal: controller.signal });
+        await queued(pools[0], key, 1);
+        const next = keel.lock(key, LONG).run(() => "next", { timeout: 20_000 });
+        await queued(pools[0], key, 2);
+        controller.abort(new Error("caller gave up"));
+        await assert.rejects(aborted, /caller gave up/);
+        assert.equal((await waiterRows(pools[0], key)).length, 1, "the aborted caller is still queued");
+        assert.equal(await store.release(key, holder), true);
+        assert.deepEqual(await next, [true, "next"]);
+      } finally {
+        keel.setLockStore(previous);
+      }
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+      assert.equal(await lockRow(pools[0], key), null);
     });
 
     test("close() withdraws pending waiters and ends the LISTEN connection; the store listens again when next used", async () => {
