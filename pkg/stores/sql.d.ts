@@ -1,4 +1,4 @@
-import type { Grant, LockStore } from "../index.js";
+import type { Grant, LockStore, WaitedGrant } from "../index.js";
 
 /** The database drivers `databaseLockStore` adapts to. */
 export type DatabaseDriver = "d1" | "sqlite" | "pg";
@@ -10,6 +10,22 @@ export interface DatabaseLockStoreOptions {
   table?: string;
   /** Skip driver detection: "d1" (Cloudflare D1), "sqlite" (better-sqlite3, node:sqlite, bun:sqlite), "pg". */
   driver?: DatabaseDriver;
+  /**
+   * PostgreSQL only: answers the connected client that `acquireOrWait` LISTENs on (the store
+   * takes it over and ends it on `close()`: `release(true)` for a pool client, else `end()`).
+   * Default: `db.connect()` when `db` is a `pg.Pool`, or the `pg.Client` itself.
+   */
+  listen?: () => PgListenClient | Promise<PgListenClient>;
+}
+
+/** The part of a pg client the store LISTENs through (a `pg.Client` or a `pg.PoolClient`). */
+export interface PgListenClient {
+  query(text: string): Promise<unknown>;
+  on(event: "notification", listener: (message: { channel: string; payload?: string }) => void): unknown;
+  on(event: "error" | "end", listener: (...args: unknown[]) => void): unknown;
+  removeListener?(event: string, listener: (...args: unknown[]) => void): unknown;
+  release?(destroy?: boolean): void;
+  end?(): Promise<void>;
 }
 
 export interface SchemaOptions {
@@ -20,7 +36,7 @@ export interface SchemaOptions {
 }
 
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
-export type DatabaseLockStore = Omit<LockStore, "acquire"> & {
+export type DatabaseLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "withdraw"> & {
   /**
    * Atomic set-if-absent judged by the database's clock: `{ fence }` if this call took the lock,
    * `false` if someone holds it. The fence (1..2^53 − 1) is greater than every fence this table
@@ -44,17 +60,63 @@ export type DatabaseLockStore = Omit<LockStore, "acquire"> & {
   now(): Promise<number>;
 };
 
+/** A grant after waiting: the fence and the whole ms the caller waited in the queue (≥ 0). */
+export type SqlWaitedGrant = Grant & WaitedGrant & { fence: number };
+
+/**
+ * The PostgreSQL store also waits without polling: `setLockStore(store)` and
+ * `lock(k).run(fn, { timeout })` queue in the database instead of retrying.
+ */
+export type PostgresLockStore = DatabaseLockStore & {
+  /**
+   * Takes the key if it is free and nobody is queued; otherwise joins the key's FIFO queue and
+   * waits up to `waitMs` for the database to hand it over (on release, or at the holder's
+   * expiry), looking again at least every `pollMs` in case a notification was lost. Answers
+   * `{ fence, waitedMs }` (the TTL runs from the grant) or `false` (the wait is spent; no longer
+   * queued). The first call opens the store's LISTEN connection.
+   */
+  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number): Promise<false | SqlWaitedGrant>;
+  /**
+   * Afterwards `owner` neither holds nor waits for `key`: leaves the queue, releases a grant it
+   * got (handing the key to the next waiter); a pending `acquireOrWait` of `owner` answers false.
+   */
+  withdraw(key: string, owner: string): Promise<void>;
+  /**
+   * Pending `acquireOrWait` calls leave their queues (answering a grant they already got, else
+   * false); the LISTEN connection is closed. A later `acquireOrWait` listens again.
+   */
+  close(): Promise<void>;
+  /** The same as `close()`. */
+  end(): Promise<void>;
+  /** How many `acquireOrWait` calls of this store are waiting. */
+  readonly waitingCount: number;
+  /** Whether the store's LISTEN connection is open. */
+  readonly listening: boolean;
+  /** The client the store LISTENs on, or null. */
+  readonly listenClient: PgListenClient | null;
+};
+
 /**
  * A LockStore over a Cloudflare D1 binding, a better-sqlite3 Database or a pg Pool/Client.
- * Throws TypeError for an invalid table name or an unrecognised handle.
+ * Throws TypeError for an invalid table name or an unrecognised handle. With pg (detected, or
+ * `driver: "pg"`) the store is a `PostgresLockStore`; SQLite and D1 stores have no
+ * `acquireOrWait`, so callers waiting on them poll `acquire`.
  */
+export declare function databaseLockStore(db: object, options: DatabaseLockStoreOptions & { driver: "d1" | "sqlite" }): DatabaseLockStore;
+export declare function databaseLockStore(db: object, options: DatabaseLockStoreOptions & { driver: "pg" }): PostgresLockStore;
+/** A handle with `query` and no `prepare` is detected as pg. */
+export declare function databaseLockStore(
+  db: { query(...args: any[]): unknown },
+  options?: DatabaseLockStoreOptions,
+): PostgresLockStore;
 export declare function databaseLockStore(db: object, options?: DatabaseLockStoreOptions): DatabaseLockStore;
 export default databaseLockStore;
 
 /**
  * The lock table's DDL for a dialect, as `;`-terminated statements: the table, its expiry index
  * and the fence counter (SQLite: a `<table>_fence` table and two triggers; PostgreSQL: a
- * `<table>_fence_seq` sequence). For a fresh database; `createTable()` also upgrades.
+ * `<table>_fence_seq` sequence, and the `<table>_waiters` queue with its index). For a fresh
+ * database; `createTable()` also upgrades.
  */
 export declare function schema(options?: SchemaOptions): string;
 
