@@ -97,6 +97,8 @@ mod base64url;
 pub mod conformance;
 pub mod error;
 pub mod grant;
+#[cfg(feature = "testing")]
+pub mod history;
 pub mod holding;
 pub mod input;
 pub mod lock;
