@@ -17,6 +17,11 @@
 //   extend    UPDATE … SET expires_at = now + ttl WHERE key AND owner AND not expired RETURNING
 //   isLocked / remainingTime   SELECT … WHERE key AND not expired
 //
+// PostgreSQL also waits without polling (acquireOrWait / withdraw / close): a FIFO queue table
+// <table>_waiters; release, and acquire of an expired key, hand the key to the oldest live
+// waiter in the same statement and NOTIFY it; one LISTEN connection per store (see pgWaiting
+// and postgresStatements). SQLite and D1 have no such methods: their callers poll acquire.
+//
 // "now" is always the database's clock (SQLite: julianday('now'); Postgres: clock_timestamp()),
 // never the caller's Date.now(): callers' clocks drift, the database is the one judge.
 // Expired rows are free but stay in the table until a later acquire of the same key takes them
