@@ -36,7 +36,7 @@ export interface SchemaOptions {
 }
 
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
-export type DatabaseLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "withdraw"> & {
+export type DatabaseLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "withdraw" | "forceRelease"> & {
   /**
    * Atomic set-if-absent judged by the database's clock: `{ fence }` if this call took the lock,
    * `false` if someone holds it. The fence (1..2^53 − 1) is greater than every fence this table
@@ -46,6 +46,11 @@ export type DatabaseLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "w
    * exhausted.
    */
   acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
+  /**
+   * Free `key` whoever holds it (operators clearing a stuck lock); `true` if someone did. On
+   * Postgres a queued waiter is handed the key, as on any release.
+   */
+  forceRelease(key: string): Promise<boolean>;
   readonly table: string;
   readonly driver: DatabaseDriver;
   readonly dialect: SqlDialect;

@@ -226,6 +226,7 @@ function statements(dialect, table) {
         "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, fence = excluded.fence " +
         `WHERE cur.expires_at <= ${now} RETURNING owner, fence`, // key, owner, ttl
       release: `DELETE FROM ${t} WHERE key = ? AND owner = ? RETURNING expires_at > ${now} AS live`, // key, owner
+      forceRelease: `DELETE FROM ${t} WHERE key = ? RETURNING expires_at > ${now} AS live`, // key
       extend:
         `UPDATE ${t} SET expires_at = ${now} + CAST(? AS INTEGER) ` +
         `WHERE key = ? AND owner = ? AND expires_at > ${now} RETURNING 1 AS ok`, // ttl, key, owner
@@ -328,6 +329,9 @@ function postgresStatements(n) {
       `UPDATE ${t} AS cur SET expires_at = c.now + $1::bigint FROM c ` +
       "WHERE cur.key = $2 AND cur.owner = $3 AND cur.expires_at > c.now RETURNING 1 AS ok",
     isLocked: clock + `SELECT 1 AS held FROM ${t} AS cur, c WHERE cur.key = $1 AND cur.expires_at > c.now`,
+    // Who holds the key now: forceRelease frees it through `release` as that owner, so a waiter
+    // is handed the key exactly as on a normal release.
+    holder: clock + `SELECT cur.owner FROM ${t} AS cur, c WHERE cur.key = $1 AND cur.expires_at > c.now`,
     remainingTime:
       clock + `SELECT cur.expires_at - c.now AS remaining FROM ${t} AS cur, c WHERE cur.key = $1 AND cur.expires_at > c.now`,
     // Lock rows expired by the database clock go (the count answered); so do waiter rows nobody
@@ -884,6 +888,27 @@ export function databaseLockStore(db, options = {}) {
     async isLocked(key) {
       check.key(key);
       return (await io.row(sql.isLocked, [key])) !== null;
+    },
+
+    /**
+     * Frees `key` whoever holds it (operators clearing a stuck lock); the holder finds out at its
+     * next extend. Answers whether anyone held it. On Postgres the current holder's row is
+     * released as that holder, so a queued waiter is handed the key as on any release.
+     */
+    async forceRelease(key) {
+      check.key(key);
+      if (sql.forceRelease) {
+        const row = await io.row(sql.forceRelease, [key]);
+        return row !== null && truthy(row.live);
+      }
+      // Between reading the holder and releasing it the key may change hands; try again then.
+      for (let attempt = 0; attempt < 8; attempt++) {
+        const holder = await io.row(sql.holder, [key]);
+        if (holder === null) return false;
+        const row = await io.row(sql.release, [key, holder.owner]);
+        if (row !== null && truthy(row.live)) return true;
+      }
+      throw new Error(`databaseLockStore: forceRelease(${JSON.stringify(key)}): the key kept changing hands`);
     },
 
     async remainingTime(key) {

@@ -168,6 +168,20 @@ export function registerSqlTests(env, { driver }) {
     assert.equal(stores[0].table, "keel_locks");
   });
 
+  test("forceRelease frees a key whoever holds it; the holder's extend is then refused", async () => {
+    const { stores } = env();
+    const key = uniqueKey("force");
+    const [a, b] = [owner(), owner()];
+    assert.equal(acquired(await stores[0].acquire(key, a, LONG)), true);
+    assert.equal(await stores[1 % stores.length].forceRelease(key), true);
+    assert.equal(await stores[0].isLocked(key), false);
+    assert.equal(await stores[0].extend(key, a, LONG), false, "the forced-out holder extended");
+    assert.equal(await stores[0].forceRelease(key), false, "nothing left to free");
+    // The key is usable again, with a higher fence.
+    assert.equal(acquired(await stores[0].acquire(key, b, LONG)), true);
+    assert.equal(await stores[0].release(key, b), true);
+  });
+
   test("unrecognised handles and options are refused", () => {
     const { db } = env();
     assert.throws(() => databaseLockStore({}), TypeError);
