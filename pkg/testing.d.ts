@@ -51,3 +51,121 @@ export declare function checkLockStore(store: LockStore, options?: CheckOptions)
 
 /** Like `checkLockStore`, but resolves every property's result without rejecting on failures. */
 export declare function lockStoreResults(store: LockStore, options?: CheckOptions): Promise<PropertyResult[]>;
+
+/** One recorded event of a history (see `checkHistory`). Times are ms on a clock every recorder shares. */
+export interface HistoryEvent {
+  /** Who recorded it (a process or task number). */
+  client?: number;
+  /** The lock's key (empty for `restart`, which concerns every key). */
+  key?: string;
+  /** The hold it concerns: a label unique per acquisition; a stranger's release uses its own. */
+  owner?: string;
+  /**
+   * `invoke`, then one of `ok` (granted / released / extended), `fail` (the store said no) or
+   * `info` (unknown: an error, a timeout); `enter`/`exit` of the critical section; `expired`
+   * (the holder learned it lost the lease); `write` to a fenced resource (`fence`, `accepted`);
+   * `restart` of the store (`persistent`: it claims to keep its state).
+   */
+  type: "invoke" | "ok" | "fail" | "info" | "enter" | "exit" | "expired" | "write" | "restart";
+  /** For invoke/ok/fail/info. Default "acquire". */
+  op?: "acquire" | "release" | "extend";
+  /** The event certainly happened at or after this time (ms). */
+  t0: number;
+  /** … and at or before this one (default `t0`). */
+  t1?: number;
+  /** `invoke` of acquire/extend: the TTL requested. */
+  ttlMs?: number;
+  /** `invoke` of acquire: a single store call, not a wait. */
+  immediate?: boolean;
+  /** `ok` of acquire: the grant's fence; `write`: the fence the write carried. */
+  fence?: number | null;
+  /** `write`: whether the resource accepted it. */
+  accepted?: boolean;
+  /** `restart`: the store claims durability across restarts. */
+  persistent?: boolean;
+}
+
+/** A property a history broke, with the indexes of the events that prove it. */
+export interface HistoryViolation {
+  kind:
+    | "mutual_exclusion"
+    | "fence_order"
+    | "stale_fence_accepted"
+    | "non_owner_succeeded"
+    | "refused_while_free"
+    | "malformed_history";
+  key: string;
+  message: string;
+  events: number[];
+}
+
+/** The checker's verdict. */
+export interface HistoryReport {
+  /** No violations. */
+  ok: boolean;
+  /** Invocations in the history. */
+  operations: number;
+  /** Every violation (the list is capped at `maxReported`). */
+  violationCount: number;
+  violations: HistoryViolation[];
+  /** Overlaps and fence regressions explained by a non-persistent store restart: documented losses, not violations. */
+  losses: HistoryViolation[];
+  /** Store restarts in the history. */
+  restarts: number;
+}
+
+/** Options for `checkHistory`. */
+export interface HistoryCheckOptions {
+  /** How far a store's expiry may be off from grant + TTL on the shared clock, ms. Default 5. */
+  leaseToleranceMs?: number;
+  /** Violations listed at most. Default 100. */
+  maxReported?: number;
+}
+
+/**
+ * Check a recorded history: two certainly valid leases at once, fences not strictly increasing
+ * in grant order, a stale fenced write accepted, a release/extend succeeding for a non-owner, an
+ * immediate acquire refused while the key was certainly free. Only what every placement of the
+ * events within their `[t0, t1]` intervals proves is flagged.
+ */
+export declare function checkHistory(history: HistoryEvent[], options?: HistoryCheckOptions): HistoryReport;
+
+/** Options for `checkLockStoreUnderLoad`. */
+export interface LoadOptions extends HistoryCheckOptions {
+  /** Concurrent clients, each with a store from `makeStore(i)`. Default 8. */
+  clients?: number;
+  /** Keys they contend for. Default 2. */
+  keys?: number;
+  /** How long to run, ms. Default 3000. */
+  durationMs?: number;
+  /** Seed of the clients' choices (their timing is the machine's). Default 1. */
+  seed?: number;
+  /** TTL of every acquisition, ms. Default 200. */
+  ttlMs?: number;
+  /** Longest time a holder stays inside, ms (rare holders overstay the TTL on purpose). Default 8. */
+  holdMs?: number;
+  /** Stop after this many store calls. Default 1000000. */
+  maxOperations?: number;
+  /** Prefix of every key. Default "keel-lock-load:<seed>:<time>:". */
+  keyPrefix?: string;
+  /** Also resolve the recorded history. */
+  keepHistory?: boolean;
+}
+
+/** `checkLockStoreUnderLoad`'s verdict. */
+export interface LoadReport extends HistoryReport {
+  /** Acquisitions granted. */
+  grants: number;
+  /** The recorded history, with `keepHistory`. */
+  history?: HistoryEvent[];
+}
+
+/**
+ * Run many concurrent clients against stores from `makeStore` for `durationMs`, record what
+ * they saw, and check the history. Resolves the verdict (`ok: false` with the violations when
+ * the store broke a property); rejects only for unusable arguments or a `makeStore` that throws.
+ */
+export declare function checkLockStoreUnderLoad(
+  makeStore: (client: number) => LockStore | Promise<LockStore>,
+  options?: LoadOptions,
+): Promise<LoadReport>;

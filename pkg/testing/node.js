@@ -2,4 +2,4 @@
 // `testing` feature (CommonJS), loaded synchronously from disk.
 import wasm from "../dist/testing/node/keel_lock.js";
 
-export const { checkLockStore } = wasm;
+export const { checkLockStore, checkHistory } = wasm;

@@ -2,8 +2,8 @@
 // imported as a CompiledWasm module (Workers cannot compile wasm at runtime) and instantiated
 // synchronously.
 import wasmModule from "../dist/testing/web/keel_lock_bg.wasm";
-import { initSync, checkLockStore } from "../dist/testing/web/keel_lock.js";
+import { initSync, checkLockStore, checkHistory } from "../dist/testing/web/keel_lock.js";
 
 initSync({ module: wasmModule });
 
-export { checkLockStore };
+export { checkLockStore, checkHistory };

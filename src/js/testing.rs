@@ -1,5 +1,6 @@
-//! `checkLockStore`: the core's conformance properties, run against any JS store. The engine
-//! behind `keel-lock/testing` (feature `testing`: the npm package builds it as a wasm of its own).
+//! `checkLockStore`: the core's conformance properties, run against any JS store; `checkHistory`:
+//! the history checker (`crate::history`) over events recorded in JS. The engine behind
+//! `keel-lock/testing` (feature `testing`: the npm package builds it as a wasm of its own).
 
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;
@@ -10,6 +11,7 @@ use super::convert::{object, type_error};
 use super::lock::JsFuture;
 use super::runtime::JsRuntime;
 use crate::conformance::{check_all, ConformanceOptions, Verdict};
+use crate::history::{check, CheckOptions, Event, EventKind, Micros, Op, Stamp, Violation};
 
 fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
     let mut o = ConformanceOptions::default();
@@ -76,4 +78,171 @@ pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
         Ok(results.into())
     });
     future_to_promise(run)
+}
+
+/// Reads one history event: `{ client, key, owner, type, op, t0, t1, ttlMs, immediate, fence,
+/// accepted, persistent }`, times in ms (fractions kept to the µs).
+fn event(value: &JsValue, index: u32) -> Result<Event, JsValue> {
+    if !value.is_object() {
+        return Err(type_error(format!("history[{index}] must be an object")));
+    }
+    let get = |name: &str| Reflect::get(value, &JsValue::from_str(name));
+    let bad = |what: &str| type_error(format!("history[{index}].{what}"));
+    let text = |name: &str| -> Result<String, JsValue> {
+        let v = get(name)?;
+        if v.is_undefined() || v.is_null() {
+            return Ok(String::new());
+        }
+        v.as_string()
+            .ok_or_else(|| bad(&format!("{name} must be a string")))
+    };
+    let whole = |name: &str| -> Result<Option<u64>, JsValue> {
+        let v = get(name)?;
+        if v.is_undefined() || v.is_null() {
+            return Ok(None);
+        }
+        match v.as_f64() {
+            Some(n) if (0.0..=9_007_199_254_740_991.0).contains(&n) && n.fract() == 0.0 => {
+                Ok(Some(n as u64))
+            }
+            _ => Err(bad(&format!(
+                "{name} must be a whole number from 0 to 2^53 - 1"
+            ))),
+        }
+    };
+    let micros = |name: &str| -> Result<Option<f64>, JsValue> {
+        let v = get(name)?;
+        if v.is_undefined() {
+            return Ok(None);
+        }
+        match v.as_f64() {
+            Some(n) if n.is_finite() && n.abs() < 1e15 => Ok(Some(n * 1000.0)),
+            _ => Err(bad(&format!("{name} must be a finite time in ms"))),
+        }
+    };
+    let t0 = micros("t0")?.ok_or_else(|| bad("t0 is required"))?;
+    let t1 = micros("t1")?.unwrap_or(t0);
+    let at = Stamp::new(t0.floor() as Micros, t1.ceil() as Micros);
+    let op = match text("op")?.as_str() {
+        "acquire" | "" => Op::Acquire,
+        "release" => Op::Release,
+        "extend" => Op::Extend,
+        _ => return Err(bad("op must be \"acquire\", \"release\" or \"extend\"")),
+    };
+    let flag = |name: &str| -> Result<bool, JsValue> { Ok(get(name)?.is_truthy()) };
+    let kind =
+        match text("type")?.as_str() {
+            "invoke" => EventKind::Invoke {
+                op,
+                ttl_ms: whole("ttlMs")?.unwrap_or(0),
+                immediate: flag("immediate")?,
+            },
+            "ok" => EventKind::Ok {
+                op,
+                fence: whole("fence")?,
+            },
+            "fail" => EventKind::Fail { op },
+            "info" => EventKind::Info { op },
+            "enter" => EventKind::Enter,
+            "exit" => EventKind::Exit,
+            "expired" => EventKind::ExpiryObserved,
+            "write" => EventKind::FencedWrite {
+                fence: whole("fence")?.ok_or_else(|| bad("fence is required for a write"))?,
+                accepted: flag("accepted")?,
+            },
+            "restart" => EventKind::StoreRestart {
+                persistent: flag("persistent")?,
+            },
+            _ => return Err(bad(
+                "type must be one of invoke, ok, fail, info, enter, exit, expired, write, restart",
+            )),
+        };
+    Ok(Event {
+        client: whole("client")?.unwrap_or(0),
+        key: text("key")?,
+        owner: text("owner")?,
+        at,
+        kind,
+    })
+}
+
+fn violations_to_js(list: &[Violation]) -> Result<Array, JsValue> {
+    let out = Array::new();
+    for v in list {
+        let events = Array::new();
+        for &e in &v.events {
+            events.push(&JsValue::from(e as u32));
+        }
+        out.push(&object(&[
+            ("kind", JsValue::from_str(v.kind.name())),
+            ("key", JsValue::from_str(&v.key)),
+            ("message", JsValue::from_str(&v.message)),
+            ("events", events.into()),
+        ])?);
+    }
+    Ok(out)
+}
+
+/// Checks a recorded history (an array of events, see `event`) and answers
+/// `{ ok, operations, violationCount, violations, losses, restarts }`; each violation is
+/// `{ kind, key, message, events }` with `events` indexes into the array. Options:
+/// `{ leaseToleranceMs = 5, maxReported = 100 }`.
+#[wasm_bindgen(js_name = checkHistory)]
+pub fn check_history(history: JsValue, opts: JsValue) -> Result<JsValue, JsValue> {
+    if !Array::is_array(&history) {
+        return Err(type_error(
+            "checkHistory: the history must be an array of events",
+        ));
+    }
+    let mut options = CheckOptions::default();
+    if !opts.is_undefined() && !opts.is_null() {
+        if !opts.is_object() {
+            return Err(type_error("checkHistory options must be an object"));
+        }
+        let tolerance = Reflect::get(&opts, &JsValue::from_str("leaseToleranceMs"))?;
+        if !tolerance.is_undefined() {
+            match tolerance.as_f64() {
+                Some(ms) if ms.is_finite() && (0.0..=3_600_000.0).contains(&ms) => {
+                    options.lease_tolerance_us = (ms * 1000.0).ceil() as Micros;
+                }
+                _ => {
+                    return Err(js_sys::RangeError::new(
+                        "checkHistory option leaseToleranceMs must be a number from 0 to 3600000",
+                    )
+                    .into())
+                }
+            }
+        }
+        let cap = Reflect::get(&opts, &JsValue::from_str("maxReported"))?;
+        if !cap.is_undefined() {
+            match cap.as_f64() {
+                Some(n) if n.is_finite() && (0.0..=1_000_000.0).contains(&n) => {
+                    options.max_reported = n as usize;
+                }
+                _ => {
+                    return Err(js_sys::RangeError::new(
+                        "checkHistory option maxReported must be a number from 0 to 1000000",
+                    )
+                    .into())
+                }
+            }
+        }
+    }
+    let history = Array::from(&history);
+    let mut events = Vec::with_capacity(history.length() as usize);
+    for (i, value) in history.iter().enumerate() {
+        events.push(event(&value, i as u32)?);
+    }
+    let report = check(&events, &options);
+    object(&[
+        ("ok", JsValue::from_bool(report.ok())),
+        ("operations", JsValue::from(report.operations as u32)),
+        (
+            "violationCount",
+            JsValue::from(report.violation_count as u32),
+        ),
+        ("violations", violations_to_js(&report.violations)?.into()),
+        ("losses", violations_to_js(&report.losses)?.into()),
+        ("restarts", JsValue::from(report.restarts as u32)),
+    ])
 }
