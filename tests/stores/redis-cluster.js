@@ -1,8 +1,9 @@
 // redisLockStore on a real Redis Cluster: three masters (redis-server --cluster-enabled yes, joined
 // by redis-cli --cluster create) started here on free ports and stopped at the end. Through the
 // cluster clients of ioredis 5 and 6 (Redis.Cluster) and node-redis 5 and 4 (createCluster): the
-// lock contract, fencing tokens, keys with braces spread over all three masters, one command per
-// operation with no redirections, NOSCRIPT on every master, and the stale-writer story.
+// lock contract (and keel-lock/testing's kit), fencing tokens, keys with braces spread over all
+// three masters, one command per operation with no redirections, NOSCRIPT on every master, and
+// the stale-writer story.
 // Imported by redis.test.js, so `node --test redis.test.js` runs these too.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -163,6 +164,12 @@ describe("Redis Cluster (three masters, started here)", () => {
 
       describe("the lock contract", () => {
         registerContract(() => newContext(stores, `cluster-${name.replace(/\W+/g, "-")}`));
+      });
+
+      test("passes keel-lock/testing's conformance kit (the installed package)", { timeout: 120_000 }, async () => {
+        const { checkLockStore } = await import("keel-lock/testing");
+        const results = await checkLockStore(stores[0], { shortTtlMs: 800, settleMs: 200 }); // rejects on any failure
+        assert.ok(results.length > 0 && results.every((r) => r.ok));
       });
 
       describe("fencing tokens", () => {
