@@ -46,7 +46,8 @@ import { argumentChecks, MAX_FENCE } from "./args.js";
 /**
  * If KEYS[1] (the lock) is absent: INCR KEYS[2] (the fence counter), SET KEYS[1] to ARGV[1] with
  * a TTL of ARGV[2] ms, and answer the new counter value (the fence). If it is held, answer 0.
- * A counter outside 1..2^53-1 is an error and no lock is taken.
+ * A counter that would leave 1..2^53-1 is an error: it is put back as it was and no lock is
+ * taken, so every later acquire of the key fails the same way.
  */
 export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free, set it to ARGV[1] (the owner) for ARGV[2] ms and
 -- answer the next fence from the counter KEYS[2]; answer 0 if KEYS[1] is held
@@ -55,6 +56,7 @@ if redis.call("EXISTS", KEYS[1]) == 1 then
 end
 local fence = redis.call("INCR", KEYS[2])
 if fence < 1 or fence > ${MAX_FENCE} then
+  redis.call("DECR", KEYS[2])
   return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
 end
 redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
@@ -80,7 +82,7 @@ return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 `;
 
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "d56613ddeec0883443fafcef04383b24c7b60e40";
+export const ACQUIRE_SHA = "95cb1fa5cd8e965d5f868493e175dca38044a014";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const RELEASE_SHA = "2eba89dfc16f347ef9ce2d9f0e625614dc8fe64c";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
