@@ -1,7 +1,12 @@
 // Types for the Cloudflare Workers (workerd) build of keel-lock: everything in ../index.d.ts,
 // plus the Durable Object lock store.
 export * from "../index.js";
-import type { LockStore } from "../index.js";
+import type { Grant, LockStore } from "../index.js";
+
+/** A grant from the Durable Object's queue: how long the call waited there before it. */
+export interface WaitedGrant extends Grant {
+  waitedMs?: number;
+}
 
 /** The slice of a Durable Object namespace binding (`env.LOCKS`) the store uses. */
 export interface LockNamespace {
@@ -17,6 +22,10 @@ export interface LockNamespace {
 export declare class DurableObjectLockStore implements LockStore {
   constructor(namespace: LockNamespace);
   acquire(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  /** One RPC that stays open while the call waits in the key's FIFO queue (at most `waitMs`). */
+  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs?: number): Promise<WaitedGrant | false>;
+  /** Leave the key's queue, or release the key if it was already handed to `owner`. */
+  withdraw(key: string, owner: string): Promise<void>;
   release(key: string, owner: string): Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): Promise<boolean>;
@@ -30,6 +39,8 @@ export interface LockObjectSnapshot {
   /** When the cleanup alarm fires, or `null` when none is set. */
   alarm: number | null;
   rows: { key: string; expiresAt: number }[];
+  /** `acquireOrWait` calls queued in this instance (in memory: a restart empties the queue). */
+  waiting: number;
 }
 
 /**
@@ -40,6 +51,8 @@ export interface LockObjectSnapshot {
 export declare class LockDurableObject {
   constructor(ctx: unknown, env: unknown);
   acquire(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number): Promise<WaitedGrant | false>;
+  withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): boolean;

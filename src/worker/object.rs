@@ -2,20 +2,31 @@
 //! decode → [`crate::rows`] → encode; the SQL read, the decision and the write happen in one
 //! synchronous turn (SQLite-backed Durable Object storage is synchronous), so no other event
 //! can run between them and every operation is atomic.
+//!
+//! Waiting (`acquireOrWait`) keeps the call open in an in-memory FIFO queue per key. A grant to
+//! a waiter is decided and written (row and fence) in the synchronous turn that freed the key —
+//! a release, a plain acquire or withdraw that found it expired, the waiter's own timer at the
+//! holder's expiry, or the alarm — and only then is the waiting call resolved. The queue lives
+//! in memory only: when the object is evicted or restarted, the waiting calls fail and their
+//! callers fall back to plain attempts (see `DurableObjectLockStore::acquire_or_wait`).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
+use std::task::Waker;
 
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 use worker::{ScheduledTime, SqlStorageValue, State};
 
-use super::{describe, type_error};
+use super::{describe, type_error, WorkersRuntime};
 use crate::grant::{Fence, Grant};
-use crate::input::Key;
-use crate::js::convert::{grant_to_js, key, owner, required_ttl as ttl};
+use crate::input::{Key, ShowNumber, Ttl, MAX_WAIT_MS};
+use crate::js::convert::{fence_to_js, grant_to_js, key, object, owner, required_ttl as ttl};
+use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
+use crate::runtime::Runtime;
 use crate::token::OwnerToken;
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS keel_locks (
@@ -42,7 +53,8 @@ const LIST: &str = "SELECT key, expires_at FROM keel_locks ORDER BY key";
 /// A Durable Object holding lock rows in its SQLite storage; the object's own clock decides
 /// expiry. Exported to JS as `LockDurableObjectCore`: workerd instantiates the JS
 /// `LockDurableObject extends DurableObject` class, which builds one of these and forwards
-/// `acquire`, `release`, `extend`, `isLocked`, `remainingTime`, `inspect` and `alarm` to it.
+/// `acquire`, `acquireOrWait`, `withdraw`, `release`, `extend`, `isLocked`, `remainingTime`,
+/// `inspect` and `alarm` to it.
 #[wasm_bindgen(js_name = LockDurableObjectCore)]
 pub struct LockDurableObject {
     inner: Rc<Inner>,
@@ -53,6 +65,74 @@ struct Inner {
     /// The alarm this instance last scheduled: `None` = unknown (fresh instance),
     /// `Some(None)` = no alarm, `Some(Some(t))` = alarm at `t`.
     alarm_at: Cell<Option<Option<u64>>>,
+    /// Calls waiting for a key, oldest first. In memory only: gone with the instance.
+    queues: RefCell<HashMap<String, VecDeque<Rc<Ticket>>>>,
+}
+
+/// An `acquireOrWait` call parked in its key's queue.
+struct Ticket {
+    owner: OwnerToken,
+    ttl: Ttl,
+    /// When it joined the queue, by the object's clock.
+    since: u64,
+    /// How the wait ended, set once by whoever ended it; taken by the waiting call.
+    outcome: RefCell<Option<Outcome>>,
+    /// The waiting call's waker, woken when `outcome` is set.
+    waker: RefCell<Option<Waker>>,
+}
+
+enum Outcome {
+    /// The key was handed over; the grant is already in storage.
+    Granted(Grant),
+    /// The caller withdrew.
+    Withdrawn,
+    /// The hand-over failed in storage.
+    Failed(JsValue),
+}
+
+impl Ticket {
+    fn settle(&self, outcome: Outcome) {
+        *self.outcome.borrow_mut() = Some(outcome);
+        let waker = self.waker.borrow_mut().take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn is_settled(&self) -> bool {
+        self.outcome.borrow().is_some()
+    }
+}
+
+/// `waitMs` of an `acquireOrWait` call: whole milliseconds from 0 to 2^31 − 1 (fractions round
+/// up); a `TypeError` for a non-number, a `RangeError` outside the range.
+pub(super) fn wait_ms(name: &str, value: &JsValue) -> Result<u64, JsValue> {
+    let Some(ms) = value.as_f64() else {
+        return Err(type_error(format!(
+            "{name} must be a number, got {}",
+            describe(value)
+        )));
+    };
+    if !ms.is_finite() || ms < 0.0 || ms.ceil() > MAX_WAIT_MS as f64 {
+        return Err(js_sys::RangeError::new(&format!(
+            "{name} must be a finite number of milliseconds between 0 and {MAX_WAIT_MS}, got {}",
+            ShowNumber(ms)
+        ))
+        .into());
+    }
+    Ok(ms.ceil() as u64)
+}
+
+/// A waited grant as `acquireOrWait` answers it: `{ fence, waitedMs }` (`true` for a grant
+/// without a fence, which this object never makes).
+pub(super) fn waited_grant_to_js(grant: Grant) -> Result<JsValue, JsValue> {
+    if grant.fence().is_none() {
+        return Ok(JsValue::TRUE);
+    }
+    object(&[
+        ("fence", fence_to_js(grant.fence())),
+        ("waitedMs", JsValue::from_f64(grant.waited_ms() as f64)),
+    ])
 }
 
 fn storage_error(e: impl Into<JsValue>) -> JsValue {
@@ -146,6 +226,139 @@ impl Inner {
             .ok_or_else(|| storage_error("the fence counter is missing or spent"))
     }
 
+    /// Set-if-absent for `owner`, with the fence in the same synchronous turn as the row write.
+    /// Does not look at the queue.
+    fn take(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<(Decision, Option<Grant>), JsValue> {
+        let d = self.decide(key, owner, |row, now| rows::acquire(row, now, ttl))?;
+        let grant = match d.granted {
+            true => Some(Grant::new(Some(self.next_fence(key)?))),
+            false => None,
+        };
+        Ok((d, grant))
+    }
+
+    /// The expiry of `key`'s live hold, if any.
+    fn expiry(&self, key: &Key, now: u64) -> Result<Option<u64>, JsValue> {
+        Ok(self.row(key)?.map(|(_, at)| at).filter(|at| *at > now))
+    }
+
+    fn has_waiters(&self, key: &Key) -> bool {
+        self.queues.borrow().contains_key(key.as_str())
+    }
+
+    fn waiting(&self) -> usize {
+        self.queues.borrow().values().map(VecDeque::len).sum()
+    }
+
+    /// When `key` is free and has waiters, grants it to the oldest one: writes the row and the
+    /// fence, then settles the ticket (its call resolves on its next poll). A storage failure
+    /// fails that waiter's call rather than the operation that freed the key; a failed read
+    /// leaves the queue alone (the waiters' timers try again).
+    fn hand_over(&self, key: &Key) {
+        if !self.has_waiters(key) {
+            return;
+        }
+        let now = now();
+        if !matches!(self.expiry(key, now), Ok(None)) {
+            return;
+        }
+        let next = {
+            let mut queues = self.queues.borrow_mut();
+            let Some(queue) = queues.get_mut(key.as_str()) else {
+                return;
+            };
+            let next = queue.pop_front();
+            if queue.is_empty() {
+                queues.remove(key.as_str());
+            }
+            next
+        };
+        let Some(ticket) = next else { return };
+        let outcome = match self.take(key, &ticket.owner, ticket.ttl) {
+            Ok((_, Some(grant))) => {
+                Outcome::Granted(grant.waited(now.saturating_sub(ticket.since)))
+            }
+            Ok((_, None)) => Outcome::Failed(storage_error("a free key refused its hand-over")),
+            Err(e) => Outcome::Failed(e),
+        };
+        ticket.settle(outcome);
+    }
+
+    /// Takes `ticket` out of `key`'s queue (a no-op when the hand-over already took it).
+    fn leave(&self, key: &Key, ticket: &Rc<Ticket>) {
+        let mut queues = self.queues.borrow_mut();
+        if let Some(queue) = queues.get_mut(key.as_str()) {
+            queue.retain(|t| !Rc::ptr_eq(t, ticket));
+            if queue.is_empty() {
+                queues.remove(key.as_str());
+            }
+        }
+    }
+
+    /// Takes `owner`'s oldest ticket out of `key`'s queue, if it is queued.
+    fn dequeue(&self, key: &Key, owner: &OwnerToken) -> Option<Rc<Ticket>> {
+        let mut queues = self.queues.borrow_mut();
+        let queue = queues.get_mut(key.as_str())?;
+        let at = queue.iter().position(|t| t.owner == *owner)?;
+        let ticket = queue.remove(at);
+        if queue.is_empty() {
+            queues.remove(key.as_str());
+        }
+        ticket
+    }
+
+    /// A queued call: resolves when the hand-over settles its ticket or its wait is spent.
+    /// Until then it wakes at the holder's expiry to hand the key over itself (the holder may
+    /// never release), and otherwise sleeps.
+    async fn wait(
+        self: Rc<Self>,
+        key: Key,
+        ticket: Rc<Ticket>,
+        give_up_at: u64,
+    ) -> Result<JsValue, JsValue> {
+        loop {
+            let outcome = ticket.outcome.borrow_mut().take();
+            match outcome {
+                Some(Outcome::Granted(grant)) => {
+                    self.clone().reschedule().await?;
+                    return waited_grant_to_js(grant);
+                }
+                Some(Outcome::Withdrawn) => return Ok(JsValue::FALSE),
+                Some(Outcome::Failed(e)) => return Err(e),
+                None => {}
+            }
+            let now = now();
+            if now >= give_up_at {
+                self.leave(&key, &ticket);
+                return Ok(JsValue::FALSE);
+            }
+            let until = match self.expiry(&key, now) {
+                Ok(Some(expiry)) => expiry.min(give_up_at),
+                _ => give_up_at,
+            };
+            let settled = poll_until(|cx| {
+                if ticket.is_settled() {
+                    return true;
+                }
+                *ticket.waker.borrow_mut() = Some(cx.waker().clone());
+                false
+            });
+            race(
+                settled,
+                WorkersRuntime.sleep(until.saturating_sub(now).max(1)),
+            )
+            .await;
+            if !ticket.is_settled() {
+                self.hand_over(&key);
+            }
+        }
+    }
+
     fn next_expiry(&self) -> Result<Option<u64>, JsValue> {
         let cursor = self.exec(NEXT_EXPIRY, vec![])?;
         let first = cursor.raw().next().transpose().map_err(storage_error)?;
@@ -214,6 +427,7 @@ impl LockDurableObject {
         let inner = Rc::new(Inner {
             state,
             alarm_at: Cell::new(None),
+            queues: RefCell::new(HashMap::new()),
         });
         inner.exec(CREATE, vec![])?;
         inner.exec(CREATE_FENCES, vec![])?;
@@ -221,25 +435,80 @@ impl LockDurableObject {
     }
 
     /// Set-if-absent (an expired row counts as absent). Resolves `{ fence }` when acquired,
-    /// `false` otherwise.
+    /// `false` otherwise. Never overtakes waiting calls: a free key with waiters goes to the
+    /// oldest of them first.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        let d = self
-            .inner
-            .decide(&k, &o, |row, now| rows::acquire(row, now, t))?;
-        let grant = match d.granted {
-            true => Some(Grant::new(Some(self.inner.next_fence(&k)?))),
-            false => None,
-        };
+        self.inner.hand_over(&k);
+        let (d, grant) = self.inner.take(&k, &o, t)?;
         Ok(self.inner.answer_with(d, grant_to_js(grant)?))
     }
 
-    /// Compare-owner-and-delete. Resolves `true` when this owner held the key and freed it.
+    /// Acquire now if the key is free and nobody is waiting for it (`{ fence }`); otherwise
+    /// wait in the key's FIFO queue for up to `waitMs` for the object to hand it over on release
+    /// or at the holder's expiry (`{ fence, waitedMs }`, the grant already in storage), or
+    /// resolve `false` when the wait is spent. The call stays open while it waits.
+    #[wasm_bindgen(js_name = acquireOrWait)]
+    pub fn acquire_or_wait(
+        &self,
+        k: JsValue,
+        o: JsValue,
+        t: JsValue,
+        w: JsValue,
+    ) -> Result<Promise, JsValue> {
+        let (k, o, t, w) = (key(&k)?, owner(&o)?, ttl(&t)?, wait_ms("waitMs", &w)?);
+        self.inner.hand_over(&k);
+        if !self.inner.has_waiters(&k) {
+            let (d, grant) = self.inner.take(&k, &o, t)?;
+            if grant.is_some() || w == 0 {
+                return Ok(self.inner.answer_with(d, grant_to_js(grant)?));
+            }
+        } else if w == 0 {
+            return Ok(Promise::resolve(&JsValue::FALSE));
+        }
+        let since = now();
+        let ticket = Rc::new(Ticket {
+            owner: o,
+            ttl: t,
+            since,
+            outcome: RefCell::new(None),
+            waker: RefCell::new(None),
+        });
+        self.inner
+            .queues
+            .borrow_mut()
+            .entry(k.as_str().to_owned())
+            .or_default()
+            .push_back(ticket.clone());
+        Ok(future_to_promise(self.inner.clone().wait(
+            k,
+            ticket,
+            since.saturating_add(w),
+        )))
+    }
+
+    /// The caller with `owner` stopped waiting for the key: a queued call leaves the queue and
+    /// resolves `false`; a key already handed to `owner` is released (and handed on). Resolves
+    /// `true` when it did either.
+    pub fn withdraw(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
+        let (k, o) = (key(&k)?, owner(&o)?);
+        if let Some(ticket) = self.inner.dequeue(&k, &o) {
+            ticket.settle(Outcome::Withdrawn);
+            return Ok(Promise::resolve(&JsValue::TRUE));
+        }
+        self.release(k.as_str().into(), o.as_str().into())
+    }
+
+    /// Compare-owner-and-delete. Resolves `true` when this owner held the key and freed it;
+    /// the oldest waiter, if any, holds the key when it resolves.
     pub fn release(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
         let (k, o) = (key(&k)?, owner(&o)?);
         let d = self
             .inner
             .decide(&k, &o, |row, now| rows::release(row, now, &o))?;
+        if d.granted {
+            self.inner.hand_over(&k);
+        }
         Ok(self.inner.answer(d))
     }
 
@@ -278,10 +547,17 @@ impl LockDurableObject {
         Ok(rows::remaining_time(view, now()))
     }
 
-    /// The alarm handler: deletes expired rows, then points the alarm at the next expiry.
+    /// The alarm handler: hands expired keys to their waiters, deletes the remaining expired
+    /// rows, then points the alarm at the next expiry.
     pub fn alarm(&self) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
+            let waited_for: Vec<String> = inner.queues.borrow().keys().cloned().collect();
+            for k in waited_for {
+                if let Ok(k) = Key::new(k) {
+                    inner.hand_over(&k);
+                }
+            }
             inner.exec(DELETE_EXPIRED, vec![JsValue::from_f64(now() as f64)])?;
             // The alarm that just fired is spent.
             inner.alarm_at.set(Some(None));
@@ -290,8 +566,9 @@ impl LockDurableObject {
         })
     }
 
-    /// Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }] }` — what storage holds right
-    /// now, expired rows not yet deleted included. Owner tokens are never exposed.
+    /// Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }], waiting }` — what storage holds
+    /// right now, expired rows not yet deleted included, and how many `acquireOrWait` calls
+    /// this instance has queued. Owner tokens are never exposed.
     pub fn inspect(&self) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
@@ -317,6 +594,8 @@ impl LockDurableObject {
             let alarm = alarm.map_or(JsValue::NULL, |ms| (ms as f64).into());
             Reflect::set(&out, &"alarm".into(), &alarm)?;
             Reflect::set(&out, &"rows".into(), &rows)?;
+            let waiting = JsValue::from_f64(inner.waiting() as f64);
+            Reflect::set(&out, &"waiting".into(), &waiting)?;
             Ok(out.into())
         })
     }

@@ -4,6 +4,9 @@
 //! (`stub.acquire(key, owner, ttlMs)`), with no URL routing, no request/response bodies to
 //! encode and parse, and errors (a `RangeError` for a bad TTL) arriving as the same error
 //! class on the caller's side.
+//!
+//! Waiting is one RPC too: `acquireOrWait` stays open while the caller waits in the object's
+//! queue, and the object resolves it with the grant when it hands the key over.
 
 use std::rc::Rc;
 
@@ -11,19 +14,26 @@ use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
+use super::object::{wait_ms, waited_grant_to_js};
 use super::{describe, type_error, WorkersRuntime};
 use crate::error::{InputError, Operation};
 use crate::grant::Grant;
-use crate::input::{Key, Ttl};
+use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS, MAX_WAIT_MS};
 use crate::js::convert::{grant_to_js, key, method_name, owner, required_ttl};
 use crate::js::store::answers;
 use crate::lock::Lock;
-use crate::store::LockStore;
+use crate::runtime::Runtime;
+use crate::store::{LockStore, Wait};
 use crate::token::OwnerToken;
 
 /// A [`LockStore`] whose rows live in `LockDurableObject`s: each key is routed to its own
 /// object with `idFromName(key)` (no global bottleneck), and each operation is one JS RPC call
 /// to it. Expiry is judged by the object's clock, never the caller's.
+///
+/// It hands keys over ([`LockStore::hands_over`]): a lock waiting with a timeout makes one
+/// `acquireOrWait` call that the object keeps open, queued in FIFO order behind earlier
+/// waiters, until it grants the key (on release or at the holder's expiry) or the wait is
+/// spent — no polling, so an acquisition after a wait costs two calls, acquire and release.
 ///
 /// Cheap to create and to clone (it holds the namespace binding only): make one per request.
 /// Its error type is the JS exception the RPC call raised; keel-lock's errors convert into
@@ -135,8 +145,18 @@ impl DurableObjectLockStore {
 
     /// One RPC call: `stub[op](...args)`, awaited.
     async fn call(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<JsValue, JsValue> {
+        self.call_method(key, method_name(op), args).await
+    }
+
+    /// One RPC call to the method `name`, awaited.
+    async fn call_method(
+        &self,
+        key: &Key,
+        name: &str,
+        args: &[JsValue],
+    ) -> Result<JsValue, JsValue> {
         let stub = self.stub(key)?;
-        let f = method(&stub, method_name(op))?;
+        let f = method(&stub, name)?;
         // Reflect.apply, not f.call(...): on an RPC stub, `.call` is itself a remote property.
         let answer = Reflect::apply(&f, &stub, &args.iter().collect::<Array>())?;
         JsFuture::from(Promise::resolve(&answer)).await
@@ -145,6 +165,66 @@ impl DurableObjectLockStore {
     async fn boolean(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<bool, JsValue> {
         let answer = self.call(key, op, args).await?;
         answers::boolean(&object_method(op), &answer)
+    }
+
+    /// The safety net of [`LockStore::acquire_or_wait`] when the waiting call failed — most
+    /// likely the object was restarted or evicted, and its in-memory queue went with it. The
+    /// object may have recorded a grant to `owner` before failing, so that is released first
+    /// (no hold is left that nobody knows of); then plain acquires every `poll_ms` until the
+    /// wait that began at `started` is spent. A plain acquire never overtakes callers queued
+    /// in the restarted object, and never yields a second holder.
+    async fn poll_after_failed_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait: Wait,
+        started: u64,
+        failure: JsValue,
+    ) -> Result<Option<Grant>, JsValue> {
+        if self.release(key, owner).await.is_err() {
+            return Err(failure);
+        }
+        let give_up_at = started.saturating_add(wait.wait_ms);
+        loop {
+            let sent = WorkersRuntime.now_ms();
+            if let Some(grant) = self.acquire(key, owner, ttl).await? {
+                // The TTL ran from no earlier than this attempt was sent.
+                return Ok(Some(grant.waited(sent.saturating_sub(started))));
+            }
+            let now = WorkersRuntime.now_ms();
+            if now >= give_up_at {
+                return Ok(None);
+            }
+            let pause = wait.poll_ms.max(1).min(give_up_at - now);
+            WorkersRuntime.sleep(pause).await;
+        }
+    }
+}
+
+const ACQUIRE_OR_WAIT: &str = "LockDurableObject.acquireOrWait()";
+
+/// `acquireOrWait`'s answer: as `acquire`'s (`false` or `{ fence }`), plus `waitedMs` (whole
+/// milliseconds from 0 to 2^31 − 1, absent for an immediate grant) on a grant from the queue.
+fn waited_grant(answer: &JsValue) -> Result<Option<Grant>, JsValue> {
+    let Some(grant) = answers::acquire(ACQUIRE_OR_WAIT, answer)? else {
+        return Ok(None);
+    };
+    if answer.as_bool().is_some() {
+        return Ok(Some(grant));
+    }
+    let waited = Reflect::get(answer, &JsValue::from_str("waitedMs"))?;
+    if waited.is_undefined() {
+        return Ok(Some(grant));
+    }
+    match waited.as_f64() {
+        Some(ms) if ms.fract() == 0.0 && ms >= 0.0 && ms <= MAX_WAIT_MS as f64 => {
+            Ok(Some(grant.waited(ms as u64)))
+        }
+        _ => Err(type_error(format!(
+            "{ACQUIRE_OR_WAIT} answered waitedMs {}, not a whole number of milliseconds from 0 to {MAX_WAIT_MS}; this store is broken",
+            describe(&waited)
+        ))),
     }
 }
 
@@ -201,10 +281,51 @@ impl LockStore for DurableObjectLockStore {
             .await?;
         answers::remaining_time(&object_method(Operation::RemainingTime), &answer)
     }
+
+    fn hands_over(&self) -> bool {
+        true
+    }
+
+    /// One `acquireOrWait` call, open while the caller waits in the object's queue. When that
+    /// call fails, plain acquires every `wait.poll_ms` until the wait is spent (see
+    /// [`DurableObjectLockStore::poll_after_failed_wait`]).
+    async fn acquire_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait: Wait,
+    ) -> Result<Option<Grant>, JsValue> {
+        let started = WorkersRuntime.now_ms();
+        let [k, o, t] = args3(key, owner, ttl);
+        let args = [k, o, t, JsValue::from_f64(wait.wait_ms as f64)];
+        match self.call_method(key, "acquireOrWait", &args).await {
+            Ok(answer) => waited_grant(&answer),
+            Err(failure) => {
+                self.poll_after_failed_wait(key, owner, ttl, wait, started, failure)
+                    .await
+            }
+        }
+    }
+
+    /// One `withdraw` call: the object drops `owner` from the queue or releases its grant.
+    /// When that call fails (the object restarted, and its queue is gone), a release.
+    async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), JsValue> {
+        let args = [key.as_str().into(), owner.as_str().into()];
+        match self.call_method(key, "withdraw", &args).await {
+            Ok(answer) => answers::boolean("LockDurableObject.withdraw()", &answer).map(drop),
+            Err(failure) => self
+                .release(key, owner)
+                .await
+                .map(drop)
+                .map_err(|_| failure),
+        }
+    }
 }
 
 /// `new DurableObjectLockStore(env.LOCKS)` for JS Workers: a store object with the five
-/// `LockStore` methods, ready for `setLockStore`.
+/// `LockStore` methods and the waiting pair (`acquireOrWait`, `withdraw`), ready for
+/// `setLockStore`.
 #[wasm_bindgen(js_name = DurableObjectLockStore)]
 pub struct JsDurableObjectLockStore {
     inner: Rc<DurableObjectLockStore>,
@@ -236,6 +357,44 @@ impl JsDurableObjectLockStore {
         spawn(&self.inner, move |s| {
             let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
             Ok(async move { grant_to_js(s.acquire(&k, &o, t).await?) })
+        })
+    }
+
+    /// Acquire, or wait in the key's queue in its Durable Object for up to `waitMs`: `{ fence }`
+    /// at once, `{ fence, waitedMs }` after waiting, or `false` when the wait is spent.
+    /// `pollMs` (default 50) paces the plain attempts made if the object restarts meanwhile.
+    #[wasm_bindgen(js_name = acquireOrWait)]
+    pub fn acquire_or_wait(
+        &self,
+        k: JsValue,
+        o: JsValue,
+        t: JsValue,
+        w: JsValue,
+        p: JsValue,
+    ) -> Promise {
+        spawn(&self.inner, move |s| {
+            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
+            let wait = Wait {
+                wait_ms: wait_ms("waitMs", &w)?,
+                poll_ms: match p.is_undefined() {
+                    true => DEFAULT_RETRY_DELAY_MS,
+                    false => wait_ms("pollMs", &p)?,
+                },
+            };
+            Ok(async move {
+                match s.acquire_or_wait(&k, &o, t, wait).await? {
+                    Some(grant) => waited_grant_to_js(grant),
+                    None => Ok(JsValue::FALSE),
+                }
+            })
+        })
+    }
+
+    /// Stop waiting: leave the key's queue, or release the key if it was already handed over.
+    pub fn withdraw(&self, k: JsValue, o: JsValue) -> Promise {
+        spawn(&self.inner, move |s| {
+            let (k, o) = (key(&k)?, owner(&o)?);
+            Ok(async move { s.withdraw(&k, &o).await.map(|()| JsValue::UNDEFINED) })
         })
     }
 

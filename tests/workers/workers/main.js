@@ -5,15 +5,25 @@ import {
   restoreLock,
   getLockStore,
   DurableObjectLockStore,
-  LockDurableObject,
+  LockDurableObject as PackagedLockDurableObject,
   LockNotHeldError,
 } from "keel-lock";
 // The conformance kit, from its own entry (and its own wasm instance): it drives the
 // DurableObjectLockStore made by "keel-lock" through the store's five methods.
 import { lockStoreResults } from "keel-lock/testing";
-import { Counter, Ledger, contend, stats, sleep, useStore } from "./shared.js";
+import { Counter, Ledger, contend, rpcCounts, stats, sleep, useStore } from "./shared.js";
 
-export { LockDurableObject, Counter, Ledger };
+/**
+ * The package's Durable Object plus one test hook: `crash()` resets the object the way an
+ * eviction or a deploy does (in-memory state and open calls are lost, storage stays).
+ */
+export class LockDurableObject extends PackagedLockDurableObject {
+  crash() {
+    this.ctx.abort(new Error("reset by the test"));
+  }
+}
+
+export { Counter, Ledger };
 
 class Failure extends Error {}
 function check(cond, message) {
@@ -244,6 +254,180 @@ const suite = {
   },
 };
 
+/** Polls the key's object until `waiting` calls are queued in it. */
+async function untilQueued(env, key, waiting, limitMs = 10_000) {
+  const deadline = Date.now() + limitMs;
+  let seen;
+  while ((seen = (await stubFor(env, key).inspect()).waiting) !== waiting) {
+    check(Date.now() < deadline, `${key}: ${seen} calls queued after ${limitMs} ms, expected ${waiting}`);
+    await sleep(5);
+  }
+}
+
+/** Critical sections entered in this request: the overlap and the fences, in entry order. */
+function sections() {
+  const seen = { inside: 0, maxInside: 0, fences: [], labels: [] };
+  const enter = (fence, label) => {
+    seen.inside += 1;
+    seen.maxInside = Math.max(seen.maxInside, seen.inside);
+    seen.fences.push(fence);
+    seen.labels.push(label);
+  };
+  const exit = () => (seen.inside -= 1);
+  return { seen, enter, exit };
+}
+
+/** Waiting in the Durable Object's queue (acquireOrWait / withdraw), each case on a fresh key. */
+const waitingSuite = {
+  async "a waiter's timeout leaves the queue clean"(env) {
+    const key = unique("timeout");
+    const holder = lock(key, 10_000);
+    check(await holder.acquire(), "holder acquire");
+    eq(await lock(key).acquire({ timeout: 200 }), false, "queued acquire after its timeout");
+    eq((await stubFor(env, key).inspect()).waiting, 0, "calls queued after the timeout");
+    check(await holder.release(), "holder release");
+    eq(await lock(key).isLocked(), false, "the key after the release (nobody was handed it)");
+    eq(rpcCounts(key).acquireOrWait, 1, "the timed-out wait was one acquireOrWait call");
+    eq(rpcCounts(key).acquire ?? 0, 1, "plain acquires (the holder's only)");
+  },
+  async "an AbortSignal takes a waiter out of the queue"(env) {
+    const key = unique("abort");
+    const holder = lock(key, 10_000);
+    check(await holder.acquire(), "holder acquire");
+    const controller = new AbortController();
+    let ran = false;
+    const waiter = lock(key).run(() => (ran = true), { timeout: 20_000, signal: controller.signal });
+    await untilQueued(env, key, 1);
+    const reason = new Error("the user went away");
+    controller.abort(reason);
+    let thrown = null;
+    try {
+      await waiter;
+    } catch (e) {
+      thrown = e;
+    }
+    check(thrown === reason, `run() after abort: ${thrown === null ? "resolved" : `${thrown?.name}: ${thrown?.message}`}`);
+    check(!ran, "the aborted waiter's task ran");
+    eq((await stubFor(env, key).inspect()).waiting, 0, "calls queued after the abort");
+    check(await holder.release(), "holder release");
+    eq(await lock(key).isLocked(), false, "the key after the release (not handed to the aborted waiter)");
+    eq(rpcCounts(key).withdraw, 1, "withdraw calls");
+  },
+  async "a crashed holder's key goes to the next waiter at its expiry"(env) {
+    const key = unique("crashed-holder");
+    const holder = lock(key, 400);
+    check(await holder.acquire(), "holder acquire"); // and never releases: it crashed
+    const expiry = (await stubFor(env, key).inspect()).rows[0].expiresAt;
+    const waiter = lock(key, 10_000);
+    check(await waiter.acquire({ timeout: 20_000 }), "waiter acquire");
+    const granted = (await stubFor(env, key).inspect()).rows[0].expiresAt - 10_000;
+    check(granted >= expiry, `granted at ${granted}, before the holder's expiry ${expiry}`);
+    check(waiter.fence > holder.fence, `waiter's fence ${waiter.fence} after ${holder.fence}`);
+    eq(await holder.release(), false, "the crashed holder's late release");
+    eq(await waiter.isLocked(), true, "the waiter still holds it");
+    check(await waiter.release(), "waiter release");
+    eq(rpcCounts(key).acquireOrWait, 1, "the waiter waited in one call (no polling)");
+  },
+  async "a plain acquire never overtakes a queued waiter"(env) {
+    const key = unique("overtake");
+    const holder = lock(key, 300);
+    check(await holder.acquire(), "holder acquire");
+    const waiter = lock(key, 10_000);
+    const waiting = waiter.acquire({ timeout: 20_000 });
+    await untilQueued(env, key, 1);
+    // Plain attempts across the holder's expiry: every one must lose to the waiter.
+    let settled = false;
+    waiting.then(() => (settled = true), () => (settled = true));
+    let attempts = 0;
+    while (!settled) {
+      const other = lock(key, 10_000);
+      attempts += 1;
+      check(!(await other.acquire()), `plain acquire ${attempts} overtook the queued waiter`);
+      await sleep(2);
+    }
+    check(await waiting, "the queued waiter got the key");
+    check(attempts > 1, `only ${attempts} plain attempts`);
+    check(await waiter.release(), "waiter release");
+  },
+  async "a release racing a waiter's timeout never makes two holders"(env, { rounds = 30 } = {}) {
+    const key = unique("race");
+    const { seen, enter, exit } = sections();
+    let acquiredByWaiter = 0;
+    for (let round = 0; round < rounds; round++) {
+      const timeout = 40;
+      const holdMs = timeout + (round % 7) - 3; // the release lands just before or after the timeout
+      const holder = lock(key, 10_000);
+      check(await holder.acquire(), `round ${round}: holder acquire`);
+      enter(holder.fence, "holder");
+      const waiter = lock(key, 10_000).run(({ fence }) => {
+        enter(fence, "waiter");
+        exit();
+      }, { timeout });
+      await sleep(holdMs);
+      exit();
+      check(await holder.release(), `round ${round}: holder release`);
+      const [ran] = await waiter;
+      if (ran) acquiredByWaiter += 1;
+      eq(await lock(key).isLocked(), false, `round ${round}: key after both (a grant nobody took?)`);
+      eq((await stubFor(env, key).inspect()).waiting, 0, `round ${round}: calls queued`);
+    }
+    eq(seen.maxInside, 1, "holders at once");
+    for (let i = 1; i < seen.fences.length; i++) {
+      check(seen.fences[i] > seen.fences[i - 1], `fence ${seen.fences[i]} after ${seen.fences[i - 1]}`);
+    }
+    return { rounds, acquiredByWaiter };
+  },
+  async "waiters survive an object reset by falling back to plain attempts"(env) {
+    const key = unique("reset");
+    const holder = lock(key, 10_000);
+    check(await holder.acquire(), "holder acquire");
+    const { seen, enter, exit } = sections();
+    const waiters = [0, 1, 2].map((i) =>
+      lock(key, 10_000).run(async ({ fence }) => {
+        enter(fence, i);
+        await sleep(5);
+        exit();
+      }, { timeout: 30_000, retryDelay: 10 }),
+    );
+    await untilQueued(env, key, 3);
+    await stubFor(env, key).crash().catch(() => {});
+    const after = await stubFor(env, key).inspect();
+    eq(after.waiting, 0, "calls queued in the new instance");
+    eq(after.rows.length, 1, "the holder's row survived the reset");
+    check(await holder.release(), "holder release after the reset");
+    const results = await Promise.all(waiters);
+    eq(results.map(([ran]) => ran), [true, true, true], "every waiter ran");
+    eq(seen.maxInside, 1, "holders at once");
+    check(seen.fences[0] > holder.fence, `first waiter's fence ${seen.fences[0]} after the holder's ${holder.fence}`);
+    for (let i = 1; i < seen.fences.length; i++) {
+      check(seen.fences[i] > seen.fences[i - 1], `fence ${seen.fences[i]} after ${seen.fences[i - 1]}`);
+    }
+    const counts = rpcCounts(key);
+    check((counts.acquire ?? 0) > 1, `the waiters never fell back to plain acquires: ${JSON.stringify(counts)}`);
+    eq(await lock(key).isLocked(), false, "the key at the end");
+    return counts;
+  },
+  async "acquireOrWait and withdraw refuse garbage"(env) {
+    const key = unique("rpc-wait");
+    const stub = stubFor(env, key);
+    await rejects(stub.acquireOrWait(key, "owner-1", 1000, -1), RangeError, /waitMs .* got -1/, "negative wait");
+    await rejects(stub.acquireOrWait(key, "owner-1", 1000, "5"), TypeError, /waitMs must be a number/, "string wait");
+    await rejects(stub.acquireOrWait(key, "owner-1", 1000, 2 ** 31), RangeError, /waitMs/, "wait too long");
+    await rejects(stub.acquireOrWait(key, "owner-1", 0, 10), RangeError, /ttlMs/, "zero TTL");
+    await rejects(stub.withdraw(7, "owner-1"), TypeError, /key must be a string/, "number key");
+    await rejects(stub.withdraw(key, ""), RangeError, /owner token/, "empty owner");
+    const grant = await stub.acquireOrWait(key, "owner-1", 1000, 0);
+    check(Number.isSafeInteger(grant?.fence), `acquireOrWait on a free key answered ${JSON.stringify(grant)}`);
+    eq(await stub.acquireOrWait(key, "owner-2", 1000, 0), false, "acquireOrWait(waitMs 0) on a held key");
+    eq(await stub.withdraw(key, "owner-2"), false, "withdraw of a caller that is not there");
+    eq(await stub.withdraw(key, "owner-1"), true, "withdraw of the holder releases");
+    eq(await stub.isLocked(key), false, "the key after the holder withdrew");
+    const store = useStore(env);
+    await rejects(store.acquireOrWait(key, "owner-1", 1000, NaN, 5), RangeError, /waitMs/, "store: NaN wait");
+    await rejects(store.acquireOrWait(key, "owner-1", 1000, 10, -5), RangeError, /pollMs/, "store: negative poll");
+  },
+};
+
 async function route(request, env) {
   useStore(env);
   const url = new URL(request.url);
@@ -257,6 +441,17 @@ async function route(request, env) {
       await fn(env);
       return { ok: true };
     }
+    case "/waiting":
+      return Object.keys(waitingSuite);
+    case "/waiting-case": {
+      const fn = waitingSuite[body.name];
+      if (!fn) throw new Error(`no such case ${body.name}`);
+      return { ok: true, report: (await fn(env, body.options)) ?? null };
+    }
+    case "/inspect":
+      return stubFor(env, body.key).inspect();
+    case "/rpcs":
+      return rpcCounts(body.key);
     case "/conformance":
       return lockStoreResults(getLockStore(), { keyPrefix: unique("conformance") + ":" });
     case "/contend":
@@ -265,7 +460,8 @@ async function route(request, env) {
       return stats(env, body.runId);
     case "/hold": {
       const l = lock(body.key, body.ttl);
-      return { acquired: await l.acquire(), fence: l.fence, serialized: (await l.isLocked()) ? l.serialize() : null };
+      const acquired = await l.acquire(body.timeout ? { timeout: body.timeout } : undefined);
+      return { acquired, fence: l.fence, serialized: (await l.isLocked()) ? l.serialize() : null };
     }
     case "/state": {
       const l = lock(body.key);

@@ -4,11 +4,36 @@ import { lock, setLockStore, DurableObjectLockStore } from "keel-lock";
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+/** RPC calls this isolate's store made to lock objects: key -> { method: count }. */
+const rpcs = new Map();
+export const rpcCounts = (key) => rpcs.get(key) ?? {};
+
+/**
+ * The LOCKS namespace as the store sees it, counting every RPC call per key and method. The
+ * store passes `idFromName`'s answer to `get` untouched, so the id can carry the key along.
+ */
+function countingNamespace(namespace) {
+  return {
+    idFromName: (name) => ({ name, id: namespace.idFromName(name) }),
+    get: ({ name, id }) => {
+      const stub = namespace.get(id);
+      return new Proxy({}, {
+        get: (_, method) => (...args) => {
+          const counts = rpcs.get(name) ?? {};
+          counts[method] = (counts[method] ?? 0) + 1;
+          rpcs.set(name, counts);
+          return stub[method](...args);
+        },
+      });
+    },
+  };
+}
+
 let store;
 /** The isolate's store, made on first use (never at module load). */
 export function useStore(env) {
   if (!store) {
-    store = new DurableObjectLockStore(env.LOCKS);
+    store = new DurableObjectLockStore(countingNamespace(env.LOCKS));
     setLockStore(store);
   }
   return store;
@@ -21,8 +46,10 @@ export class Counter extends DurableObject {
   entered = 0;
   refused = 0;
   fences = [];
-  enter(fence = null) {
+  order = [];
+  enter(fence = null, label = null) {
     this.fences.push(fence);
+    if (label !== null) this.order.push(label);
     this.inside += 1;
     this.entered += 1;
     this.maxInside = Math.max(this.maxInside, this.inside);
@@ -34,8 +61,8 @@ export class Counter extends DurableObject {
     this.refused += 1;
   }
   stats() {
-    const { inside, maxInside, entered, refused, fences } = this;
-    return { inside, maxInside, entered, refused, fences };
+    const { inside, maxInside, entered, refused, fences, order } = this;
+    return { inside, maxInside, entered, refused, fences, order };
   }
 }
 
@@ -61,7 +88,7 @@ export class Ledger extends DurableObject {
  * One contender. `immediate`: the holder stays inside until every other contender has been
  * refused (so the result does not depend on timing); `wait`: everyone waits its turn.
  */
-export async function contend(env, { key, mode, n, runId, holdMs = 5 }) {
+export async function contend(env, { key, mode, n, runId, holdMs = 5, label = null }) {
   useStore(env);
   const counter = env.COUNTER.get(env.COUNTER.idFromName(runId));
   const l = lock(key, 30_000);
@@ -71,7 +98,7 @@ export async function contend(env, { key, mode, n, runId, holdMs = 5 }) {
   const task = async (context) => {
     entered = Date.now();
     fence = context.fence;
-    await counter.enter(fence);
+    await counter.enter(fence, label);
     if (mode === "immediate") {
       const deadline = Date.now() + 20_000;
       while ((await counter.stats()).refused < n - 1 && Date.now() < deadline) await sleep(10);
