@@ -160,7 +160,7 @@ pub struct CheckOptions {
     /// granularity and offset), in µs. Certain validity ends this much earlier, possible
     /// validity this much later. Default 5 ms.
     pub lease_tolerance_us: Micros,
-    /// Violations to report at most (the count keeps going). Default 100.
+    /// Violations of each kind to report at most (the count keeps going). Default 100.
     pub max_reported: usize,
 }
 
@@ -238,7 +238,7 @@ impl fmt::Display for Violation {
 pub struct Report {
     /// Operations in the history (invocations).
     pub operations: usize,
-    /// Broken properties, at most [`CheckOptions::max_reported`].
+    /// Broken properties, at most [`CheckOptions::max_reported`] of each kind.
     pub violations: Vec<Violation>,
     /// How many violations there were in all.
     pub violation_count: usize,
@@ -313,6 +313,8 @@ struct Checker<'a> {
     report: Report,
     /// Restarts: (stamp, persistent).
     restarts: Vec<(Stamp, bool)>,
+    /// Violations so far, per kind.
+    reported: HashMap<ViolationKind, usize>,
 }
 
 /// Checks `history` (in any order; indexes in the report refer to this slice).
@@ -322,6 +324,7 @@ pub fn check(history: &[Event], options: &CheckOptions) -> Report {
         options,
         report: Report::default(),
         restarts: Vec::new(),
+        reported: HashMap::new(),
     };
     let keys = checker.collect();
     for (key, mut h) in keys {
@@ -345,7 +348,9 @@ impl Checker<'_> {
 
     fn violate(&mut self, kind: ViolationKind, key: &str, message: String, events: Vec<usize>) {
         self.report.violation_count += 1;
-        if self.report.violations.len() < self.options.max_reported {
+        let shown = self.reported.entry(kind).or_insert(0);
+        *shown += 1;
+        if *shown <= self.options.max_reported {
             self.report.violations.push(Violation {
                 kind,
                 key: key.to_owned(),
@@ -744,7 +749,14 @@ impl Checker<'_> {
                     "the resource accepted a write with fence {fence} from {} after accepting fence {top} from {}",
                     self.history[i].owner, self.history[j].owner
                 );
-                self.violate(ViolationKind::StaleFenceAccepted, key, message, vec![j, i]);
+                let window = (self.at(j).earliest, self.at(i).latest);
+                self.violate_or_loss(
+                    ViolationKind::StaleFenceAccepted,
+                    key,
+                    message,
+                    vec![j, i],
+                    window,
+                );
             }
         }
     }
