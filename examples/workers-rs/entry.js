@@ -21,6 +21,12 @@ export class LockDurableObject extends DurableObject {
   acquire(key, owner, ttlMs) {
     return this.#core.acquire(key, owner, ttlMs);
   }
+  acquireOrWait(key, owner, ttlMs, waitMs) {
+    return this.#core.acquireOrWait(key, owner, ttlMs, waitMs);
+  }
+  withdraw(key, owner) {
+    return this.#core.withdraw(key, owner);
+  }
   release(key, owner) {
     return this.#core.release(key, owner);
   }
@@ -33,7 +39,7 @@ export class LockDurableObject extends DurableObject {
   remainingTime(key) {
     return this.#core.remainingTime(key);
   }
-  /** Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }] }` (owner tokens never leave). */
+  /** Diagnostics: what storage and the wait queues hold (owner tokens never leave). */
   inspect() {
     return this.#core.inspect();
   }

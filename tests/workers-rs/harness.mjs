@@ -92,7 +92,12 @@ export async function start({ lockHost = "rust", persist = false } = {}) {
     durableObjectsPersist: persist,
     workers: [worker("rust", b.rust, "entry.js"), worker("rust-b", b.rust, "entry.js"), worker("js", b.js, "js.js")],
   });
-  await mf.ready;
+  try {
+    await mf.ready;
+  } catch (e) {
+    await mf.dispose().catch(() => {});
+    throw e;
+  }
   const targets = { rust: mf };
   for (const name of ["rust-b", "js"]) targets[name] = await mf.getWorker(name);
   /** A request to one script; answers { status, body } (body parsed as JSON when it is JSON). */

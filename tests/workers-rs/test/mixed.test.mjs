@@ -18,7 +18,7 @@ function assertIncreasing(fences, what) {
 }
 
 for (const lockHost of ["rust", "js"]) {
-  describe(`JS and Rust Workers, LockDurableObject served by the ${lockHost} script`, { concurrency: false }, () => {
+  describe(`JS and Rust Workers, LockDurableObject served by the ${lockHost} script`, { concurrency: false, timeout: 180_000 }, () => {
     let w;
     after(() => w?.dispose());
 
@@ -69,7 +69,7 @@ for (const lockHost of ["rust", "js"]) {
   });
 }
 
-describe("row format: rows written by one build are read by the other", { concurrency: false }, () => {
+describe("row format: rows written by one build are read by the other", { concurrency: false, timeout: 180_000 }, () => {
   const dir = mkdtempSync(join(tmpdir(), "keel-workers-rs-persist-"));
   after(() => rmSync(dir, { recursive: true, force: true }));
 

@@ -8,7 +8,7 @@ const N = 40;
 const w = await start({ lockHost: "rust" });
 const rustOnly = ["rust", "rust-b"];
 
-describe("Rust Worker, two isolates", { concurrency: false }, () => {
+describe("Rust Worker, two isolates", { concurrency: false, timeout: 180_000 }, () => {
   after(() => w.dispose());
 
   it(`${N} concurrent charges without waiting: exactly one charges`, async () => {

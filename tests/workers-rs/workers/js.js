@@ -19,9 +19,10 @@ function useStore(env) {
   }
 }
 
-async function book(env, what, run) {
+async function book(env, what, run, fence) {
   const stub = env.LEDGER.get(env.LEDGER.idFromName("ledger"));
-  const res = await stub.fetch(`https://ledger/${what}?run=${encodeURIComponent(run)}`, { method: "POST" });
+  const query = new URLSearchParams({ run, ...(fence == null ? {} : { fence: String(fence) }) });
+  const res = await stub.fetch(`https://ledger/${what}?${query}`, { method: "POST" });
   if (res.status !== 200) throw new Error(`ledger ${what}: HTTP ${res.status}`);
   return res.json();
 }
@@ -30,10 +31,10 @@ async function charge(env, { run = "curl", mode = "immediate", key = "invoice:42
   useStore(env);
   const started = Date.now();
   let enteredAt = null;
-  const [charged] = await lock(key, 30_000).run(
-    async () => {
+  const [charged, fence] = await lock(key, 30_000).run(
+    async ({ fence }) => {
       enteredAt = Date.now();
-      await book(env, "enter", run);
+      await book(env, "enter", run, fence);
       if (mode === "wait") {
         await sleep(payMs);
       } else {
@@ -42,11 +43,12 @@ async function charge(env, { run = "curl", mode = "immediate", key = "invoice:42
         while ((await book(env, "stats", run)).refused + 1 < expected && Date.now() < until);
       }
       await book(env, "exit", run);
+      return fence;
     },
     mode === "wait" ? { timeout: 60_000, retryDelay: 5 } : undefined,
   );
   if (!charged) await book(env, "refuse", run);
-  return { charged, waitedMs: enteredAt === null ? null : enteredAt - started, totalMs: Date.now() - started, worker: "js" };
+  return { charged, fence: charged ? fence : null, waitedMs: enteredAt === null ? null : enteredAt - started, totalMs: Date.now() - started, worker: "js" };
 }
 
 async function route(request, env) {
