@@ -71,6 +71,10 @@
 //!   #core;
 //!   constructor(ctx, env) { super(ctx, env); this.#core = new LockDurableObjectCore(ctx, env); }
 //!   acquire(key, owner, ttlMs) { return this.#core.acquire(key, owner, ttlMs); }
+//!   acquireOrWait(key, owner, ttlMs, waitMs) {
+//!     return this.#core.acquireOrWait(key, owner, ttlMs, waitMs);
+//!   }
+//!   withdraw(key, owner) { return this.#core.withdraw(key, owner); }
 //!   release(key, owner) { return this.#core.release(key, owner); }
 //!   extend(key, owner, ttlMs) { return this.#core.extend(key, owner, ttlMs); }
 //!   isLocked(key) { return this.#core.isLocked(key); }

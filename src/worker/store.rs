@@ -55,6 +55,7 @@ use crate::token::OwnerToken;
 ///     }
 /// }
 /// # async fn charge_invoice(_id: u32, _fence: Option<keel_lock::Fence>) -> String { String::new() }
+/// # fn main() {}
 /// ```
 ///
 /// The parts, for a lock built by hand or with another runtime:
