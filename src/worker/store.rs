@@ -289,7 +289,7 @@ impl LockStore for DurableObjectLockStore {
 
     /// One `acquireOrWait` call, open while the caller waits in the object's queue. When that
     /// call fails, plain acquires every `wait.poll_ms` until the wait is spent (see
-    /// [`DurableObjectLockStore::poll_after_failed_wait`]).
+    /// `DurableObjectLockStore::poll_after_failed_wait`).
     async fn acquire_or_wait(
         &self,
         key: &Key,
