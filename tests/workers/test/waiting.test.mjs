@@ -59,7 +59,8 @@ describe("waiting in the Durable Object's queue", { concurrency: false }, async 
     assert.equal(held.acquired, true);
     const pending = [];
     for (let i = 0; i < n; i++) {
-      pending.push(w.call(i % 2 === 0 ? "main" : "other", "/contend", { key, mode: "wait", n, runId, label: i }));
+      const body = { key, mode: "wait", n, runId, label: i, timeout: 20_000 };
+      pending.push(w.call(i % 2 === 0 ? "main" : "other", "/contend", body));
       await untilQueued(w, key, i + 1); // the next one queues behind this one
     }
     const released = await w.call("main", "/restore", { serialized: held.serialized, release: true });

@@ -313,6 +313,22 @@ const waitingSuite = {
     eq(await lock(key).isLocked(), false, "the key after the release (not handed to the aborted waiter)");
     eq(rpcCounts(key).withdraw, 1, "withdraw calls");
   },
+  async "a release hands the key straight to the oldest waiter"(env) {
+    const key = unique("hand-over");
+    const holder = lock(key, 60_000);
+    check(await holder.acquire(), "holder acquire");
+    const waiter = lock(key, 10_000);
+    const waiting = waiter.acquire({ timeout: 15_000 });
+    await untilQueued(env, key, 1);
+    check(await holder.release(), "holder release");
+    // The release wrote the waiter's grant in the same turn: the key was never free.
+    const snapshot = await stubFor(env, key).inspect();
+    eq(snapshot.rows.length, 1, "rows right after the release");
+    eq(snapshot.waiting, 0, "calls queued right after the release");
+    check(await waiting, "the waiter got the key");
+    check(waiter.fence > holder.fence, `waiter's fence ${waiter.fence} after ${holder.fence}`);
+    check(await waiter.release(), "waiter release");
+  },
   async "a crashed holder's key goes to the next waiter at its expiry"(env) {
     const key = unique("crashed-holder");
     const holder = lock(key, 400);

@@ -88,7 +88,7 @@ export class Ledger extends DurableObject {
  * One contender. `immediate`: the holder stays inside until every other contender has been
  * refused (so the result does not depend on timing); `wait`: everyone waits its turn.
  */
-export async function contend(env, { key, mode, n, runId, holdMs = 5, label = null }) {
+export async function contend(env, { key, mode, n, runId, holdMs = 5, label = null, timeout = 120_000 }) {
   useStore(env);
   const counter = env.COUNTER.get(env.COUNTER.idFromName(runId));
   const l = lock(key, 30_000);
@@ -107,7 +107,7 @@ export async function contend(env, { key, mode, n, runId, holdMs = 5, label = nu
     }
     await counter.exit();
   };
-  const options = mode === "wait" ? { timeout: 120_000, retryDelay: 5 } : undefined;
+  const options = mode === "wait" ? { timeout, retryDelay: 5 } : undefined;
   const [ran] = await l.run(task, options);
   if (!ran) await counter.refuse();
   return { ran, fence, entered, waitedMs: entered === null ? null : entered - started, totalMs: Date.now() - started };
