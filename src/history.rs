@@ -595,6 +595,9 @@ impl Checker<'_> {
                     (Op::Release, Outcome::Ok) => {
                         released_at.get_or_insert((ci.earliest, done));
                     }
+                    // A release whose outcome is unknown may have taken effect: the lease is no
+                    // longer certain from its invocation on (possibly still valid, though).
+                    (Op::Release, Outcome::Unknown) => certain = certain.min(ci.earliest),
                     _ => {}
                 }
             }
@@ -1161,6 +1164,33 @@ mod tests {
             .op(1, "a", Op::Release, 300, 301, false)
             .op(3, "stranger", Op::Extend, 310, 311, false);
         assert!(h.check().ok());
+    }
+
+    #[test]
+    fn a_release_with_an_unknown_outcome_may_have_freed_the_key() {
+        let mut h = H::new();
+        h.acquire(1, "a", 0, 2, 1000, Some(1))
+            .ev(
+                1,
+                "k",
+                "a",
+                50,
+                EventKind::Invoke {
+                    op: Op::Release,
+                    ttl_ms: 0,
+                    immediate: false,
+                },
+            )
+            .ev(1, "k", "a", 52, EventKind::Info { op: Op::Release })
+            .acquire(2, "b", 60, 62, 1000, Some(2));
+        let r = h.check();
+        assert!(r.ok(), "{r:?}");
+        // Had it answered no, B's grant would overlap A's lease.
+        let mut h = H::new();
+        h.acquire(1, "a", 0, 2, 1000, Some(1))
+            .op(1, "a", Op::Release, 50, 52, false)
+            .acquire(2, "b", 60, 62, 1000, Some(2));
+        assert_eq!(kinds(&h.check()), vec![ViolationKind::MutualExclusion]);
     }
 
     #[test]
