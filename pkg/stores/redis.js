@@ -22,12 +22,33 @@
 //
 // How each operation maps onto Redis (one round trip each on the happy path):
 //
-//   acquire        EVALSHA <acquire script>    if the lock is absent: INCR the fence counter, SET
-//                                              the lock PX ttl, answer the fence — atomically
-//   release        EVALSHA <release script>    compare owner, then DEL — atomically
+//   acquire        EVALSHA <acquire script>    if the lock is absent and nobody queues: INCR the
+//                                              fence counter, SET the lock PX ttl, answer the
+//                                              fence — atomically
+//   release        EVALSHA <release script>    compare owner, then DEL — atomically; a holder
+//                                              with callers queued behind it hands the key over
 //   extend         EVALSHA <extend script>     compare owner, then PEXPIRE — atomically
 //   isLocked       EXISTS
 //   remainingTime  PTTL                        -2 (no key) / -1 (no expiry) / 0 → null
+//   forceRelease   EVALSHA <force-release>     DEL whoever holds it; hands over like release
+//
+// Waiting without polling (acquireOrWait, withdraw, close; not on Upstash, which has no
+// pub/sub). Three more keys per lock, all with the same hash tag:
+//
+//   P{K}:queue     list of waiting owners, oldest first
+//   P{K}:waiters   hash owner → "enqueuedUs deadlineUs ttlMs" (Redis's clock)
+//   P{K}:grant     "fence waitedMs owner" of the last hand-over, PX the grantee's TTL
+//
+// A caller that finds the key held (or others queued) joins the queue in the same script, and
+// the holder's value becomes NUL + owner ("someone queues behind me"). Releasing a marked value
+// hands the key to the oldest waiter whose deadline has not passed, in the same script: SET the
+// lock to it PX its TTL, INCR the fence, write the grant record, PUBLISH [lock, owner, fence,
+// waitedMs, ttl] on the channel P + "keel-lock:handover". A plain value — nobody ever queued —
+// is released with GET and DEL as before, so the uncontended path costs nothing extra. Each
+// waiting store holds one pub/sub connection (a duplicate() of the client, opened on first
+// need). A waiting store also looks (the check script) when the holder's TTL runs out — which
+// hands the key to the oldest waiter if the holder crashed — and every pollMs, in case a
+// message was lost. The queue and waiters keys expire a second after their last deadline.
 //
 // Expiry is decided by Redis's clock alone; the caller's clock is never consulted.
 //
@@ -41,21 +62,98 @@
 // asynchronous replication, a restart without persistence, eviction under an allkeys-* policy)
 // can hand out a fence again.
 
-import { argumentChecks, MAX_FENCE } from "./args.js";
+import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
+// Shared by the scripts below: the key layout of one lock (all in one hash slot) and the hand-over.
+const PRELUDE = `-- KEYS[1] lock (owner token, PX ttl; "\\0" .. owner while callers queue behind it)
+-- KEYS[2] fence counter   KEYS[3] queue (list of owners, oldest first)
+-- KEYS[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs")
+-- KEYS[5] grant record ("fence waitedMs owner", PX ttl) of the last hand-over
+local MARK = "\\0"
+local MAX = ${MAX_FENCE}
+
+local function now_us()
+  local t = redis.call("TIME")
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Hands the key to the oldest waiter whose deadline has not passed, dropping the others on the
+-- way: SET the lock to it for its TTL, draw its fence, record the grant and PUBLISH it on
+-- channel. Answers owner, fence, waitedMs, or nil when nobody was handed the key (the queue
+-- held nobody alive, or the fence counter cannot go higher).
+local function grant_next(channel)
+  local now = now_us()
+  while true do
+    local who = redis.call("LINDEX", KEYS[3], 0)
+    if not who then return nil end
+    local info = redis.call("HGET", KEYS[4], who)
+    local enq, deadline, ttl
+    if info then enq, deadline, ttl = string.match(info, "^(%d+) (%d+) (%d+)$") end
+    if enq and tonumber(deadline) > now then
+      local fence = redis.call("INCR", KEYS[2])
+      if fence < 1 or fence > MAX then
+        redis.call("DECR", KEYS[2])
+        return nil
+      end
+      redis.call("LPOP", KEYS[3])
+      redis.call("HDEL", KEYS[4], who)
+      local waited = math.floor((now - tonumber(enq)) / 1000)
+      if waited < 0 then waited = 0 end
+      local value = who
+      if redis.call("EXISTS", KEYS[3]) == 1 then value = MARK .. who end
+      redis.call("SET", KEYS[1], value, "PX", ttl)
+      local f, w = string.format("%.0f", fence), string.format("%.0f", waited)
+      redis.call("SET", KEYS[5], f .. " " .. w .. " " .. who, "PX", ttl)
+      redis.call("PUBLISH", channel, cjson.encode({KEYS[1], who, f, w, ttl}))
+      return who, fence, waited
+    end
+    redis.call("LPOP", KEYS[3])
+    redis.call("HDEL", KEYS[4], who)
+  end
+end
+
+-- What a waiter that holds the key (handed over) answers: {1, fence, waitedMs}, from the grant
+-- record; without one (it expired with an earlier holder) the counter is still this holder's
+-- fence, and 0 ms waited is the conservative answer.
+local function granted(owner)
+  local g = redis.call("GET", KEYS[5])
+  if g then
+    local f, w, who = string.match(g, "^(%d+) (%d+) (.*)$")
+    if who == owner then return {1, tonumber(f), tonumber(w)} end
+  end
+  return {1, tonumber(redis.call("GET", KEYS[2])), 0}
+end
+
+-- Frees the key held with value v (the caller checked the owner); a marked key goes to the next
+-- waiter.
+local function free(v, channel)
+  redis.call("DEL", KEYS[1], KEYS[5])
+  if string.sub(v, 1, 1) == MARK then grant_next(channel) end
+end
+`;
 
 /**
- * If KEYS[1] (the lock) is absent: INCR KEYS[2] (the fence counter), SET KEYS[1] to ARGV[1] with
- * a TTL of ARGV[2] ms, and answer the new counter value (the fence). If it is held, answer 0.
+ * Plain acquire. If the lock and the queue are both absent: INCR KEYS[2] (the fence counter), SET
+ * KEYS[1] to ARGV[1] with a TTL of ARGV[2] ms, and answer the new counter value (the fence). If
+ * the lock is held, or callers are queued for it, answer 0: a newcomer never overtakes the queue.
+ * If the holder's TTL passed while callers queue, the key goes to the oldest live waiter (and
+ * the answer is 0), or to this caller when nobody in the queue is still waiting.
  * A counter that would leave 1..2^53-1 is an error: it is put back as it was and no lock is
  * taken, so every later acquire of the key fails the same way.
+ * EXISTS lists the queue twice, so one command tells the four cases apart: 0 free, 1 held,
+ * 2 queued with no holder, 3 held with a queue.
  */
-export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free, set it to ARGV[1] (the owner) for ARGV[2] ms and
--- answer the next fence from the counter KEYS[2]; answer 0 if KEYS[1] is held
-if redis.call("EXISTS", KEYS[1]) == 1 then
+export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobody queues, set it to ARGV[1] (the owner) for
+-- ARGV[2] ms and answer the next fence from the counter KEYS[2]; otherwise answer 0
+${PRELUDE}
+local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+if state == 2 and not grant_next(ARGV[3]) then
+  state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+end
+if state ~= 0 then
   return 0
 end
 local fence = redis.call("INCR", KEYS[2])
-if fence < 1 or fence > ${MAX_FENCE} then
+if fence < 1 or fence > MAX then
   redis.call("DECR", KEYS[2])
   return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
 end
@@ -63,30 +161,150 @@ redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
 return fence
 `;
 
-/** Deletes KEYS[1] only while ARGV[1] (the owner token) still holds it. Answers 1 or 0. */
-export const RELEASE_SCRIPT = `-- keel-lock release: delete the key only while ARGV[1] still holds it
-local holder = redis.call("GET", KEYS[1])
-if holder ~= ARGV[1] then
+/**
+ * Acquire or queue (ARGV: owner, ttl ms, wait ms, channel). Free and nobody queued: take it as
+ * ACQUIRE_SCRIPT does and answer {1, fence}. Otherwise join the queue (the waiter's deadline and
+ * TTL recorded by Redis's clock), mark the holder's value so its release hands over, and answer
+ * {0, PTTL of the lock}. The queue and the waiters hash expire a second after the last deadline.
+ */
+export const ENQUEUE_SCRIPT = `-- keel-lock acquire-or-wait: take KEYS[1] like acquire, or queue ARGV[1] for ARGV[3] ms
+${PRELUDE}
+local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+if state == 2 and not grant_next(ARGV[4]) then
+  state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+end
+if state == 0 then
+  local fence = redis.call("INCR", KEYS[2])
+  if fence < 1 or fence > MAX then
+    redis.call("DECR", KEYS[2])
+    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
+  end
+  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+  return {1, fence}
+end
+local now = now_us()
+local wait = tonumber(ARGV[3])
+redis.call("RPUSH", KEYS[3], ARGV[1])
+redis.call("HSET", KEYS[4], ARGV[1], string.format("%.0f %.0f %s", now, now + wait * 1000, ARGV[2]))
+for i = 3, 4 do
+  if redis.call("PTTL", KEYS[i]) < wait + 1000 then redis.call("PEXPIRE", KEYS[i], wait + 1000) end
+end
+local v = redis.call("GET", KEYS[1])
+if v and string.sub(v, 1, 1) ~= MARK then redis.call("SET", KEYS[1], MARK .. v, "KEEPTTL") end
+return {0, redis.call("PTTL", KEYS[1])}
+`;
+
+/**
+ * A waiter looks (ARGV: owner, channel) — its safety-net poll, and the look at the holder's
+ * expiry. Answers {1, fence, waitedMs} if it was handed the key; {-1} if it is no longer queued
+ * (its deadline passed); {0, PTTL of the lock} while it waits, followed by the holder's owner,
+ * fence and waitedMs when the holder was handed the key (so one look also finds a grant whose
+ * message another waiter of the same store missed). A lock that is gone (the holder's TTL
+ * passed) is handed to the oldest live waiter first.
+ */
+export const CHECK_SCRIPT = `-- keel-lock check: was ARGV[1] handed KEYS[1]? if the holder expired, hand it over now
+${PRELUDE}
+local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] or v == MARK .. ARGV[1] then
+  return granted(ARGV[1])
+end
+if redis.call("HEXISTS", KEYS[4], ARGV[1]) == 0 then
+  return {-1}
+end
+if not v then
+  local who, fence, waited = grant_next(ARGV[2])
+  if who == ARGV[1] then return {1, fence, waited} end
+end
+local answer = {0, redis.call("PTTL", KEYS[1])}
+local g = redis.call("GET", KEYS[5])
+if g then
+  local f, w, who = string.match(g, "^(%d+) (%d+) (.*)$")
+  local holder = redis.call("GET", KEYS[1])
+  if who and (holder == who or holder == MARK .. who) then
+    answer = {0, answer[2], who, tonumber(f), tonumber(w)}
+  end
+end
+return answer
+`;
+
+/**
+ * A waiter leaves (ARGV: owner, channel, "0" at its deadline or "1" to withdraw). If it was
+ * handed the key already: at the deadline it keeps it and answers {1, fence, waitedMs}; when
+ * withdrawing it releases it (the next waiter is handed the key) and answers {2}. Otherwise it
+ * leaves the queue and answers {0}; a holder left with nobody queued behind it is unmarked.
+ */
+export const LEAVE_SCRIPT = `-- keel-lock leave: take ARGV[1] out of KEYS[1]'s queue, or release the key it was handed
+${PRELUDE}
+local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] or v == MARK .. ARGV[1] then
+  if ARGV[3] ~= "1" then return granted(ARGV[1]) end
+  free(v, ARGV[2])
+  return {2}
+end
+redis.call("LREM", KEYS[3], 0, ARGV[1])
+redis.call("HDEL", KEYS[4], ARGV[1])
+if v and string.sub(v, 1, 1) == MARK and redis.call("EXISTS", KEYS[3]) == 0 then
+  redis.call("SET", KEYS[1], string.sub(v, 2), "KEEPTTL")
+end
+return {0}
+`;
+
+/**
+ * Release (ARGV: owner, channel): deletes KEYS[1] only while ARGV[1] holds it and answers 1 or 0.
+ * With nobody queued that is GET and DEL; a holder with callers queued behind it (its value is
+ * marked) hands the key to the oldest live waiter in the same script.
+ */
+export const RELEASE_SCRIPT = `-- keel-lock release: delete the key only while ARGV[1] still holds it; hand it to the next waiter
+${PRELUDE}
+local v = redis.call("GET", KEYS[1])
+if v == ARGV[1] then
+  return redis.call("DEL", KEYS[1])
+end
+if v ~= MARK .. ARGV[1] then
   return 0
 end
-return redis.call("DEL", KEYS[1])
+free(v, ARGV[2])
+return 1
 `;
 
 /** Resets KEYS[1]'s TTL to ARGV[2] ms only while ARGV[1] still holds it. Answers 1 or 0. */
 export const EXTEND_SCRIPT = `-- keel-lock extend: reset the key's TTL to ARGV[2] ms only while ARGV[1] still holds it
 local holder = redis.call("GET", KEYS[1])
-if holder ~= ARGV[1] then
+if holder ~= ARGV[1] and holder ~= "\\0" .. ARGV[1] then
   return 0
 end
 return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 `;
 
+/**
+ * Force-release (ARGV: channel): deletes KEYS[1] whoever holds it and answers 1, or 0 if nobody
+ * did. A queued waiter is handed the key, as on a release.
+ */
+export const FORCE_RELEASE_SCRIPT = `-- keel-lock force-release: free KEYS[1] whoever holds it; hand it to the next waiter
+${PRELUDE}
+local v = redis.call("GET", KEYS[1])
+if v then
+  free(v, ARGV[1])
+  return 1
+end
+if redis.call("EXISTS", KEYS[3]) == 1 then grant_next(ARGV[1]) end
+return 0
+`;
+
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "95cb1fa5cd8e965d5f868493e175dca38044a014";
+export const ACQUIRE_SHA = "bd797901c9c9781c247bbc45760bbe20d28c6572";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "2eba89dfc16f347ef9ce2d9f0e625614dc8fe64c";
+export const RELEASE_SHA = "1e2b58bc93229f269443a822c5243bc1a64c239e";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const EXTEND_SHA = "564bbbf4ede2e356999019b3c2ee0c69b5802941";
+export const EXTEND_SHA = "a64738b7daa6da2e5b5604faf596399fdb28ebd0";
+/** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
+export const ENQUEUE_SHA = "67d8da3b0d5865c5be38f3096a0dc1a3b034dd71";
+/** SHA-1 of CHECK_SCRIPT (checked by the tests). */
+export const CHECK_SHA = "309056faa8d274eb48c1bfb95e6a06627a2b5ffb";
+/** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
+export const LEAVE_SHA = "0a084e339c07a2ab569a4455756194252dcec32b";
+/** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
+export const FORCE_RELEASE_SHA = "4a86cd93c26e5fb705aaca6da32825515cd661f9";
 
 const CLIENT_TYPES = ["ioredis", "ioredis-cluster", "node-redis", "node-redis-cluster", "upstash"];
 
@@ -153,6 +371,42 @@ function adapter(client, type) {
   }
 }
 
+// The store's pub/sub connection: a duplicate of the user's client (`duplicate()` in ioredis,
+// ioredis Cluster, node-redis and its cluster client; a cluster client subscribes through one of
+// its nodes, and PUBLISH reaches every node), subscribed to `channel`. `onMessage(text)` gets
+// each message; `onReconnect()` runs when the connection comes back after a drop (messages sent
+// meanwhile are lost). Answers { ready, connection, close() }; `ready` settles once subscribed.
+function openSubscriber(client, type, channel, onMessage, onReconnect) {
+  if (!fn(client, "duplicate")) {
+    const ready = Promise.reject(new TypeError("redisLockStore: the client has no duplicate() to open a pub/sub connection with"));
+    return { ready, connection: null, close: async () => {} };
+  }
+  const connection = client.duplicate();
+  const ignore = () => {};
+  connection.on?.("error", ignore); // connection errors surface as lost messages, covered by the poll
+  let subscribed = false;
+  connection.on?.("ready", () => subscribed && onReconnect());
+  let ready;
+  let close;
+  if (type === "ioredis" || type === "ioredis-cluster") {
+    connection.on("message", (from, text) => from === channel && onMessage(text));
+    ready = connection.subscribe(channel);
+    close = async () => connection.disconnect();
+  } else {
+    ready = Promise.resolve(connection.connect()).then(() => connection.subscribe(channel, (text) => onMessage(text)));
+    close = async () => {
+      if (fn(connection, "destroy")) connection.destroy();
+      else await connection.disconnect();
+    };
+  }
+  const opened = { ready: null, connection, close, subscribed: false };
+  opened.ready = ready.then(() => {
+    subscribed = true;
+    opened.subscribed = true;
+  });
+  return opened;
+}
+
 function isNoScript(error) {
   const text = error && typeof error === "object" ? String(error.message ?? "") : String(error);
   return /NOSCRIPT/i.test(text);
@@ -214,6 +468,13 @@ export function redisLockStore(client, options = {}) {
   const redis = adapter(client, clientType);
   const escapedPrefix = escapeName(prefix);
   const lockKey = (key) => `${escapedPrefix}{${escapeName(key)}}`;
+  // Every name one lock uses, in the order the scripts take them as KEYS.
+  const lockKeys = (key) => {
+    const lock = lockKey(key);
+    return [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
+  };
+  // One channel per prefix: every hand-over under it is published there, key and owner inside.
+  const channel = `${escapedPrefix}keel-lock:handover`;
 
   // EVALSHA first (one round trip); on NOSCRIPT, EVAL the text (one more, and it re-caches the script).
   async function runScript(sha, script, keys, args) {
@@ -225,7 +486,13 @@ export function redisLockStore(client, options = {}) {
     }
   }
 
-  return {
+  const checkOwner = (owner) => {
+    check.owner(owner);
+    // The store marks a held key's value with a leading NUL while callers queue behind it.
+    if (owner.includes("\0")) throw new TypeError("redisLockStore: owner must not contain NUL");
+  };
+
+  const store = {
     prefix,
     clientType,
 
@@ -236,22 +503,21 @@ export function redisLockStore(client, options = {}) {
 
     async acquire(key, owner, ttlMs) {
       check.key(key);
-      check.owner(owner);
+      checkOwner(owner);
       check.ttl(ttlMs);
-      const lock = lockKey(key);
-      return fenceFrom(await runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, [lock, `${lock}:fence`], [owner, String(ttlMs)]));
+      return fenceFrom(await runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, lockKeys(key), [owner, String(ttlMs), channel]));
     },
 
     async release(key, owner) {
       check.key(key);
-      check.owner(owner);
-      const reply = await runScript(RELEASE_SHA, RELEASE_SCRIPT, [lockKey(key)], [owner]);
+      checkOwner(owner);
+      const reply = await runScript(RELEASE_SHA, RELEASE_SCRIPT, lockKeys(key), [owner, channel]);
       return Number(reply) === 1;
     },
 
     async extend(key, owner, ttlMs) {
       check.key(key);
-      check.owner(owner);
+      checkOwner(owner);
       check.ttl(ttlMs);
       const reply = await runScript(EXTEND_SHA, EXTEND_SCRIPT, [lockKey(key)], [owner, String(ttlMs)]);
       return Number(reply) === 1;
@@ -267,7 +533,272 @@ export function redisLockStore(client, options = {}) {
       const ms = Number(await redis.pttl(lockKey(key)));
       return Number.isFinite(ms) && ms > 0 ? ms : null;
     },
+
+    /** Frees `key` whoever holds it (a queued waiter is handed it); true if someone held it. */
+    async forceRelease(key) {
+      check.key(key);
+      return Number(await runScript(FORCE_RELEASE_SHA, FORCE_RELEASE_SCRIPT, lockKeys(key), [channel])) === 1;
+    },
   };
+  // Upstash's REST API has no pub/sub: its callers keep polling acquire.
+  if (clientType !== "upstash") Object.defineProperties(store, Object.getOwnPropertyDescriptors(waiting()));
+  return store;
+
+  // Waiting without polling: acquireOrWait, withdraw, close.
+  function waiting() {
+    const waits = new Map(); // lock name → Map(owner → pending acquireOrWait)
+    const expiryTimers = new Map(); // lock name → the timer that looks at the holder's expiry
+    let subscriber = null;
+
+    const waitsOf = (lock) => waits.get(lock) ?? new Map();
+
+    function settle(wait, answer, failed = false) {
+      if (wait.settled) return;
+      wait.settled = true;
+      clearTimeout(wait.deadlineTimer);
+      clearTimeout(wait.pollTimer);
+      const same = waits.get(wait.lock);
+      if (same?.get(wait.owner) === wait) {
+        same.delete(wait.owner);
+        if (same.size === 0) {
+          waits.delete(wait.lock);
+          clearTimeout(expiryTimers.get(wait.lock));
+          expiryTimers.delete(wait.lock);
+        }
+      }
+      if (failed) wait.reject(answer);
+      else wait.resolve(answer);
+    }
+
+    const granted = (fence, waited) => ({ ...fenceFrom(Number(fence)), waitedMs: Math.max(0, Math.floor(Number(waited) || 0)) });
+
+    // A script's {1, fence, waitedMs} / {0, pttl[, holder, fence, waitedMs]} / {-1} answer, for `wait`.
+    function settleFrom(wait, reply) {
+      const state = Number(reply[0]);
+      try {
+        if (state === 1) settle(wait, granted(reply[1], reply[2]));
+        else if (state === -1) settle(wait, false);
+        else if (state === 0) {
+          if (reply.length >= 5) {
+            const holder = waits.get(wait.lock)?.get(String(reply[2]));
+            if (holder) settle(holder, granted(reply[3], reply[4]));
+          }
+          if (Number(reply[1]) > 0 && waits.has(wait.lock)) expiryAt(wait.lock, Number(reply[1]));
+        }
+      } catch (error) {
+        settle(wait, error, true);
+      }
+    }
+
+    // When the holder's TTL runs out, one waiter of this store looks (and so hands the key over).
+    function expiryAt(lock, ms) {
+      clearTimeout(expiryTimers.get(lock));
+      const timer = setTimeout(() => {
+        expiryTimers.delete(lock);
+        lookAt(lock);
+      }, Math.min(ms + 1, 2_147_483_647));
+      expiryTimers.set(lock, timer);
+    }
+
+    // One look for a key, by its oldest waiter in this store (the answer also names the holder).
+    function lookAt(lock) {
+      const [wait] = waitsOf(lock).values();
+      if (wait) look(wait);
+    }
+
+    // Runs the check script for `wait` (one at a time per wait).
+    function look(wait) {
+      if (wait.settled || wait.looking) return;
+      wait.looking = true;
+      runScript(CHECK_SHA, CHECK_SCRIPT, wait.names, [wait.owner, channel]).then(
+        (reply) => {
+          wait.looking = false;
+          if (!wait.settled) settleFrom(wait, reply);
+        },
+        () => {
+          wait.looking = false; // the next poll or the deadline decides
+        },
+      );
+    }
+
+    function onMessage(text) {
+      let lock, owner, fence, waited, ttl;
+      try {
+        [lock, owner, fence, waited, ttl] = JSON.parse(text);
+      } catch {
+        return;
+      }
+      const pending = waits.get(lock);
+      if (!pending) return;
+      const wait = pending.get(owner);
+      if (wait) settleFrom(wait, [1, fence, waited]);
+      if (waits.has(lock)) expiryAt(lock, Number(ttl));
+    }
+
+    // Messages sent while the connection was down are lost: one look per waited-for key.
+    function onReconnect() {
+      for (const lock of waits.keys()) lookAt(lock);
+    }
+
+    // Subscribes once per store; a failed attempt is retried by the next waiter. Keys whose
+    // waiters queued before the subscription was up are looked at once it is.
+    const lookOnceSubscribed = new Set();
+    function subscribe() {
+      if (!subscriber) {
+        const opened = openSubscriber(client, clientType, channel, onMessage, onReconnect);
+        subscriber = opened;
+        opened.ready.then(
+          () => {
+            for (const lock of lookOnceSubscribed) lookAt(lock);
+            lookOnceSubscribed.clear();
+          },
+          () => {
+            if (subscriber === opened) {
+              subscriber = null;
+              opened.close().catch(() => {});
+            }
+          },
+        );
+      }
+      return subscriber.ready;
+    }
+
+    async function leave(wait, withdrawing) {
+      return runScript(LEAVE_SHA, LEAVE_SCRIPT, wait.names, [wait.owner, channel, withdrawing ? "1" : "0"]);
+    }
+
+    return {
+      /**
+       * Takes the key if it is free and nobody queues; otherwise joins its FIFO queue and waits up
+       * to `waitMs` for a release (or the holder's expiry) to hand it over. Answers
+       * `{ fence, waitedMs }` or `false`.
+       */
+      async acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
+        check.key(key);
+        checkOwner(owner);
+        check.ttl(ttlMs);
+        if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_TTL_MS) {
+          throw new RangeError(`redisLockStore: waitMs must be a whole number of ms in 0..${MAX_TTL_MS}, got ${waitMs}`);
+        }
+        if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_TTL_MS) {
+          throw new RangeError(`redisLockStore: pollMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${pollMs}`);
+        }
+        if (waitMs === 0) {
+          const got = await store.acquire(key, owner, ttlMs);
+          return got && { ...got, waitedMs: 0 };
+        }
+        const names = lockKeys(key);
+        const lock = names[0];
+        if (waits.get(lock)?.has(owner)) throw new Error(`redisLockStore: ${owner} is already waiting for ${key}`);
+        const started = Date.now();
+        return new Promise((resolve, reject) => {
+          const wait = { lock, owner, names, resolve, reject, settled: false, looking: false };
+          if (!waits.has(lock)) waits.set(lock, new Map());
+          waits.get(lock).set(owner, wait);
+          // With the subscription up, the hand-over message finds this wait registered. A key
+          // whose waiters queued before it was up is looked at once it is: a message may have
+          // come first.
+          const wasSubscribed = subscriber?.subscribed === true;
+          const enqueue = runScript(ENQUEUE_SHA, ENQUEUE_SCRIPT, names, [owner, String(ttlMs), String(waitMs), channel]);
+          wait.enqueued = enqueue
+            .then(async (reply) => {
+              if (wait.settled) return;
+              const [state, a] = reply.map(Number);
+              if (state === 1) return settle(wait, { ...fenceFrom(a), waitedMs: 0 });
+              if (a > 0) expiryAt(lock, a);
+              wait.deadlineTimer = setTimeout(async () => {
+                if (wait.settled) return;
+                try {
+                  const answer = await leave(wait, false);
+                  if (Number(answer[0]) === 1) settleFrom(wait, answer);
+                  else settle(wait, false);
+                } catch (error) {
+                  settle(wait, error, true);
+                }
+              }, Math.max(0, waitMs - (Date.now() - started)));
+              const poll = () => {
+                wait.pollTimer = setTimeout(() => {
+                  look(wait);
+                  poll();
+                }, pollMs);
+              };
+              poll();
+              if (!wasSubscribed) {
+                if (subscriber?.subscribed) lookAt(lock);
+                else {
+                  lookOnceSubscribed.add(lock);
+                  // Without a subscription the poll and the expiry look still hand the key over.
+                  subscribe().catch(() => {});
+                }
+              }
+            })
+            .catch((error) => settle(wait, error, true));
+        });
+      },
+
+      /**
+       * Afterwards `owner` neither holds nor waits for `key`: it leaves the queue, or releases a
+       * key it was handed (to the next waiter). A pending acquireOrWait of `owner` answers false.
+       */
+      async withdraw(key, owner) {
+        check.key(key);
+        checkOwner(owner);
+        const names = lockKeys(key);
+        const wait = waits.get(names[0])?.get(owner);
+        if (wait) {
+          settle(wait, false);
+          await wait.enqueued; // the leave must reach Redis after the enqueue
+        }
+        await leave({ names, owner }, true);
+      },
+
+      /**
+       * Pending acquireOrWait calls leave their queues (answering a grant they already got, else
+       * false) and the pub/sub connection is closed. A later acquireOrWait subscribes again.
+       */
+      async close() {
+        const pending = [...waits.values()].flatMap((m) => [...m.values()]);
+        await Promise.all(
+          pending.map(async (wait) => {
+            try {
+              await wait.enqueued;
+              if (wait.settled) return;
+              const answer = await leave(wait, false);
+              if (Number(answer[0]) === 1) settleFrom(wait, answer);
+              else settle(wait, false);
+            } catch (error) {
+              settle(wait, error, true);
+            }
+          }),
+        );
+        for (const timer of expiryTimers.values()) clearTimeout(timer);
+        expiryTimers.clear();
+        const closing = subscriber;
+        subscriber = null;
+        if (closing) {
+          await closing.ready.catch(() => {});
+          await closing.close();
+        }
+      },
+
+      /** The same as `close()`. */
+      quit() {
+        return store.close();
+      },
+
+      /** How many acquireOrWait calls of this store are waiting. */
+      get waitingCount() {
+        let n = 0;
+        for (const m of waits.values()) n += m.size;
+        return n;
+      },
+
+      /** The store's pub/sub connection (a duplicate of the client), or null before the first wait. */
+      get subscriber() {
+        return subscriber?.connection ?? null;
+      },
+    };
+  }
 }
 
 export default redisLockStore;

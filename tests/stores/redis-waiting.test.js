@@ -1,0 +1,652 @@
+// Waiting without polling on Redis: redisLockStore's acquireOrWait / withdraw / forceRelease /
+// close against a real redis-server started here (and a three-master Redis Cluster for the FIFO
+// order), through ioredis 5 and 6 and node-redis 5 and 4. Each store opens its own pub/sub
+// connection, so "several processes" are several stores on their own connections.
+//
+// The checks a broken store must fail are functions (fifoOrder, releaseHandsOver) run against
+// broken variants too: a LIFO queue, and a release that only deletes the key.
+import assert from "node:assert/strict";
+import { createHash, randomBytes } from "node:crypto";
+import { after, afterEach, before, describe, test } from "node:test";
+import IORedis from "ioredis";
+import IORedis6 from "ioredis6";
+import { createClient as createNodeRedis, createCluster as createNodeRedisCluster } from "redis";
+import { createClient as createNodeRedis4 } from "redis4";
+import { Redis as Upstash } from "@upstash/redis";
+import * as redisModule from "../../pkg/stores/redis.js";
+import { redisLockStore, ACQUIRE_SCRIPT, ENQUEUE_SCRIPT, ENQUEUE_SHA, RELEASE_SCRIPT } from "../../pkg/stores/redis.js";
+import { sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { fenceLedger } from "./lib/sql-suite.js";
+
+const LONG = 60_000;
+const owner = (label = "o") => `${label}-${randomBytes(8).toString("hex")}`;
+const uniqueKey = (label) => `keel-test:wait:${label}:${randomBytes(4).toString("hex")}`;
+
+// keel-lock as users get it (the tarball scripts/test.d/40-stores.sh installs); KEEL_LOCK_ENTRY
+// points at another entry, e.g. pkg/node/index.mjs of the source tree while iterating.
+async function importKeelLock() {
+  const keel = await import(process.env.KEEL_LOCK_ENTRY || "keel-lock");
+  return keel.default?.lock ? keel.default : keel;
+}
+
+/** The queue of `key` (owners, oldest first), read with `admin` (a client or cluster client). */
+const queueOf = (admin, store, key) => admin.lrange(`${store.keys(key).lock}:queue`, 0, -1);
+
+/** Resolves once `count` callers are queued for `key`. */
+async function queued(admin, store, key, count) {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const queue = await queueOf(admin, store, key);
+    if (queue.length >= count) return queue;
+    assert.ok(Date.now() < deadline, `${count} waiters never queued for ${key} (${queue.length} did)`);
+    await sleep(5);
+  }
+}
+
+/** The waiting state of `key` left in Redis: queue and waiters keys (both must be gone). */
+async function leftovers(admin, store, key) {
+  const { lock } = store.keys(key);
+  const names = [`${lock}:queue`, `${lock}:waiters`];
+  const left = [];
+  for (const name of names) if (await admin.exists(name)) left.push(name);
+  return left;
+}
+
+/**
+ * `stores[0]` holds the key; `waiters` callers queue one after another (each queued before the
+ * next starts), spread over `stores`; a newcomer's plain acquire is refused; the holder releases.
+ * Asserts that they were granted in arrival order — nobody overtakes — with rising fences, and
+ * that no queue is left behind.
+ */
+export async function fifoOrder({ stores, admin, waiters = 12 }) {
+  const key = uniqueKey("fifo");
+  const holder = owner("holder");
+  assert.ok(await stores[0].acquire(key, holder, LONG));
+  const ledger = fenceLedger();
+  const arrived = [];
+  const granted = [];
+  const done = [];
+  for (let i = 0; i < waiters; i++) {
+    const me = owner(`w${i}`);
+    const store = stores[i % stores.length];
+    arrived.push(me);
+    done.push(
+      store.acquireOrWait(key, me, LONG, 20_000, 60_000).then(async (answer) => {
+        assert.ok(answer, `${me} was not granted the key`);
+        ledger.take(key, answer, me);
+        granted.push(me);
+        await sleep(2);
+        assert.equal(await store.release(key, me), true, `${me} could not release`);
+      }),
+    );
+    await queued(admin, stores[0], key, i + 1);
+  }
+  assert.equal(await stores[stores.length - 1].acquire(key, owner("newcomer"), LONG), false, "a newcomer overtook the queue");
+  assert.equal(await stores[0].release(key, holder), true);
+  await Promise.all(done);
+  const overtakes = granted.filter((o, i) => o !== arrived[i]).length;
+  assert.deepEqual(granted, arrived, `granted out of arrival order (${overtakes} out of place)`);
+  assert.deepEqual(await leftovers(admin, stores[0], key), [], "queue keys left behind");
+  assert.equal(await stores[0].isLocked(key), false);
+}
+
+/**
+ * A waiter whose safety-net poll is a minute away is granted the key when the holder releases:
+ * the release itself hands it over (and the message wakes the waiter).
+ */
+export async function releaseHandsOver({ holderStore, waiterStore }) {
+  const key = uniqueKey("handover");
+  const [holder, waiter] = [owner("holder"), owner("waiter")];
+  assert.ok(await holderStore.acquire(key, holder, LONG));
+  const waiting = waiterStore.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
+  await sleep(100);
+  assert.equal(await holderStore.release(key, holder), true);
+  const answer = await Promise.race([waiting, sleep(5_000).then(() => "no hand-over within 5 s")]);
+  assert.ok(answer && typeof answer === "object", `the release did not hand the key over: ${String(answer)}`);
+  assert.ok(Number.isInteger(answer.waitedMs) && answer.waitedMs >= 0, `waitedMs ${answer.waitedMs}`);
+  assert.equal(await waiterStore.release(key, waiter), true);
+}
+
+// A client whose EVALSHA of the enqueue script runs a variant of it instead (ioredis API).
+function withEnqueueScript(client, script) {
+  return new Proxy(client, {
+    get(target, name) {
+      if (name === "evalsha") {
+        return (sha, ...rest) => (sha === ENQUEUE_SHA ? target.eval(script, ...rest) : target.evalsha(sha, ...rest));
+      }
+      const value = target[name];
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+
+let redis; // the server
+let admin; // a plain ioredis connection for inspecting and poking the server
+const connections = []; // closed at the end
+const made = []; // stores, closed after each test
+
+before(async () => {
+  redis = await startRedis();
+  admin = new IORedis({ port: redis.port, host: "127.0.0.1" });
+});
+
+after(async () => {
+  for (const close of connections.reverse()) await close();
+  admin?.disconnect();
+  await redis?.stop();
+});
+
+afterEach(async () => {
+  for (const store of made.splice(0)) await store.close();
+});
+
+const CLIENTS = {
+  "ioredis 5": async () => {
+    const client = new IORedis({ port: redis.port, host: "127.0.0.1" });
+    connections.push(() => client.disconnect());
+    return client;
+  },
+  "ioredis 6": async () => {
+    const Ctor = IORedis6.default ?? IORedis6;
+    const client = new Ctor({ port: redis.port, host: "127.0.0.1" });
+    connections.push(() => client.disconnect());
+    return client;
+  },
+  "node-redis 5": async () => {
+    const client = createNodeRedis({ url: redis.url });
+    client.on("error", () => {});
+    await client.connect();
+    connections.push(() => client.quit());
+    return client;
+  },
+  "node-redis 4": async () => {
+    const client = createNodeRedis4({ url: redis.url });
+    client.on("error", () => {});
+    await client.connect();
+    connections.push(() => client.quit());
+    return client;
+  },
+};
+
+// A store on a fresh connection of `flavour` (each store opens its own pub/sub connection).
+async function storeOf(flavour = "ioredis 5", options) {
+  const store = redisLockStore(await CLIENTS[flavour](), options);
+  made.push(store);
+  return store;
+}
+const fourStores = async () => Promise.all(Object.keys(CLIENTS).map((f) => storeOf(f)));
+
+describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelease", () => {
+  test("every script's SHA is the SHA-1 of its text", () => {
+    const names = ["ACQUIRE", "RELEASE", "EXTEND", "ENQUEUE", "CHECK", "LEAVE", "FORCE_RELEASE"];
+    for (const name of names) {
+      const sha = createHash("sha1").update(redisModule[`${name}_SCRIPT`]).digest("hex");
+      assert.equal(redisModule[`${name}_SHA`], sha, name);
+    }
+  });
+
+  test("the store offers acquireOrWait/withdraw/forceRelease/close; a free key is taken at once, with no pub/sub connection", async () => {
+    const store = await storeOf();
+    for (const m of ["acquireOrWait", "withdraw", "forceRelease", "close", "quit"]) assert.equal(typeof store[m], "function", m);
+    const key = uniqueKey("free");
+    const me = owner();
+    const answer = await store.acquireOrWait(key, me, LONG, 1_000, 50);
+    assert.deepEqual(Object.keys(answer).sort(), ["fence", "waitedMs"]);
+    assert.equal(answer.waitedMs, 0);
+    assert.equal(store.subscriber, null, "a free key opened a pub/sub connection");
+    assert.deepEqual(await leftovers(admin, store, key), []);
+    assert.equal(await admin.get(store.keys(key).lock), me, "the holder's value is its owner token");
+    assert.equal(await store.release(key, me), true);
+    await assert.rejects(store.acquireOrWait(key, me, LONG, -1, 50), RangeError);
+    await assert.rejects(store.acquireOrWait(key, me, LONG, 100, 0), RangeError);
+    await assert.rejects(store.acquireOrWait("", me, LONG, 100, 50), TypeError);
+    await assert.rejects(store.acquire(key, "a\0b", LONG), TypeError);
+  });
+
+  test("Upstash (REST, no pub/sub) has no acquireOrWait/withdraw — its callers poll — but has forceRelease", async () => {
+    const fixture = await startUpstashFixture(redis.port);
+    try {
+      const store = redisLockStore(new Upstash({ url: fixture.url, token: fixture.token, retry: false }));
+      assert.equal(store.acquireOrWait, undefined);
+      assert.equal(store.withdraw, undefined);
+      const key = uniqueKey("upstash");
+      assert.ok(await store.acquire(key, owner(), LONG));
+      assert.equal(await store.forceRelease(key), true);
+      assert.equal(await store.isLocked(key), false);
+    } finally {
+      await fixture.stop();
+    }
+  });
+
+  test("FIFO: 12 waiters on 4 stores (ioredis 5/6, node-redis 5/4) are granted in arrival order (0 overtakes); a newcomer's acquire waits its turn", { timeout: 60_000 }, async () => {
+    await fifoOrder({ stores: await fourStores(), admin, waiters: 12 });
+  });
+
+  test("the FIFO check catches a LIFO queue (an enqueue script that pushes on the head)", { timeout: 60_000 }, async () => {
+    const lifo = ENQUEUE_SCRIPT.replace('redis.call("RPUSH"', 'redis.call("LPUSH"');
+    assert.notEqual(lifo, ENQUEUE_SCRIPT);
+    const stores = [];
+    for (let i = 0; i < 2; i++) {
+      const client = withEnqueueScript(await CLIENTS["ioredis 5"](), lifo);
+      const store = redisLockStore(client, { clientType: "ioredis" });
+      made.push(store);
+      stores.push(store);
+    }
+    await assert.rejects(
+      fifoOrder({ stores, admin, waiters: 4 }),
+      (error) => error instanceof assert.AssertionError && /granted out of arrival order \(\d+ out of place\)/.test(error.message),
+    );
+  });
+
+  test("release hands the key to the waiter (no poll needed), through every client", { timeout: 60_000 }, async () => {
+    const stores = await fourStores();
+    for (let i = 0; i < stores.length; i++) {
+      await releaseHandsOver({ holderStore: stores[i], waiterStore: stores[(i + 1) % stores.length] });
+    }
+  });
+
+  test("the hand-over check catches a release that only deletes the key", async () => {
+    const real = await storeOf();
+    const broken = { ...real, release: async (key) => (await admin.del(real.keys(key).lock)) === 1 };
+    await assert.rejects(
+      releaseHandsOver({ holderStore: broken, waiterStore: await storeOf("node-redis 5") }),
+      (error) => error instanceof assert.AssertionError && /did not hand the key over/.test(error.message),
+    );
+  });
+
+  test("a timeout while queued answers false and leaves the queue clean; the holder is unmarked", async () => {
+    const store = await storeOf();
+    const key = uniqueKey("timeout");
+    const [holder, waiter] = [owner("holder"), owner("waiter")];
+    assert.ok(await store.acquire(key, holder, LONG));
+    const started = Date.now();
+    assert.equal(await store.acquireOrWait(key, waiter, LONG, 300, 60_000), false);
+    assert.ok(Date.now() - started >= 290, "answered false before the wait was spent");
+    assert.deepEqual(await leftovers(admin, store, key), []);
+    assert.equal(store.waitingCount, 0);
+    assert.equal(await admin.get(store.keys(key).lock), holder, "the holder's value is still marked");
+    assert.equal(await store.release(key, holder), true);
+    assert.equal(await store.isLocked(key), false, "the key went to a waiter that had left");
+  });
+
+  test("withdraw while queued: the pending call answers false at once, the queue is clean, the next waiter is unaffected", async () => {
+    const [a, b] = [await storeOf(), await storeOf("node-redis 5")];
+    const key = uniqueKey("withdraw");
+    const [holder, w1, w2] = [owner("holder"), owner("w1"), owner("w2")];
+    assert.ok(await a.acquire(key, holder, LONG));
+    const first = b.acquireOrWait(key, w1, LONG, 20_000, 60_000);
+    await queued(admin, a, key, 1);
+    const second = b.acquireOrWait(key, w2, LONG, 20_000, 60_000);
+    await queued(admin, a, key, 2);
+    await b.withdraw(key, w1);
+    assert.equal(await Promise.race([first, sleep(1_000).then(() => "still pending")]), false);
+    assert.deepEqual(await queueOf(admin, a, key), [w2]);
+    assert.equal(await admin.hexists(`${a.keys(key).lock}:waiters`, w1), 0);
+    assert.equal(await a.release(key, holder), true);
+    assert.ok(await second, "the remaining waiter was not granted");
+    // Withdraw after the grant releases and hands over: here, to nobody, so the key is free.
+    await b.withdraw(key, w2);
+    assert.equal(await a.isLocked(key), false);
+    assert.deepEqual(await leftovers(admin, a, key), []);
+  });
+
+  test("a holder that crashes (never releases) is succeeded at its expiry, not at the next poll", { timeout: 30_000 }, async () => {
+    const [a, b] = [await storeOf(), await storeOf("node-redis 5")];
+    const key = uniqueKey("crash");
+    const [holder, waiter] = [owner("holder"), owner("waiter")];
+    const ledger = fenceLedger();
+    ledger.take(key, await a.acquire(key, holder, 600), "the holder");
+    const started = Date.now();
+    // The safety-net poll is 60 s away and the wait 20 s: only the look at the expiry can grant.
+    const answer = await b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
+    const took = Date.now() - started;
+    ledger.take(key, answer, "the waiter, at the holder's expiry");
+    assert.ok(took < 5_000, `granted after ${took} ms, not at the holder's expiry`);
+    assert.ok(answer.waitedMs >= 500, `waitedMs ${answer.waitedMs}: granted before the holder expired?`);
+    assert.equal(await a.release(key, holder), false, "the crashed holder still held the key");
+    assert.equal(await b.release(key, waiter), true);
+  });
+
+  test("a waiter that crashes once granted holds the key only for its TTL", { timeout: 30_000 }, async () => {
+    const store = await storeOf();
+    const key = uniqueKey("gone");
+    const [holder, ghost, next] = [owner("holder"), owner("ghost"), owner("next")];
+    assert.ok(await store.acquire(key, holder, LONG));
+    // The ghost queues from its own client, then its process "dies": both connections drop.
+    const ghostClient = await CLIENTS["ioredis 5"]();
+    const ghostStore = redisLockStore(ghostClient);
+    const ghostWait = ghostStore.acquireOrWait(key, ghost, 400, 3_000, 60_000).catch(() => "connection closed");
+    await queued(admin, store, key, 1);
+    await sleep(50); // its subscription is up (the first waiter subscribes after queueing)
+    ghostStore.subscriber?.disconnect();
+    ghostClient.disconnect();
+    assert.equal(await store.release(key, holder), true);
+    assert.equal(await admin.get(store.keys(key).lock), ghost, "the release did not grant the queued waiter");
+    assert.equal(await store.acquire(key, next, LONG), false);
+    await sleep(600);
+    assert.equal(await store.isLocked(key), false, "the gone waiter's grant outlived its TTL");
+    assert.ok(await store.acquire(key, next, LONG), "the key was not free after the gone waiter's TTL");
+    assert.equal(await store.release(key, next), true);
+    assert.deepEqual(await leftovers(admin, store, key), []);
+    assert.equal(await ghostWait, "connection closed", "the ghost's wait settled otherwise");
+    await ghostStore.close().catch(() => {});
+  });
+
+  test("a release racing the waiter's timeout: never two holders, never a lost grant (60 rounds)", { timeout: 120_000 }, async () => {
+    const [a, b] = [await storeOf(), await storeOf("node-redis 5")];
+    const outcomes = { granted: 0, timedOut: 0 };
+    for (let round = 0; round < 60; round++) {
+      const key = uniqueKey(`race${round}`);
+      const [holder, waiter] = [owner("holder"), owner("waiter")];
+      assert.ok(await a.acquire(key, holder, LONG));
+      const wait = 40 + (round % 20);
+      const waiting = b.acquireOrWait(key, waiter, LONG, wait, 60_000);
+      await sleep(30 + (round % 7) * 5);
+      const released = a.release(key, holder);
+      const [answer, wasReleased] = await Promise.all([waiting, released]);
+      assert.equal(wasReleased, true, `round ${round}: the holder's release failed`);
+      const value = await admin.get(a.keys(key).lock);
+      if (answer) {
+        outcomes.granted++;
+        assert.equal(value, waiter, `round ${round}: granted, but the lock holds ${JSON.stringify(value)}`);
+        assert.equal(await b.release(key, waiter), true, `round ${round}`);
+      } else {
+        outcomes.timedOut++;
+        assert.equal(value, null, `round ${round}: the waiter timed out but the key is held by ${JSON.stringify(value)} (a lost grant)`);
+      }
+      assert.deepEqual(await leftovers(admin, a, key), [], `round ${round}: queue keys left`);
+    }
+    // Both outcomes happen (otherwise the rounds did not race).
+    assert.ok(outcomes.granted > 0 && outcomes.timedOut > 0, JSON.stringify(outcomes));
+  });
+
+  test("lost messages: with the subscriber's messages dropped, the safety-net poll still hands over", { timeout: 30_000 }, async () => {
+    const [a, b] = [await storeOf(), await storeOf()];
+    const key = uniqueKey("lost");
+    const [holder, waiter] = [owner("holder"), owner("waiter")];
+    assert.ok(await a.acquire(key, holder, LONG));
+    const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 300);
+    await queued(admin, a, key, 1);
+    await sleep(50);
+    const sub = b.subscriber;
+    assert.ok(sub, "no pub/sub connection");
+    let dropped = 0;
+    const handlers = sub.listeners("message");
+    sub.removeAllListeners("message");
+    sub.on("message", () => dropped++);
+    let settled = false;
+    waiting.then(() => (settled = true));
+    const releasedAt = Date.now();
+    assert.equal(await a.release(key, holder), true);
+    await sleep(100);
+    assert.equal(settled, false, "granted without the message or a poll");
+    const answer = await waiting;
+    assert.ok(answer, "the poll did not pick up the grant");
+    assert.ok(Date.now() - releasedAt < 2_000);
+    assert.ok(dropped >= 1, "the grant's message never came (so nothing was dropped)");
+    for (const h of handlers) sub.on("message", h);
+    assert.equal(await b.release(key, waiter), true);
+  });
+
+  test("lost messages: the subscriber connection is killed (CLIENT KILL); the waiter still gets the key, and the store subscribes again", { timeout: 30_000 }, async () => {
+    for (const flavour of ["ioredis 5", "node-redis 5"]) {
+      const [a, b] = [await storeOf(), await storeOf(flavour)];
+      const key = uniqueKey("killed");
+      const [holder, waiter] = [owner("holder"), owner("waiter")];
+      assert.ok(await a.acquire(key, holder, LONG));
+      const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 500);
+      await queued(admin, a, key, 1);
+      await sleep(100);
+      const killed = await admin.client("KILL", "TYPE", "pubsub");
+      assert.ok(killed >= 1, `${flavour}: no pub/sub connection to kill`);
+      assert.equal(await a.release(key, holder), true);
+      assert.ok(await waiting, `${flavour}: no hand-over after the pub/sub connection died`);
+      assert.equal(await b.release(key, waiter), true);
+      // The store's connection resubscribed: a second hand-over needs no poll.
+      const deadline = Date.now() + 5_000;
+      while (!/ sub=1 /.test(await admin.client("LIST", "TYPE", "pubsub"))) {
+        assert.ok(Date.now() < deadline, `${flavour}: the store did not subscribe again`);
+        await sleep(20);
+      }
+      await b.close();
+      await a.close();
+    }
+  });
+
+  test("mutual exclusion: 32 waiters over 4 stores, at most one inside at a time, fences rising, queue empty afterwards", { timeout: 60_000 }, async () => {
+    const stores = await fourStores();
+    const key = uniqueKey("mutex");
+    const ledger = fenceLedger();
+    let inside = 0;
+    let most = 0;
+    let entered = 0;
+    await Promise.all(
+      Array.from({ length: 32 }, async (_, i) => {
+        const store = stores[i % stores.length];
+        const me = owner(`m${i}`);
+        const answer = await store.acquireOrWait(key, me, LONG, 30_000, 10_000);
+        assert.ok(answer, `${me} was not granted`);
+        ledger.take(key, answer, me);
+        inside++;
+        entered++;
+        most = Math.max(most, inside);
+        await sleep(3);
+        inside--;
+        assert.equal(await store.release(key, me), true);
+      }),
+    );
+    assert.equal(entered, 32);
+    assert.equal(most, 1, `${most} holders inside at once`);
+    assert.deepEqual(await leftovers(admin, stores[0], key), []);
+    assert.equal(await stores[0].isLocked(key), false);
+  });
+
+  test("forceRelease: a held key is freed (true; then false); a queued waiter is handed the key; the old holder's extend and release are refused", async () => {
+    const [a, b] = [await storeOf(), await storeOf("node-redis 4")];
+    const key = uniqueKey("force");
+    const [holder, waiter] = [owner("holder"), owner("waiter")];
+    const ledger = fenceLedger();
+    ledger.take(key, await a.acquire(key, holder, LONG), "the holder");
+    assert.equal(await a.forceRelease(key), true);
+    assert.equal(await a.isLocked(key), false);
+    assert.equal(await a.forceRelease(key), false, "a free key");
+    assert.equal(await a.extend(key, holder, LONG), false);
+
+    ledger.take(key, await a.acquire(key, holder, LONG), "the holder again");
+    const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
+    await queued(admin, a, key, 1);
+    assert.equal(await b.forceRelease(key), true);
+    const answer = await Promise.race([waiting, sleep(5_000).then(() => "not handed over")]);
+    ledger.take(key, answer, "the waiter, after the force-release");
+    assert.equal(await admin.get(a.keys(key).lock), waiter);
+    assert.equal(await a.extend(key, holder, LONG), false, "the force-released holder extended");
+    assert.equal(await a.release(key, holder), false, "the force-released holder released");
+    assert.equal(await b.release(key, waiter), true);
+    assert.deepEqual(await leftovers(admin, a, key), []);
+  });
+
+  test("close() makes pending waits leave their queues and closes the pub/sub connection; the store subscribes again when next needed", async () => {
+    const [a, b] = [await storeOf(), await storeOf()];
+    const key = uniqueKey("close");
+    const [holder, waiter] = [owner("holder"), owner("waiter")];
+    assert.ok(await a.acquire(key, holder, LONG));
+    const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
+    await queued(admin, a, key, 1);
+    await sleep(50);
+    assert.ok(b.subscriber);
+    await b.quit();
+    assert.equal(await waiting, false);
+    assert.equal(b.subscriber, null);
+    assert.deepEqual(await leftovers(admin, a, key), []);
+    assert.equal(await a.release(key, holder), true);
+    assert.equal(await a.isLocked(key), false);
+    const again = b.acquireOrWait(key, waiter, LONG, 5_000, 60_000);
+    assert.ok(await again);
+    assert.equal(await b.release(key, waiter), true);
+  });
+});
+
+describe("through keel-lock (setLockStore(redisLockStore(…)), lock(k).run(fn, { timeout }))", () => {
+  // Every request a client sends, from MONITOR (commands run inside scripts are tagged "lua" there
+  // and are not requests).
+  async function countRequests(body) {
+    const monitor = await admin.monitor();
+    const seen = [];
+    monitor.on("monitor", (time, args, source) => source !== "lua" && seen.push(args[0].toLowerCase()));
+    try {
+      await body();
+      await admin.ping("end of count");
+      const deadline = Date.now() + 5_000;
+      while (!seen.includes("ping")) {
+        assert.ok(Date.now() < deadline, "MONITOR never saw the end marker");
+        await sleep(5);
+      }
+    } finally {
+      monitor.disconnect();
+    }
+    return seen.slice(0, seen.lastIndexOf("ping"));
+  }
+
+  test("an uncontended run() with a timeout is two requests: the acquire-or-wait script and the release script", async () => {
+    const keel = await importKeelLock();
+    const store = await storeOf();
+    const previous = keel.getLockStore();
+    keel.setLockStore(store);
+    try {
+      const key = uniqueKey("uncontended");
+      for (const script of [ACQUIRE_SCRIPT, ENQUEUE_SCRIPT, RELEASE_SCRIPT]) await admin.script("LOAD", script); // cached, as in steady state
+      const seen = await countRequests(async () => {
+        assert.deepEqual(await keel.lock(key, LONG).run(() => 42, { timeout: 5_000 }), [true, 42]);
+        assert.deepEqual(await keel.lock(key, LONG).run(() => 43), [true, 43]);
+      });
+      assert.deepEqual(seen, ["evalsha", "evalsha", "evalsha", "evalsha"]);
+      assert.equal(store.subscriber, null);
+    } finally {
+      keel.setLockStore(previous);
+    }
+  });
+
+  test("40 callers on one key wait in the store — at most 2.5 requests per acquisition, no polling; a polling store is caught", { timeout: 60_000 }, async (t) => {
+    const keel = await importKeelLock();
+    const callers = 40;
+    const runAll = async (store, options, names = store) => {
+      const key = uniqueKey("keel-lock");
+      const previous = keel.getLockStore();
+      keel.setLockStore(store);
+      let inside = 0;
+      let most = 0;
+      const fences = [];
+      let seen;
+      try {
+        seen = await countRequests(async () => {
+          const results = await Promise.all(
+            Array.from({ length: callers }, () =>
+              keel.lock(key, LONG).run(async ({ fence }) => {
+                most = Math.max(most, ++inside);
+                fences.push(fence);
+                await sleep(5);
+                inside--;
+              }, options),
+            ),
+          );
+          assert.deepEqual(results.map(([ran]) => ran), Array(callers).fill(true), "a caller did not get the lock");
+        });
+      } finally {
+        keel.setLockStore(previous);
+      }
+      assert.equal(most, 1, `${most} callers inside at once`);
+      assert.deepEqual([...fences].sort((x, y) => x - y), fences, "fences out of order");
+      assert.deepEqual(await leftovers(admin, names, key), []);
+      return seen;
+    };
+    const byCommand = (seen) => seen.reduce((m, c) => ((m[c] = (m[c] ?? 0) + 1), m), {});
+
+    for (const name of ["ACQUIRE", "ENQUEUE", "CHECK", "LEAVE", "RELEASE"]) await admin.script("LOAD", redisModule[`${name}_SCRIPT`]);
+    const waitingStore = await storeOf();
+    const waiting = await runAll(waitingStore, { timeout: 30_000, retryDelay: 5_000 });
+    t.diagnostic(`waiting in the store: ${waiting.length / callers} requests per acquisition ${JSON.stringify(byCommand(waiting))}`);
+    assert.ok(waiting.length / callers <= 2.5, `${waiting.length} requests for ${callers} acquisitions: ${JSON.stringify(byCommand(waiting))}`);
+    assert.equal(waitingStore.waitingCount, 0);
+
+    // The same callers on a store without acquireOrWait/withdraw: the core polls acquire every
+    // retryDelay, and the count shows it.
+    const polled = await storeOf();
+    const { acquire, release, extend, isLocked, remainingTime } = polled;
+    const polling = await runAll({ acquire, release, extend, isLocked, remainingTime }, { timeout: 30_000, retryDelay: 20 }, polled);
+    t.diagnostic(`polling: ${polling.length / callers} requests per acquisition`);
+    assert.ok(polling.length / callers > 2.5, `the polling store sent only ${polling.length} requests`);
+  });
+
+  test("aborting a queued run() withdraws it — the queue is clean and the key goes to the next waiter", { timeout: 30_000 }, async () => {
+    const keel = await importKeelLock();
+    const store = await storeOf();
+    const key = uniqueKey("abort");
+    const holder = owner("holder");
+    assert.ok(await store.acquire(key, holder, LONG));
+    const previous = keel.getLockStore();
+    keel.setLockStore(store);
+    try {
+      const controller = new AbortController();
+      const aborted = keel.lock(key, LONG).run(() => "never", { timeout: 20_000, signal: controller.signal });
+      await queued(admin, store, key, 1);
+      const next = keel.lock(key, LONG).run(() => "next", { timeout: 20_000 });
+      await queued(admin, store, key, 2);
+      controller.abort(new Error("caller gave up"));
+      await assert.rejects(aborted, /caller gave up/);
+      assert.equal((await queueOf(admin, store, key)).length, 1, "the aborted caller is still queued");
+      assert.equal(await store.release(key, holder), true);
+      assert.deepEqual(await next, [true, "next"]);
+    } finally {
+      keel.setLockStore(previous);
+    }
+    assert.deepEqual(await leftovers(admin, store, key), []);
+    assert.equal(await store.isLocked(key), false);
+  });
+});
+
+describe("waiting on a Redis Cluster (three masters, started here)", () => {
+  let cluster;
+  let clusterAdmin;
+  const clients = [];
+
+  before(async () => {
+    cluster = await startRedisCluster({ masters: 3 });
+    clusterAdmin = new IORedis.Cluster(cluster.nodes.map(({ host, port }) => ({ host, port })));
+    await new Promise((resolve, reject) => {
+      clusterAdmin.once("ready", resolve);
+      clusterAdmin.once("error", reject);
+    });
+  });
+
+  after(async () => {
+    for (const close of clients.reverse()) await close();
+    clusterAdmin?.disconnect();
+    await cluster?.stop();
+  });
+
+  async function clusterStores() {
+    const io = new IORedis.Cluster(cluster.nodes.map(({ host, port }) => ({ host, port })));
+    await new Promise((resolve, reject) => {
+      io.once("ready", resolve);
+      io.once("error", reject);
+    });
+    clients.push(async () => io.disconnect());
+    const nr = createNodeRedisCluster({ rootNodes: cluster.nodes.map(({ url }) => ({ url })) });
+    nr.on("error", () => {});
+    await nr.connect();
+    clients.push(() => nr.close());
+    const stores = [redisLockStore(io, { prefix: "kw:" }), redisLockStore(nr, { prefix: "kw:" })];
+    made.push(...stores);
+    return stores;
+  }
+
+  test("FIFO on the cluster: 8 waiters on an ioredis Cluster store and a node-redis createCluster store, in arrival order", { timeout: 60_000 }, async () => {
+    await fifoOrder({ stores: await clusterStores(), admin: clusterAdmin, waiters: 8 });
+  });
+
+  test("on the cluster, release hands over through PUBLISH (no poll) in both directions", { timeout: 30_000 }, async () => {
+    const [io, nr] = await clusterStores();
+    await releaseHandsOver({ holderStore: io, waiterStore: nr });
+    await releaseHandsOver({ holderStore: nr, waiterStore: io });
+  });
+});
