@@ -1,4 +1,4 @@
-import type { Grant, LockStore } from "../index.js";
+import type { Grant, LockStore, WaitedGrant } from "../index.js";
 
 /** The client APIs `redisLockStore` adapts to. */
 export type RedisClientType = "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash";
@@ -18,11 +18,14 @@ export interface RedisLockKeys {
   readonly fence: string;
 }
 
+/** A grant after waiting: the fence and the whole ms the caller waited in the queue (≥ 0, by Redis's clock). */
+export type RedisWaitedGrant = Grant & WaitedGrant & { fence: number };
+
 /**
  * A LockStore over Redis. Every method answers a promise and costs one round trip
  * (a script call: one more after that Redis lost its script cache).
  */
-export type RedisLockStore = Omit<LockStore, "acquire"> & {
+export type RedisLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "withdraw" | "forceRelease"> & {
   /**
    * One script, atomically: if the key is free, take it and answer `{ fence }` from the key's
    * counter; if someone holds it, answer `false`. The fence (1..2^53 − 1) is greater than every
@@ -31,6 +34,37 @@ export type RedisLockStore = Omit<LockStore, "acquire"> & {
    * Rejects (and takes no lock) if the counter is not a positive integer or is exhausted.
    */
   acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
+  /**
+   * Frees `key` whoever holds it (for operators) and answers whether someone did. A queued
+   * waiter is handed the key, as on a release; the old holder's next extend answers false.
+   */
+  forceRelease(key: string): Promise<boolean>;
+  /**
+   * Waiting without polling (absent on @upstash/redis, which has no pub/sub: its callers poll).
+   * Takes the key if it is free and nobody is queued; otherwise joins the key's FIFO queue in
+   * Redis and waits up to `waitMs` for a release (or the holder's expiry) to hand it over,
+   * looking again every `pollMs` in case a message was lost. Answers `{ fence, waitedMs }` (the
+   * TTL runs from the grant) or `false` (the wait is spent; no longer queued). The first call
+   * that has to queue opens the store's pub/sub connection (a `duplicate()` of the client).
+   */
+  acquireOrWait?(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number): Promise<false | RedisWaitedGrant>;
+  /**
+   * Afterwards `owner` neither holds nor waits for `key`: leaves the queue, or releases a key it
+   * was handed (to the next waiter); a pending `acquireOrWait` of `owner` answers false.
+   */
+  withdraw?(key: string, owner: string): Promise<void>;
+  /**
+   * Pending `acquireOrWait` calls leave their queues (answering a grant they already got, else
+   * false) and the pub/sub connection is closed; a later wait subscribes again. Call it before
+   * closing the client.
+   */
+  close?(): Promise<void>;
+  /** The same as `close()`. */
+  quit?(): Promise<void>;
+  /** How many `acquireOrWait` calls of this store are waiting. */
+  readonly waitingCount?: number;
+  /** The store's pub/sub connection (a duplicate of the client), or null while it has none. */
+  readonly subscriber?: object | null;
   /** The key prefix in use. */
   readonly prefix: string;
   /** The client API detected (or given). */
@@ -42,7 +76,8 @@ export type RedisLockStore = Omit<LockStore, "acquire"> & {
 /**
  * A LockStore over a connected ioredis client or Cluster, node-redis (v4+) client or cluster
  * (`createCluster`), or @upstash/redis client. Acquire, release and extend are Lua scripts run by
- * EVALSHA (EVAL on NOSCRIPT); expiry is judged by Redis's clock.
+ * EVALSHA (EVAL on NOSCRIPT); expiry is judged by Redis's clock. Except on @upstash/redis the
+ * store also waits without polling (`acquireOrWait`, `withdraw`, `close`).
  */
 export declare function redisLockStore(client: object, options?: RedisLockStoreOptions): RedisLockStore;
 export default redisLockStore;
@@ -56,9 +91,9 @@ export declare function redisLockKeys(key: string, prefix?: string): RedisLockKe
 /** Which client API `client` speaks, or null if none of the supported ones. */
 export declare function detectRedisClient(client: unknown): RedisClientType | null;
 
-/** The acquire script (set-if-absent, then the next fence from the counter). */
+/** The acquire script (set-if-absent with nobody queued, then the next fence from the counter). */
 export declare const ACQUIRE_SCRIPT: string;
-/** The release script (compare owner, then DEL). */
+/** The release script (compare owner, then DEL; hands the key to the oldest live waiter). */
 export declare const RELEASE_SCRIPT: string;
 /** The extend script (compare owner, then PEXPIRE). */
 export declare const EXTEND_SCRIPT: string;
@@ -68,3 +103,19 @@ export declare const ACQUIRE_SHA: string;
 export declare const RELEASE_SHA: string;
 /** SHA-1 of EXTEND_SCRIPT. */
 export declare const EXTEND_SHA: string;
+/** The acquire-or-queue script of `acquireOrWait`. */
+export declare const ENQUEUE_SCRIPT: string;
+/** A waiter's look: was it handed the key; hands over a key whose holder expired. */
+export declare const CHECK_SCRIPT: string;
+/** A waiter leaves the queue (timeout, withdraw), or releases a key it was handed. */
+export declare const LEAVE_SCRIPT: string;
+/** The force-release script (DEL whoever holds it, then hand over). */
+export declare const FORCE_RELEASE_SCRIPT: string;
+/** SHA-1 of ENQUEUE_SCRIPT. */
+export declare const ENQUEUE_SHA: string;
+/** SHA-1 of CHECK_SCRIPT. */
+export declare const CHECK_SHA: string;
+/** SHA-1 of LEAVE_SCRIPT. */
+export declare const LEAVE_SHA: string;
+/** SHA-1 of FORCE_RELEASE_SCRIPT. */
+export declare const FORCE_RELEASE_SHA: string;
