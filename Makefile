@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup pkg test demo bench lint clean
+.PHONY: setup pkg test demo bench lint clean soak fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -21,6 +21,19 @@ lint:
 # the packed package in each runtime, stores against real servers, Workers, components).
 test: setup
 	@bash scripts/test.sh
+
+# The fault scenarios at length: every store x fault x broken variant, SOAK_SECONDS (default 600)
+# of correct runs in all; histories and a summary table under tests/faults/results/soak-<time>/.
+SOAK_SECONDS ?= 600
+soak: setup
+	@SOAK_SECONDS=$(SOAK_SECONDS) bash scripts/test.d/70-faults.sh soak
+
+# Fuzzing: 10^6 proptest cases per Rust input path (release build), then the JS-level fuzz
+# through the packed package (KEEL_JS_FUZZ_CASES, default 200000).
+FUZZ_CASES ?= 1000000
+fuzz: setup
+	KEEL_FUZZ_CASES=$(FUZZ_CASES) cargo test --release --test fuzz_inputs
+	@bash scripts/test.d/70-faults.sh fuzz
 
 demo: setup
 	@bash scripts/demo.sh

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# keel-lock proven under faults (tests/faults/), through the packed package:
+#   - checkLockStoreUnderLoad / checkHistory from keel-lock/testing: correct stores pass, a racy
+#     get-then-set store and a fence-reusing one are caught;
+#   - a short JS-level fuzz (random restoreLock strings, options, keys, TTLs, stores answering
+#     random values: only documented errors, never a wasm trap);
+#   - the fault scenarios with fixed seeds: concurrent OS processes against memory, Redis (with and
+#     without AOF), better-sqlite3 and PostgreSQL while holders are SIGKILLed and SIGSTOPped, the
+#     store restarts and store calls fail; every history checked; each scenario also run against
+#     a broken store, which must fail. About 3 minutes.
+# Modes: `soak` (make soak: every broken variant, SOAK_SECONDS shared among the correct runs,
+# histories and summary table under tests/faults/results/) and `fuzz` (make fuzz: the JS fuzz
+# with KEEL_JS_FUZZ_CASES cases, default 200000).
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$root"
+mode="${1:-test}"
+
+bash scripts/ensure-pkg.sh
+
+packdir="$(mktemp -d "${TMPDIR:-/tmp}/keel-lock-pack.XXXXXX")"
+trap 'rm -rf "$packdir"' EXIT
+tarball="$packdir/$(cd pkg && npm pack --silent --pack-destination "$packdir" | tail -1)"
+
+# The server helpers come from tests/stores/lib/servers.js.
+if [ ! -d tests/stores/node_modules ]; then (cd tests/stores && npm ci --no-audit --no-fund --loglevel=error); fi
+cd tests/faults
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+npm install --no-save --no-audit --no-fund --loglevel=error "$tarball"
+
+case "$mode" in
+  test)
+    echo "--- checkLockStoreUnderLoad and checkHistory (keel-lock/testing)"
+    node --test --test-reporter=spec load.test.mjs
+    echo "--- JS fuzz through the packed package (short)"
+    node fuzz.mjs 2000 1
+    echo "--- fault scenarios (short, fixed seeds)"
+    node run.js
+    ;;
+  soak)
+    echo "--- fault scenarios, full matrix, ${SOAK_SECONDS:-600} s of correct runs"
+    node run.js --soak --seconds "${SOAK_SECONDS:-600}" ${SOAK_RESULTS:+--results "$SOAK_RESULTS"}
+    ;;
+  fuzz)
+    node fuzz.mjs "${KEEL_JS_FUZZ_CASES:-200000}" "${KEEL_FUZZ_SEED:-1}"
+    ;;
+  *)
+    echo "unknown mode $mode (test | soak | fuzz)" >&2
+    exit 2
+    ;;
+esac

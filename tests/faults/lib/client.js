@@ -1,0 +1,153 @@
+// One OS process of the fault suite: `clients` concurrent lock users, keel-lock installed from
+// the packed tarball, recording every call as history events (one JSON line each, written
+// synchronously so a SIGKILL loses nothing already done) for the checker in keel-lock/testing.
+//   node lib/client.js '<json config>'
+//   config: { id, store: { kind: "memory" | "redis" | "sqlite" | "pg", port?, path?, url? },
+//             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse",
+//             keys, ttlMs, holdMs, durationMs, seed, errorRate, clients, history, victim }
+// A victim ("kill" | "stop") tells the parent over IPC when it is inside its critical section
+// and waits for "go" before its fenced write: the parent kills it there, or stops it past its
+// TTL and continues it, and then the write must be refused.
+import { openSync, writeSync, closeSync } from "node:fs";
+import { lock, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
+import { redisLockStore, redisLockKeys } from "keel-lock/redis";
+import { databaseLockStore, schema } from "keel-lock/sql";
+import { makeStoreFor } from "./stores.js";
+
+const config = JSON.parse(process.argv[2]);
+const { id, variant, keys: keyCount, ttlMs, holdMs, durationMs, seed, errorRate = 0, clients = 1, victim = null } = config;
+const CLOCK_ERROR_MS = 1; // performance.timeOrigin across processes: the system clock, read once per process
+
+const fd = openSync(config.history, "a");
+const now = () => performance.timeOrigin + performance.now();
+const record = (event) => {
+  const t = event.t0 ?? now();
+  const line = { client: id, ...event, t0: t - CLOCK_ERROR_MS, t1: (event.t1 ?? t) + CLOCK_ERROR_MS };
+  writeSync(fd, JSON.stringify(line) + "\n");
+};
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function generator(s) {
+  let a = s >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+const { store, resource, close } = await makeStoreFor(config.store, {
+  variant,
+  errorRate,
+  random: generator(seed * 7919 + id),
+  lib: { MemoryLockStore, redisLockStore, redisLockKeys, databaseLockStore, schema },
+});
+setLockStore(store);
+
+const keys = Array.from({ length: keyCount }, (_, k) => `${config.keyPrefix ?? "fault:"}${k}`);
+const deadline = now() + durationMs;
+const stats = { id, grants: 0, refused: 0, errors: 0, staleRefused: 0, ops: 0 };
+let labels = 0;
+const token = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
+
+let goResolve = null;
+process.on("message", (m) => {
+  if (m === "go" && goResolve) goResolve();
+});
+const waitForGo = () => new Promise((resolve) => (goResolve = resolve));
+
+// A call that never returns is a liveness bug: report which one, and exit non-zero.
+const inFlight = new Map();
+setTimeout(() => {
+  process.stderr.write(`hung: ${JSON.stringify([...inFlight.values()])}\n`);
+  process.exit(3);
+}, durationMs + 20_000).unref();
+
+async function recorded(op, key, label, ttl, immediate, run) {
+  stats.ops++;
+  const call = Symbol(label);
+  inFlight.set(call, { op, key, label, since: Date.now() });
+  record({ key, owner: label, type: "invoke", op, ttlMs: ttl, immediate });
+  try {
+    const answer = await run();
+    record({ key, owner: label, type: answer.ok ? "ok" : "fail", op, fence: answer.fence ?? null });
+    return answer.ok;
+  } catch (error) {
+    if (error instanceof LockNotHeldError) {
+      record({ key, owner: label, type: "fail", op });
+      return false;
+    }
+    stats.errors++;
+    record({ key, owner: label, type: "info", op, error: String(error?.message ?? error).slice(0, 200) });
+    return null;
+  } finally {
+    inFlight.delete(call);
+  }
+}
+
+async function user(cid) {
+  const random = generator(seed * 104729 + id * 31 + cid);
+  let victimTurn = victim !== null && cid === 0;
+  for (let round = 0; now() < deadline && round < 1_000_000; round++) {
+    const key = keys[Math.floor(random() * keys.length)];
+    const roll = random();
+    if (roll < 0.04) {
+      // A stranger (a fresh owner that never acquired) tries to release or extend the key.
+      const op = roll < 0.02 ? "release" : "extend";
+      const owner = token();
+      await recorded(op, key, `stranger:${id}:${labels++}`, ttlMs, false, async () => ({
+        ok: (await (op === "release" ? store.release(key, owner) : store.extend(key, owner, ttlMs))) === true,
+      }));
+      continue;
+    }
+    const immediate = random() < 0.7;
+    const l = lock(key, ttlMs);
+    const label = `p${id}.${cid}:${labels++}`;
+    const got = await recorded("acquire", key, label, ttlMs, immediate, async () => {
+      const ok = await l.acquire(immediate ? { timeout: 0 } : { timeout: ttlMs, retryDelay: 10 });
+      return { ok, fence: ok ? l.fence : null };
+    });
+    if (!got) {
+      if (got === false) stats.refused++;
+      await sleep(random() * 3);
+      continue;
+    }
+    stats.grants++;
+    record({ key, owner: label, type: "enter" });
+    const stopped = victimTurn;
+    if (victimTurn) {
+      victimTurn = false;
+      process.send({ inside: key, label });
+      await waitForGo(); // a "kill" victim never gets here
+    }
+    if (l.fence !== null) {
+      const t0 = now();
+      let accepted = null;
+      try {
+        accepted = await resource.write(key, l.fence);
+      } catch {
+        stats.errors++;
+      }
+      if (accepted !== null) {
+        record({ key, owner: label, type: "write", t0, t1: now(), fence: l.fence, accepted, afterStop: stopped });
+        if (stopped && !accepted) stats.staleRefused++;
+      }
+    }
+    const fate = random();
+    await sleep(random() * holdMs);
+    if (fate < 0.15) await recorded("extend", key, label, ttlMs, false, async () => (await l.extend(), { ok: true }));
+    if (await l.isExpired().catch(() => false)) record({ key, owner: label, type: "expired" });
+    record({ key, owner: label, type: "exit" });
+    if (fate > 0.97) continue; // abandoned: the lease must expire on its own
+    await recorded("release", key, label, 0, false, async () => ({ ok: await l.release() }));
+    if (stopped) victimTurn = victim !== null; // victims go again, every time they get a lock
+  }
+}
+
+await Promise.all(Array.from({ length: clients }, (_, c) => user(c)));
+closeSync(fd);
+process.stdout.write(JSON.stringify(stats) + "\n");
+await Promise.race([close(), sleep(5_000)]);
+process.exit(0);

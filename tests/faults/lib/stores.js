@@ -1,0 +1,175 @@
+// The stores a fault-suite client locks with, a fenced resource next to each, and the broken
+// variants every scenario must catch:
+//   correct       the store as shipped
+//   owner-blind   release deletes the key whoever holds it
+//   no-expiry     every lease is taken (and extended) for 2^31 - 1 ms, whatever the TTL asked
+//   fence-reuse   each process counts fences for itself, so two processes hand out the same ones
+// `errorRate` makes that share of store calls throw: half before the call reaches the store, half
+// after it took effect with the answer lost.
+import IORedis from "ioredis";
+import Database from "better-sqlite3";
+import pg from "pg";
+
+const FOREVER = 2 ** 31 - 1;
+
+// The resource side of fencing (pkg/stores/README.md): keep the highest fence, refuse lower ones.
+const FENCED_WRITE = `local last = tonumber(redis.call("HGET", KEYS[1], "fence"))
+local fence = tonumber(ARGV[1])
+if last ~= nil and fence < last then return 0 end
+redis.call("HSET", KEYS[1], "fence", ARGV[1])
+return 1`;
+const RESOURCE_TABLE = "fault_resource";
+const resourceDdl = `CREATE TABLE IF NOT EXISTS ${RESOURCE_TABLE} (key TEXT PRIMARY KEY, fence BIGINT NOT NULL)`;
+const resourceUpsert = (p) =>
+  `INSERT INTO ${RESOURCE_TABLE} (key, fence) VALUES (${p(1)}, ${p(2)}) ON CONFLICT (key) DO UPDATE ` +
+  `SET fence = excluded.fence WHERE ${RESOURCE_TABLE}.fence <= excluded.fence`;
+
+async function backend(spec, lib) {
+  switch (spec.kind) {
+    case "memory": {
+      const store = new lib.MemoryLockStore();
+      const fences = new Map();
+      return {
+        store,
+        forceRelease: async (key) => store.forceRelease(key),
+        resource: {
+          async write(key, fence) {
+            if (fence < (fences.get(key) ?? 0)) return false;
+            fences.set(key, fence);
+            return true;
+          },
+        },
+        close: async () => {},
+      };
+    }
+    case "redis": {
+      // Fail fast while the server is down: no offline queue, no retries of a command.
+      const client = new IORedis({
+        host: "127.0.0.1",
+        port: spec.port,
+        maxRetriesPerRequest: 0,
+        enableOfflineQueue: false,
+        commandTimeout: 2000,
+        retryStrategy: () => 50,
+      });
+      client.on("error", () => {});
+      await new Promise((resolve, reject) => {
+        client.once("ready", resolve);
+        setTimeout(() => reject(new Error("redis did not become ready")), 10_000);
+      });
+      return {
+        store: lib.redisLockStore(client),
+        forceRelease: async (key) => (await client.del(lib.redisLockKeys(key).lock)) === 1,
+        resource: {
+          async write(key, fence) {
+            return Number(await client.eval(FENCED_WRITE, 1, `resource:{${key}}`, String(fence))) === 1;
+          },
+        },
+        close: async () => client.disconnect(),
+      };
+    }
+    case "sqlite": {
+      const db = new Database(spec.path);
+      db.pragma("busy_timeout = 10000");
+      db.pragma("journal_mode = WAL");
+      const store = lib.databaseLockStore(db);
+      const upsert = db.prepare(resourceUpsert(() => "?"));
+      const del = db.prepare("DELETE FROM keel_locks WHERE key = ?");
+      return {
+        store,
+        forceRelease: async (key) => del.run(key).changes === 1,
+        resource: { write: async (key, fence) => upsert.run(key, fence).changes === 1 },
+        close: async () => db.close(),
+      };
+    }
+    case "pg": {
+      const pool = new pg.Pool({ connectionString: spec.url, max: 3, connectionTimeoutMillis: 2000 });
+      pool.on("error", () => {});
+      const store = lib.databaseLockStore(pool);
+      const sql = resourceUpsert((n) => `$${n}`);
+      return {
+        store,
+        forceRelease: async (key) => (await pool.query("DELETE FROM keel_locks WHERE key = $1", [key])).rowCount === 1,
+        resource: { write: async (key, fence) => (await pool.query(sql, [key, fence])).rowCount === 1 },
+        close: async () => {
+          await store.close?.().catch(() => {});
+          await pool.end().catch(() => {});
+        },
+      };
+    }
+    default:
+      throw new Error(`unknown store ${spec.kind}`);
+  }
+}
+
+/** Creates the schema a store and its resource need (run once, by the parent). */
+export async function prepare(spec, schema) {
+  if (spec.kind === "sqlite") {
+    const db = new Database(spec.path);
+    db.pragma("journal_mode = WAL");
+    db.exec(schema({ dialect: "sqlite" }));
+    db.exec(resourceDdl);
+    db.close();
+  } else if (spec.kind === "pg") {
+    const client = new pg.Client({ connectionString: spec.url });
+    await client.connect();
+    await client.query(schema({ dialect: "postgres" }));
+    await client.query(resourceDdl);
+    await client.end();
+  }
+}
+
+const METHODS = ["acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw"];
+
+function broken(store, variant, forceRelease) {
+  const methods = {};
+  for (const name of METHODS) if (typeof store[name] === "function") methods[name] = store[name].bind(store);
+  switch (variant) {
+    case "correct":
+      return methods;
+    case "owner-blind":
+      return { ...methods, release: (key) => forceRelease(key) };
+    case "no-expiry":
+      return {
+        ...methods,
+        acquire: (key, owner) => methods.acquire(key, owner, FOREVER),
+        extend: (key, owner) => methods.extend(key, owner, FOREVER),
+        ...(methods.acquireOrWait && {
+          acquireOrWait: (key, owner, ttl, wait, poll) => methods.acquireOrWait(key, owner, FOREVER, wait, poll),
+        }),
+      };
+    case "fence-reuse": {
+      let last = 0;
+      const { acquireOrWait: _waits, withdraw: _withdraw, ...plain } = methods;
+      return {
+        ...plain,
+        async acquire(key, owner, ttl) {
+          const granted = await methods.acquire(key, owner, ttl);
+          return granted ? { fence: ++last } : granted;
+        },
+      };
+    }
+    default:
+      throw new Error(`unknown variant ${variant}`);
+  }
+}
+
+function failing(store, rate, random) {
+  if (!(rate > 0)) return store;
+  const out = {};
+  for (const [name, method] of Object.entries(store)) {
+    out[name] = async (...args) => {
+      const roll = random();
+      if (roll < rate / 2) throw new Error(`injected: ${name} failed before reaching the store`);
+      const answer = await method(...args);
+      if (roll < rate) throw new Error(`injected: ${name} answered, and the answer was lost`);
+      return answer;
+    };
+  }
+  return out;
+}
+
+export async function makeStoreFor(spec, { variant, errorRate, random, lib }) {
+  const b = await backend(spec, lib);
+  return { store: failing(broken(b.store, variant, b.forceRelease), errorRate, random), resource: b.resource, close: b.close };
+}

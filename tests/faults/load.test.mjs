@@ -1,0 +1,78 @@
+// checkLockStoreUnderLoad and checkHistory from keel-lock/testing, as users get them (the packed
+// package): correct stores pass, and stores with a race or reused fences are caught within the
+// default duration.
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { MemoryLockStore } from "keel-lock";
+import { checkHistory, checkLockStoreUnderLoad } from "keel-lock/testing";
+import { brokenStore } from "../stores/lib/js-stores.js";
+
+const shared = (store) => () => store;
+const kinds = (report) => [...new Set(report.violations.map((v) => v.kind))].sort();
+
+test("keel-lock's MemoryLockStore passes under load", async () => {
+  const report = await checkLockStoreUnderLoad(shared(new MemoryLockStore()), { seed: 1 });
+  assert.deepEqual(report.violations, []);
+  assert.equal(report.ok, true);
+  assert.ok(report.grants > 100 && report.operations > report.grants, `${report.grants} grants, ${report.operations} operations`);
+});
+
+test("a correct store written in JS passes under load", async () => {
+  const report = await checkLockStoreUnderLoad(shared(brokenStore([])), { seed: 2 });
+  assert.deepEqual(report.violations, []);
+  assert.ok(report.grants > 100);
+});
+
+test("a get-then-set store is caught: two holders at once", async () => {
+  const report = await checkLockStoreUnderLoad(shared(brokenStore(["get-then-set"])), { seed: 3 });
+  assert.equal(report.ok, false);
+  assert.ok(kinds(report).includes("mutual_exclusion"), JSON.stringify(kinds(report)));
+  const v = report.violations.find((x) => x.kind === "mutual_exclusion");
+  assert.ok(v.events.length >= 2 && /two certainly valid leases/.test(v.message), v.message);
+});
+
+test("a store that reuses fences is caught", async () => {
+  const report = await checkLockStoreUnderLoad(shared(brokenStore(["fence-reused"])), { seed: 4 });
+  assert.deepEqual(kinds(report), ["fence_order"]);
+});
+
+test("owner-blind release and a store that never expires are caught", async () => {
+  const blind = await checkLockStoreUnderLoad(shared(brokenStore(["release-any-owner"])), { seed: 5, durationMs: 1500 });
+  assert.ok(kinds(blind).includes("non_owner_succeeded"), JSON.stringify(kinds(blind)));
+  const forever = await checkLockStoreUnderLoad(shared(brokenStore(["never-expires"])), { seed: 6, durationMs: 1500 });
+  assert.ok(kinds(forever).includes("refused_while_free"), JSON.stringify(kinds(forever)));
+});
+
+test("each client gets its own store from makeStore(i)", async () => {
+  const made = [];
+  const store = brokenStore([]);
+  await checkLockStoreUnderLoad((i) => (made.push(i), store), { clients: 3, durationMs: 50 });
+  assert.deepEqual(made, [0, 1, 2]);
+});
+
+test("checkHistory: hand-made histories, and bad input is a TypeError or RangeError", () => {
+  const ev = (owner, type, t0, extra = {}) => ({ key: "k", owner, type, op: "acquire", t0, ...extra });
+  const overlap = [
+    ev("a", "invoke", 0, { ttlMs: 1000, immediate: true }),
+    ev("a", "ok", 1, { fence: 1 }),
+    ev("b", "invoke", 10, { ttlMs: 1000, immediate: true }),
+    ev("b", "ok", 11, { fence: 2 }),
+  ];
+  const report = checkHistory(overlap);
+  assert.equal(report.ok, false);
+  assert.deepEqual(report.violations.map((v) => v.kind), ["mutual_exclusion"]);
+  assert.deepEqual(report.violations[0].events.sort(), [0, 1, 2, 3]);
+  // With a release in between, the same grants are fine.
+  const fine = [...overlap.slice(0, 2), { key: "k", owner: "a", type: "invoke", op: "release", t0: 5 }, { key: "k", owner: "a", type: "ok", op: "release", t0: 6 }, ...overlap.slice(2)];
+  assert.equal(checkHistory(fine).ok, true);
+  assert.throws(() => checkHistory("nope"), TypeError);
+  assert.throws(() => checkHistory([{ type: "bogus", t0: 1 }]), TypeError);
+  assert.throws(() => checkHistory([{ type: "ok", t0: Number.NaN }]), TypeError);
+  assert.throws(() => checkHistory([], { leaseToleranceMs: -1 }), RangeError);
+});
+
+test("checkLockStoreUnderLoad rejects unusable arguments", async () => {
+  await assert.rejects(checkLockStoreUnderLoad("store"), TypeError);
+  await assert.rejects(checkLockStoreUnderLoad(() => ({}), { clients: 0 }), RangeError);
+  await assert.rejects(checkLockStoreUnderLoad(() => ({}), { durationMs: Infinity }), RangeError);
+});
