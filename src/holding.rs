@@ -52,9 +52,33 @@ pub(crate) struct LossState {
     reason: Cell<Option<LossReason>>,
     wakers: RefCell<Vec<Waker>>,
     listeners: RefCell<Vec<LossListener>>,
+    /// Someone asked about the loss; until then a watcher without keep-alive sets no timer.
+    observed: Cell<bool>,
+    watcher: RefCell<Option<Waker>>,
 }
 
 impl LossState {
+    /// Marks the loss as asked about, starting a watcher that waits for that.
+    pub(crate) fn observe(&self) {
+        if !self.observed.replace(true) {
+            let watcher = self.watcher.borrow_mut().take();
+            if let Some(waker) = watcher {
+                waker.wake();
+            }
+        }
+    }
+
+    /// Completes once the loss has been asked about.
+    pub(crate) fn observed(&self) -> impl Future<Output = ()> + '_ {
+        std::future::poll_fn(move |cx| {
+            if self.observed.get() {
+                return Poll::Ready(());
+            }
+            *self.watcher.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
+
     /// Records the loss (the first reason wins), wakes whoever waits for it, and calls the
     /// listeners with no borrow held (a listener may call back into the lock).
     pub(crate) fn fire(&self, reason: LossReason) {
@@ -74,6 +98,10 @@ impl LossState {
 /// What a task run under the lock is handed: facts about this hold, and a signal that fires
 /// when the hold is known or presumed lost. The signal is advisory: the task decides what to do;
 /// `run` still releases afterwards.
+///
+/// Without keep-alive, the local deadline is watched from the moment the loss is first asked
+/// about ([`RunContext::lost`], [`RunContext::when_lost`], [`RunContext::on_lost`]): a task that
+/// never asks costs no timer. With keep-alive it is always watched.
 #[derive(Clone)]
 #[non_exhaustive]
 pub struct RunContext {
@@ -101,13 +129,15 @@ impl RunContext {
         &self.loss
     }
 
-    /// Why the hold was lost, once it is known or presumed lost.
+    /// Why the hold was lost, once it is known or presumed lost (and from now on, watched).
     pub fn lost(&self) -> Option<LossReason> {
+        self.loss.observe();
         self.loss.reason.get()
     }
 
     /// Completes with the reason when the hold is lost (never, if the task finishes first).
     pub fn when_lost(&self) -> impl Future<Output = LossReason> + '_ {
+        self.loss.observe();
         std::future::poll_fn(move |cx| match self.loss.reason.get() {
             Some(reason) => Poll::Ready(reason),
             None => {
@@ -119,6 +149,7 @@ impl RunContext {
 
     /// Calls `listener` once when the hold is lost (at once, if it already is).
     pub fn on_lost(&self, listener: impl FnOnce(LossReason) + 'static) {
+        self.loss.observe();
         match self.loss.reason.get() {
             Some(reason) => listener(reason),
             None => self.loss.listeners.borrow_mut().push(Box::new(listener)),

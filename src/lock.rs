@@ -483,6 +483,10 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             .and_then(|k| k.max_hold_ms)
             .map(|cap| started.saturating_add(cap));
         let mut next_extend = every.map(|e| started.saturating_add(e));
+        if keep_alive.is_none() {
+            // Only the deadline to watch: not worth a timer until someone asks about the loss.
+            loss.observed().await;
+        }
         loop {
             let Some(deadline) = self.deadline_of(owner) else {
                 // The hold ended some other way (an extend from the task was refused).

@@ -9,7 +9,7 @@ use std::task::Waker;
 
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl};
-use crate::race::{poll_until, race};
+use crate::race::{poll_until, race, Either};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
 use crate::store::{ForceRelease, LockStore, Wait};
@@ -40,12 +40,44 @@ struct Ticket {
     ttl: Ttl,
     /// When it joined the queue, by the store's clock.
     since: u64,
+    /// When it stops waiting, by the store's clock.
+    deadline: u64,
     /// Set by the hand-over; taken by the waiting caller.
     grant: Cell<Option<Grant>>,
+    /// Set by the queue's timekeeper once `deadline` has passed.
+    timed_out: Cell<bool>,
+    /// Set to make the waiter look again (it may have become the timekeeper).
+    poked: Cell<bool>,
     /// The waiting caller's waker, woken by the hand-over.
     waker: RefCell<Option<Waker>>,
     /// The caller stopped waiting; the hand-over skips it.
     gone: Cell<bool>,
+}
+
+impl Ticket {
+    fn wake(&self) {
+        let waker = self.waker.borrow_mut().take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    fn poke(&self) {
+        self.poked.set(true);
+        self.wake();
+    }
+}
+
+/// A key's waiters, in arrival order. One of them, the timekeeper, keeps the queue's only timer:
+/// it wakes at the earliest waiter deadline or the holder's expiry and acts for everyone. The
+/// role goes to the newest waiter when the timekeeper leaves, so a steadily contended key sets a
+/// timer about once per queue length, not once per waiter.
+#[derive(Default)]
+struct Queue {
+    tickets: VecDeque<Rc<Ticket>>,
+    keeper: Option<Rc<Ticket>>,
+    /// When the timekeeper's timer fires.
+    armed_until: Option<u64>,
 }
 
 /// An in-memory [`LockStore`]. Every operation completes synchronously (the futures are ready
@@ -59,7 +91,7 @@ struct Ticket {
 /// a timer at that moment) takes it over. A newcomer never overtakes a waiter.
 pub struct MemoryLockStore<R: Runtime> {
     rows: RefCell<HashMap<String, Row>>,
-    queues: RefCell<HashMap<String, VecDeque<Rc<Ticket>>>>,
+    queues: RefCell<HashMap<String, Queue>>,
     next_sweep_at: Cell<usize>,
     last_fence: Cell<Option<Fence>>,
     runtime: R,
@@ -84,7 +116,7 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Callers waiting in queues right now, over all keys (for tests that queues are cleaned).
     pub fn waiting(&self) -> usize {
-        self.queues.borrow().values().map(VecDeque::len).sum()
+        self.queues.borrow().values().map(|q| q.tickets.len()).sum()
     }
 
     /// Deletes every expired row now and answers how many went.
@@ -186,11 +218,15 @@ impl<R: Runtime> MemoryLockStore<R> {
             if held {
                 return;
             }
-            while queue.front().is_some_and(|t| t.gone.get()) {
-                queue.pop_front();
+            let tickets = &mut queue.tickets;
+            while tickets
+                .front()
+                .is_some_and(|t| t.gone.get() || t.timed_out.get())
+            {
+                tickets.pop_front();
             }
-            let next = queue.pop_front();
-            if queue.is_empty() {
+            let next = tickets.pop_front();
+            if tickets.is_empty() && queue.keeper.is_none() {
                 queues.remove(key.as_str());
             }
             next
@@ -200,10 +236,17 @@ impl<R: Runtime> MemoryLockStore<R> {
             .take(key, &ticket.owner, ticket.ttl, now)
             .map(|g| g.waited(now.saturating_sub(ticket.since)));
         ticket.grant.set(grant);
-        // Woken with no store borrow held: the waker may poll the waiter right away.
-        let waker = ticket.waker.borrow_mut().take();
-        if let Some(waker) = waker {
-            waker.wake();
+        // The new holder may expire before the timekeeper's timer: make it look again.
+        let expires_at = now.saturating_add(ticket.ttl.as_ms());
+        let keeper = self.queues.borrow().get(key.as_str()).and_then(|q| {
+            q.keeper
+                .clone()
+                .filter(|_| q.armed_until.is_some_and(|at| at > expires_at))
+        });
+        // Woken with no store borrow held: a waker may poll its waiter right away.
+        ticket.wake();
+        if let Some(keeper) = keeper {
+            keeper.poke();
         }
     }
 
@@ -214,6 +257,52 @@ impl<R: Runtime> MemoryLockStore<R> {
             .get(key.as_str())
             .map(|row| row.expires_at)
             .filter(|at| *at > now)
+    }
+
+    /// When `ticket` is (or now becomes) its queue's timekeeper: the time to wake, the earliest
+    /// of every waiting deadline and the holder's expiry. `None` for the other waiters.
+    fn keep_time(&self, key: &Key, ticket: &Rc<Ticket>, now: u64) -> Option<u64> {
+        let holder_expiry = self.expiry(key, now);
+        let mut queues = self.queues.borrow_mut();
+        let queue = queues.get_mut(key.as_str())?;
+        match &queue.keeper {
+            Some(keeper) if !Rc::ptr_eq(keeper, ticket) => return None,
+            Some(_) => {}
+            None => queue.keeper = Some(ticket.clone()),
+        }
+        let earliest_deadline = queue
+            .tickets
+            .iter()
+            .filter(|t| !t.gone.get() && !t.timed_out.get())
+            .map(|t| t.deadline)
+            .chain([ticket.deadline])
+            .min()
+            .unwrap_or(ticket.deadline);
+        let until = holder_expiry.map_or(earliest_deadline, |e| e.min(earliest_deadline));
+        queue.armed_until = Some(until);
+        Some(until)
+    }
+
+    /// The timekeeper's timer fired: waiters whose deadline passed are told, and a key whose
+    /// holder expired goes to the oldest waiter.
+    fn tick(&self, key: &Key, now: u64) {
+        let expired: Vec<Rc<Ticket>> = self
+            .queues
+            .borrow()
+            .get(key.as_str())
+            .map(|q| {
+                q.tickets
+                    .iter()
+                    .filter(|t| !t.gone.get() && t.deadline <= now)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for ticket in expired {
+            ticket.timed_out.set(true);
+            ticket.wake();
+        }
+        self.hand_over(key, now);
     }
 
     /// [`LockStore::acquire_or_wait`]: set-if-absent, or queue up and wait up to `wait_ms`.
@@ -231,20 +320,30 @@ impl<R: Runtime> MemoryLockStore<R> {
             return None;
         }
         let since = self.runtime.now_ms();
-        let give_up_at = since.saturating_add(wait_ms);
         let ticket = Rc::new(Ticket {
             owner: owner.clone(),
             ttl,
             since,
+            deadline: since.saturating_add(wait_ms),
             grant: Cell::new(None),
+            timed_out: Cell::new(false),
+            poked: Cell::new(false),
             waker: RefCell::new(None),
             gone: Cell::new(false),
         });
-        self.queues
-            .borrow_mut()
-            .entry(key.as_str().to_owned())
-            .or_default()
-            .push_back(ticket.clone());
+        let keeper_to_poke = {
+            let mut queues = self.queues.borrow_mut();
+            let queue = queues.entry(key.as_str().to_owned()).or_default();
+            queue.tickets.push_back(ticket.clone());
+            // A deadline before the timekeeper's timer: it must wake earlier.
+            queue
+                .keeper
+                .clone()
+                .filter(|_| queue.armed_until.is_some_and(|at| at > ticket.deadline))
+        };
+        if let Some(keeper) = keeper_to_poke {
+            keeper.poke();
+        }
         // Leaves the queue however this future ends: granted, timed out, or dropped by a
         // caller that gave up (then a grant that already arrived is released).
         let _leave = Leave {
@@ -258,27 +357,27 @@ impl<R: Runtime> MemoryLockStore<R> {
                 return Some(grant);
             }
             let now = self.runtime.now_ms();
-            if now >= give_up_at {
+            if ticket.timed_out.get() || now >= ticket.deadline {
                 return None;
             }
-            // Wake for the hand-over, or at the holder's expiry (to take over from it), or
-            // when the wait is spent.
-            let until = self
-                .expiry(key, now)
-                .map_or(give_up_at, |e| e.min(give_up_at));
-            let granted = poll_until(|cx| {
-                if ticket.grant_ready() {
+            ticket.poked.set(false);
+            let woken = poll_until(|cx| {
+                if ticket.grant_ready() || ticket.timed_out.get() || ticket.poked.get() {
                     return true;
                 }
                 *ticket.waker.borrow_mut() = Some(cx.waker().clone());
                 false
             });
-            race(
-                granted,
-                self.runtime.sleep(until.saturating_sub(now).max(1)),
-            )
-            .await;
-            self.hand_over(key, self.runtime.now_ms());
+            match self.keep_time(key, &ticket, now) {
+                // Only the timekeeper sleeps; it acts for the whole queue when it wakes.
+                Some(until) => {
+                    let sleep = self.runtime.sleep(until.saturating_sub(now).max(1));
+                    if let Either::Second(()) = race(woken, sleep).await {
+                        self.tick(key, self.runtime.now_ms());
+                    }
+                }
+                None => woken.await,
+            }
         }
     }
 
@@ -332,12 +431,29 @@ impl<R: Runtime> Drop for Leave<'_, R> {
         if ticket.grant.take().is_some() {
             self.store.release_sync(self.key, &ticket.owner);
         }
-        let mut queues = self.store.queues.borrow_mut();
-        if let Some(queue) = queues.get_mut(self.key.as_str()) {
-            queue.retain(|t| !Rc::ptr_eq(t, ticket));
-            if queue.is_empty() {
-                queues.remove(self.key.as_str());
+        let successor = {
+            let mut queues = self.store.queues.borrow_mut();
+            let Some(queue) = queues.get_mut(self.key.as_str()) else {
+                return;
+            };
+            queue.tickets.retain(|t| !Rc::ptr_eq(t, ticket));
+            let was_keeper = queue.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, ticket));
+            if was_keeper {
+                queue.keeper = None;
+                queue.armed_until = None;
             }
+            if queue.tickets.is_empty() {
+                queues.remove(self.key.as_str());
+                None
+            } else if was_keeper {
+                // The newest waiter will be waiting longest: it keeps the timer next.
+                queue.tickets.back().cloned()
+            } else {
+                None
+            }
+        };
+        if let Some(next) = successor {
+            next.poke();
         }
     }
 }

@@ -1369,3 +1369,23 @@ fn force_release_frees_a_key_whoever_holds_it_and_says_when_a_store_cannot() {
         })
     ));
 }
+
+#[test]
+fn without_keep_alive_a_task_that_never_asks_about_the_loss_sets_no_deadline_timer() {
+    let rt = VirtualRuntime::new();
+    let store = ScriptedStore::new(&rt);
+    let lock = Lock::new(key("quiet"), ttl(1_000), &store, rt.clone());
+    let before = rt.timers_started();
+    let out = rt
+        .block_on(lock.run(now(), |_| {
+            let rt = rt.clone();
+            async move { rt.sleep(10).await } // one timer: the task's own
+        }))
+        .unwrap();
+    assert_eq!(out, Some(()));
+    assert_eq!(
+        rt.timers_started() - before,
+        1,
+        "the watcher armed a timer nobody asked for"
+    );
+}

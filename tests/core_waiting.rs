@@ -237,3 +237,57 @@ fn the_memory_store_says_it_hands_over() {
     let rt = VirtualRuntime::new();
     assert!(MemoryLockStore::new(rt).hands_over());
 }
+
+#[test]
+fn every_waiter_times_out_at_its_own_deadline_whatever_the_order_of_deadlines() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("k"), ttl(60_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let start = rt.now_ms();
+    let gave_up = RefCell::new(Vec::new());
+    let mut tasks: Vec<Task> = Vec::new();
+    // Arrival order 0..5, deadlines out of order (a later arrival may give up first).
+    for (i, timeout) in [(0u64, 500u64), (1, 100), (2, 300), (3, 50), (4, 400)] {
+        let (store, rt, gave_up) = (&store, rt.clone(), &gave_up);
+        tasks.push(Box::pin(async move {
+            rt.sleep(i).await;
+            let l = Lock::new(key("k"), ttl(1_000), store, rt.clone());
+            assert!(!l.acquire(wait(timeout)).await.unwrap());
+            gave_up.borrow_mut().push((i, rt.now_ms() - start));
+        }));
+    }
+    rt.join_all(tasks);
+    let mut seen = gave_up.into_inner();
+    seen.sort_unstable();
+    assert_eq!(seen, vec![(0, 500), (1, 101), (2, 302), (3, 53), (4, 404)]);
+    assert_eq!(store.waiting(), 0);
+}
+
+#[test]
+fn a_busy_queue_keeps_one_timer_not_one_per_waiter() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let before = rt.timers_started();
+    let mut tasks: Vec<Task> = Vec::new();
+    for _ in 0..20 {
+        let (store, rt) = (&store, rt.clone());
+        tasks.push(Box::pin(async move {
+            for _ in 0..5 {
+                let l = Lock::new(key("busy"), ttl(10_000), store, rt.clone());
+                let ran = l
+                    .run(wait(60_000), |_| async { rt.sleep(1).await })
+                    .await
+                    .unwrap();
+                assert!(ran.is_some());
+            }
+        }));
+    }
+    rt.join_all(tasks);
+    let timers = rt.timers_started() - before;
+    // 100 runs: 100 timers are the tasks' own 1 ms sleeps; the queue adds a handful more.
+    assert!(timers < 100 + 20, "{timers} timers for 100 waited runs");
+    assert_eq!(store.waiting(), 0);
+}

@@ -5,11 +5,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use js_sys::{Function, Object, Promise, Reflect};
+use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::JsFuture;
 
-use super::convert::{describe, type_error};
+use super::convert::{describe, get_prop, type_error};
+use super::promises::{abort_watch, AbortWatch};
 
 /// A caller's `AbortSignal` (anything with `aborted`, `reason` and `addEventListener`).
 pub(crate) struct Abort {
@@ -22,7 +22,7 @@ pub(crate) fn signal_option(options: &JsValue) -> Result<Option<Abort>, JsValue>
     if !options.is_object() {
         return Ok(None);
     }
-    let signal = Reflect::get(options, &JsValue::from_str("signal"))?;
+    let signal = get_prop!(options, "signal")?;
     if signal.is_undefined() {
         return Ok(None);
     }
@@ -43,7 +43,7 @@ pub(crate) fn signal_option(options: &JsValue) -> Result<Option<Abort>, JsValue>
 impl Abort {
     /// Whether the signal has already aborted.
     pub(crate) fn aborted(&self) -> bool {
-        Reflect::get(&self.signal, &JsValue::from_str("aborted"))
+        get_prop!(&self.signal, "aborted")
             .ok()
             .and_then(|a| a.as_bool())
             .unwrap_or(false)
@@ -51,7 +51,7 @@ impl Abort {
 
     /// What to reject with: `signal.reason`, or an `AbortError` when it has none.
     pub(crate) fn reason(&self) -> JsValue {
-        match Reflect::get(&self.signal, &JsValue::from_str("reason")) {
+        match get_prop!(&self.signal, "reason") {
             Ok(reason) if !reason.is_undefined() => reason,
             _ => {
                 let error = js_sys::Error::new("the operation was aborted");
@@ -61,47 +61,20 @@ impl Abort {
         }
     }
 
-    /// Completes when the signal aborts. The listener is removed when the future is dropped,
-    /// so a long-lived signal does not collect one listener per call.
-    pub(crate) fn watch(&self) -> Result<Aborted, JsValue> {
-        let mut listener = JsValue::UNDEFINED;
-        let promise = Promise::new(&mut |resolve, _| listener = resolve.into());
-        let options = Object::new();
-        Reflect::set(&options, &JsValue::from_str("once"), &JsValue::TRUE)?;
-        self.call("addEventListener", &listener, &options)?;
-        Ok(Aborted {
-            signal: self.signal.clone(),
-            listener,
-            promise: JsFuture::from(promise),
-        })
+    /// Completes when the signal aborts (the listener goes when the future is dropped, so a
+    /// long-lived signal does not collect one listener per call).
+    pub(crate) fn watch(&self) -> AbortWatch {
+        abort_watch(&self.signal)
     }
-
-    fn call(&self, method: &str, listener: &JsValue, options: &JsValue) -> Result<(), JsValue> {
-        call(&self.signal, method, listener, options)
-    }
-}
-
-fn call(
-    signal: &JsValue,
-    method: &str,
-    listener: &JsValue,
-    options: &JsValue,
-) -> Result<(), JsValue> {
-    let f: Function = Reflect::get(signal, &JsValue::from_str(method))?.dyn_into()?;
-    f.call3(signal, &JsValue::from_str("abort"), listener, options)?;
-    Ok(())
 }
 
 /// Completes when `abort` (if any) aborts; never, without one.
 pub(crate) fn cancellation(abort: Option<&Abort>) -> Result<Cancel, JsValue> {
-    Ok(match abort {
-        Some(a) => Cancel(Some(a.watch()?)),
-        None => Cancel(None),
-    })
+    Ok(Cancel(abort.map(Abort::watch)))
 }
 
 /// The future [`cancellation`] returns.
-pub(crate) struct Cancel(Option<Aborted>);
+pub(crate) struct Cancel(Option<AbortWatch>);
 
 impl Future for Cancel {
     type Output = ();
@@ -110,30 +83,5 @@ impl Future for Cancel {
             Some(aborted) => Pin::new(aborted).poll(cx),
             None => Poll::Pending,
         }
-    }
-}
-
-/// The future [`Abort::watch`] returns.
-pub(crate) struct Aborted {
-    signal: JsValue,
-    listener: JsValue,
-    promise: JsFuture,
-}
-
-impl Future for Aborted {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        Pin::new(&mut self.promise).poll(cx).map(drop)
-    }
-}
-
-impl Drop for Aborted {
-    fn drop(&mut self) {
-        let _ = call(
-            &self.signal,
-            "removeEventListener",
-            &self.listener,
-            &JsValue::UNDEFINED,
-        );
     }
 }

@@ -16,6 +16,16 @@ extern "C" {
     pub(crate) fn lock_not_held_error_class() -> JsValue;
 }
 
+/// `Reflect.get(target, "name")` for a literal name whose JS string is made once per isolate,
+/// not decoded from wasm memory on every call.
+macro_rules! get_prop {
+    ($target:expr, $name:literal) => {{
+        ::std::thread_local!(static NAME: ::wasm_bindgen::JsValue = ::wasm_bindgen::JsValue::from_str($name));
+        NAME.with(|name| ::js_sys::Reflect::get($target, name))
+    }};
+}
+pub(crate) use get_prop;
+
 pub(crate) fn type_error(message: impl AsRef<str>) -> JsValue {
     TypeError::new(message.as_ref()).into()
 }
@@ -162,11 +172,9 @@ pub(crate) fn acquire_options(value: &JsValue) -> Result<AcquireOptions, JsValue
             describe(value)
         )));
     }
-    let field = |name: &str| -> Result<Option<f64>, JsValue> {
-        let v = Reflect::get(value, &JsValue::from_str(name))?;
-        number(name, &v)
-    };
-    AcquireOptions::from_f64(field("timeout")?, field("retryDelay")?).map_err(input_to_js)
+    let timeout = number("timeout", &get_prop!(value, "timeout")?)?;
+    let retry_delay = number("retryDelay", &get_prop!(value, "retryDelay")?)?;
+    AcquireOptions::from_f64(timeout, retry_delay).map_err(input_to_js)
 }
 
 /// A fence as JS sees it: a number (exact: fences stay below 2^53), or `null`.
@@ -196,9 +204,9 @@ pub(crate) fn object(pairs: &[(&str, JsValue)]) -> Result<JsValue, JsValue> {
 /// the same JS value), anything else is returned as is.
 pub(crate) async fn resolve_answer(answer: JsValue) -> Result<JsValue, JsValue> {
     let thenable = (answer.is_object() || answer.is_function())
-        && Reflect::get(&answer, &JsValue::from_str("then")).is_ok_and(|t| t.is_function());
+        && get_prop!(&answer, "then").is_ok_and(|t| t.is_function());
     if thenable {
-        wasm_bindgen_futures::JsFuture::from(js_sys::Promise::resolve(&answer)).await
+        super::promises::settled(&answer).await
     } else {
         Ok(answer)
     }

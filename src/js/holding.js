@@ -2,14 +2,24 @@
 // `fn` (its `signal` is a real AbortSignal, created only when read), the error `hold()` throws,
 // and the `Symbol.asyncDispose` method that lets `await using` release a lock.
 
+// Told (by id) when a context's signal is first read, so the hold's deadline is only watched
+// for a `fn` that looks at its signal.
+let observer = null;
+
+export function setObserver(f) {
+  observer = f;
+}
+
 /** What `run(fn)` passes to `fn`: the hold's fence, and a signal aborted when the hold is lost. */
 export class LockContext {
   #controller = null;
   #lost = undefined;
+  #id;
 
-  constructor(fence) {
+  constructor(fence, id) {
     /** The hold's fencing token, or null when the store keeps no fences. */
     this.fence = fence;
+    this.#id = id;
   }
 
   /** Aborted (with a LockNotHeldError) the moment the hold is known or presumed lost. */
@@ -17,6 +27,7 @@ export class LockContext {
     if (this.#controller === null) {
       this.#controller = new AbortController();
       if (this.#lost !== undefined) this.#controller.abort(this.#lost);
+      else if (this.#id !== 0) observer?.(this.#id);
     }
     return this.#controller.signal;
   }
@@ -28,8 +39,8 @@ export class LockContext {
   }
 }
 
-export function makeContext(fence) {
-  return new LockContext(fence);
+export function makeContext(fence, id) {
+  return new LockContext(fence, id);
 }
 
 export function loseContext(context, reason) {

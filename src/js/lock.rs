@@ -3,6 +3,7 @@
 //! `l.run(fn)` — the documented pattern — works.
 
 use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -10,11 +11,14 @@ use std::task::{Context, Poll, Waker};
 
 use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::{future_to_promise, spawn_local};
+use wasm_bindgen_futures::spawn_local;
+
+use super::promises::promise_of;
 
 use super::abort::{cancellation, signal_option, Abort};
 use super::convert::{
-    acquire_options, describe, fence_to_js, not_held_error, resolve_answer, to_js, ttl, type_error,
+    acquire_options, describe, fence_to_js, get_prop, not_held_error, resolve_answer, to_js, ttl,
+    type_error,
 };
 use super::runtime::JsRuntime;
 use super::store::Backend;
@@ -26,7 +30,9 @@ use crate::lock::{Lock, RunError};
 #[wasm_bindgen(module = "/src/js/holding.js")]
 extern "C" {
     #[wasm_bindgen(js_name = makeContext)]
-    fn make_context(fence: &JsValue) -> JsValue;
+    fn make_context(fence: &JsValue, id: u32) -> JsValue;
+    #[wasm_bindgen(js_name = setObserver)]
+    fn set_observer(observer: &JsValue);
     #[wasm_bindgen(js_name = loseContext)]
     fn lose_context(context: &JsValue, reason: &JsValue);
     #[wasm_bindgen(js_name = unavailableErrorClass)]
@@ -116,16 +122,72 @@ async fn stop_keeper(keeper: &Rc<RefCell<Option<Keeper>>>) {
     }
 }
 
-/// The JS context object for a hold: `{ fence, signal }`, its signal aborted with a
-/// `LockNotHeldError` saying why when the core reports the hold lost.
-fn js_context(lock: &Rc<CoreLock>, context: &RunContext) -> JsValue {
-    let js = make_context(&fence_to_js(context.fence));
-    let (target, lock) = (js.clone(), lock.clone());
+/// Aborts the JS context's signal, with a `LockNotHeldError` saying why, when the core reports
+/// the hold lost.
+fn hook_loss(lock: &Rc<CoreLock>, context: &RunContext, js: JsValue) {
+    let lock = lock.clone();
     context.on_lost(move |reason: LossReason| {
         let key = lock.key().as_str();
         let error = not_held_error(key, &format!("lock \"{key}\" was lost: {reason}"));
-        lose_context(&target, &error);
+        lose_context(&js, &error);
     });
+}
+
+/// A run's context until its `fn` reads `signal` (then the loss is hooked up) or the run ends.
+struct Unobserved {
+    lock: Rc<CoreLock>,
+    context: RunContext,
+    js: JsValue,
+}
+
+thread_local! {
+    /// Contexts whose signal nobody has read yet, by id (0 is never used).
+    static UNOBSERVED: RefCell<(u32, HashMap<u32, Unobserved>)> = RefCell::new((0, HashMap::new()));
+}
+
+/// Called from JS (through the observer set once) when a context's signal is first read.
+fn observe(id: u32) {
+    let entry = UNOBSERVED.with(|u| u.borrow_mut().1.remove(&id));
+    if let Some(entry) = entry {
+        hook_loss(&entry.lock, &entry.context, entry.js);
+    }
+}
+
+/// Forgets a run's context when the run ends.
+struct ContextEntry(u32);
+
+impl Drop for ContextEntry {
+    fn drop(&mut self) {
+        UNOBSERVED.with(|u| u.borrow_mut().1.remove(&self.0));
+    }
+}
+
+/// The JS context object `{ fence, signal }` for a run. The loss is only hooked up (and the
+/// deadline only watched) once `fn` reads `signal`.
+fn run_context(lock: &Rc<CoreLock>, context: RunContext) -> (JsValue, ContextEntry) {
+    let id = UNOBSERVED.with(|u| {
+        let (next, _) = &mut *u.borrow_mut();
+        if *next == 0 {
+            // First use in this isolate: give the JS side its way back in.
+            set_observer(&Closure::<dyn Fn(u32)>::new(observe).into_js_value());
+        }
+        *next = next.wrapping_add(1).max(1);
+        *next
+    });
+    let js = make_context(&fence_to_js(context.fence), id);
+    let entry = Unobserved {
+        lock: lock.clone(),
+        context,
+        js: js.clone(),
+    };
+    UNOBSERVED.with(|u| u.borrow_mut().1.insert(id, entry));
+    (js, ContextEntry(id))
+}
+
+/// The JS context of a hold kept alive by `autoExtend()`: its loss is always hooked up.
+fn kept_context(lock: &Rc<CoreLock>, context: &RunContext) -> JsValue {
+    let js = make_context(&fence_to_js(context.fence), 0);
+    hook_loss(lock, context, js.clone());
     js
 }
 
@@ -190,7 +252,7 @@ fn spawn_boxed(mut future: JsFuture) -> Promise {
     {
         Poll::Ready(Ok(value)) => Promise::resolve(&value),
         Poll::Ready(Err(error)) => Promise::reject(&error),
-        Poll::Pending => future_to_promise(future),
+        Poll::Pending => promise_of(future),
     }
 }
 
@@ -201,7 +263,7 @@ async fn call_task(
     task: Function,
     context: RunContext,
 ) -> Result<JsValue, JsValue> {
-    let context = js_context(&lock, &context);
+    let (context, _entry) = run_context(&lock, context);
     resolve_answer(task.call1(&JsValue::UNDEFINED, &context)?).await
 }
 
@@ -215,7 +277,7 @@ fn wait_options(value: &JsValue) -> Result<WaitOptions, JsValue> {
 /// `run()`'s options: the wait options and `autoExtend`.
 fn run_options(value: &JsValue) -> Result<(WaitOptions, Option<KeepAlive>), JsValue> {
     let keep = match value.is_object() {
-        true => keep_alive_option(&Reflect::get(value, &JsValue::from_str("autoExtend"))?)?,
+        true => keep_alive_option(&get_prop!(value, "autoExtend")?)?,
         false => None,
     };
     Ok((wait_options(value)?, keep))
@@ -329,7 +391,7 @@ impl JsLock {
                 attempted: HoldOperation::Extend,
             })
         })?;
-        let js = js_context(&self.inner, &context);
+        let js = kept_context(&self.inner, &context);
         let (stop, done) = (Rc::new(Flag::default()), Rc::new(Flag::default()));
         let (lock, until, finished) = (self.inner.clone(), stop.clone(), done.clone());
         spawn_local(async move {

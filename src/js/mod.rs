@@ -8,6 +8,7 @@ mod api;
 pub(crate) mod convert;
 mod lock;
 mod memory;
+pub(crate) mod promises;
 mod runtime;
 pub(crate) mod store;
 #[cfg(feature = "testing")]

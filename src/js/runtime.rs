@@ -15,7 +15,6 @@ impl Runtime for JsRuntime {
     }
 
     fn sleep(&self, ms: u64) -> impl Future<Output = ()> {
-        // Waits are bounded by MAX_WAIT_MS (2^31 - 1), which fits setTimeout's u32 range.
-        gloo_timers::future::TimeoutFuture::new(ms.min(u32::MAX as u64) as u32)
+        super::promises::sleep(ms)
     }
 }

@@ -7,7 +7,7 @@ use std::rc::Rc;
 use js_sys::{Function, Reflect};
 use wasm_bindgen::prelude::*;
 
-use super::convert::{describe, method_name, resolve_answer, type_error};
+use super::convert::{describe, get_prop, method_name, resolve_answer, type_error};
 use super::runtime::JsRuntime;
 use crate::error::Operation;
 use crate::grant::{Fence, Grant};
@@ -109,7 +109,7 @@ pub(crate) mod answers {
         if !answer.is_object() {
             return Err(broken(method, EXPECTED, answer));
         }
-        let fence = Reflect::get(answer, &JsValue::from_str("fence"))?;
+        let fence = get_prop!(answer, "fence")?;
         match fence.as_f64() {
             Some(f) if f.fract() == 0.0 && f >= 1.0 && f <= crate::grant::MAX_FENCE as f64 => {
                 Ok(Some(Grant::new(Fence::new(f as u64).ok())))

@@ -4,7 +4,6 @@
 
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
 
 use super::api::backend_for;
 use super::convert::{object, type_error};
@@ -58,7 +57,7 @@ fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
 #[wasm_bindgen(js_name = checkLockStore)]
 pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
     let prepared = backend_for(store).and_then(|b| Ok((b, options(&opts)?)));
-    // Boxed: shares the one `future_to_promise` instance with the `Lock` methods.
+    // Boxed: shares the one `promise_of` instance with the `Lock` methods.
     let run: JsFuture = Box::pin(async move {
         let (backend, options) = prepared?;
         let results = Array::new();
@@ -77,7 +76,7 @@ pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
         }
         Ok(results.into())
     });
-    future_to_promise(run)
+    super::promises::promise_of(run)
 }
 
 /// Reads one history event: `{ client, key, owner, type, op, t0, t1, ttlMs, immediate, fence,

@@ -1,0 +1,198 @@
+//! Awaiting JS promises and returning JS promises without a wasm closure per call. The glue
+//! `wasm-bindgen-futures` provides (`JsFuture`, `future_to_promise`) and `gloo-timers` create
+//! two or three wasm closures per await, each registered for finalization; on a contended lock
+//! that is most of the cost of a hand-over. Here JS calls back through one function set once
+//! (`src/js/promises.js`), naming the waiting future by a number.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+
+use js_sys::Promise;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::spawn_local;
+
+#[wasm_bindgen(module = "/src/js/promises.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = setSettled)]
+    fn set_settled(f: &JsValue);
+    fn watch(value: &JsValue, id: u32);
+    #[wasm_bindgen(js_name = sleep)]
+    fn start_sleep(ms: f64, id: u32) -> JsValue;
+    #[wasm_bindgen(js_name = cancelSleep)]
+    fn cancel_sleep(timer: &JsValue);
+    fn deferred(id: u32) -> Promise;
+    #[wasm_bindgen(js_name = onAbort)]
+    fn on_abort(signal: &JsValue, id: u32) -> JsValue;
+    #[wasm_bindgen(js_name = offAbort)]
+    fn off_abort(signal: &JsValue, listener: &JsValue);
+    fn settle(id: u32, ok: bool, value: &JsValue);
+}
+
+/// What a waiting future knows: its waker, and the outcome once JS reported it.
+#[derive(Default)]
+struct Slot {
+    waker: Option<Waker>,
+    outcome: Option<Result<JsValue, JsValue>>,
+}
+
+#[derive(Default)]
+struct Slots {
+    next: u32,
+    slots: HashMap<u32, Slot>,
+}
+
+thread_local! {
+    static SLOTS: RefCell<Slots> = RefCell::default();
+}
+
+/// Called by JS when the promise (or timer) behind `id` settles.
+fn on_settled(id: u32, ok: bool, value: JsValue) {
+    let waker = SLOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        let slot = s.slots.get_mut(&id)?;
+        slot.outcome = Some(if ok { Ok(value) } else { Err(value) });
+        slot.waker.take()
+    });
+    if let Some(waker) = waker {
+        waker.wake();
+    }
+}
+
+/// A fresh id with an empty slot (and, on first use, the callback JS reports through).
+fn open_slot() -> u32 {
+    SLOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.next == 0 {
+            set_settled(&Closure::<dyn Fn(u32, bool, JsValue)>::new(on_settled).into_js_value());
+        }
+        s.next = s.next.wrapping_add(1).max(1);
+        let id = s.next;
+        s.slots.insert(id, Slot::default());
+        id
+    })
+}
+
+/// The future of one slot; forgets the slot when dropped (a late outcome is then ignored).
+struct Settled {
+    id: u32,
+}
+
+impl Future for Settled {
+    type Output = Result<JsValue, JsValue>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        SLOTS.with(|s| {
+            let mut s = s.borrow_mut();
+            let Some(slot) = s.slots.get_mut(&self.id) else {
+                return Poll::Pending;
+            };
+            match slot.outcome.take() {
+                Some(outcome) => Poll::Ready(outcome),
+                None => {
+                    slot.waker = Some(cx.waker().clone());
+                    Poll::Pending
+                }
+            }
+        })
+    }
+}
+
+impl Drop for Settled {
+    fn drop(&mut self) {
+        SLOTS.with(|s| s.borrow_mut().slots.remove(&self.id));
+    }
+}
+
+/// Awaits `value` the way `await` would: a thenable's outcome, or the value itself.
+pub(crate) fn settled(value: &JsValue) -> impl Future<Output = Result<JsValue, JsValue>> {
+    let id = open_slot();
+    watch(value, id);
+    Settled { id }
+}
+
+/// Completes after `ms` milliseconds; dropping it clears the timer.
+pub(crate) struct Sleep {
+    settled: Settled,
+    timer: JsValue,
+}
+
+pub(crate) fn sleep(ms: u64) -> Sleep {
+    let id = open_slot();
+    // Waits are bounded by MAX_WAIT_MS (2^31 - 1), which setTimeout accepts.
+    let timer = start_sleep(ms as f64, id);
+    Sleep {
+        settled: Settled { id },
+        timer,
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.settled).poll(cx).map(drop)
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        let done = SLOTS.with(|s| {
+            s.borrow()
+                .slots
+                .get(&self.settled.id)
+                .is_none_or(|slot| slot.outcome.is_some())
+        });
+        if !done {
+            cancel_sleep(&self.timer);
+        }
+    }
+}
+
+/// A promise settled by `future`, which runs on wasm-bindgen's task queue.
+pub(crate) fn promise_of(
+    future: impl Future<Output = Result<JsValue, JsValue>> + 'static,
+) -> Promise {
+    let id = open_slot();
+    // The slot is only used for its id here: the promise is settled through `settle`.
+    SLOTS.with(|s| s.borrow_mut().slots.remove(&id));
+    let promise = deferred(id);
+    spawn_local(async move {
+        match future.await {
+            Ok(value) => settle(id, true, &value),
+            Err(error) => settle(id, false, &error),
+        }
+    });
+    promise
+}
+
+/// Completes when `signal` aborts; dropping it removes the listener, so a long-lived signal does
+/// not collect one listener per call.
+pub(crate) struct AbortWatch {
+    settled: Settled,
+    signal: JsValue,
+    listener: JsValue,
+}
+
+pub(crate) fn abort_watch(signal: &JsValue) -> AbortWatch {
+    let id = open_slot();
+    let listener = on_abort(signal, id);
+    AbortWatch {
+        settled: Settled { id },
+        signal: signal.clone(),
+        listener,
+    }
+}
+
+impl Future for AbortWatch {
+    type Output = ();
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.settled).poll(cx).map(drop)
+    }
+}
+
+impl Drop for AbortWatch {
+    fn drop(&mut self) {
+        off_abort(&self.signal, &self.listener);
+    }
+}
