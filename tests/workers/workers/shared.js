@@ -68,13 +68,14 @@ export class Counter extends DurableObject {
 
 /**
  * A protected resource that checks fences: it remembers the highest fence it accepted and
- * refuses a write carrying a lower or equal one (a holder that paused past its TTL).
+ * refuses a write carrying a lower one (a holder that paused past its TTL); an equal fence is
+ * the same hold writing again.
  */
 export class Ledger extends DurableObject {
   lastFence = 0;
   value = null;
   write(value, fence) {
-    if (!(fence > this.lastFence)) return { accepted: false, lastFence: this.lastFence };
+    if (!(fence >= this.lastFence)) return { accepted: false, lastFence: this.lastFence };
     this.lastFence = fence;
     this.value = value;
     return { accepted: true, lastFence: fence };
