@@ -765,18 +765,37 @@ impl Checker<'_> {
     }
 
     fn non_owner(&mut self, key: &str, h: &KeyHistory) {
+        // Indexes: each owner's leases and calls; granted leases by invocation time, with the
+        // earliest certain start over every suffix (who could have taken the key after a time).
+        let mut leases_of: HashMap<&str, Vec<&Lease>> = HashMap::new();
+        for l in &h.leases {
+            leases_of.entry(l.owner.as_str()).or_default().push(l);
+        }
+        let mut calls_of: HashMap<&str, Vec<&Call>> = HashMap::new();
+        for c in &h.calls {
+            calls_of.entry(c.owner.as_str()).or_default().push(c);
+        }
+        let mut granted: Vec<&Lease> = h.leases.iter().filter(|l| l.granted).collect();
+        granted.sort_by_key(|l| self.at(l.invoke).earliest);
+        let mut soonest: Vec<(Micros, usize)> = vec![(Micros::MAX, 0); granted.len() + 1];
+        for n in (0..granted.len()).rev() {
+            soonest[n] = if granted[n].valid_from < soonest[n + 1].0 {
+                (granted[n].valid_from, n)
+            } else {
+                soonest[n + 1]
+            };
+        }
         for c in &h.calls {
             if c.op == Op::Acquire || c.result != Outcome::Ok {
                 continue;
             }
             let invoked = self.at(c.invoke).earliest;
-            let own = h
-                .leases
-                .iter()
-                .filter(|l| {
-                    l.owner == c.owner && self.at(l.invoke).earliest <= self.at(c.invoke).latest
-                })
-                .max_by_key(|l| l.invoke);
+            let own = leases_of.get(c.owner.as_str()).and_then(|list| {
+                list.iter()
+                    .filter(|l| self.at(l.invoke).earliest <= self.at(c.invoke).latest)
+                    .max_by_key(|l| l.invoke)
+                    .copied()
+            });
             let Some(lease) = own else {
                 let message = format!(
                     "{} by {}, which never acquired the key, succeeded",
@@ -789,12 +808,13 @@ impl Checker<'_> {
                 continue;
             };
             // An earlier successful release by the same owner ended the hold.
-            let released_before = h.calls.iter().find(|r| {
-                r.owner == c.owner
-                    && r.op == Op::Release
-                    && r.result == Outcome::Ok
-                    && r.invoke != c.invoke
-                    && r.outcome.is_some_and(|o| self.at(o).latest < invoked)
+            let released_before = calls_of.get(c.owner.as_str()).and_then(|list| {
+                list.iter().copied().find(|r| {
+                    r.op == Op::Release
+                        && r.result == Outcome::Ok
+                        && r.invoke != c.invoke
+                        && r.outcome.is_some_and(|o| self.at(o).latest < invoked)
+                })
             });
             if let Some(r) = released_before {
                 let message = format!(
@@ -811,13 +831,12 @@ impl Checker<'_> {
                 continue;
             }
             // The lease had certainly expired. An extend must not revive it; a release must not
-            // free the key once another owner was granted it.
-            let taken = h.leases.iter().find(|o| {
-                o.owner != c.owner
-                    && o.granted
-                    && self.at(o.invoke).earliest >= lease.possible_until
-                    && o.valid_from < invoked
-            });
+            // free the key once another owner was granted it (invoked after the expiry, so not
+            // this owner, whose labels are one per acquisition).
+            let after =
+                granted.partition_point(|o| self.at(o.invoke).earliest < lease.possible_until);
+            let (first, n) = soonest[after];
+            let taken = (first < invoked).then(|| granted[n]);
             if c.op == Op::Extend || taken.is_some() {
                 let mut events = vec![lease.invoke, c.invoke];
                 events.extend(c.outcome);
