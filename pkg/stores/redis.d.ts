@@ -63,6 +63,8 @@ export type RedisLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "with
   quit?(): Promise<void>;
   /** How many `acquireOrWait` calls of this store are waiting. */
   readonly waitingCount?: number;
+  /** Whether the store's pub/sub connection is open and subscribed. */
+  readonly subscribed?: boolean;
   /** The store's pub/sub connection (a duplicate of the client), or null while it has none. */
   readonly subscriber?: object | null;
   /** The key prefix in use. */

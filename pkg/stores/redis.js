@@ -793,6 +793,11 @@ export function redisLockStore(client, options = {}) {
         return n;
       },
 
+      /** Whether the store's pub/sub connection is open and subscribed. */
+      get subscribed() {
+        return subscriber?.subscribed === true;
+      },
+
       /** The store's pub/sub connection (a duplicate of the client), or null before the first wait. */
       get subscriber() {
         return subscriber?.connection ?? null;

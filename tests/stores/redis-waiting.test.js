@@ -317,9 +317,19 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     const ghostStore = redisLockStore(ghostClient);
     const ghostWait = ghostStore.acquireOrWait(key, ghost, 400, 3_000, 60_000).catch(() => "connection closed");
     await queued(admin, store, key, 1);
-    await sleep(50); // its subscription is up (the first waiter subscribes after queueing)
-    ghostStore.subscriber?.disconnect();
+    // Its subscription is up (the first waiter of a store subscribes after queueing).
+    const deadline = Date.now() + 5_000;
+    while (!ghostStore.subscribed) {
+      assert.ok(Date.now() < deadline, "the ghost never subscribed");
+      await sleep(10);
+    }
+    ghostStore.subscriber.disconnect();
     ghostClient.disconnect();
+    // Dead once Redis has dropped its pub/sub connection (a half-closed socket still receives).
+    while (/ sub=1 /.test(await admin.client("LIST", "TYPE", "pubsub"))) {
+      assert.ok(Date.now() < deadline, "the ghost's pub/sub connection stayed");
+      await sleep(10);
+    }
     assert.equal(await store.release(key, holder), true);
     assert.equal(await admin.get(store.keys(key).lock), ghost, "the release did not grant the queued waiter");
     assert.equal(await store.acquire(key, next, LONG), false);
