@@ -99,23 +99,37 @@ pub(crate) mod answers {
         ))
     }
 
-    /// `true`, `false`, or `{ fence }` with a whole-number fence in `1..=2^53 − 1`.
+    /// `true`, `false`, or `{ fence, waitedMs? }`: a whole-number fence from 1 to 2^53 - 1 (or
+    /// `null`, from a store without fences, when `waitedMs` is given) and the whole milliseconds
+    /// the grant waited in the store's queue (`acquireOrWait`).
     pub(crate) fn acquire(method: &str, answer: &JsValue) -> Result<Option<Grant>, JsValue> {
         const EXPECTED: &str =
-            "true, false or { fence } with a whole-number fence from 1 to 2^53 - 1";
+            "true, false or { fence, waitedMs? } with a whole-number fence from 1 to 2^53 - 1";
         if let Some(acquired) = answer.as_bool() {
             return Ok(acquired.then(Grant::unfenced));
         }
         if !answer.is_object() {
             return Err(broken(method, EXPECTED, answer));
         }
+        let whole = |v: &JsValue, min: f64, max: u64| -> Option<u64> {
+            v.as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= min && *f <= max as f64)
+                .map(|f| f as u64)
+        };
+        let waited = get_prop!(answer, "waitedMs")?;
+        let waited_ms = match waited.is_undefined() {
+            true => None,
+            false => Some(
+                whole(&waited, 0.0, MAX_TTL_MS).ok_or_else(|| broken(method, EXPECTED, answer))?,
+            ),
+        };
         let fence = get_prop!(answer, "fence")?;
-        match fence.as_f64() {
-            Some(f) if f.fract() == 0.0 && f >= 1.0 && f <= crate::grant::MAX_FENCE as f64 => {
-                Ok(Some(Grant::new(Fence::new(f as u64).ok())))
-            }
-            _ => Err(broken(method, EXPECTED, answer)),
-        }
+        let fence = match whole(&fence, 1.0, crate::grant::MAX_FENCE) {
+            Some(f) => Fence::new(f).ok(),
+            None if fence.is_null() && waited_ms.is_some() => None,
+            None => return Err(broken(method, EXPECTED, answer)),
+        };
+        Ok(Some(Grant::new(fence).waited(waited_ms.unwrap_or(0))))
     }
 
     /// A boolean.

@@ -2215,6 +2215,42 @@ async fn bad_auto_extend_options_are_refused() {
     assert_eq!(calls.get(), 0);
 }
 
+#[wasm_bindgen_test]
+async fn a_waited_grant_s_ttl_runs_from_the_hand_over() {
+    let (good, _) = js_store(Answer::Resolved);
+    // The store answers after 300 ms, saying the grant waited 290 ms in its queue; the TTL is
+    // 200 ms. Counted from the request, the hold would already look expired; from the grant, not.
+    let wait = Function::new_with_args(
+        "k, o, t, waitMs, pollMs",
+        "return new Promise((r) => setTimeout(() => r({ fence: 7, waitedMs: 290 }), 300));",
+    );
+    fulfilled_sync(
+        set_lock_store(with_method(&good, "acquireOrWait", wait.clone())),
+        "set",
+    );
+    let l = new_lock(&fresh_key("waited"), 200.0);
+    let options = object(&[("timeout", num(5_000.0))]);
+    assert!(fulfilled_bool(l.acquire(options.clone()), "acquire").await);
+    assert_eq!(l.fence().as_f64(), Some(7.0));
+    assert!(
+        !fulfilled_bool(l.is_expired(), "isExpired").await,
+        "waitedMs was ignored"
+    );
+    // A waitedMs that is not a whole number of ms is a broken store.
+    let bad = Function::new_with_args("k, o, t, w, p", "return { fence: 8, waitedMs: -1 };");
+    fulfilled_sync(
+        set_lock_store(with_method(&good, "acquireOrWait", bad)),
+        "set",
+    );
+    let e = rejected(
+        new_lock(&fresh_key("waited-bad"), 200.0).acquire(options),
+        "acquire",
+    )
+    .await;
+    assert_type_error(&e, "acquireOrWait answering waitedMs: -1");
+    use_memory_store();
+}
+
 // =============================================================================================
 // Concurrency
 // =============================================================================================
