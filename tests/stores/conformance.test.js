@@ -28,7 +28,7 @@ import { startD1, startPostgres, startRedis, startUpstashFixture } from "./lib/s
 // round trips a property makes while holding it, so give it room. In-process stores use the
 // kit's defaults.
 const REMOTE = { shortTtlMs: 800, settleMs: 200 };
-const PROPERTY_COUNT = 10;
+const PROPERTY_COUNT = 13;
 const cleanups = [];
 
 async function passes(store, options) {

@@ -38,7 +38,13 @@ test("keel-lock/testing is the packed tarball's copy, exported by the package's 
   const manifest = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
   assert.deepEqual(manifest.exports["./testing"], { types: "./testing.d.ts", default: "./testing.js" });
   for (const file of ["testing.js", "testing.d.ts"]) assert.ok(manifest.files.includes(file), `${file} not in files`);
-  assert.deepEqual(Object.keys(testingModule).sort(), ["LockStoreConformanceError", "checkLockStore", "lockStoreResults"]);
+  assert.deepEqual(Object.keys(testingModule).sort(), [
+    "LockStoreConformanceError",
+    "checkHistory",
+    "checkLockStore",
+    "checkLockStoreUnderLoad",
+    "lockStoreResults",
+  ]);
 });
 
 describe("stores that are locks pass", () => {

@@ -1,7 +1,8 @@
 // Type-checked (never run) by types.test.js: keel-lock/testing's types as users get them, from
 // the tarball installed in tests/stores/node_modules, resolved through the exports map.
-import { MemoryLockStore, type LockStore, type PropertyResult } from "keel-lock";
+import { MemoryLockStore, type LockStore } from "keel-lock";
 import {
+  type PropertyResult,
   checkLockStore,
   lockStoreResults,
   LockStoreConformanceError,

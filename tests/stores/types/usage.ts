@@ -1,5 +1,6 @@
 // Type-checked (never run) by types.test.js: the stores' .d.ts files against the package's
 // LockStore type and the real client libraries' own types.
+import type { Grant } from "../../../pkg/index.js";
 import type { LockStore } from "../../../pkg/index.js";
 import { redisLockStore, detectRedisClient, type RedisLockStore, type RedisClientType } from "../../../pkg/stores/redis.js";
 import { databaseLockStore, schema, type DatabaseLockStore } from "../../../pkg/stores/sql.js";
@@ -23,7 +24,9 @@ export async function usage(): Promise<void> {
   const dbNow: number = await sql.now();
   const ddl: string = schema({ dialect: "postgres", table: "locks" });
 
-  const won: boolean = await io.acquire("k", "owner", 1000);
+  const won: false | Grant = await io.acquire("k", "owner", 1000);
+  const fence: number | undefined = won ? won.fence : undefined;
+  const forced: boolean = await sql.forceRelease("k");
   const left: number | null = await sql.remainingTime("k");
 
   // @ts-expect-error prefix must be a string
@@ -37,5 +40,5 @@ export async function usage(): Promise<void> {
   // @ts-expect-error acquire answers a boolean
   const notANumber: number = await sql.acquire("k", "o", 1);
 
-  void [nr, up, kind, prefix, asLockStore, purged, dbNow, ddl, won, left, notANumber];
+  void [nr, up, kind, prefix, asLockStore, purged, dbNow, ddl, won, fence, forced, left, notANumber];
 }
