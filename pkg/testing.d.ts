@@ -108,7 +108,9 @@ export interface HistoryReport {
   /** Every violation (the list is capped at `maxReported`). */
   violationCount: number;
   violations: HistoryViolation[];
-  /** Overlaps and fence regressions explained by a non-persistent store restart: documented losses, not violations. */
+  /** Overlaps, fence regressions and stale writes explained by a non-persistent store restart: documented losses, not violations. */
+  lossCount: number;
+  /** The losses (the list is capped at `maxReported` per kind). */
   losses: HistoryViolation[];
   /** Store restarts in the history. */
   restarts: number;

@@ -48,7 +48,7 @@ export async function checkLockStore(store, options) {
  * Checks a recorded history: an array of events `{ client, key, owner, type, op, t0, t1,
  * ttlMs, immediate, fence, accepted, persistent }` (times in ms on a clock every recorder
  * shares; `[t0, t1]` certainly contains the event). Resolves
- * `{ ok, operations, violationCount, violations, losses, restarts }`; never rejects for a
+ * `{ ok, operations, violationCount, violations, lossCount, losses, restarts }`; never rejects for a
  * violation, only for a malformed event (TypeError) or option (RangeError).
  */
 export function checkHistory(history, options) {

@@ -245,6 +245,8 @@ pub struct Report {
     /// Overlaps and fence regressions explained by a store restart marked non-persistent: the
     /// store lost its state, as documented — detected and reported, not counted as violations.
     pub losses: Vec<Violation>,
+    /// How many losses there were in all (the list is capped like the violations).
+    pub loss_count: usize,
     /// Store restarts in the history.
     pub restarts: usize,
 }
@@ -379,6 +381,7 @@ impl Checker<'_> {
         window: (Micros, Micros),
     ) {
         if let Some(restart) = self.lossy_restart_between(window.0, window.1) {
+            self.report.loss_count += 1;
             if self.report.losses.len() < self.options.max_reported {
                 self.report.losses.push(Violation {
                     kind,
@@ -1269,6 +1272,7 @@ mod tests {
         };
         let r = lost(false);
         assert!(r.ok(), "{r:?}");
+        assert_eq!(r.loss_count, r.losses.len());
         assert_eq!(r.restarts, 1);
         let lost_kinds: Vec<_> = r.losses.iter().map(|v| v.kind).collect();
         assert!(

@@ -183,7 +183,7 @@ fn violations_to_js(list: &[Violation]) -> Result<Array, JsValue> {
 }
 
 /// Checks a recorded history (an array of events, see `event`) and answers
-/// `{ ok, operations, violationCount, violations, losses, restarts }`; each violation is
+/// `{ ok, operations, violationCount, violations, lossCount, losses, restarts }`; each violation is
 /// `{ kind, key, message, events }` with `events` indexes into the array. Options:
 /// `{ leaseToleranceMs = 5, maxReported = 100 }`.
 #[wasm_bindgen(js_name = checkHistory)]
@@ -242,6 +242,7 @@ pub fn check_history(history: JsValue, opts: JsValue) -> Result<JsValue, JsValue
         ),
         ("violations", violations_to_js(&report.violations)?.into()),
         ("losses", violations_to_js(&report.losses)?.into()),
+        ("lossCount", JsValue::from(report.loss_count as u32)),
         ("restarts", JsValue::from(report.restarts as u32)),
     ])
 }
