@@ -42,7 +42,8 @@ it("a held lock survives a restart and keeps its deadline", async () => {
     assert.ok(state.snapshot.now >= deadline, `freed at ${state.snapshot.now}, before the deadline ${deadline}`);
 
     // The fence counter survived the restart and the row's expiry.
-    const next = await w.call("main", "/hold", { key, ttl: 1_000 });
+    // Waits: the last /state above took the freed key for 100 ms (its acquiredByOther probe).
+    const next = await w.call("main", "/hold", { key, ttl: 1_000, timeout: 5_000 });
     assert.equal(next.acquired, true);
     assert.ok(next.fence > held.fence, `fence ${next.fence} after a restart, not above ${held.fence}`);
   } finally {

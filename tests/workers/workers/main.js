@@ -477,7 +477,7 @@ async function route(request, env) {
     case "/hold": {
       const l = lock(body.key, body.ttl);
       const acquired = await l.acquire(body.timeout ? { timeout: body.timeout } : undefined);
-      return { acquired, fence: l.fence, serialized: (await l.isLocked()) ? l.serialize() : null };
+      return { acquired, fence: l.fence, serialized: acquired ? l.serialize() : null };
     }
     case "/state": {
       const l = lock(body.key);
