@@ -19,6 +19,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
+# One build at a time: every feature set is built to the same target/…/keel_lock.wasm, so two
+# concurrent runs would hand each other's wasm to wasm-bindgen. A caller that already holds the
+# lock (to pack what it built) sets KEEL_PKG_LOCK_HELD=1.
+if [ "${KEEL_PKG_LOCK_HELD:-}" != 1 ]; then
+  mkdir -p target
+  exec 9>target/.build-pkg.lock
+  flock 9
+fi
+
 [ -d pkg/node_modules/binaryen ] || (cd pkg && npm ci --no-audit --no-fund --loglevel=error)
 
 wasm=target/wasm32-unknown-unknown/release/keel_lock.wasm

@@ -8,9 +8,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
-bash scripts/build-pkg.sh
+# Build and pack under build-pkg.sh's lock, so that no other build replaces pkg/dist mid-pack.
+mkdir -p target
+exec 9>target/.build-pkg.lock
+flock 9
+KEEL_PKG_LOCK_HELD=1 bash scripts/build-pkg.sh
 rm -f pkg/keel-lock-*.tgz
 tarball=$(cd pkg && npm pack --silent | tail -1)
+flock -u 9
 echo "packed pkg/$tarball: $(tar -tzf "pkg/$tarball" | wc -l) files, $(stat -c %s "pkg/$tarball") bytes"
 cd tests/package
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then

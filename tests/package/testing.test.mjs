@@ -15,7 +15,9 @@ const FAST = { shortTtlMs: 60, settleMs: 60, contenders: 10 };
 test("keel-lock does not export checkLockStore; keel-lock/testing exports the kit", () => {
   assert.equal("checkLockStore" in keel, false);
   assert.equal(createRequire(import.meta.url)("keel-lock").checkLockStore, undefined);
-  assert.deepEqual(Object.keys(testing).sort(), ["LockStoreConformanceError", "checkLockStore", "lockStoreResults"]);
+  for (const name of ["LockStoreConformanceError", "checkLockStore", "lockStoreResults"]) {
+    assert.ok(name in testing, `keel-lock/testing exports ${name}`);
+  }
 });
 
 test("a MemoryLockStore made by keel-lock passes, and keeps working as keel-lock's store", async () => {
