@@ -1,7 +1,7 @@
 // A JS Worker (the npm package's workerd build) and the Rust Worker (workers-rs, worker-build)
 // share one lock namespace and exclude each other — whichever of them serves the Durable Object
 // class — and the rows one build writes are read by the other after a restart.
-import { after, describe, it } from "node:test";
+import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -20,10 +20,12 @@ function assertIncreasing(fences, what) {
 for (const lockHost of ["rust", "js"]) {
   describe(`JS and Rust Workers, LockDurableObject served by the ${lockHost} script`, { concurrency: false, timeout: 180_000 }, () => {
     let w;
+    before(async () => {
+      w = await start({ lockHost });
+    });
     after(() => w?.dispose());
 
     it(`${N} concurrent charges, half from each, without waiting: exactly one charges`, async () => {
-      w = await start({ lockHost });
       const { charged, results, ledger } = await race(w, mixed, { mode: "immediate", n: N });
       assert.equal(results.filter((r) => r.worker === "js").length, N / 2, "half the requests ran in the JS Worker");
       assert.equal(charged.length, 1, `${charged.length} requests charged`);
@@ -51,6 +53,26 @@ for (const lockHost of ["rust", "js"]) {
         [...ledger.fences].sort((a, b) => a - b),
         "each Worker's fences are the ones the ledger booked",
       );
+    });
+
+    it("a Rust waiter queues in the object and is handed the key when the JS holder's TTL runs out", async () => {
+      const key = `invoice:${crypto.randomUUID()}`;
+      const run = `handover:${crypto.randomUUID()}`;
+      assert.deepEqual(await w.call("js", "/hold", { key, ttl: 1_500 }), { acquired: true });
+      const waiter = w.call("rust", "/charge", { run, key, mode: "wait" });
+      // The Rust Worker's store waits inside the object (acquireOrWait through the example's
+      // LockDurableObject), not by polling: the object reports one queued call.
+      let state;
+      const until = Date.now() + 1_000;
+      do state = await w.call("js", "/state", { key });
+      while (state.waiting === 0 && Date.now() < until);
+      assert.equal(state.waiting, 1, `object state: ${JSON.stringify(state)}`);
+      const out = await waiter;
+      assert.equal(out.charged, true);
+      assert.ok(out.waitedMs >= 1_000, `waited ${out.waitedMs} ms for a 1500 ms hold`);
+      const after = await w.call("js", "/state", { key });
+      assert.equal(after.waiting, 0);
+      assert.equal(after.isLocked, false);
     });
 
     it("holds alternate between JS and Rust: each fence above the other's last", async () => {

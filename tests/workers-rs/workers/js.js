@@ -66,7 +66,7 @@ async function route(request, env) {
       useStore(env);
       const l = lock(body.key);
       const snapshot = await env.LOCKS.get(env.LOCKS.idFromName(body.key)).inspect();
-      return { isLocked: await l.isLocked(), remaining: await l.getRemainingTime(), rows: snapshot.rows };
+      return { isLocked: await l.isLocked(), remaining: await l.getRemainingTime(), rows: snapshot.rows, waiting: snapshot.waiting };
     }
   }
   return null;
