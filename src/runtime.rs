@@ -1,6 +1,6 @@
 //! The injected environment. The core never reads a clock or starts a timer on its own:
 //! bindings supply a [`Runtime`] (JS: `Date.now()` and `setTimeout`), tests supply
-//! [`crate::virtual_time::VirtualRuntime`].
+//! `virtual_time::VirtualRuntime` (feature `testing`).
 
 use std::future::Future;
 use std::rc::Rc;

@@ -1,6 +1,6 @@
 //! The store seam. A store is what makes a lock a lock: it must make `acquire` an atomic
 //! set-if-absent and make `release`/`extend` conditional on the owner token. A store that
-//! cannot do both is a suggestion, not a lock — [`crate::conformance`] checks for it.
+//! cannot do both is a suggestion, not a lock — the conformance kit (`conformance`, feature `testing`) checks for it.
 
 use std::rc::Rc;
 

@@ -1,7 +1,8 @@
 //! Cloudflare Workers: a lock store that coordinates across isolates and machines, on Durable
 //! Objects (feature `worker`, wasm32 only).
 //!
-//! * [`LockDurableObject`] is the Durable Object. It keeps the rows of the keys routed to it in
+//! * [`LockDurableObjectCore`] is the Durable Object's logic (workerd instantiates the JS class
+//!   `LockDurableObject`, which delegates to it). It keeps the rows of the keys routed to it in
 //!   its SQLite storage (`keel_locks(key, owner, expires_at)`), judges expiry by its own clock,
 //!   and deletes expired rows from an alarm set to the next expiry. Its handlers are thin:
 //!   decode and validate the arguments ([`crate::Key`], [`crate::OwnerToken`], [`crate::Ttl`]),
@@ -15,15 +16,14 @@
 //!
 //! JS RPC needs the class workerd instantiates to `extends DurableObject` (from
 //! `cloudflare:workers`), which a wasm-bindgen class cannot do; the npm package's workerd entry
-//! exports a small JS `LockDurableObject` that delegates to this one (exported to JS as
-//! `LockDurableObjectCore`). A workers-rs Worker adds the same class to its entry module; see
+//! exports a small JS `LockDurableObject` that delegates to this one. A workers-rs Worker adds the same class to its entry module; see
 //! the crate-level docs and `examples/workers-rs`.
 
 mod error;
 mod object;
 mod store;
 
-pub use object::LockDurableObject;
+pub use object::LockDurableObjectCore;
 pub use store::{DurableObjectLock, DurableObjectLockStore, JsDurableObjectLockStore};
 
 /// The Workers clock and timer for a [`crate::Lock`]: `Date.now()` and `setTimeout`. In workerd

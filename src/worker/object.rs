@@ -1,4 +1,4 @@
-//! `LockDurableObject`: the Durable Object that owns lock rows. Each handler is
+//! `LockDurableObjectCore`: the Durable Object's logic, which owns lock rows. Each handler is
 //! decode → [`crate::rows`] → encode; the SQL read, the decision and the write happen in one
 //! synchronous turn (SQLite-backed Durable Object storage is synchronous), so no other event
 //! can run between them and every operation is atomic.
@@ -51,12 +51,12 @@ const NEXT_EXPIRY: &str = "SELECT MIN(expires_at) FROM keel_locks";
 const LIST: &str = "SELECT key, expires_at FROM keel_locks ORDER BY key";
 
 /// A Durable Object holding lock rows in its SQLite storage; the object's own clock decides
-/// expiry. Exported to JS as `LockDurableObjectCore`: workerd instantiates the JS
+/// expiry. Exported to JS under the same name: workerd instantiates the JS
 /// `LockDurableObject extends DurableObject` class, which builds one of these and forwards
 /// `acquire`, `acquireOrWait`, `withdraw`, `release`, `extend`, `isLocked`, `remainingTime`,
 /// `inspect` and `alarm` to it.
 #[wasm_bindgen(js_name = LockDurableObjectCore)]
-pub struct LockDurableObject {
+pub struct LockDurableObjectCore {
     inner: Rc<Inner>,
 }
 
@@ -404,12 +404,12 @@ impl Inner {
 }
 
 #[wasm_bindgen(js_class = LockDurableObjectCore)]
-impl LockDurableObject {
+impl LockDurableObjectCore {
     /// Built by the JS `LockDurableObject` class's constructor with workerd's `(ctx, env)`.
     /// Creates the lock table if needed; fails with a clear error when the class was not
     /// declared SQLite-backed (`new_sqlite_classes`).
     #[wasm_bindgen(constructor)]
-    pub fn new(ctx: JsValue, _env: JsValue) -> Result<LockDurableObject, JsValue> {
+    pub fn new(ctx: JsValue, _env: JsValue) -> Result<LockDurableObjectCore, JsValue> {
         let storage = Reflect::get(&ctx, &JsValue::from_str("storage"))
             .ok()
             .filter(|s| s.is_object())
@@ -431,7 +431,7 @@ impl LockDurableObject {
         });
         inner.exec(CREATE, vec![])?;
         inner.exec(CREATE_FENCES, vec![])?;
-        Ok(LockDurableObject { inner })
+        Ok(LockDurableObjectCore { inner })
     }
 
     /// Set-if-absent (an expired row counts as absent). Resolves `{ fence }` when acquired,
