@@ -26,8 +26,9 @@
 //!
 //! ## Cloudflare Workers in Rust (workers-rs)
 //!
-//! The `worker` feature (wasm32 only) adds the `worker` module: `LockDurableObject`, a Durable
-//! Object keeping one SQLite row per held key and judging expiry by its own clock, and
+//! The `worker` feature (wasm32 only) adds the `worker` module: `LockDurableObjectCore`, the
+//! Durable Object's logic (served by a JS `LockDurableObject` class, which RPC needs), keeping one
+//! SQLite row per held key and judging expiry by its own clock, and
 //! `DurableObjectLockStore`, the store that sends each key's operations to its object over JS
 //! RPC. keel-lock's errors convert into `worker::Error`, so `?` works in a handler, and
 //! `WorkersRuntime` is the clock and timer a lock needs there.
