@@ -64,6 +64,29 @@ impl<U: fmt::Display, E: fmt::Display> fmt::Display for RunError<U, E> {
 /// A lock on one key, bound to a store and a runtime. Cheap to create; nothing happens until
 /// [`Lock::acquire`] or [`Lock::run`]. Not reentrant: acquiring a key this handle already
 /// holds answers `false`, like any other contender.
+///
+/// ```
+/// use keel_lock::{AcquireOptions, Key, Lock, MemoryLockStore, Ttl};
+/// use keel_lock::virtual_time::VirtualRuntime;
+///
+/// let rt = VirtualRuntime::new();
+/// let store = MemoryLockStore::new(rt.clone());
+/// let ttl = Ttl::from_ms(30_000)?;
+/// let a = Lock::new(Key::new("invoice:42")?, ttl, &store, rt.clone());
+/// let b = Lock::new(Key::new("invoice:42")?, ttl, &store, rt.clone());
+/// rt.block_on(async {
+///     assert!(a.acquire(AcquireOptions::immediately()).await?);
+///     // Anyone else — another handle, another process on a shared store — is refused…
+///     assert!(!b.acquire(AcquireOptions::immediately()).await?);
+///     // …until the holder lets go; the next hold carries a higher fencing token.
+///     let first = a.fence();
+///     assert!(a.release().await?);
+///     assert!(b.acquire(AcquireOptions::immediately()).await?);
+///     assert!(b.fence() > first);
+///     b.release().await
+/// })?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Lock<S, R> {
     key: Key,
     ttl: Ttl,
@@ -308,6 +331,32 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
 
     /// Acquire, run `task` with the hold's [`RunContext`], and always release. `Ok(None)` means
     /// someone else held the lock and `task` never ran.
+    ///
+    /// ```
+    /// use keel_lock::{AcquireOptions, Key, Lock, MemoryLockStore, Runtime, Ttl};
+    /// use keel_lock::virtual_time::VirtualRuntime;
+    ///
+    /// let rt = VirtualRuntime::new();
+    /// let store = MemoryLockStore::new(rt.clone());
+    /// let charge = |worker: &'static str| {
+    ///     let lock = Lock::new(Key::new("invoice:42").unwrap(), Ttl::default(), &store, rt.clone());
+    ///     let rt = rt.clone();
+    ///     async move {
+    ///         // Wait up to 10 s for whoever holds the key; the task gets this hold's fence.
+    ///         let waiting = AcquireOptions { timeout_ms: 10_000, retry_delay_ms: 50 };
+    ///         lock.run(waiting, |held| async move {
+    ///             rt.sleep(100).await; // the payment call
+    ///             (worker, held.fence)
+    ///         })
+    ///         .await
+    ///     }
+    /// };
+    /// let done = rt.join_all(vec![charge("east"), charge("west")]);
+    /// // Both ran, one after the other: the second waited for the first to release.
+    /// let mut fences: Vec<_> = done.into_iter().map(|r| r.unwrap().unwrap().1).collect();
+    /// fences.sort();
+    /// assert!(fences[0] < fences[1]);
+    /// ```
     pub async fn run<T, Fut, F>(&self, options: AcquireOptions, task: F) -> LockResult<Option<T>, S>
     where
         F: FnOnce(RunContext) -> Fut,

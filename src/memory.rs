@@ -89,6 +89,27 @@ struct Queue {
 /// Waiting ([`LockStore::acquire_or_wait`]) is a FIFO queue per key: a release hands the key to
 /// the oldest waiter synchronously, and when a holder's TTL passes the oldest waiter (woken by
 /// a timer at that moment) takes it over. A newcomer never overtakes a waiter.
+///
+/// ```
+/// use keel_lock::{Key, MemoryLockStore, OwnerToken, Ttl};
+/// use keel_lock::virtual_time::VirtualRuntime;
+///
+/// let rt = VirtualRuntime::new();
+/// let store = MemoryLockStore::new(rt.clone());
+/// let key = Key::new("invoice:42")?;
+/// let (alice, bob) = (OwnerToken::mint()?, OwnerToken::mint()?);
+/// // Atomic set-if-absent; the grant carries the key's next fence.
+/// assert!(store.acquire_sync(&key, &alice, Ttl::from_ms(1_000)?).is_some());
+/// assert!(store.acquire_sync(&key, &bob, Ttl::from_ms(1_000)?).is_none());
+/// assert!(!store.release_sync(&key, &bob)); // only the owner may release
+/// // Expiry is judged by the store's runtime clock: an expired row counts as absent.
+/// rt.advance(1_000);
+/// assert!(store.acquire_sync(&key, &bob, Ttl::from_ms(1_000)?).is_some());
+/// assert!(!store.release_sync(&key, &alice)); // alice's late release leaves bob's hold alone
+/// assert!(store.release_sync(&key, &bob));
+/// assert_eq!(store.stored_rows(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct MemoryLockStore<R: Runtime> {
     rows: RefCell<HashMap<String, Row>>,
     queues: RefCell<HashMap<String, Queue>>,
