@@ -106,7 +106,7 @@ export interface LockStore {
     ttlMs: number,
     waitMs: number,
     pollMs: number,
-  ): boolean | WaitedGrant | Promise<boolean | WaitedGrant>;
+  ): boolean | Grant | WaitedGrant | Promise<boolean | Grant | WaitedGrant>;
   /** Optional: leave `key`'s queue; if already handed `key`, release it. */
   withdraw?(key: string, owner: string): unknown;
   /** Optional: free `key` whoever holds it; `true` when someone did. */
@@ -120,9 +120,10 @@ export interface LockStore {
 
 /** A grant from `acquireOrWait`: the fence (or `null`) and how long it waited in the store. */
 export interface WaitedGrant {
+  /** The fence, or `null` from a store without fences (then `waitedMs` is required). */
   fence: number | null;
-  /** Whole ms the request waited in the store's queue before the grant. */
-  waitedMs: number;
+  /** Whole ms the request waited in the store's queue before the grant (absent: 0). */
+  waitedMs?: number;
 }
 
 /** What `run()` resolves: `[true, result]`, or `[false, undefined]` when the lock was held. */

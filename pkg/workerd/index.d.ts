@@ -1,12 +1,7 @@
 // Types for the Cloudflare Workers (workerd) build of keel-lock: everything in ../index.d.ts,
 // plus the Durable Object lock store.
 export * from "../index.js";
-import type { Grant, LockStore } from "../index.js";
-
-/** A grant from the Durable Object's queue: how long the call waited there before it. */
-export interface WaitedGrant extends Grant {
-  waitedMs?: number;
-}
+import type { Grant, LockStore, WaitedGrant } from "../index.js";
 
 /** The slice of a Durable Object namespace binding (`env.LOCKS`) the store uses. */
 export interface LockNamespace {
@@ -21,12 +16,14 @@ export interface LockNamespace {
  */
 export declare class DurableObjectLockStore implements LockStore {
   constructor(namespace: LockNamespace);
-  acquire(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  acquire(key: string, owner: string, ttlMs: number): Promise<Grant | false>;
   /** One RPC that stays open while the call waits in the key's FIFO queue (at most `waitMs`). */
   acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs?: number): Promise<WaitedGrant | false>;
   /** Leave the key's queue, or release the key if it was already handed to `owner`. */
   withdraw(key: string, owner: string): Promise<void>;
   release(key: string, owner: string): Promise<boolean>;
+  /** Free the key whoever holds it (operators); `true` if someone did. */
+  forceRelease(key: string): Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): Promise<boolean>;
   remainingTime(key: string): Promise<number | null>;
@@ -50,10 +47,11 @@ export interface LockObjectSnapshot {
  */
 export declare class LockDurableObject {
   constructor(ctx: unknown, env: unknown);
-  acquire(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  acquire(key: string, owner: string, ttlMs: number): Promise<Grant | false>;
   acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number): Promise<WaitedGrant | false>;
   withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;
+  forceRelease(key: string): Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): boolean;
   remainingTime(key: string): number | null;

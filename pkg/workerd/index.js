@@ -47,6 +47,9 @@ export class LockDurableObject extends DurableObject {
   release(key, owner) {
     return this.#core.release(key, owner);
   }
+  forceRelease(key) {
+    return this.#core.forceRelease(key);
+  }
   extend(key, owner, ttlMs) {
     return this.#core.extend(key, owner, ttlMs);
   }

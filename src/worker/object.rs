@@ -512,6 +512,26 @@ impl LockDurableObjectCore {
         Ok(self.inner.answer(d))
     }
 
+    /// Frees the key whoever holds it (operators clearing a stuck lock): the row goes, or the
+    /// oldest waiter is handed the key, as on a release. Resolves whether anyone held it. The
+    /// holder learns at its next extend.
+    #[wasm_bindgen(js_name = forceRelease)]
+    pub fn force_release(&self, k: JsValue) -> Result<Promise, JsValue> {
+        let k = key(&k)?;
+        let Some((holder, _)) = self.inner.row(&k)? else {
+            return Ok(Promise::resolve(&JsValue::FALSE));
+        };
+        let holder = OwnerToken::parse(holder)
+            .map_err(|_| storage_error("a lock row has a malformed owner"))?;
+        let d = self
+            .inner
+            .decide(&k, &holder, |row, now| rows::release(row, now, &holder))?;
+        if d.granted {
+            self.inner.hand_over(&k);
+        }
+        Ok(self.inner.answer(d))
+    }
+
     /// Compare-owner-and-reset-expiry to `ttlMs` from now; moves the alarm.
     pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);

@@ -23,7 +23,7 @@ use crate::js::convert::{grant_to_js, key, method_name, owner, required_ttl};
 use crate::js::store::answers;
 use crate::lock::Lock;
 use crate::runtime::Runtime;
-use crate::store::{LockStore, Wait};
+use crate::store::{ForceRelease, LockStore, Wait};
 use crate::token::OwnerToken;
 
 /// A [`LockStore`] whose rows live in `LockDurableObject`s: each key is routed to its own
@@ -309,6 +309,18 @@ impl LockStore for DurableObjectLockStore {
         }
     }
 
+    async fn force_release(&self, key: &Key) -> Result<ForceRelease, JsValue> {
+        let answer = self
+            .call_method(key, "forceRelease", &[key.as_str().into()])
+            .await?;
+        Ok(
+            match answers::boolean("LockDurableObject.forceRelease()", &answer)? {
+                true => ForceRelease::Freed,
+                false => ForceRelease::WasFree,
+            },
+        )
+    }
+
     /// One `withdraw` call: the object drops `owner` from the queue or releases its grant.
     /// When that call fails (the object restarted, and its queue is gone), a release.
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), JsValue> {
@@ -387,6 +399,19 @@ impl JsDurableObjectLockStore {
                     Some(grant) => waited_grant_to_js(grant),
                     None => Ok(JsValue::FALSE),
                 }
+            })
+        })
+    }
+
+    /// Frees the key whoever holds it (operators); resolves whether anyone did.
+    #[wasm_bindgen(js_name = forceRelease)]
+    pub fn force_release(&self, k: JsValue) -> Promise {
+        spawn(&self.inner, move |s| {
+            let k = key(&k)?;
+            Ok(async move {
+                Ok(JsValue::from_bool(
+                    s.force_release(&k).await? == ForceRelease::Freed,
+                ))
             })
         })
     }

@@ -218,6 +218,20 @@ const suite = {
     eq((await ledger.read()).value, "B's balance", "the ledger keeps B's write");
     check(await b.release(), "B releases");
   },
+  async "forceRelease frees a held key; a waiter is handed it; the holder's extend is refused"(env) {
+    const key = unique("force");
+    const holder = lock(key, 60_000);
+    check(await holder.acquire(), "holder acquire");
+    const waiter = lock(key, 10_000).acquire({ timeout: 10_000 });
+    await sleep(50);
+    eq(await lock(key).forceRelease(), true, "forceRelease of a held key");
+    check(await waiter, "the waiter was handed the key");
+    await rejects(holder.extend(), LockNotHeldError, /not held/, "the forced-out holder's extend");
+    const stub = stubFor(env, key);
+    eq((await stub.inspect()).waiting, 0, "queue after the hand-over");
+    eq(await lock(key).forceRelease(), true, "forceRelease of the waiter's hold");
+    eq(await lock(key).forceRelease(), false, "forceRelease of a free key");
+  },
   async "the alarm deletes an expired row"(env) {
     const key = unique("alarm");
     const l = lock(key, 200);
