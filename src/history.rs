@@ -29,8 +29,10 @@
 //! regressions it causes into documented [`Report::losses`] instead of violations.
 //!
 //! **Assumption about unknown outcomes.** An `Info` acquire may have been granted, at any time up
-//! to its `Info` stamp; an acquire with no outcome at all (its process died) may have been
-//! granted at any later time, so it keeps its key "possibly held" for the rest of the history.
+//! to its `Info` stamp; so may a waiting (not immediate) acquire that answered no, since a store
+//! that hands keys to waiters may grant it just as its wait ends and have the grant given back;
+//! an acquire with no outcome at all (its process died) may have been granted at any later time,
+//! so it keeps its key "possibly held" for the rest of the history.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -498,6 +500,13 @@ impl Checker<'_> {
         fence: Option<u64>,
     ) {
         let h = keys.entry(e.key.as_str()).or_default();
+        // A waiting acquire that answers no may still have been handed the key by the store and
+        // have given it back (a hand-over racing its timeout): possibly held, like an unknown.
+        let result = if p.op == Op::Acquire && result == Outcome::Fail && !p.immediate {
+            Outcome::Unknown
+        } else {
+            result
+        };
         if p.op == Op::Acquire {
             if result == Outcome::Fail {
                 h.calls.push(Call {
@@ -1259,6 +1268,34 @@ mod tests {
         )
         .refused(2, "b", 10_000, 10_001);
         assert!(h.check().ok());
+    }
+
+    #[test]
+    fn a_waiting_acquire_that_gave_up_may_have_held_the_key() {
+        // B waited and answered no, but may have been handed the key at A's release and given it
+        // back: C's refusal within B's answer + TTL proves nothing.
+        let waited = |immediate: bool| {
+            let mut h = H::new();
+            h.acquire(1, "a", 0, 2, 1000, Some(1))
+                .ev(
+                    2,
+                    "k",
+                    "b",
+                    5,
+                    EventKind::Invoke {
+                        op: Op::Acquire,
+                        ttl_ms: 100,
+                        immediate,
+                    },
+                )
+                .op(1, "a", Op::Release, 50, 52, true)
+                .ev(2, "k", "b", 60, EventKind::Fail { op: Op::Acquire })
+                .refused(3, "c", 120, 121);
+            h.check()
+        };
+        assert!(waited(false).ok());
+        // Had B been one immediate call, its no would be definite.
+        assert_eq!(kinds(&waited(true)), vec![ViolationKind::RefusedWhileFree]);
     }
 
     #[test]

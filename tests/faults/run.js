@@ -153,14 +153,16 @@ async function runOne({ store, scenario, variant }, seed, srv) {
         victimAlive = false;
         return;
       }
+      let stopped = false;
       if (victim === "stop" && Date.now() < end - 4 * TTL_MS && Date.now() - lastStop > TTL_MS) {
         child.kill("SIGSTOP");
         faults.stop++;
         await sleep(3 * TTL_MS);
         child.kill("SIGCONT");
         lastStop = Date.now();
+        stopped = true;
       }
-      if (child.connected) child.send("go");
+      if (child.connected) child.send({ go: true, stopped });
     });
     exited.then(({ code, signal }) => {
       procs.delete(proc);

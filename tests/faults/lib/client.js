@@ -54,7 +54,7 @@ const token = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) =
 
 let goResolve = null;
 process.on("message", (m) => {
-  if (m === "go" && goResolve) goResolve();
+  if (m?.go && goResolve) goResolve(m.stopped === true);
 });
 const waitForGo = () => new Promise((resolve) => (goResolve = resolve));
 
@@ -116,11 +116,12 @@ async function user(cid) {
     }
     stats.grants++;
     record({ key, owner: label, type: "enter" });
-    const stopped = victimTurn;
+    const offered = victimTurn;
+    let stopped = false;
     if (victimTurn) {
       victimTurn = false;
       process.send({ inside: key, label });
-      await waitForGo(); // a "kill" victim never gets here
+      stopped = await waitForGo(); // a "kill" victim never gets here
     }
     if (l.fence !== null) {
       const t0 = now();
@@ -140,9 +141,9 @@ async function user(cid) {
     if (fate < 0.15) await recorded("extend", key, label, ttlMs, false, async () => (await l.extend(), { ok: true }));
     if (await l.isExpired().catch(() => false)) record({ key, owner: label, type: "expired" });
     record({ key, owner: label, type: "exit" });
+    if (offered) victimTurn = true; // a victim offers itself again at its next grant
     if (fate > 0.97) continue; // abandoned: the lease must expire on its own
     await recorded("release", key, label, 0, false, async () => ({ ok: await l.release() }));
-    if (stopped) victimTurn = victim !== null; // victims go again, every time they get a lock
   }
 }
 
