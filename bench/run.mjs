@@ -19,12 +19,17 @@ import { Redlock } from "@sesamecare-oss/redlock";
 import { Mutex as RedisSemaphoreMutex } from "redis-semaphore";
 import { createLock as createUniversalLock, IoredisAdapter } from "redlock-universal";
 
+import pg from "pg";
+
 import { lock, setLockStore, MemoryLockStore } from "../pkg/node/index.mjs";
 import { redisLockStore } from "../pkg/stores/redis.js";
-import { FloorLock, FloorStore } from "./lib/floor.mjs";
+import { databaseLockStore } from "../pkg/stores/sql.js";
+import { AsyncMapStore, FloorLock, FloorLockAsync, FloorStore } from "./lib/floor.mjs";
 import { median, summarize, round } from "./lib/stats.mjs";
 import { startRedis, commandStats, statsDelta } from "./lib/redis-server.mjs";
+import { startPostgres } from "./lib/postgres.mjs";
 import { buildWorkers, startWorkers } from "./lib/workerd.mjs";
+import { staggered, orderStats } from "./lib/contention.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
@@ -41,6 +46,36 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.error("[bench]", ...a);
 const results = { meta: {}, sections: {} };
 const started = performance.now();
+
+// Every contention-with-arrival-order scenario (1b ordered, 3, 3b, 3c): WAITERS waiters on one
+// key, waiter i started ORDER_GAP_MS after waiter i − 1, each holding the key for CS_MS (sleep)
+// and waiting up to WAIT_TIMEOUT ms.
+const WAITERS = 32;
+const ORDER_GAP_MS = 2;
+const CS_MS = 5;
+const WAIT_TIMEOUT = 10_000;
+const csSleep = () => sleep(CS_MS);
+
+/** A contention table row from per-round records { acquired, failed, gaps, overlaps, overtakes, totalMs, requests }. */
+function contentionRow(name, recs, extra = {}) {
+  const acquired = recs.reduce((s, r) => s + r.acquired, 0);
+  const gaps = summarize(recs.flatMap((r) => r.gaps));
+  const sum = (f) => recs.reduce((s, r) => s + (r[f] ?? 0), 0);
+  return {
+    impl: name,
+    acquired,
+    failed: sum("failed"),
+    overlaps: sum("overlaps"),
+    overtakes: sum("overtakes"),
+    overtakesPerRound: recs.map((r) => r.overtakes),
+    requestsPerAcquisition: recs.every((r) => r.requests === undefined) ? null : round(sum("requests") / acquired, 2),
+    handOffP50ms: round(gaps.p50, 3),
+    handOffP99ms: round(gaps.p99, 3),
+    drainMs: round(median(recs.map((r) => r.totalMs)), 0),
+    roundsDrainMs: recs.map((r) => round(r.totalMs, 0)),
+    ...extra,
+  };
+}
 
 // Yield to the event loop between rounds so timers/GC from one contender do not land in the next.
 const settle = () => new Promise((r) => setImmediate(r));
@@ -137,6 +172,24 @@ async function inIsolate() {
   log(`(1) in-isolate contended: ${C_ROUNDS} rounds × ${N} callers × ${K} runs`);
   const ct = await interleave(cContenders, C_ROUNDS, contended);
 
+  // Contended, arrival order known: WAITERS one-shot waiters started ORDER_GAP_MS apart.
+  const O_ROUNDS = QUICK ? 1 : 3;
+  const ordered = async (c) => {
+    const calls0 = floorStore.acquireCalls;
+    const r = await staggered((f, timeout) => c.run("iso:ordered", f, { timeout }).then((x) => !Array.isArray(x) || x[0] === true), {
+      waiters: WAITERS,
+      gapMs: ORDER_GAP_MS,
+      timeout: WAIT_TIMEOUT,
+      criticalSection: csSleep,
+    });
+    const stats = orderStats(r.spans);
+    // Only the floor's store calls are visible from JS (acquire attempts + one release each).
+    const requests = c.name === "floor (plain JS)" ? floorStore.acquireCalls - calls0 + r.spans.length : undefined;
+    return { ...r, ...stats, acquired: r.spans.length, requests };
+  };
+  log(`(1) in-isolate contended, ordered arrival: ${O_ROUNDS} rounds × ${WAITERS} waiters ${ORDER_GAP_MS} ms apart`);
+  const ord = await interleave(cContenders, O_ROUNDS, ordered);
+
   const table = (perImpl, list) =>
     list.map((c) => {
       const recs = perImpl[c.name];
@@ -154,6 +207,67 @@ async function inIsolate() {
   results.sections.inIsolate = {
     uncontended: { opsPerRound: OPS, rounds: ROUNDS, rows: table(uc, contenders) },
     contended: { callers: N, runsPerCaller: K, rounds: C_ROUNDS, criticalSection: "one setImmediate", timeoutMs: 10_000, rows: table(ct, cContenders) },
+    ordered: {
+      waiters: WAITERS,
+      gapMs: ORDER_GAP_MS,
+      criticalSectionMs: CS_MS,
+      timeoutMs: WAIT_TIMEOUT,
+      rounds: O_ROUNDS,
+      rows: cContenders.map((c) =>
+        contentionRow(c.name, ord[c.name], { keelOverThisDrain: round(pairedRatio(ord, "keel-lock", c.name, "totalMs"), 3) }),
+      ),
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// (2a) run() over an async JS store: a Map answering through already-resolved promises (no I/O),
+// keel-lock (setLockStore(store), lock(key).run(fn)) vs the plain-JS floor driving the same store
+// object. What remains is each side's cost per run() of a store that answers with promises —
+// for keel-lock, the JS-store path (wasm → store method → promise → back into wasm).
+
+async function asyncStoreRuns() {
+  const store = new AsyncMapStore();
+  const fn = () => 1;
+  const contenders = [
+    { name: "keel-lock", run: (key) => lock(key, TTL).run(fn) },
+    { name: "floor (plain JS)", run: (key) => new FloorLockAsync(store, key, TTL).run(fn) },
+  ];
+  setLockStore(store);
+  const OPS = scale(20_000);
+  const ROUNDS = QUICK ? 3 : 9;
+  const body = async (c) => {
+    const lat = new Float64Array(OPS);
+    const t0 = performance.now();
+    for (let i = 0; i < OPS; i++) {
+      const s = performance.now();
+      const r = await c.run("async:uc");
+      lat[i] = performance.now() - s;
+      if (r[0] !== true) throw new Error(`${c.name}: run() over the async store did not run`);
+    }
+    const ms = performance.now() - t0;
+    return { ms, opsPerSec: (OPS * 1000) / ms, lat };
+  };
+  log("(2a) async JS store: warm-up");
+  for (const c of contenders) await body(c);
+  log(`(2a) async JS store: ${ROUNDS} rounds × ${OPS} runs`);
+  const per = await interleave(contenders, ROUNDS, body);
+  results.sections.asyncStore = {
+    store: "AsyncMapStore (bench/lib/floor.mjs): a Map, every answer an already-resolved promise, acquire answers { fence }",
+    opsPerRound: OPS,
+    rounds: ROUNDS,
+    rows: contenders.map((c) => {
+      const recs = per[c.name];
+      const all = summarize(recs.flatMap((r) => Array.from(r.lat)));
+      return {
+        impl: c.name,
+        opsPerSec: round(median(recs.map((r) => r.opsPerSec)), 0),
+        p50us: round(all.p50 * 1000, 1),
+        p99us: round(all.p99 * 1000, 1),
+        keelTimeOverThis: round(pairedRatio(per, "keel-lock", c.name, "ms"), 3),
+        roundsOpsPerSec: recs.map((r) => round(r.opsPerSec, 0)),
+      };
+    }),
   };
 }
 
@@ -182,6 +296,10 @@ async function redisContenders(port) {
   };
   const keelClient = await make();
   const keelStore = redisLockStore(keelClient);
+  // The same store without its waiting pair: keel-lock then polls acquire every retryDelay.
+  const keelPollClient = await make();
+  const { acquire, release, extend, isLocked, remainingTime } = redisLockStore(keelPollClient);
+  const keelPollStore = { acquire, release, extend, isLocked, remainingTime };
   const sesameClient = await make();
   const redlock = new Redlock([sesameClient]); // library defaults: retryCount 10, retryDelay 200, retryJitter 200
   redlock.on("error", () => {}); // contention makes it emit ResourceLockedError; documented to be ignored
@@ -193,9 +311,20 @@ async function redisContenders(port) {
     {
       name: "keel-lock (redisLockStore)",
       client: keelClient,
-      settings: "lock(key, 30000).run(fn, { timeout }) — default retryDelay 50 ms",
+      settings: "lock(key, 30000).run(fn, { timeout }) — waits in Redis (acquireOrWait: FIFO queue, the release script hands over and PUBLISHes); safety-net look every retryDelay (default 50 ms)",
       async run(key, fn, timeout) {
         setLockStore(keelStore);
+        const [ran] = await lock(key, TTL).run(fn, timeout ? { timeout } : undefined);
+        return ran;
+      },
+    },
+    {
+      name: "keel-lock, polling (store without acquireOrWait)",
+      client: keelPollClient,
+      contentionOnly: true,
+      settings: "the same redisLockStore with only its five LockStore methods: keel-lock polls acquire every retryDelay (default 50 ms)",
+      async run(key, fn, timeout) {
+        setLockStore(keelPollStore);
         const [ran] = await lock(key, TTL).run(fn, timeout ? { timeout } : undefined);
         return ran;
       },
@@ -251,7 +380,14 @@ async function redisContenders(port) {
       },
     },
   ];
-  return { contenders, close: () => clients.forEach((c) => c.disconnect()) };
+  return {
+    contenders,
+    // keel-lock's store closes its pub/sub connection (the duplicate() it opened for waiting).
+    async close() {
+      await keelStore.close().catch(() => {});
+      clients.forEach((c) => c.disconnect());
+    },
+  };
 }
 
 // (2) Redis, uncontended: run() ops/s, p50/p99, round trips per run().
@@ -316,88 +452,125 @@ async function redisUncontended(server, admin, contenders) {
   results.sections.redis = { server: `redis-server ${server.version}, 127.0.0.1, --save '' --appendonly no`, client: "ioredis 5.11.1, one connection per library", ttlMs: TTL, configs: out };
 }
 
-// (3) Contention and hand-off: 32 waiters, one key, 5 ms critical section.
+// (3) Contention and hand-off on Redis: WAITERS waiters on one key started ORDER_GAP_MS apart,
+// CS_MS critical section. Requests are counted on each library's connection (keel-lock's pub/sub
+// connection, a duplicate() opened once per store, carries SUBSCRIBE and the pushed messages and
+// is not counted); Redis commands from INFO commandstats (PUBLISH and the scripts' inner
+// commands included).
 async function redisContention(admin, contenders) {
-  const WAITERS = 32;
-  const CS_MS = 5;
-  const TIMEOUT = 10_000;
   const ROUNDS = QUICK ? 1 : 3;
   const body = async (c) => {
-    const key = `bench:contended`;
     const before = await commandStats(admin);
     const req0 = c.client.requests;
-    const spans = [];
-    let failed = 0;
-    const t0 = performance.now();
-    await Promise.all(
-      Array.from({ length: WAITERS }, async () => {
-        let span;
-        const ok = await c.run(
-          key,
-          async () => {
-            span = { start: performance.now() };
-            await sleep(CS_MS);
-            span.end = performance.now();
-          },
-          TIMEOUT,
-        );
-        if (ok) spans.push(span);
-        else failed++;
-      }),
-    );
-    const totalMs = performance.now() - t0;
-    spans.sort((a, b) => a.start - b.start);
-    const gaps = [];
-    let overlaps = 0;
-    for (let i = 1; i < spans.length; i++) {
-      const g = spans[i].start - spans[i - 1].end;
-      if (g < 0) overlaps++;
-      gaps.push(g);
-    }
+    const r = await staggered((fn, timeout) => c.run("bench:contended", fn, timeout), {
+      waiters: WAITERS,
+      gapMs: ORDER_GAP_MS,
+      timeout: WAIT_TIMEOUT,
+      criticalSection: csSleep,
+    });
     const cmds = statsDelta(before, await commandStats(admin));
-    return { totalMs, acquired: spans.length, failed, overlaps, gaps, requests: c.client.requests - req0, cmds: cmds.total };
+    return { ...r, ...orderStats(r.spans), acquired: r.spans.length, requests: c.client.requests - req0, cmds: cmds.total, byCommand: cmds.byCommand };
   };
-  log(`(3) redis contention: ${ROUNDS} rounds × ${WAITERS} waiters, ${CS_MS} ms critical section`);
+  log("(3) redis contention: warm-up (one round each; opens keel-lock's pub/sub connection)");
+  for (const c of contenders) await body(c);
+  log(`(3) redis contention: ${ROUNDS} rounds × ${WAITERS} waiters ${ORDER_GAP_MS} ms apart, ${CS_MS} ms critical section`);
   const per = await interleave(contenders, ROUNDS, body);
   results.sections.contention = {
     waiters: WAITERS,
+    gapMs: ORDER_GAP_MS,
     criticalSectionMs: CS_MS,
-    timeoutMs: TIMEOUT,
+    timeoutMs: WAIT_TIMEOUT,
     rounds: ROUNDS,
     handOff: "gap from one holder's fn end to the next holder's fn start (includes the release request)",
     rows: contenders.map((c) => {
       const recs = per[c.name];
       const acquired = recs.reduce((s, r) => s + r.acquired, 0);
-      const gaps = summarize(recs.flatMap((r) => r.gaps));
-      return {
-        impl: c.name,
-        acquired,
-        failed: recs.reduce((s, r) => s + r.failed, 0),
-        overlaps: recs.reduce((s, r) => s + r.overlaps, 0),
-        requestsPerAcquisition: round(recs.reduce((s, r) => s + r.requests, 0) / acquired, 1),
+      const byCommand = {};
+      for (const r of recs) for (const [k, v] of Object.entries(r.byCommand)) byCommand[k] = (byCommand[k] ?? 0) + v;
+      return contentionRow(c.name, recs, {
+        settings: c.settings,
         redisCommandsPerAcquisition: round(recs.reduce((s, r) => s + r.cmds, 0) / acquired, 1),
-        handOffP50ms: round(gaps.p50, 2),
-        handOffP99ms: round(gaps.p99, 2),
-        drainMs: round(median(recs.map((r) => r.totalMs)), 0),
-      };
+        commandsPerAcquisition: Object.fromEntries(Object.entries(byCommand).map(([k, v]) => [k, round(v / acquired, 2)])),
+        keelOverThisDrain: round(pairedRatio(per, contenders[0].name, c.name, "totalMs"), 3),
+      });
     }),
   };
 }
 
-// (3b) The same 32-waiter scenario on the Durable Object store in local workerd (Miniflare):
-// keel-lock's DurableObjectLockStore + LockDurableObject vs a plain-JS Durable Object lock with
-// the same polling (bench/workers/floor.js). The 32 run()s start together inside one request to
-// the Worker; spans are taken there (Date.now(), ms resolution in workerd); RPCs are counted in
-// the Worker by wrapping the namespace's stubs (bench/workers/keel.js).
+// (3c) The same scenario on PostgreSQL (a throwaway cluster started here): keel-lock's
+// databaseLockStore over a pg.Pool, waiting in the database (waiters table, the release hands
+// over and NOTIFYs, one LISTEN connection per store) vs the same store without its waiting pair
+// (keel-lock polls). No peer: none of the Redis peers speaks PostgreSQL. Statements are counted
+// on the pool the store queries through (the LISTEN connection, checked out once, is not).
+async function pgContention() {
+  const server = await startPostgres();
+  if (server.unavailable) {
+    results.sections.contention.postgres = { measured: false, reason: server.unavailable };
+    log("(3c) postgres skipped:", server.unavailable);
+    return;
+  }
+  const pools = [];
+  try {
+    log(`(3c) postgres ${server.version} on port ${server.port}`);
+    const counted = () => {
+      const pool = new pg.Pool({ connectionString: server.connectionString, max: 10 });
+      pool.on("error", () => {});
+      pools.push(pool);
+      const db = { statements: 0, query: (...args) => (db.statements++, pool.query(...args)) };
+      return { pool, db };
+    };
+    const waiting = counted();
+    const waitingStore = databaseLockStore(waiting.db, { driver: "pg", listen: () => waiting.pool.connect() });
+    await waitingStore.createTable();
+    const polling = counted();
+    const { acquire, release, extend, isLocked, remainingTime } = databaseLockStore(polling.db, { driver: "pg" });
+    const pollingStore = { acquire, release, extend, isLocked, remainingTime };
+    const contenders = [
+      { name: "keel-lock (databaseLockStore, pg)", db: waiting.db, store: waitingStore, settings: "lock(key, 30000).run(fn, { timeout }) — waits in the database (acquireOrWait: waiters table, the release hands over and NOTIFYs); safety-net look every retryDelay (default 50 ms)" },
+      { name: "keel-lock, polling (store without acquireOrWait)", db: polling.db, store: pollingStore, settings: "the same store with only its five LockStore methods: keel-lock polls acquire every retryDelay (default 50 ms)" },
+    ];
+    const ROUNDS = QUICK ? 1 : 3;
+    const body = async (c) => {
+      const s0 = c.db.statements;
+      setLockStore(c.store);
+      const r = await staggered((fn, timeout) => lock("bench:contended", TTL).run(fn, { timeout }).then(([ran]) => ran), {
+        waiters: WAITERS,
+        gapMs: ORDER_GAP_MS,
+        timeout: WAIT_TIMEOUT,
+        criticalSection: csSleep,
+      });
+      return { ...r, ...orderStats(r.spans), acquired: r.spans.length, requests: c.db.statements - s0 };
+    };
+    log("(3c) postgres contention: warm-up");
+    for (const c of contenders) await body(c);
+    log(`(3c) postgres contention: ${ROUNDS} rounds × ${WAITERS} waiters ${ORDER_GAP_MS} ms apart`);
+    const per = await interleave(contenders, ROUNDS, body);
+    await waitingStore.close();
+    results.sections.contention.postgres = {
+      measured: true,
+      server: `PostgreSQL ${server.version}, 127.0.0.1, fsync off, synchronous_commit off; pg 8.23.1 Pool (max 10)`,
+      rounds: ROUNDS,
+      requests: "statements sent through the store's pool (the LISTEN connection not counted)",
+      rows: contenders.map((c) => contentionRow(c.name, per[c.name], { settings: c.settings, keelOverThisDrain: round(pairedRatio(per, contenders[0].name, c.name, "totalMs"), 3) })),
+    };
+  } finally {
+    for (const pool of pools) await pool.end().catch(() => {});
+    await server.stop();
+  }
+}
+
+// (3b) The same scenario on the Durable Object store in local workerd (Miniflare): keel-lock's
+// DurableObjectLockStore + LockDurableObject (a waiting run() is one acquireOrWait RPC that the
+// object answers on hand-over) vs a plain-JS Durable Object lock that polls
+// (bench/workers/floor.js). The waiters start ORDER_GAP_MS apart inside one request to the
+// Worker; spans are taken there (Date.now(), ms resolution in workerd); RPCs are counted in the
+// Worker by wrapping the namespace's stubs (bench/workers/keel.js).
 const DO_CONTENDERS = [
-  { name: "keel-lock (DurableObjectLockStore)", worker: "keel", settings: "lock(key, 30000).run(fn, { timeout }) — default retryDelay 50 ms; one LockDurableObject per key" },
-  { name: "floor: plain-JS Durable Object lock", worker: "floor", settings: "bench/workers/floor.js — one object per key, SQLite row, same 50 ms polling, no alarm" },
+  { name: "keel-lock (DurableObjectLockStore)", worker: "keel", settings: "lock(key, 30000).run(fn, { timeout }) — one acquireOrWait RPC per waiter, answered by the object on hand-over; one LockDurableObject per key" },
+  { name: "floor: plain-JS Durable Object lock", worker: "floor", settings: "bench/workers/floor.js — one object per key, SQLite row, polling every 50 ms, no alarm" },
 ];
 
 async function doContention() {
-  const WAITERS = 32;
-  const CS_MS = 5;
-  const TIMEOUT = 10_000;
   const ROUNDS = QUICK ? 1 : 3;
   log("(3b) Durable Object contention: bundling the bench Workers from the packed package");
   const tb = performance.now();
@@ -408,21 +581,13 @@ async function doContention() {
     const key = "bench:contended";
     const body = async (c) => {
       const t0 = performance.now();
-      const r = await w.call(c.worker, "/contend", { key, waiters: WAITERS, csMs: CS_MS, timeout: TIMEOUT });
+      const r = await w.call(c.worker, "/contend", { key, waiters: WAITERS, csMs: CS_MS, timeout: WAIT_TIMEOUT, gapMs: ORDER_GAP_MS });
       const wallMs = performance.now() - t0;
-      const spans = r.spans.sort((a, b) => a.start - b.start);
-      const gaps = [];
-      let overlaps = 0;
-      for (let i = 1; i < spans.length; i++) {
-        const g = spans[i].start - spans[i - 1].end;
-        if (g < 0) overlaps++;
-        gaps.push(g);
-      }
-      return { totalMs: r.totalMs, wallMs, acquired: spans.length, failed: r.failed, overlaps, gaps, requests: r.requests, byMethod: r.byMethod };
+      return { totalMs: r.totalMs, wallMs, acquired: r.spans.length, failed: r.failed, ...orderStats(r.spans), requests: r.requests, byMethod: r.byMethod };
     };
     log("(3b) Durable Object contention: warm-up");
     for (const c of DO_CONTENDERS) await body(c);
-    log(`(3b) Durable Object contention: ${ROUNDS} rounds × ${WAITERS} waiters, ${CS_MS} ms critical section`);
+    log(`(3b) Durable Object contention: ${ROUNDS} rounds × ${WAITERS} waiters ${ORDER_GAP_MS} ms apart, ${CS_MS} ms critical section`);
     const per = await interleave(DO_CONTENDERS, ROUNDS, body);
     results.sections.contention ??= {};
     results.sections.contention.durableObject = {
@@ -430,32 +595,23 @@ async function doContention() {
       runtime: `local workerd through Miniflare ${MINIFLARE_VERSION} (compatibility date 2026-04-26), Worker bundled by wrangler ${WRANGLER_VERSION} from the packed package`,
       bundleMs: round(buildMs, 0),
       waiters: WAITERS,
+      gapMs: ORDER_GAP_MS,
       criticalSectionMs: CS_MS,
-      timeoutMs: TIMEOUT,
+      timeoutMs: WAIT_TIMEOUT,
       rounds: ROUNDS,
       requests: "RPCs to the lock's Durable Object stub, counted in the Worker",
       handOff: "gap from one holder's fn end to the next holder's fn start, Date.now() inside workerd (ms resolution; includes the release RPC)",
       rows: DO_CONTENDERS.map((c) => {
         const recs = per[c.name];
         const acquired = recs.reduce((s, r) => s + r.acquired, 0);
-        const gaps = summarize(recs.flatMap((r) => r.gaps));
         const byMethod = {};
         for (const r of recs) for (const [k, v] of Object.entries(r.byMethod)) byMethod[k] = (byMethod[k] ?? 0) + v;
-        return {
-          impl: c.name,
+        return contentionRow(c.name, recs, {
           settings: c.settings,
-          acquired,
-          failed: recs.reduce((s, r) => s + r.failed, 0),
-          overlaps: recs.reduce((s, r) => s + r.overlaps, 0),
-          requestsPerAcquisition: round(recs.reduce((s, r) => s + r.requests, 0) / acquired, 1),
           requestsPerAcquisitionByMethod: Object.fromEntries(Object.entries(byMethod).map(([k, v]) => [k, round(v / acquired, 2)])),
-          handOffP50ms: round(gaps.p50, 2),
-          handOffP99ms: round(gaps.p99, 2),
-          drainMs: round(median(recs.map((r) => r.totalMs)), 0),
           requestWallMs: round(median(recs.map((r) => r.wallMs)), 0),
           keelOverThisDrain: round(pairedRatio(per, DO_CONTENDERS[0].name, c.name, "totalMs"), 3),
-          roundsDrainMs: recs.map((r) => r.totalMs),
-        };
+        });
       }),
     };
   } finally {
@@ -580,6 +736,14 @@ async function workerdStartup() {
 // ---------------------------------------------------------------------------------------------
 // Report
 
+/** One contention table: requests column `reqLabel` (value `req(row)`), ratio column `ratioLabel`. */
+function contentionTable(L, rows, reqLabel, req, ratioLabel) {
+  L.push(`| implementation | acquired | timed out | ${reqLabel} | hand-off p50 ms | hand-off p99 ms | time to drain (ms) | overtakes (per round) | ${ratioLabel} |`, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+  for (const r of rows)
+    L.push(`| ${r.impl} | ${r.acquired} | ${r.failed} | ${req(r)} | ${r.handOffP50ms} | ${r.handOffP99ms} | ${r.drainMs} | ${r.overtakes} (${r.overtakesPerRound.join(", ")}) | ${r.keelOverThisDrain} |`);
+  if (rows.some((r) => r.overlaps > 0)) L.push("", `**Overlapping holders seen**: ${rows.filter((r) => r.overlaps > 0).map((r) => `${r.impl} ${r.overlaps}`).join(", ")}.`);
+}
+
 function markdown() {
   const L = [];
   const m = results.meta;
@@ -597,6 +761,17 @@ function markdown() {
     L.push("", `#### 1b. In-isolate, contended: ${c.callers} callers × ${c.runsPerCaller} waiting runs on one key, critical section = ${c.criticalSection} (${c.rounds} rounds)`, "");
     L.push("| implementation | completed run()/s | p50 ms (incl. wait) | p99 ms | keel ÷ this | timed out |", "|---|---:|---:|---:|---:|---:|");
     for (const r of c.rows) L.push(`| ${r.impl} | ${r.opsPerSec} | ${round(r.p50us / 1000, 2)} | ${round(r.p99us / 1000, 2)} | ${r.keelOverThis} | ${r.failed} |`);
+    const o = s.inIsolate.ordered;
+    if (o) {
+      L.push("", `Ordered arrival, in-isolate: ${o.waiters} waiters on one key started ${o.gapMs} ms apart, ${o.criticalSectionMs} ms critical section (sleep), timeout ${o.timeoutMs} ms (${o.rounds} rounds):`, "");
+      contentionTable(L, o.rows, "store calls / acquisition", (r) => r.requestsPerAcquisition ?? "— (in-process)", "keel ÷ this (drain time, <1 = keel faster)");
+    }
+  }
+  if (s.asyncStore) {
+    const a = s.asyncStore;
+    L.push("", `#### 2a. run() over an async JS store, uncontended (${a.rounds} interleaved rounds × ${a.opsPerRound} sequential runs; ${a.store})`, "");
+    L.push("| implementation | run()/s | p50 µs | p99 µs | keel time ÷ this time (>1 = keel slower) |", "|---|---:|---:|---:|---:|");
+    for (const r of a.rows) L.push(`| ${r.impl} | ${r.opsPerSec} | ${r.p50us} | ${r.p99us} | ${r.keelTimeOverThis} |`);
   }
   if (s.redis) {
     L.push("", `#### 2. Redis run(), uncontended (${s.redis.server}; ${s.redis.client})`, "");
@@ -607,18 +782,25 @@ function markdown() {
   }
   if (s.contention?.rows) {
     const c = s.contention;
-    L.push("", `#### 3. Contention on Redis: ${c.waiters} waiters, one key, ${c.criticalSectionMs} ms critical section, timeout ${c.timeoutMs} ms (${c.rounds} rounds)`, "");
-    L.push("| implementation | acquired | timed out | requests / acquisition | Redis cmds / acquisition | hand-off p50 ms | hand-off p99 ms | time to drain all 32 (ms) |", "|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (const r of c.rows) L.push(`| ${r.impl} | ${r.acquired} | ${r.failed} | ${r.requestsPerAcquisition} | ${r.redisCommandsPerAcquisition} | ${r.handOffP50ms} | ${r.handOffP99ms} | ${r.drainMs} |`);
-    L.push("", `Hand-off = ${c.handOff}.`);
+    L.push("", `#### 3. Contention on Redis: ${c.waiters} waiters on one key started ${c.gapMs} ms apart, ${c.criticalSectionMs} ms critical section, timeout ${c.timeoutMs} ms (${c.rounds} rounds)`, "");
+    contentionTable(L, c.rows, "requests / acquisition (Redis cmds)", (r) => `${r.requestsPerAcquisition} (${r.redisCommandsPerAcquisition})`, "keel ÷ this (drain time)");
+    L.push("", `Hand-off = ${c.handOff}. Overtakes = pairs of waiters that acquired in the opposite order of their arrival (0 = first come, first served), summed over rounds. Requests counted on each library's connection; Redis commands from INFO commandstats, PUBLISH and the scripts' inner commands included.`);
+    L.push("", "keel-lock's commands per acquisition: " + c.rows.filter((r) => r.impl.startsWith("keel")).map((r) => `${r.impl}: ${Object.entries(r.commandsPerAcquisition).map(([k, v]) => `${k} ${v}`).join(", ")}`).join("; ") + ".");
   }
   if (s.contention?.durableObject?.measured) {
     const d = s.contention.durableObject;
-    L.push("", `#### 3b. Contention on the Durable Object store: ${d.waiters} waiters, one key, ${d.criticalSectionMs} ms critical section, timeout ${d.timeoutMs} ms (${d.rounds} rounds; ${d.runtime})`, "");
-    L.push("| implementation | acquired | timed out | RPCs / acquisition | hand-off p50 ms | hand-off p99 ms | time to drain all 32 (ms) | keel ÷ this (drain time, <1 = keel faster) |", "|---|---:|---:|---:|---:|---:|---:|---:|");
-    for (const r of d.rows)
-      L.push(`| ${r.impl} | ${r.acquired} | ${r.failed} | ${r.requestsPerAcquisition} (${Object.entries(r.requestsPerAcquisitionByMethod).map(([k, v]) => `${k} ${v}`).join(", ")}) | ${r.handOffP50ms} | ${r.handOffP99ms} | ${r.drainMs} | ${r.keelOverThisDrain} |`);
-    L.push("", `RPCs = ${d.requests}. Hand-off = ${d.handOff}. All 32 run()s start together inside one request to the Worker.`);
+    L.push("", `#### 3b. Contention on the Durable Object store: ${d.waiters} waiters on one key started ${d.gapMs} ms apart, ${d.criticalSectionMs} ms critical section, timeout ${d.timeoutMs} ms (${d.rounds} rounds; ${d.runtime})`, "");
+    contentionTable(L, d.rows, "RPCs / acquisition", (r) => `${r.requestsPerAcquisition} (${Object.entries(r.requestsPerAcquisitionByMethod).map(([k, v]) => `${k} ${v}`).join(", ")})`, "keel ÷ this (drain time)");
+    L.push("", `RPCs = ${d.requests}. Hand-off = ${d.handOff}. The waiters start inside one request to the Worker.`);
+  }
+  if (s.contention?.postgres) {
+    const p = s.contention.postgres;
+    if (!p.measured) L.push("", `#### 3c. Contention on PostgreSQL: not measured (${p.reason})`);
+    else {
+      L.push("", `#### 3c. Contention on PostgreSQL: the same ${WAITERS} waiters ${ORDER_GAP_MS} ms apart, ${CS_MS} ms critical section (${p.rounds} rounds; ${p.server})`, "");
+      contentionTable(L, p.rows, "statements / acquisition", (r) => r.requestsPerAcquisition, "keel ÷ this (drain time)");
+      L.push("", `Statements = ${p.requests}.`);
+    }
   }
   if (s.size) {
     L.push("", "#### 4. Size (gzip -9) and start-up", "");
@@ -663,18 +845,21 @@ let conns;
 let admin;
 try {
   if (ONLY.includes(1)) await inIsolate();
+  if (ONLY.includes(2)) await asyncStoreRuns();
   if (ONLY.includes(2) || ONLY.includes(3)) {
     server = await startRedis();
     log(`redis-server ${server.version} on port ${server.port} (pid ${server.pid})`);
     admin = new Redis({ port: server.port, host: "127.0.0.1" });
     conns = await redisContenders(server.port);
-    if (ONLY.includes(2)) await redisUncontended(server, admin, conns.contenders);
+    if (ONLY.includes(2)) await redisUncontended(server, admin, conns.contenders.filter((c) => !c.contentionOnly));
     if (ONLY.includes(3)) await redisContention(admin, conns.contenders);
   }
   if (ONLY.includes(3)) {
     await conns?.close();
     conns = undefined;
     await doContention();
+    results.sections.contention ??= {};
+    await pgContention();
   }
   if (ONLY.includes(4)) {
     sizes();
@@ -682,7 +867,7 @@ try {
     await workerdStartup();
   }
 } finally {
-  conns?.close();
+  await conns?.close();
   admin?.disconnect();
   await server?.stop();
 }

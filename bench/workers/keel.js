@@ -2,12 +2,14 @@
 // local workerd through Miniflare). keel-lock's own DurableObjectLockStore over the LOCKS
 // namespace — but the namespace handed to it is wrapped so every RPC to a LockDurableObject stub
 // is counted here, in the Worker (client side, like the Redis bench's counted ioredis client).
+// The wrapper forwards every RPC method the store calls, the waiting pair (acquireOrWait,
+// withdraw) included, so a waiting run() takes the object's hand-over path.
 import { lock, setLockStore, DurableObjectLockStore, LockDurableObject } from "keel-lock";
 import { contend, firstRun } from "./shared.js";
 
 export { LockDurableObject };
 
-const RPC_METHODS = ["acquire", "release", "extend", "isLocked", "remainingTime"];
+const RPC_METHODS = ["acquire", "acquireOrWait", "withdraw", "release", "extend", "isLocked", "remainingTime", "forceRelease"];
 const counts = Object.fromEntries(RPC_METHODS.map((m) => [m, 0]));
 
 /** A namespace whose stubs count their RPC calls and forward them unchanged. */

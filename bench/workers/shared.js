@@ -4,21 +4,23 @@
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /**
- * `waiters` concurrent run()s on one key, each waiting up to `timeout` ms, critical section =
- * `csMs` of sleep. Answers every holder's span and the RPCs the store made meanwhile.
+ * `waiters` run()s on one key, waiter i started `gapMs` after waiter i − 1 (a known arrival
+ * order), each waiting up to `timeout` ms, critical section = `csMs` of sleep. Answers every
+ * holder's span (with its arrival index `i`) and the RPCs the store made meanwhile.
  */
-export async function contend(impl, { key, waiters, csMs, timeout }) {
+export async function contend(impl, { key, waiters, csMs, timeout, gapMs = 0 }) {
   const before = impl.counts();
   const spans = [];
   let failed = 0;
   const t0 = Date.now();
   await Promise.all(
-    Array.from({ length: waiters }, async () => {
+    Array.from({ length: waiters }, async (_, i) => {
+      if (i > 0 && gapMs > 0) await sleep(i * gapMs);
       let span;
       const ran = await impl.run(
         key,
         async () => {
-          span = { start: Date.now() };
+          span = { i, start: Date.now() };
           await sleep(csMs);
           span.end = Date.now();
         },
