@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `make bench`: keel-lock side by side with async-mutex, @sesamecare-oss/redlock, redis-semaphore,
 # redlock-universal and a plain-JS floor, in one run (see bench/README.md). Builds the package,
-# starts its own redis-server (stopped by PID at the end) and local workerd through Miniflare
-# (the Durable Object store and workerd start-up; every instance disposed), prints a markdown
-# table and writes bench/results/latest.json + results.md. No assertions: numbers only.
+# starts its own redis-server (stopped by PID at the end), a throwaway PostgreSQL cluster
+# (initdb in a temp dir, stopped with pg_ctl and by PID, directory removed) and local workerd
+# through Miniflare (the Durable Object store and workerd start-up; every instance disposed),
+# prints a markdown table and writes bench/results/latest.json + results.md. No assertions:
+# numbers only.
 #   KEEL_BENCH_NO_BUILD=1  use the pkg/dist already built
 #   KEEL_BENCH_ARGS="--quick"  a 20-second smoke run (results go to bench/results/partial.json)
 set -euo pipefail
