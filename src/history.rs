@@ -29,9 +29,9 @@
 //! regressions it causes into documented [`Report::losses`] instead of violations.
 //!
 //! **Assumption about unknown outcomes.** An `Info` acquire may have been granted, at any time up
-//! to its `Info` stamp; so may a waiting (not immediate) acquire that answered no, since a store
-//! that hands keys to waiters may grant it just as its wait ends and have the grant given back;
-//! an acquire with no outcome at all (its process died) may have been granted at any later time,
+//! to its `Info` stamp (and then hold the key for its TTL); a waiting (not immediate) acquire that
+//! answered no may have been handed the key while it waited, and given it back by its answer (a
+//! store answers a waiter's grant or takes it back when the wait ends); an acquire with no outcome at all (its process died) may have been granted at any later time,
 //! so it keeps its key "possibly held" for the rest of the history.
 
 use std::collections::HashMap;
@@ -268,6 +268,8 @@ struct Lease {
     /// The `Ok` or `Info` outcome; `None`: no outcome at all.
     outcome: Option<usize>,
     granted: bool,
+    /// A waiting acquire that answered no: possibly held only until its answer.
+    gave_up: bool,
     fence: Option<u64>,
     /// Certainly valid over `[valid_from, valid_until]` (granted leases only; may be empty).
     valid_from: Micros,
@@ -501,12 +503,10 @@ impl Checker<'_> {
     ) {
         let h = keys.entry(e.key.as_str()).or_default();
         // A waiting acquire that answers no may still have been handed the key by the store and
-        // have given it back (a hand-over racing its timeout): possibly held, like an unknown.
-        let result = if p.op == Op::Acquire && result == Outcome::Fail && !p.immediate {
-            Outcome::Unknown
-        } else {
-            result
-        };
+        // have given it back by the time it answered (a hand-over racing its timeout): possibly
+        // held while it waited, like an unknown outcome, but no longer than its answer.
+        let gave_up = p.op == Op::Acquire && result == Outcome::Fail && !p.immediate;
+        let result = if gave_up { Outcome::Unknown } else { result };
         if p.op == Op::Acquire {
             if result == Outcome::Fail {
                 h.calls.push(Call {
@@ -526,6 +526,7 @@ impl Checker<'_> {
                 invoke: p.invoke,
                 outcome,
                 granted: result == Outcome::Ok,
+                gave_up,
                 fence,
                 valid_from: 0,
                 valid_until: 0,
@@ -576,9 +577,11 @@ impl Checker<'_> {
             lease.possible_from = invoke.earliest;
             lease.valid_from = answered;
             if !lease.granted {
-                // Possibly granted up to its outcome (or at any time, without one).
+                // Possibly granted up to its outcome (or at any time, without one); a waiter that
+                // gave up has given any grant back by its answer.
                 lease.valid_until = Micros::MIN;
-                lease.possible_until = answered.saturating_add(ttl).saturating_add(tol);
+                let held_for = if lease.gave_up { 0 } else { ttl };
+                lease.possible_until = answered.saturating_add(held_for).saturating_add(tol);
                 continue;
             }
             let mut certain = invoke.earliest.saturating_add(ttl).saturating_sub(tol);
@@ -1273,8 +1276,8 @@ mod tests {
     #[test]
     fn a_waiting_acquire_that_gave_up_may_have_held_the_key() {
         // B waited and answered no, but may have been handed the key at A's release and given it
-        // back: C's refusal within B's answer + TTL proves nothing.
-        let waited = |immediate: bool| {
+        // back by its answer: C's refusal while B waited proves nothing …
+        let waited = |immediate: bool, refused_at: Micros| {
             let mut h = H::new();
             h.acquire(1, "a", 0, 2, 1000, Some(1))
                 .ev(
@@ -1290,12 +1293,20 @@ mod tests {
                 )
                 .op(1, "a", Op::Release, 50, 52, true)
                 .ev(2, "k", "b", 60, EventKind::Fail { op: Op::Acquire })
-                .refused(3, "c", 120, 121);
+                .refused(3, "c", refused_at, refused_at + 1);
             h.check()
         };
-        assert!(waited(false).ok());
+        assert!(waited(false, 55).ok());
+        // … but after B's answer the key was free again.
+        assert_eq!(
+            kinds(&waited(false, 120)),
+            vec![ViolationKind::RefusedWhileFree]
+        );
         // Had B been one immediate call, its no would be definite.
-        assert_eq!(kinds(&waited(true)), vec![ViolationKind::RefusedWhileFree]);
+        assert_eq!(
+            kinds(&waited(true, 55)),
+            vec![ViolationKind::RefusedWhileFree]
+        );
     }
 
     #[test]

@@ -50,6 +50,7 @@ const keys = Array.from({ length: keyCount }, (_, k) => `${config.keyPrefix ?? "
 const deadline = now() + durationMs;
 const stats = { id, grants: 0, refused: 0, errors: 0, staleRefused: 0, ops: 0 };
 let labels = 0;
+let offers = 0;
 const token = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
 
 let goResolve = null;
@@ -102,7 +103,9 @@ async function user(cid) {
       }));
       continue;
     }
-    const immediate = random() < 0.7;
+    // Waiting acquires only on the first key: on the others every refusal is one store call, so
+    // a key left held for ever (the no-expiry store) shows up as refusals while certainly free.
+    const immediate = key !== keys[0] || random() < 0.6;
     const l = lock(key, ttlMs);
     const label = `p${id}.${cid}:${labels++}`;
     const got = await recorded("acquire", key, label, ttlMs, immediate, async () => {
@@ -116,9 +119,14 @@ async function user(cid) {
     }
     stats.grants++;
     record({ key, owner: label, type: "enter" });
-    const offered = victimTurn;
+    // A victim's first offer (every other stop; every other killed process) is on the last key,
+    // which has no waiters: a broken store that keeps it held for ever is then refused in plain
+    // sight. The others may be on any key, waiters included.
+    const onLastKey = victim === "kill" ? id % 2 === 0 : offers % 2 === 0;
+    const offered = victimTurn && (!onLastKey || key === keys[keys.length - 1]);
     let stopped = false;
-    if (victimTurn) {
+    if (offered) {
+      offers++;
       victimTurn = false;
       process.send({ inside: key, label });
       stopped = await waitForGo(); // a "kill" victim never gets here
