@@ -459,6 +459,13 @@ impl Instance {
             .call_is_locked(&mut self.store, l.0)
     }
 
+    /// `lock.fence()`.
+    pub fn fence(&mut self, l: LockHandle) -> Result<Option<u64>> {
+        api(&self.bindings)
+            .lock()
+            .call_fence(&mut self.store, l.0)
+    }
+
     /// `lock.is-expired()`.
     pub fn is_expired(&mut self, l: LockHandle) -> Result<bool> {
         api(&self.bindings)

@@ -386,6 +386,40 @@ fn concurrent_contenders_have_exactly_one_winner() {
     eprintln!("host store so far: {swaps} successful swaps, {failed} lost compare-and-swap races");
 }
 
+/// Instances on parallel threads take turns on one key: the fence each holder gets, in the
+/// order they held the key, strictly increases (the counter lives in the key's value and moves
+/// with the same compare-and-swap as the hold), and a handle has no fence once it released.
+#[test]
+fn fences_increase_across_racing_instances() {
+    const THREADS: usize = 4;
+    const TURNS: usize = 12;
+    let key = unique_key("fences");
+    let order = std::sync::Mutex::new(Vec::new());
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                let mut inst = host().instance().unwrap();
+                let l = ok!(inst.new_lock(&key, 10_000));
+                assert_eq!(inst.fence(l).unwrap(), None, "a fence before acquiring");
+                for _ in 0..TURNS {
+                    assert!(ok!(inst.acquire(l, 30_000, Some(1))), "starved for 30 s");
+                    let fence = inst.fence(l).unwrap().expect("a held lock has a fence");
+                    // Recorded while holding: the list is in hold order.
+                    order.lock().unwrap().push(fence);
+                    sleep_ms(1);
+                    assert!(ok!(inst.release(l)));
+                    assert_eq!(inst.fence(l).unwrap(), None, "a fence after releasing");
+                }
+            });
+        }
+    });
+    let order = order.into_inner().unwrap();
+    assert_eq!(order.len(), THREADS * TURNS);
+    for pair in order.windows(2) {
+        assert!(pair[1] > pair[0], "fence {} after {} in hold order: {order:?}", pair[1], pair[0]);
+    }
+}
+
 /// Contenders that wait: every one eventually gets the lock, and no two are ever inside the
 /// critical section at once.
 #[test]
