@@ -96,8 +96,10 @@ async function runOne({ store, scenario, variant }, seed, srv) {
   const durationMs = variant === "correct" ? CORRECT_MS : BROKEN_MS;
   const inProcess = store === "memory";
   let spec = storeSpec(store, srv, dir);
+  let scratch = null;
   if (store === "sqlite") {
-    spec = { ...spec, path: join(mkdtempSync(join(tmpdir(), "keel-lock-faults-sqlite-")), "locks.sqlite") };
+    scratch = mkdtempSync(join(tmpdir(), "keel-lock-faults-sqlite-"));
+    spec = { ...spec, path: join(scratch, "locks.sqlite") };
   }
   if (store === "pg") {
     // A fresh schema per run: a table of its own, found through search_path.
@@ -193,6 +195,7 @@ async function runOne({ store, scenario, variant }, seed, srv) {
   await Promise.all(hung.map((p) => p.exited));
   await sleep(10);
   const crashed = outputs.filter((o) => !o.killed && o.code !== 0);
+  if (scratch) rmSync(scratch, { recursive: true, force: true });
 
   const history = [];
   for (const file of readdirSync(dir).filter((f) => f.endsWith(".jsonl")).sort()) {
