@@ -696,6 +696,10 @@ function pgWaiting(db, sql, io, options) {
       const answer = new Promise((resolve, reject) => {
         entry = { key, owner, pollMs, state: "waiting", withdrawn: false, resolve, reject };
       });
+      // The deadline timer can settle (or fail) `answer` while the enqueue below is still in
+      // flight, before the caller holds `answer`: marked handled so that an early failure is not
+      // an unhandled rejection (the caller still sees it when it awaits).
+      answer.catch(() => {});
       let entries = waiting.get(key);
       if (!entries) waiting.set(key, (entries = new Map()));
       entries.set(owner, entry);
