@@ -27,5 +27,5 @@ npm install --no-save --no-audit --no-fund --loglevel=error "$tarball"
 # One file at a time: each starts its own servers, and the timing-based expiry checks are
 # steadier without the others competing for the CPU.
 node --test --test-concurrency=1 --test-reporter=spec \
-  redis.test.js redis-waiting.test.js sqlite.test.js postgres.test.js d1.test.js types.test.js \
+  redis.test.js redis-waiting.test.js pg-failures.test.js sqlite.test.js postgres.test.js d1.test.js types.test.js \
   kit.test.js conformance.test.js two-process.test.js
