@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use keel_lock::worker::DurableObjectLockStore;
-use keel_lock::AcquireOptions;
+use keel_lock::{AcquireOptions, KeepAlive};
 use serde::{Deserialize, Serialize};
 use worker::{
     durable_object, event, Context, Date, Delay, DurableObject, Env, Method, Request, RequestInit,
@@ -128,6 +128,58 @@ async fn charge(env: &Env, order: Order) -> Result<Outcome> {
     })
 }
 
+/// A hold that waits to be told it is lost: by its TTL passing (no keep-alive), or by an
+/// operator's force-release noticed at the next keep-alive extend.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LossOrder {
+    key: String,
+    ttl_ms: u64,
+    /// Extend every this many ms while holding (none: no keep-alive).
+    keep_alive_ms: Option<u64>,
+    /// Force-release the key (as an operator would) this many ms into the hold.
+    force_after_ms: Option<u64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Loss {
+    reason: String,
+    after_ms: u64,
+}
+
+async fn hold_until_lost(env: &Env, order: LossOrder) -> Result<Option<Loss>> {
+    let store = DurableObjectLockStore::from_env(env, "LOCKS")?;
+    let lock = store.lock(order.key.clone(), order.ttl_ms)?;
+    let operator = store.lock(order.key, 1_000)?;
+    let keep = order.keep_alive_ms.map(|every| KeepAlive {
+        every_ms: Some(every),
+        max_hold_ms: None,
+    });
+    let started = now();
+    let operator = &operator;
+    let lost = lock
+        .try_run_with(
+            AcquireOptions::immediately(),
+            std::future::pending(),
+            keep,
+            |held| async move {
+                if let Some(after) = order.force_after_ms {
+                    Delay::from(Duration::from_millis(after)).await;
+                    operator.force_release().await?;
+                }
+                // The task learns of the loss from its context; it decides what to do.
+                let reason = held.when_lost().await;
+                Ok::<_, worker::Error>(Loss {
+                    reason: format!("{reason:?}"),
+                    after_ms: now() - started,
+                })
+            },
+        )
+        .await?;
+    Ok(lost)
+}
+
 fn query(url: &Url, name: &str) -> Option<String> {
     url.query_pairs()
         .find(|(k, _)| k == name)
@@ -147,6 +199,13 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
             match charge(&env, order).await {
                 Ok(outcome) => Response::from_json(&outcome),
                 // keel-lock's errors are worker::Errors (bad input, a failing store).
+                Err(e) => Response::error(e.to_string(), 500),
+            }
+        }
+        (Method::Post, "/hold-until-lost") => {
+            let order: LossOrder = serde_json::from_str(&req.text().await?)?;
+            match hold_until_lost(&env, order).await {
+                Ok(loss) => Response::from_json(&loss),
                 Err(e) => Response::error(e.to_string(), 500),
             }
         }

@@ -43,6 +43,20 @@ describe("Rust Worker, two isolates", { concurrency: false, timeout: 180_000 }, 
     assert.ok(next.fence > Math.max(...fences), `fence ${next.fence} after ${fences}`);
   });
 
+  it("the loss signal from Rust: a hold is told when its TTL passes without an extend", async () => {
+    const key = `lost:${crypto.randomUUID()}`;
+    const loss = await w.call("rust", "/hold-until-lost", { key, ttlMs: 300 });
+    assert.equal(loss.reason, "Expired");
+    assert.ok(loss.afterMs >= 300, `told after ${loss.afterMs} ms, before the TTL`);
+  });
+
+  it("the loss signal from Rust: a force-release is noticed at the next keep-alive extend", async () => {
+    const key = `forced:${crypto.randomUUID()}`;
+    const loss = await w.call("rust-b", "/hold-until-lost", { key, ttlMs: 10_000, keepAliveMs: 50, forceAfterMs: 100 });
+    assert.equal(loss.reason, "Refused");
+    assert.ok(loss.afterMs < 5_000, `told after ${loss.afterMs} ms: not at an extend but near the TTL`);
+  });
+
   it("bad input reaches the handler as a worker::Error with keel-lock's message", async () => {
     const empty = await w.request("rust", "/charge", { key: "" });
     assert.equal(empty.status, 500);
