@@ -76,6 +76,20 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
+-- Draws KEYS[1]'s next fence; nil (the counter put back) once it would leave 1..MAX.
+local function next_fence()
+  local fence = redis.call("INCR", KEYS[2])
+  if fence < 1 or fence > MAX then
+    redis.call("DECR", KEYS[2])
+    return nil
+  end
+  return fence
+end
+
+local function counter_spent()
+  return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
+end
+
 -- Hands the key to the oldest waiter whose deadline has not passed, dropping the others on the
 -- way: SET the lock to it for its TTL, draw its fence, record the grant and PUBLISH it on
 -- channel. Answers owner, fence, waitedMs, or nil when nobody was handed the key (the queue
@@ -89,11 +103,8 @@ local function grant_next(channel)
     local enq, deadline, ttl
     if info then enq, deadline, ttl = string.match(info, "^(%d+) (%d+) (%d+)$") end
     if enq and tonumber(deadline) > now then
-      local fence = redis.call("INCR", KEYS[2])
-      if fence < 1 or fence > MAX then
-        redis.call("DECR", KEYS[2])
-        return nil
-      end
+      local fence = next_fence()
+      if not fence then return nil end
       redis.call("LPOP", KEYS[3])
       redis.call("HDEL", KEYS[4], who)
       local waited = math.floor((now - tonumber(enq)) / 1000)
@@ -152,11 +163,8 @@ end
 if state ~= 0 then
   return 0
 end
-local fence = redis.call("INCR", KEYS[2])
-if fence < 1 or fence > MAX then
-  redis.call("DECR", KEYS[2])
-  return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
-end
+local fence = next_fence()
+if not fence then return counter_spent() end
 redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
 return fence
 `;
@@ -174,11 +182,8 @@ if state == 2 and not grant_next(ARGV[4]) then
   state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
 end
 if state == 0 then
-  local fence = redis.call("INCR", KEYS[2])
-  if fence < 1 or fence > MAX then
-    redis.call("DECR", KEYS[2])
-    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
-  end
+  local fence = next_fence()
+  if not fence then return counter_spent() end
   redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
   return {1, fence}
 end
@@ -292,19 +297,19 @@ return 0
 `;
 
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "bd797901c9c9781c247bbc45760bbe20d28c6572";
+export const ACQUIRE_SHA = "33ccdbfdb2c7cb8dc313d1266940de8e88c1d902";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "1e2b58bc93229f269443a822c5243bc1a64c239e";
+export const RELEASE_SHA = "5c1417bada3b240fb92a90300957e0c9a2188093";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const EXTEND_SHA = "a64738b7daa6da2e5b5604faf596399fdb28ebd0";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "67d8da3b0d5865c5be38f3096a0dc1a3b034dd71";
+export const ENQUEUE_SHA = "d99142c8638d5c1631f1d7cd42d835538eb6b6b3";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "309056faa8d274eb48c1bfb95e6a06627a2b5ffb";
+export const CHECK_SHA = "7baf770529337a56b318be548f8fffc741be4a75";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "0a084e339c07a2ab569a4455756194252dcec32b";
+export const LEAVE_SHA = "5a5bf7b51b9cd0040b716288e426634060afdfa6";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "4a86cd93c26e5fb705aaca6da32825515cd661f9";
+export const FORCE_RELEASE_SHA = "2a24f31e77e6bb6d1d596504e942fe660d15561f";
 
 const CLIENT_TYPES = ["ioredis", "ioredis-cluster", "node-redis", "node-redis-cluster", "upstash"];
 
