@@ -9,7 +9,7 @@ use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{describe, get_prop, type_error};
-use super::promises::{abort_watch, AbortWatch};
+use super::promises::{abort_watch, Event};
 
 /// A caller's `AbortSignal` (anything with `aborted`, `reason` and `addEventListener`).
 pub(crate) struct Abort {
@@ -63,7 +63,7 @@ impl Abort {
 
     /// Completes when the signal aborts (the listener goes when the future is dropped, so a
     /// long-lived signal does not collect one listener per call).
-    pub(crate) fn watch(&self) -> AbortWatch {
+    pub(crate) fn watch(&self) -> Event {
         abort_watch(&self.signal)
     }
 }
@@ -74,7 +74,7 @@ pub(crate) fn cancellation(abort: Option<&Abort>) -> Result<Cancel, JsValue> {
 }
 
 /// The future [`cancellation`] returns.
-pub(crate) struct Cancel(Option<AbortWatch>);
+pub(crate) struct Cancel(Option<Event>);
 
 impl Future for Cancel {
     type Output = ();

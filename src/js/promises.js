@@ -16,13 +16,33 @@ export function watch(value, id) {
   );
 }
 
-/** Calls back `settled(id, true, undefined)` after `ms`; answers the timer to cancel. */
-export function sleep(ms, id) {
-  return setTimeout(() => settled(id, true, undefined), ms);
+// What undoes a pending event (a timer, an abort listener), by id, until it fires.
+const undo = new Map();
+
+function fire(id) {
+  undo.delete(id);
+  settled(id, true, undefined);
 }
 
-export function cancelSleep(timer) {
-  clearTimeout(timer);
+/** Calls back `settled(id, true, undefined)` after `ms`. */
+export function sleep(ms, id) {
+  const timer = setTimeout(() => fire(id), ms);
+  undo.set(id, () => clearTimeout(timer));
+}
+
+/** Calls back `settled(id, true, undefined)` when `signal` aborts. */
+export function onAbort(signal, id) {
+  const listener = () => fire(id);
+  signal.addEventListener("abort", listener, { once: true });
+  undo.set(id, () => signal.removeEventListener("abort", listener));
+}
+
+/** Forgets the event `id` (clears its timer or removes its listener) if it has not fired. */
+export function cancel(id) {
+  const u = undo.get(id);
+  if (u === undefined) return;
+  undo.delete(id);
+  u();
 }
 
 const pending = new Map();
@@ -38,15 +58,4 @@ export function settle(id, ok, value) {
   pending.delete(id);
   if (ok) p.resolve(value);
   else p.reject(value);
-}
-
-/** Calls back `settled(id, true, undefined)` when `signal` aborts; answers the listener. */
-export function onAbort(signal, id) {
-  const listener = () => settled(id, true, undefined);
-  signal.addEventListener("abort", listener, { once: true });
-  return listener;
-}
-
-export function offAbort(signal, listener) {
-  signal.removeEventListener("abort", listener);
 }

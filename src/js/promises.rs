@@ -20,14 +20,11 @@ extern "C" {
     fn set_settled(f: &JsValue);
     fn watch(value: &JsValue, id: u32);
     #[wasm_bindgen(js_name = sleep)]
-    fn start_sleep(ms: f64, id: u32) -> JsValue;
-    #[wasm_bindgen(js_name = cancelSleep)]
-    fn cancel_sleep(timer: &JsValue);
+    fn start_sleep(ms: f64, id: u32);
+    fn cancel(id: u32);
     fn deferred(id: u32) -> Promise;
     #[wasm_bindgen(js_name = onAbort)]
-    fn on_abort(signal: &JsValue, id: u32) -> JsValue;
-    #[wasm_bindgen(js_name = offAbort)]
-    fn off_abort(signal: &JsValue, listener: &JsValue);
+    fn on_abort(signal: &JsValue, id: u32);
     fn settle(id: u32, ok: bool, value: &JsValue);
 }
 
@@ -112,40 +109,49 @@ pub(crate) fn settled(value: &JsValue) -> impl Future<Output = Result<JsValue, J
     Settled { id }
 }
 
-/// Completes after `ms` milliseconds; dropping it clears the timer.
-pub(crate) struct Sleep {
+/// A one-shot JS event (a timer firing, a signal aborting) as a future; dropping it before the
+/// event clears the timer or removes the listener, so nothing outlives the wait.
+pub(crate) struct Event {
     settled: Settled,
-    timer: JsValue,
 }
 
-pub(crate) fn sleep(ms: u64) -> Sleep {
-    let id = open_slot();
-    // Waits are bounded by MAX_WAIT_MS (2^31 - 1), which setTimeout accepts.
-    let timer = start_sleep(ms as f64, id);
-    Sleep {
-        settled: Settled { id },
-        timer,
-    }
-}
-
-impl Future for Sleep {
+impl Future for Event {
     type Output = ();
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         Pin::new(&mut self.settled).poll(cx).map(drop)
     }
 }
 
-impl Drop for Sleep {
+impl Drop for Event {
     fn drop(&mut self) {
-        let done = SLOTS.with(|s| {
+        let fired = SLOTS.with(|s| {
             s.borrow()
                 .slots
                 .get(&self.settled.id)
                 .is_none_or(|slot| slot.outcome.is_some())
         });
-        if !done {
-            cancel_sleep(&self.timer);
+        if !fired {
+            cancel(self.settled.id);
         }
+    }
+}
+
+/// Completes after `ms` milliseconds.
+pub(crate) fn sleep(ms: u64) -> Event {
+    let id = open_slot();
+    // Waits are bounded by MAX_WAIT_MS (2^31 - 1), which setTimeout accepts.
+    start_sleep(ms as f64, id);
+    Event {
+        settled: Settled { id },
+    }
+}
+
+/// Completes when `signal` aborts.
+pub(crate) fn abort_watch(signal: &JsValue) -> Event {
+    let id = open_slot();
+    on_abort(signal, id);
+    Event {
+        settled: Settled { id },
     }
 }
 
@@ -164,35 +170,4 @@ pub(crate) fn promise_of(
         }
     });
     promise
-}
-
-/// Completes when `signal` aborts; dropping it removes the listener, so a long-lived signal does
-/// not collect one listener per call.
-pub(crate) struct AbortWatch {
-    settled: Settled,
-    signal: JsValue,
-    listener: JsValue,
-}
-
-pub(crate) fn abort_watch(signal: &JsValue) -> AbortWatch {
-    let id = open_slot();
-    let listener = on_abort(signal, id);
-    AbortWatch {
-        settled: Settled { id },
-        signal: signal.clone(),
-        listener,
-    }
-}
-
-impl Future for AbortWatch {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        Pin::new(&mut self.settled).poll(cx).map(drop)
-    }
-}
-
-impl Drop for AbortWatch {
-    fn drop(&mut self) {
-        off_abort(&self.signal, &self.listener);
-    }
 }
