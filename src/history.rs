@@ -507,19 +507,7 @@ impl Checker<'_> {
         // held while it waited, like an unknown outcome, but no longer than its answer.
         let gave_up = p.op == Op::Acquire && result == Outcome::Fail && !p.immediate;
         let result = if gave_up { Outcome::Unknown } else { result };
-        if p.op == Op::Acquire {
-            if result == Outcome::Fail {
-                h.calls.push(Call {
-                    op: p.op,
-                    owner: e.owner.clone(),
-                    invoke: p.invoke,
-                    outcome,
-                    result,
-                    ttl_us: p.ttl_us,
-                    immediate: p.immediate,
-                });
-                return;
-            }
+        if p.op == Op::Acquire && result != Outcome::Fail {
             lease_of.insert((e.key.as_str(), e.owner.as_str()), h.leases.len());
             h.leases.push(Lease {
                 owner: e.owner.clone(),
@@ -534,27 +522,17 @@ impl Checker<'_> {
                 possible_until: 0,
                 entered: None,
             });
-            // Remember the TTL with the lease's calls, for the bounds.
-            h.calls.push(Call {
-                op: p.op,
-                owner: e.owner.clone(),
-                invoke: p.invoke,
-                outcome,
-                result,
-                ttl_us: p.ttl_us,
-                immediate: p.immediate,
-            });
-        } else {
-            h.calls.push(Call {
-                op: p.op,
-                owner: e.owner.clone(),
-                invoke: p.invoke,
-                outcome,
-                result,
-                ttl_us: p.ttl_us,
-                immediate: p.immediate,
-            });
         }
+        // Every call is kept (an acquire's with its TTL, for its lease's bounds).
+        h.calls.push(Call {
+            op: p.op,
+            owner: e.owner.clone(),
+            invoke: p.invoke,
+            outcome,
+            result,
+            ttl_us: p.ttl_us,
+            immediate: p.immediate,
+        });
     }
 
     /// Fills in each lease's certain and possible validity from its own calls.
@@ -949,14 +927,14 @@ mod tests {
             });
             self
         }
-        fn acquire(
+        /// An acquire sent at `sent` (its outcome recorded separately, if at all).
+        fn invoke_acquire(
             &mut self,
             c: u64,
             owner: &str,
             sent: Micros,
-            answered: Micros,
             ttl: u64,
-            fence: Option<u64>,
+            immediate: bool,
         ) -> &mut Self {
             self.ev(
                 c,
@@ -966,9 +944,20 @@ mod tests {
                 EventKind::Invoke {
                     op: Op::Acquire,
                     ttl_ms: ttl,
-                    immediate: true,
+                    immediate,
                 },
-            );
+            )
+        }
+        fn acquire(
+            &mut self,
+            c: u64,
+            owner: &str,
+            sent: Micros,
+            answered: Micros,
+            ttl: u64,
+            fence: Option<u64>,
+        ) -> &mut Self {
+            self.invoke_acquire(c, owner, sent, ttl, true);
             self.ev(
                 c,
                 "k",
@@ -981,17 +970,7 @@ mod tests {
             )
         }
         fn refused(&mut self, c: u64, owner: &str, sent: Micros, answered: Micros) -> &mut Self {
-            self.ev(
-                c,
-                "k",
-                owner,
-                sent,
-                EventKind::Invoke {
-                    op: Op::Acquire,
-                    ttl_ms: 1000,
-                    immediate: true,
-                },
-            );
+            self.invoke_acquire(c, owner, sent, 1000, true);
             self.ev(c, "k", owner, answered, EventKind::Fail { op: Op::Acquire })
         }
         fn section(&mut self, c: u64, owner: &str, enter: Micros, exit: Micros) -> &mut Self {
@@ -1242,34 +1221,14 @@ mod tests {
         assert!(h.check().ok());
         // An acquire with an unknown outcome may hold the key until its answer + TTL …
         let mut h = H::new();
-        h.ev(
-            1,
-            "k",
-            "a",
-            0,
-            EventKind::Invoke {
-                op: Op::Acquire,
-                ttl_ms: 100,
-                immediate: true,
-            },
-        )
-        .ev(1, "k", "a", 50, EventKind::Info { op: Op::Acquire })
-        .refused(2, "b", 140, 141);
+        h.invoke_acquire(1, "a", 0, 100, true)
+            .ev(1, "k", "a", 50, EventKind::Info { op: Op::Acquire })
+            .refused(2, "b", 140, 141);
         assert!(h.check().ok());
         // … and one with no outcome at all (its process died) forever.
         let mut h = H::new();
-        h.ev(
-            1,
-            "k",
-            "a",
-            0,
-            EventKind::Invoke {
-                op: Op::Acquire,
-                ttl_ms: 100,
-                immediate: true,
-            },
-        )
-        .refused(2, "b", 10_000, 10_001);
+        h.invoke_acquire(1, "a", 0, 100, true)
+            .refused(2, "b", 10_000, 10_001);
         assert!(h.check().ok());
     }
 
@@ -1280,17 +1239,7 @@ mod tests {
         let waited = |immediate: bool, refused_at: Micros| {
             let mut h = H::new();
             h.acquire(1, "a", 0, 2, 1000, Some(1))
-                .ev(
-                    2,
-                    "k",
-                    "b",
-                    5,
-                    EventKind::Invoke {
-                        op: Op::Acquire,
-                        ttl_ms: 100,
-                        immediate,
-                    },
-                )
+                .invoke_acquire(2, "b", 5, 100, immediate)
                 .op(1, "a", Op::Release, 50, 52, true)
                 .ev(2, "k", "b", 60, EventKind::Fail { op: Op::Acquire })
                 .refused(3, "c", refused_at, refused_at + 1);
