@@ -99,35 +99,55 @@ pub(crate) mod answers {
         ))
     }
 
-    /// `true`, `false`, or `{ fence, waitedMs? }`: a whole-number fence from 1 to 2^53 - 1 (or
-    /// `null`, from a store without fences, when `waitedMs` is given) and the whole milliseconds
-    /// the grant waited in the store's queue (`acquireOrWait`).
+    /// `acquire`'s answer: `true`, `false`, or `{ fence }` with a whole-number fence from 1 to
+    /// 2^53 - 1. (Only `fence` is read: one property lookup per acquisition.)
     pub(crate) fn acquire(method: &str, answer: &JsValue) -> Result<Option<Grant>, JsValue> {
-        const EXPECTED: &str =
-            "true, false or { fence, waitedMs? } with a whole-number fence from 1 to 2^53 - 1";
+        grant(method, answer, false)
+    }
+
+    /// `acquireOrWait`'s answer: as `acquire`'s, plus `waitedMs`, the whole milliseconds the
+    /// grant waited in the store's queue (absent: 0); `fence` may then be `null`, from a store
+    /// without fences.
+    pub(crate) fn waited(method: &str, answer: &JsValue) -> Result<Option<Grant>, JsValue> {
+        grant(method, answer, true)
+    }
+
+    fn grant(method: &str, answer: &JsValue, waited: bool) -> Result<Option<Grant>, JsValue> {
+        let expected = match waited {
+            true => {
+                "true, false or { fence, waitedMs } with a whole-number fence from 1 to 2^53 - 1"
+            }
+            false => "true, false or { fence } with a whole-number fence from 1 to 2^53 - 1",
+        };
         if let Some(acquired) = answer.as_bool() {
             return Ok(acquired.then(Grant::unfenced));
         }
         if !answer.is_object() {
-            return Err(broken(method, EXPECTED, answer));
+            return Err(broken(method, expected, answer));
         }
         let whole = |v: &JsValue, min: f64, max: u64| -> Option<u64> {
             v.as_f64()
                 .filter(|f| f.fract() == 0.0 && *f >= min && *f <= max as f64)
                 .map(|f| f as u64)
         };
-        let waited = get_prop!(answer, "waitedMs")?;
-        let waited_ms = match waited.is_undefined() {
-            true => None,
-            false => Some(
-                whole(&waited, 0.0, MAX_TTL_MS).ok_or_else(|| broken(method, EXPECTED, answer))?,
-            ),
+        let waited_ms = match waited {
+            false => None,
+            true => {
+                let ms = get_prop!(answer, "waitedMs")?;
+                match ms.is_undefined() {
+                    true => None,
+                    false => Some(
+                        whole(&ms, 0.0, MAX_TTL_MS)
+                            .ok_or_else(|| broken(method, expected, answer))?,
+                    ),
+                }
+            }
         };
         let fence = get_prop!(answer, "fence")?;
         let fence = match whole(&fence, 1.0, crate::grant::MAX_FENCE) {
             Some(f) => Fence::new(f).ok(),
             None if fence.is_null() && waited_ms.is_some() => None,
-            None => return Err(broken(method, EXPECTED, answer)),
+            None => return Err(broken(method, expected, answer)),
         };
         Ok(Some(Grant::new(fence).waited(waited_ms.unwrap_or(0))))
     }
@@ -234,7 +254,7 @@ impl LockStore for JsLockStore {
             JsValue::from_f64(wait.poll_ms as f64),
         ];
         let answer = self.call(method, &args).await?;
-        answers::acquire("lock store's acquireOrWait()", &answer)
+        answers::waited("lock store's acquireOrWait()", &answer)
     }
 
     async fn force_release(&self, key: &Key) -> Result<ForceRelease, JsValue> {

@@ -18,7 +18,7 @@ use super::object::{wait_ms, waited_grant_to_js};
 use super::{describe, type_error, WorkersRuntime};
 use crate::error::{InputError, Operation};
 use crate::grant::Grant;
-use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS, MAX_WAIT_MS};
+use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS};
 use crate::js::convert::{grant_to_js, key, method_name, owner, required_ttl};
 use crate::js::store::answers;
 use crate::lock::Lock;
@@ -205,28 +205,9 @@ impl DurableObjectLockStore {
 
 const ACQUIRE_OR_WAIT: &str = "LockDurableObject.acquireOrWait()";
 
-/// `acquireOrWait`'s answer: as `acquire`'s (`false` or `{ fence }`), plus `waitedMs` (whole
-/// milliseconds from 0 to 2^31 − 1, absent for an immediate grant) on a grant from the queue.
+/// `acquireOrWait`'s answer, by the seam's rules (`false`, or `{ fence, waitedMs }`).
 fn waited_grant(answer: &JsValue) -> Result<Option<Grant>, JsValue> {
-    let Some(grant) = answers::acquire(ACQUIRE_OR_WAIT, answer)? else {
-        return Ok(None);
-    };
-    if answer.as_bool().is_some() {
-        return Ok(Some(grant));
-    }
-    let waited = Reflect::get(answer, &JsValue::from_str("waitedMs"))?;
-    if waited.is_undefined() {
-        return Ok(Some(grant));
-    }
-    match waited.as_f64() {
-        Some(ms) if ms.fract() == 0.0 && ms >= 0.0 && ms <= MAX_WAIT_MS as f64 => {
-            Ok(Some(grant.waited(ms as u64)))
-        }
-        _ => Err(type_error(format!(
-            "{ACQUIRE_OR_WAIT} answered waitedMs {}, not a whole number of milliseconds from 0 to {MAX_WAIT_MS}; this store is broken",
-            describe(&waited)
-        ))),
-    }
+    answers::waited(ACQUIRE_OR_WAIT, answer)
 }
 
 /// How answer errors name the object's method.

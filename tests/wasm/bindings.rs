@@ -2118,7 +2118,7 @@ async fn max_hold_ms_stops_extending_and_aborts_the_signal() {
           await new Promise((r) => signal.addEventListener("abort", r));
           return { after: Date.now() - started, message: signal.reason.message };
         }, { autoExtend: { every: 30, maxHoldMs: 250 } });
-        return { early: seen.after < 240, late: seen.after > 1000, cap: /maximum hold/.test(seen.message) };
+        return { early: seen.after < 240, late: seen.after > 5000, cap: /maximum hold/.test(seen.message) };
         "#,
     )
     .await;
