@@ -5,14 +5,22 @@
 //! shared by every instance it creates, and the rest of WASI preview 2 from `wasmtime-wasi`.
 //! Each [`Instance`] has its own `wasmtime::Store`, so instances on different threads run truly
 //! in parallel and race on the shared map: a faithful model of many workers sharing one store.
+//!
+//! A host made with [`Host::with_faults`] misbehaves on purpose: a seeded share of its `get`,
+//! `set`, `cas.new` and `swap` calls fail without touching the map, a share of its writes
+//! (`set`, `swap`) land and then answer an error, and a share of calls are delayed before or
+//! after they act. [`Broken`] makes it a host no lock can be built on (a compare-and-swap that
+//! is not atomic, a wall clock that stands still), for the tests that must catch it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use wasmtime::component::{Component, HasSelf, Linker, Resource, ResourceAny, ResourceTable};
 use wasmtime::{Config, Engine, Result, Store};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+use wasmtime_wasi::{HostWallClock, WasiCtx, WasiCtxView, WasiView};
 
 wasmtime::component::bindgen!({
     path: "../../wit",
@@ -98,6 +106,170 @@ impl SharedKv {
     }
 }
 
+/// What a host made with [`Host::with_faults`] does wrong, and how often. Shares are
+/// probabilities per call, drawn from a generator seeded with `seed` and the instance's number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Faults {
+    /// Seeds every instance's generator.
+    pub seed: u64,
+    /// Share of `get`, `set`, `cas.new` and `swap` calls that answer an error without acting.
+    pub fail_before: f64,
+    /// Share of writes (`set`, and `swap` when it succeeds) that act and then answer an error.
+    pub fail_after: f64,
+    /// Share of calls delayed by up to `max_delay_ms`, half of them before acting, half after.
+    pub delay: f64,
+    /// The longest ordinary delay, in ms.
+    pub max_delay_ms: u64,
+    /// Share of calls stalled for `stall_ms` (a store that stops answering for a while).
+    pub stall: f64,
+    /// How long a stall lasts, in ms.
+    pub stall_ms: u64,
+    /// A deliberately broken host, or `None` for a correct one.
+    pub broken: Option<Broken>,
+}
+
+impl Faults {
+    /// A correct host that injects nothing (a base to change fields of).
+    pub fn none(seed: u64) -> Self {
+        Faults {
+            seed,
+            fail_before: 0.0,
+            fail_after: 0.0,
+            delay: 0.0,
+            max_delay_ms: 0,
+            stall: 0.0,
+            stall_ms: 0,
+            broken: None,
+        }
+    }
+}
+
+/// A host no lock can be built on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Broken {
+    /// `swap` compares the version, lets go of the map, yields for up to 0.3 ms, then writes
+    /// whatever it was given: a get-then-set, so two instances can both win one key.
+    RacyCompareAndSwap,
+    /// Every instance's wall clock stands still at the host's creation: no hold ever expires.
+    FrozenClock,
+}
+
+/// What a faulty host has injected so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Calls that went through the injector.
+    pub calls: u64,
+    /// Calls answered with an error without acting.
+    pub failed_before: u64,
+    /// Writes that acted and then answered an error.
+    pub failed_after: u64,
+    /// Calls delayed (ordinary delays).
+    pub delayed: u64,
+    /// Calls stalled.
+    pub stalled: u64,
+}
+
+/// A faulty host's settings and counters, shared by its instances.
+struct FaultPlan {
+    faults: Faults,
+    frozen_at: Duration,
+    instances: AtomicU64,
+    calls: AtomicU64,
+    failed_before: AtomicU64,
+    failed_after: AtomicU64,
+    delayed: AtomicU64,
+    stalled: AtomicU64,
+}
+
+/// splitmix64: a small seeded generator (fault decisions need no more).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// True with probability `p`.
+    fn chance(&mut self, p: f64) -> bool {
+        p > 0.0 && ((self.next() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+
+    /// Uniform in `0..=n`.
+    fn upto(&mut self, n: u64) -> u64 {
+        self.next() % n.saturating_add(1)
+    }
+}
+
+/// One instance's side of a faulty host: the shared plan and the instance's own generator.
+struct Injector {
+    plan: Arc<FaultPlan>,
+    rng: Rng,
+}
+
+fn injected(call: &str, when: &str) -> store::Error {
+    store::Error::Other(format!("injected fault: {call} failed {when}"))
+}
+
+impl Injector {
+    fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Maybe sleeps (an ordinary delay or a stall).
+    fn maybe_delay(&mut self) {
+        let f = &self.plan.faults;
+        if self.rng.chance(f.stall) {
+            Self::count(&self.plan.stalled);
+            std::thread::sleep(Duration::from_millis(f.stall_ms));
+        } else if self.rng.chance(f.delay / 2.0) {
+            Self::count(&self.plan.delayed);
+            std::thread::sleep(Duration::from_millis(self.rng.upto(f.max_delay_ms)));
+        }
+    }
+
+    /// Before a call acts: maybe a delay, maybe an error in place of the call.
+    fn before(&mut self, call: &str) -> Result<(), store::Error> {
+        Self::count(&self.plan.calls);
+        self.maybe_delay();
+        if self.rng.chance(self.plan.faults.fail_before) {
+            Self::count(&self.plan.failed_before);
+            return Err(injected(call, "before acting"));
+        }
+        Ok(())
+    }
+
+    /// After a write acted: maybe an error in place of its answer, maybe a delay.
+    fn after_write(&mut self, call: &str) -> Result<(), store::Error> {
+        if self.rng.chance(self.plan.faults.fail_after) {
+            Self::count(&self.plan.failed_after);
+            return Err(injected(call, "after its write landed"));
+        }
+        self.maybe_delay();
+        Ok(())
+    }
+
+    fn broken(&self) -> Option<Broken> {
+        self.plan.faults.broken
+    }
+}
+
+/// A wall clock that always answers the same instant.
+struct FrozenClock(Duration);
+
+impl HostWallClock for FrozenClock {
+    fn resolution(&self) -> Duration {
+        Duration::from_millis(1)
+    }
+
+    fn now(&self) -> Duration {
+        self.0
+    }
+}
+
 /// The host side of a `bucket` resource.
 pub struct BucketHandle {
     name: String,
@@ -116,6 +288,23 @@ pub struct State {
     wasi: WasiCtx,
     table: ResourceTable,
     kv: Arc<SharedKv>,
+    faults: Option<Injector>,
+}
+
+impl State {
+    fn before(&mut self, call: &str) -> Result<(), store::Error> {
+        self.faults.as_mut().map_or(Ok(()), |f| f.before(call))
+    }
+
+    fn after_write(&mut self, call: &str) -> Result<(), store::Error> {
+        self.faults.as_mut().map_or(Ok(()), |f| f.after_write(call))
+    }
+
+    fn after_read(&mut self) {
+        if let Some(f) = self.faults.as_mut() {
+            f.maybe_delay();
+        }
+    }
 }
 
 impl WasiView for State {
@@ -148,8 +337,11 @@ impl store::HostBucket for State {
         bucket: Resource<BucketHandle>,
         key: String,
     ) -> Result<Option<Vec<u8>>, store::Error> {
-        let name = &self.table.get(&bucket).map_err(other)?.name;
-        Ok(self.kv.get(name, &key))
+        let name = self.table.get(&bucket).map_err(other)?.name.clone();
+        self.before("get")?;
+        let value = self.kv.get(&name, &key);
+        self.after_read();
+        Ok(value)
     }
 
     fn set(
@@ -158,9 +350,10 @@ impl store::HostBucket for State {
         key: String,
         value: Vec<u8>,
     ) -> Result<(), store::Error> {
-        let name = &self.table.get(&bucket).map_err(other)?.name;
-        self.kv.put(name, &key, &value);
-        Ok(())
+        let name = self.table.get(&bucket).map_err(other)?.name.clone();
+        self.before("set")?;
+        self.kv.put(&name, &key, &value);
+        self.after_write("set")
     }
 
     fn delete(&mut self, bucket: Resource<BucketHandle>, key: String) -> Result<(), store::Error> {
@@ -220,6 +413,35 @@ impl State {
     }
 }
 
+impl State {
+    /// The broken `swap` of [`Broken::RacyCompareAndSwap`]: compare, let go of the map, yield,
+    /// write unconditionally. Another instance's swap can land in between and be overwritten.
+    fn racy_swap(&mut self, cas: CasHandle, value: Vec<u8>) -> Result<(), atomics::CasError> {
+        let current = self.kv.version(&cas.bucket, &cas.key).1;
+        if current != cas.version {
+            self.kv.lock().failed_swaps += 1;
+            let next = self
+                .new_cas(cas.bucket, cas.key)
+                .map_err(atomics::CasError::StoreError)?;
+            return Err(atomics::CasError::CasFailed(next));
+        }
+        let pause = self.faults.as_mut().map_or(0, |f| f.rng.upto(300));
+        std::thread::sleep(Duration::from_micros(pause));
+        {
+            let mut kv = self.kv.lock();
+            kv.writes += 1;
+            kv.swaps += 1;
+            let version = kv.writes;
+            kv.buckets
+                .entry(cas.bucket)
+                .or_default()
+                .insert(cas.key, Entry { value, version });
+        }
+        self.after_write("swap")
+            .map_err(atomics::CasError::StoreError)
+    }
+}
+
 impl atomics::Host for State {
     fn increment(
         &mut self,
@@ -257,6 +479,10 @@ impl atomics::Host for State {
             .table
             .delete(cas)
             .map_err(|e| atomics::CasError::StoreError(other(e)))?;
+        self.before("swap").map_err(atomics::CasError::StoreError)?;
+        if self.faults.as_ref().and_then(Injector::broken) == Some(Broken::RacyCompareAndSwap) {
+            return self.racy_swap(cas, value);
+        }
         {
             let mut kv = self.kv.lock();
             let current = kv
@@ -272,7 +498,10 @@ impl atomics::Host for State {
                     .entry(cas.bucket)
                     .or_default()
                     .insert(cas.key, Entry { value, version });
-                return Ok(());
+                drop(kv);
+                return self
+                    .after_write("swap")
+                    .map_err(atomics::CasError::StoreError);
             }
             kv.failed_swaps += 1;
         }
@@ -291,7 +520,10 @@ impl atomics::HostCas for State {
         key: String,
     ) -> Result<Resource<CasHandle>, store::Error> {
         let name = self.table.get(&bucket).map_err(other)?.name.clone();
-        self.new_cas(name, key)
+        self.before("cas.new")?;
+        let cas = self.new_cas(name, key);
+        self.after_read();
+        cas
     }
 
     fn current(&mut self, cas: Resource<CasHandle>) -> Result<Option<Vec<u8>>, store::Error> {
@@ -332,6 +564,7 @@ pub struct Host {
     engine: Engine,
     pre: KeelLockTestingPre<State>,
     kv: Arc<SharedKv>,
+    faults: Option<Arc<FaultPlan>>,
 }
 
 impl Host {
@@ -349,6 +582,7 @@ impl Host {
             engine,
             pre,
             kv: Arc::new(SharedKv::default()),
+            faults: None,
         })
     }
 
@@ -358,7 +592,43 @@ impl Host {
             engine: self.engine.clone(),
             pre: self.pre.clone(),
             kv: Arc::new(SharedKv::default()),
+            faults: None,
         }
+    }
+
+    /// A host sharing this one's compiled component, with a fresh, empty store, that injects
+    /// `faults` into every instance it creates from now on.
+    pub fn with_faults(&self, faults: Faults) -> Host {
+        let frozen_at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        Host {
+            faults: Some(Arc::new(FaultPlan {
+                faults,
+                frozen_at,
+                instances: AtomicU64::new(0),
+                calls: AtomicU64::new(0),
+                failed_before: AtomicU64::new(0),
+                failed_after: AtomicU64::new(0),
+                delayed: AtomicU64::new(0),
+                stalled: AtomicU64::new(0),
+            })),
+            ..self.with_fresh_store()
+        }
+    }
+
+    /// What this host has injected so far (all zero for a host without faults).
+    pub fn fault_counts(&self) -> FaultCounts {
+        self.faults.as_ref().map_or_else(FaultCounts::default, |p| {
+            let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+            FaultCounts {
+                calls: n(&p.calls),
+                failed_before: n(&p.failed_before),
+                failed_after: n(&p.failed_after),
+                delayed: n(&p.delayed),
+                stalled: n(&p.stalled),
+            }
+        })
     }
 
     /// The store every instance of this host shares.
@@ -368,10 +638,27 @@ impl Host {
 
     /// A new component instance in its own `wasmtime::Store`, on the shared key-value store.
     pub fn instance(&self) -> Result<Instance> {
+        let mut wasi = WasiCtx::builder();
+        wasi.inherit_stderr();
+        let faults = self.faults.as_ref().map(|plan| {
+            let n = plan.instances.fetch_add(1, Ordering::Relaxed);
+            if plan.faults.broken == Some(Broken::FrozenClock) {
+                wasi.wall_clock(FrozenClock(plan.frozen_at));
+            }
+            Injector {
+                plan: plan.clone(),
+                rng: Rng(plan
+                    .faults
+                    .seed
+                    .wrapping_mul(0x2545_f491_4f6c_dd1d)
+                    .wrapping_add(n)),
+            }
+        });
         let state = State {
-            wasi: WasiCtx::builder().inherit_stderr().build(),
+            wasi: wasi.build(),
             table: ResourceTable::new(),
             kv: self.kv.clone(),
+            faults,
         };
         let mut store = Store::new(&self.engine, state);
         let bindings = self.pre.instantiate(&mut store)?;
@@ -461,9 +748,7 @@ impl Instance {
 
     /// `lock.fence()`.
     pub fn fence(&mut self, l: LockHandle) -> Result<Option<u64>> {
-        api(&self.bindings)
-            .lock()
-            .call_fence(&mut self.store, l.0)
+        api(&self.bindings).lock().call_fence(&mut self.store, l.0)
     }
 
     /// `lock.is-expired()`.
