@@ -47,8 +47,11 @@
 // is released with GET and DEL as before, so the uncontended path costs nothing extra. Each
 // waiting store holds one pub/sub connection (a duplicate() of the client, opened on first
 // need). A waiting store also looks (the check script) when the holder's TTL runs out — which
-// hands the key to the oldest waiter if the holder crashed — and every pollMs, in case a
-// message was lost. The queue and waiters keys expire a second after their last deadline.
+// hands the key to the oldest waiter if the holder crashed — and, in case a message was lost,
+// whenever one of its waits has gone pollMs without a look. A look covers all of the store's
+// waits in one request: every key on a single Redis; on a cluster, where a script may only touch
+// keys of one hash slot, one request per key. The queue and waiters keys expire a second after
+// their last deadline.
 //
 // Expiry is decided by Redis's clock alone; the caller's clock is never consulted.
 //
@@ -64,10 +67,12 @@
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
 // Shared by the scripts below: the key layout of one lock (all in one hash slot) and the hand-over.
-const PRELUDE = `-- KEYS[1] lock (owner token, PX ttl; "\\0" .. owner while callers queue behind it)
--- KEYS[2] fence counter   KEYS[3] queue (list of owners, oldest first)
--- KEYS[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs")
--- KEYS[5] grant record ("fence waitedMs owner", PX ttl) of the last hand-over
+const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that covers several locks sets it)
+-- K[1] lock (owner token, PX ttl; "\\0" .. owner while callers queue behind it)
+-- K[2] fence counter   K[3] queue (list of owners, oldest first)
+-- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs")
+-- K[5] grant record ("fence waitedMs owner", PX ttl) of the last hand-over
+local K = KEYS
 local MARK = "\\0"
 local MAX = ${MAX_FENCE}
 
@@ -76,18 +81,18 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- Draws KEYS[1]'s next fence; nil (the counter put back) once it would leave 1..MAX.
+-- Draws K[1]'s next fence; nil (the counter put back) once it would leave 1..MAX.
 local function next_fence()
-  local fence = redis.call("INCR", KEYS[2])
+  local fence = redis.call("INCR", K[2])
   if fence < 1 or fence > MAX then
-    redis.call("DECR", KEYS[2])
+    redis.call("DECR", K[2])
     return nil
   end
   return fence
 end
 
 local function counter_spent()
-  return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
+  return redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..${MAX_FENCE}")
 end
 
 -- Hands the key to the oldest waiter whose deadline has not passed, dropping the others on the
@@ -97,28 +102,28 @@ end
 local function grant_next(channel)
   local now = now_us()
   while true do
-    local who = redis.call("LINDEX", KEYS[3], 0)
+    local who = redis.call("LINDEX", K[3], 0)
     if not who then return nil end
-    local info = redis.call("HGET", KEYS[4], who)
+    local info = redis.call("HGET", K[4], who)
     local enq, deadline, ttl
     if info then enq, deadline, ttl = string.match(info, "^(%d+) (%d+) (%d+)$") end
     if enq and tonumber(deadline) > now then
       local fence = next_fence()
       if not fence then return nil end
-      redis.call("LPOP", KEYS[3])
-      redis.call("HDEL", KEYS[4], who)
+      redis.call("LPOP", K[3])
+      redis.call("HDEL", K[4], who)
       local waited = math.floor((now - tonumber(enq)) / 1000)
       if waited < 0 then waited = 0 end
       local value = who
-      if redis.call("EXISTS", KEYS[3]) == 1 then value = MARK .. who end
-      redis.call("SET", KEYS[1], value, "PX", ttl)
+      if redis.call("EXISTS", K[3]) == 1 then value = MARK .. who end
+      redis.call("SET", K[1], value, "PX", ttl)
       local f, w = string.format("%.0f", fence), string.format("%.0f", waited)
-      redis.call("SET", KEYS[5], f .. " " .. w .. " " .. who, "PX", ttl)
-      redis.call("PUBLISH", channel, cjson.encode({KEYS[1], who, f, w, ttl}))
+      redis.call("SET", K[5], f .. " " .. w .. " " .. who, "PX", ttl)
+      redis.call("PUBLISH", channel, cjson.encode({K[1], who, f, w, ttl}))
       return who, fence, waited
     end
-    redis.call("LPOP", KEYS[3])
-    redis.call("HDEL", KEYS[4], who)
+    redis.call("LPOP", K[3])
+    redis.call("HDEL", K[4], who)
   end
 end
 
@@ -126,18 +131,18 @@ end
 -- record; without one (it expired with an earlier holder) the counter is still this holder's
 -- fence, and 0 ms waited is the conservative answer.
 local function granted(owner)
-  local g = redis.call("GET", KEYS[5])
+  local g = redis.call("GET", K[5])
   if g then
     local f, w, who = string.match(g, "^(%d+) (%d+) (.*)$")
     if who == owner then return {1, tonumber(f), tonumber(w)} end
   end
-  return {1, tonumber(redis.call("GET", KEYS[2])), 0}
+  return {1, tonumber(redis.call("GET", K[2])), 0}
 end
 
 -- Frees the key held with value v (the caller checked the owner); a marked key goes to the next
 -- waiter.
 local function free(v, channel)
-  redis.call("DEL", KEYS[1], KEYS[5])
+  redis.call("DEL", K[1], K[5])
   if string.sub(v, 1, 1) == MARK then grant_next(channel) end
 end
 `;
@@ -200,36 +205,45 @@ return {0, redis.call("PTTL", KEYS[1])}
 `;
 
 /**
- * A waiter looks (ARGV: owner, channel) — its safety-net poll, and the look at the holder's
- * expiry. Answers {1, fence, waitedMs} if it was handed the key; {-1} if it is no longer queued
- * (its deadline passed); {0, PTTL of the lock} while it waits, followed by the holder's owner,
- * fence and waitedMs when the holder was handed the key (so one look also finds a grant whose
- * message another waiter of the same store missed). A lock that is gone (the holder's TTL
- * passed) is handed to the oldest live waiter first.
+ * The waiters of one store look — their safety-net poll, and the look at a holder's expiry — for
+ * several locks in one call. KEYS: five names per lock (a lock's names, as the other scripts take
+ * them, one lock after another). ARGV: the channel, then per lock the number of owners asked
+ * about followed by those owners. A lock that is gone (its holder's TTL passed) is first handed
+ * to its oldest live waiter. Answers one array per lock: the lock's PTTL, then three numbers per
+ * owner asked about: 1, fence, waitedMs if it was handed the key; -1, 0, 0 if it is no longer
+ * queued (its deadline passed); 0, 0, 0 while it waits.
  */
-export const CHECK_SCRIPT = `-- keel-lock check: was ARGV[1] handed KEYS[1]? if the holder expired, hand it over now
+export const CHECK_SCRIPT = `-- keel-lock look: for each lock (five KEYS each), which of the owners in ARGV were handed it?
+-- a lock whose holder expired is handed over first
 ${PRELUDE}
-local v = redis.call("GET", KEYS[1])
-if v == ARGV[1] or v == MARK .. ARGV[1] then
-  return granted(ARGV[1])
-end
-if redis.call("HEXISTS", KEYS[4], ARGV[1]) == 0 then
-  return {-1}
-end
-if not v then
-  local who, fence, waited = grant_next(ARGV[2])
-  if who == ARGV[1] then return {1, fence, waited} end
-end
-local answer = {0, redis.call("PTTL", KEYS[1])}
-local g = redis.call("GET", KEYS[5])
-if g then
-  local f, w, who = string.match(g, "^(%d+) (%d+) (.*)$")
-  local holder = redis.call("GET", KEYS[1])
-  if who and (holder == who or holder == MARK .. who) then
-    answer = {0, answer[2], who, tonumber(f), tonumber(w)}
+local answers = {}
+local at = 2
+for first = 1, #KEYS, 5 do
+  K = {KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]}
+  local count = tonumber(ARGV[at])
+  local v = redis.call("GET", K[1])
+  if not v and redis.call("EXISTS", K[3]) == 1 then
+    grant_next(ARGV[1])
+    v = redis.call("GET", K[1])
   end
+  local answer = {redis.call("PTTL", K[1])}
+  for i = at + 1, at + count do
+    local owner = ARGV[i]
+    if v == owner or v == MARK .. owner then
+      local g = granted(owner)
+      answer[#answer + 1] = 1
+      answer[#answer + 1] = g[2]
+      answer[#answer + 1] = g[3]
+    else
+      answer[#answer + 1] = redis.call("HEXISTS", K[4], owner) == 1 and 0 or -1
+      answer[#answer + 1] = 0
+      answer[#answer + 1] = 0
+    end
+  end
+  answers[#answers + 1] = answer
+  at = at + count + 1
 end
-return answer
+return answers
 `;
 
 /**
@@ -297,19 +311,19 @@ return 0
 `;
 
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "33ccdbfdb2c7cb8dc313d1266940de8e88c1d902";
+export const ACQUIRE_SHA = "acc69ea95f28abf6e0eb96dea168d9f33d9ac24d";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "5c1417bada3b240fb92a90300957e0c9a2188093";
+export const RELEASE_SHA = "bd1b62fd30010e822720ca452d65c9538eee79ef";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const EXTEND_SHA = "a64738b7daa6da2e5b5604faf596399fdb28ebd0";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "d99142c8638d5c1631f1d7cd42d835538eb6b6b3";
+export const ENQUEUE_SHA = "42f3b6acde2570521ccaf3bb361730cebe8c677b";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "7baf770529337a56b318be548f8fffc741be4a75";
+export const CHECK_SHA = "7d5764de691f42a0d0189a865f4ab1e3279aba18";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "5a5bf7b51b9cd0040b716288e426634060afdfa6";
+export const LEAVE_SHA = "5af920b2863190c16dba7ea329b2afcbfd81fda8";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "2a24f31e77e6bb6d1d596504e942fe660d15561f";
+export const FORCE_RELEASE_SHA = "83dcf521f382ed5650ef365a257f81298146c4fa";
 
 const CLIENT_TYPES = ["ioredis", "ioredis-cluster", "node-redis", "node-redis-cluster", "upstash"];
 
@@ -554,14 +568,18 @@ export function redisLockStore(client, options = {}) {
     const waits = new Map(); // lock name → Map(owner → pending acquireOrWait)
     const expiryTimers = new Map(); // lock name → the timer that looks at the holder's expiry
     let subscriber = null;
-
-    const waitsOf = (lock) => waits.get(lock) ?? new Map();
+    // The store's safety-net look: one timer for all its waits, due when the first of them is
+    // (each queued wait is looked at least every pollMs of its own).
+    let lookTimer = null;
+    let lookTimerAt = Infinity;
+    // A script may only touch keys of one hash slot on a cluster, and each lock's names carry
+    // their own hash tag: there a look is one request per lock, on a single Redis one in all.
+    const cluster = clientType === "ioredis-cluster" || clientType === "node-redis-cluster";
 
     function settle(wait, answer, failed = false) {
       if (wait.settled) return;
       wait.settled = true;
       clearTimeout(wait.deadlineTimer);
-      clearTimeout(wait.pollTimer);
       const same = waits.get(wait.lock);
       if (same?.get(wait.owner) === wait) {
         same.delete(wait.owner);
@@ -569,6 +587,7 @@ export function redisLockStore(client, options = {}) {
           waits.delete(wait.lock);
           clearTimeout(expiryTimers.get(wait.lock));
           expiryTimers.delete(wait.lock);
+          if (waits.size === 0) lookAt(Infinity);
         }
       }
       if (failed) wait.reject(answer);
@@ -577,53 +596,108 @@ export function redisLockStore(client, options = {}) {
 
     const granted = (fence, waited) => ({ ...fenceFrom(Number(fence)), waitedMs: Math.max(0, Math.floor(Number(waited) || 0)) });
 
-    // A script's {1, fence, waitedMs} / {0, pttl[, holder, fence, waitedMs]} / {-1} answer, for `wait`.
+    // A {1, fence, waitedMs} (handed the key) or {-1} (no longer queued) answer, for `wait`.
     function settleFrom(wait, reply) {
       const state = Number(reply[0]);
       try {
         if (state === 1) settle(wait, granted(reply[1], reply[2]));
         else if (state === -1) settle(wait, false);
-        else if (state === 0) {
-          if (reply.length >= 5) {
-            const holder = waits.get(wait.lock)?.get(String(reply[2]));
-            if (holder) settle(holder, granted(reply[3], reply[4]));
-          }
-          if (Number(reply[1]) > 0 && waits.has(wait.lock)) expiryAt(wait.lock, Number(reply[1]));
-        }
       } catch (error) {
         settle(wait, error, true);
       }
     }
 
-    // When the holder's TTL runs out, one waiter of this store looks (and so hands the key over).
+    // When the holder's TTL runs out, this store looks at the key (and so hands it over).
     function expiryAt(lock, ms) {
       clearTimeout(expiryTimers.get(lock));
       const timer = setTimeout(() => {
         expiryTimers.delete(lock);
-        lookAt(lock);
+        look(new Set([lock]));
       }, Math.min(ms + 1, 2_147_483_647));
       expiryTimers.set(lock, timer);
     }
 
-    // One look for a key, by its oldest waiter in this store (the answer also names the holder).
-    function lookAt(lock) {
-      const [wait] = waitsOf(lock).values();
-      if (wait) look(wait);
+    // Sets the safety-net timer to fire at `at` (Date.now() time) if that is sooner than it
+    // would; Infinity stops it.
+    function lookAt(at) {
+      if (at === Infinity) {
+        clearTimeout(lookTimer);
+        lookTimer = null;
+        lookTimerAt = Infinity;
+        return;
+      }
+      if (lookTimer && lookTimerAt <= at) return;
+      clearTimeout(lookTimer);
+      lookTimerAt = at;
+      lookTimer = setTimeout(() => {
+        lookTimer = null;
+        lookTimerAt = Infinity;
+        look(null);
+      }, Math.max(0, at - Date.now()));
     }
 
-    // Runs the check script for `wait` (one at a time per wait).
-    function look(wait) {
-      if (wait.settled || wait.looking) return;
-      wait.looking = true;
-      runScript(CHECK_SHA, CHECK_SCRIPT, wait.names, [wait.owner, channel]).then(
-        (reply) => {
-          wait.looking = false;
-          if (!wait.settled) settleFrom(wait, reply);
-        },
-        () => {
-          wait.looking = false; // the next poll or the deadline decides
-        },
-      );
+    // Sets the safety-net timer to the earliest time a queued wait without a look in flight is due.
+    function lookWhenDue() {
+      let due = Infinity;
+      for (const pending of waits.values()) {
+        for (const wait of pending.values()) if (wait.queued && !wait.looking && wait.nextLook < due) due = wait.nextLook;
+      }
+      lookAt(Infinity);
+      lookAt(due);
+    }
+
+    // One look at every queued wait of this store with no look in flight — in one request on a
+    // single Redis (whatever `locks` asks for), in one request per lock of `locks` (every lock
+    // when null) on a cluster. Each wait it covers is next due pollMs from now.
+    function look(locks) {
+      const now = Date.now();
+      const requests = new Map(); // one request → [{ lock, names, covered }]
+      for (const [lock, pending] of waits) {
+        if (cluster && locks && !locks.has(lock)) continue;
+        const covered = [...pending.values()].filter((wait) => wait.queued && !wait.settled && !wait.looking);
+        if (covered.length === 0) continue;
+        const request = cluster ? lock : "";
+        if (!requests.has(request)) requests.set(request, []);
+        requests.get(request).push({ lock, names: pending.values().next().value.names, covered });
+      }
+      for (const group of requests.values()) {
+        const keys = [];
+        const args = [channel];
+        for (const { names, covered } of group) {
+          keys.push(...names);
+          args.push(String(covered.length));
+          for (const wait of covered) {
+            args.push(wait.owner);
+            wait.looking = true;
+            wait.nextLook = now + wait.pollMs;
+          }
+        }
+        const done = () => {
+          for (const { covered } of group) for (const wait of covered) wait.looking = false;
+        };
+        runScript(CHECK_SHA, CHECK_SCRIPT, keys, args).then(
+          (reply) => {
+            done();
+            group.forEach((entry, i) => answered(entry, reply?.[i]));
+            lookWhenDue();
+          },
+          () => {
+            done(); // the next look or the deadline decides
+            lookWhenDue();
+          },
+        );
+      }
+      lookWhenDue();
+    }
+
+    // One lock's part of a look's answer: its PTTL, then state, fence, waitedMs per wait covered.
+    function answered({ lock, covered }, reply) {
+      if (!Array.isArray(reply)) return;
+      covered.forEach((wait, i) => {
+        if (!wait.settled) settleFrom(wait, reply.slice(1 + 3 * i, 4 + 3 * i));
+      });
+      const pttl = Number(reply[0]);
+      if (pttl > 0 && waits.has(lock)) expiryAt(lock, pttl);
     }
 
     function onMessage(text) {
@@ -640,9 +714,9 @@ export function redisLockStore(client, options = {}) {
       if (waits.has(lock)) expiryAt(lock, Number(ttl));
     }
 
-    // Messages sent while the connection was down are lost: one look per waited-for key.
+    // Messages sent while the connection was down are lost: a look at every waited-for key.
     function onReconnect() {
-      for (const lock of waits.keys()) lookAt(lock);
+      look(null);
     }
 
     // Subscribes once per store; a failed attempt is retried by the next waiter. Keys whose
@@ -654,7 +728,7 @@ export function redisLockStore(client, options = {}) {
         subscriber = opened;
         opened.ready.then(
           () => {
-            for (const lock of lookOnceSubscribed) lookAt(lock);
+            if (lookOnceSubscribed.size > 0) look(new Set(lookOnceSubscribed));
             lookOnceSubscribed.clear();
           },
           () => {
@@ -697,7 +771,7 @@ export function redisLockStore(client, options = {}) {
         if (waits.get(lock)?.has(owner)) throw new Error(`redisLockStore: ${owner} is already waiting for ${key}`);
         const started = Date.now();
         return new Promise((resolve, reject) => {
-          const wait = { lock, owner, names, resolve, reject, settled: false, looking: false };
+          const wait = { lock, owner, names, pollMs, resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity };
           if (!waits.has(lock)) waits.set(lock, new Map());
           waits.get(lock).set(owner, wait);
           // With the subscription up, the hand-over message finds this wait registered. A key
@@ -721,15 +795,11 @@ export function redisLockStore(client, options = {}) {
                   settle(wait, error, true);
                 }
               }, Math.max(0, waitMs - (Date.now() - started)));
-              const poll = () => {
-                wait.pollTimer = setTimeout(() => {
-                  look(wait);
-                  poll();
-                }, pollMs);
-              };
-              poll();
+              wait.queued = true;
+              wait.nextLook = Date.now() + pollMs;
+              lookAt(wait.nextLook);
               if (!wasSubscribed) {
-                if (subscriber?.subscribed) lookAt(lock);
+                if (subscriber?.subscribed) look(new Set([lock]));
                 else {
                   lookOnceSubscribed.add(lock);
                   // Without a subscription the poll and the expiry look still hand the key over.
@@ -778,6 +848,7 @@ export function redisLockStore(client, options = {}) {
         );
         for (const timer of expiryTimers.values()) clearTimeout(timer);
         expiryTimers.clear();
+        lookAt(Infinity);
         const closing = subscriber;
         subscriber = null;
         if (closing) {

@@ -14,7 +14,7 @@ import { createClient as createNodeRedis, createCluster as createNodeRedisCluste
 import { createClient as createNodeRedis4 } from "redis4";
 import { Redis as Upstash } from "@upstash/redis";
 import * as redisModule from "../../pkg/stores/redis.js";
-import { redisLockStore, ACQUIRE_SCRIPT, ENQUEUE_SCRIPT, ENQUEUE_SHA, RELEASE_SCRIPT } from "../../pkg/stores/redis.js";
+import { redisLockStore, ACQUIRE_SCRIPT, CHECK_SCRIPT, CHECK_SHA, ENQUEUE_SCRIPT, ENQUEUE_SHA, RELEASE_SCRIPT } from "../../pkg/stores/redis.js";
 import { sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
 import { fenceLedger } from "./lib/sql-suite.js";
 
@@ -107,12 +107,144 @@ export async function releaseHandsOver({ holderStore, waiterStore }) {
   assert.equal(await waiterStore.release(key, waiter), true);
 }
 
-// A client whose EVALSHA of the enqueue script runs a variant of it instead (ioredis API).
-function withEnqueueScript(client, script) {
+/**
+ * The store's look when no hand-over message arrives. Each store in `stores` queues `perStore`
+ * waiters on each of `keys` keys (held by a holder on `stores[0]`), in a known order; then every
+ * store stops receiving messages (its pub/sub connection unsubscribes: the messages are lost).
+ * Asserts that a single look request lists all of a store's waiters — `covers: "store"` (every
+ * key in one request, a single Redis) or `"key"` (one request per key, a cluster), seen through
+ * `monitors` (MONITOR connections, one per server) within `lookWithinMs` — and that once the
+ * holders release, the looks alone hand every key to every waiter within `drainWithinMs`: in
+ * arrival order per key, fences rising, one holder at a time, no queue left.
+ */
+export async function batchedLookHandsOver({ stores, admin, monitors, keys = 3, perStore = 4, pollMs = 200, covers = "store", lookWithinMs = 10_000, drainWithinMs = 20_000 }) {
+  const names = Array.from({ length: keys }, (_, k) => uniqueKey(`batch${k}`));
+  const holders = names.map(() => owner("holder"));
+  for (let k = 0; k < keys; k++) assert.ok(await stores[0].acquire(names[k], holders[k], LONG));
+  const ledger = fenceLedger();
+  const arrived = names.map(() => []);
+  const granted = names.map(() => []);
+  const ownersOf = stores.map(() => []);
+  const inside = names.map(() => 0);
+  const done = [];
+  for (let k = 0; k < keys; k++) {
+    for (let i = 0; i < perStore * stores.length; i++) {
+      const s = i % stores.length;
+      const me = owner(`k${k}w${i}`);
+      arrived[k].push(me);
+      ownersOf[s].push(me);
+      const turn = stores[s].acquireOrWait(names[k], me, LONG, 60_000, pollMs).then(async (answer) => {
+        assert.ok(answer, `${me} was not granted ${names[k]}`);
+        assert.equal(++inside[k], 1, `two holders of ${names[k]}`);
+        ledger.take(names[k], answer, me);
+        granted[k].push(me);
+        await sleep(2);
+        inside[k]--;
+        assert.equal(await stores[s].release(names[k], me), true, `${me} could not release`);
+      });
+      turn.catch(() => {}); // reported through Promise.all below, unless an earlier check failed
+      done.push(turn);
+      await queued(admin, stores[0], names[k], i + 1);
+    }
+  }
+  // Lose every hand-over message from here on.
+  const channel = `${stores[0].prefix}keel-lock:handover`;
+  for (const store of stores) {
+    const deadline = Date.now() + 10_000;
+    while (!store.subscribed) {
+      assert.ok(Date.now() < deadline, "a store never subscribed");
+      await sleep(10);
+    }
+    await store.subscriber.unsubscribe(channel);
+  }
+  const listening = await Promise.all(monitors.map((m) => m.client.pubsub("NUMSUB", channel)));
+  assert.equal(listening.reduce((n, [, count]) => n + Number(count), 0), 0, "a pub/sub connection still receives the hand-over messages");
+
+  // A look request lists every waiter of a store (of one key, on a cluster).
+  const expected = stores.map((_, s) =>
+    covers === "store" ? [ownersOf[s]] : names.map((_, k) => arrived[k].filter((o) => ownersOf[s].includes(o))),
+  );
+  const deadline = Date.now() + lookWithinMs;
+  for (;;) {
+    const looks = monitors.flatMap((m) => m.looks);
+    const missing = expected.flatMap((sets, s) =>
+      sets.filter((set) => !looks.some((listed) => set.every((o) => listed.includes(o)))).map((set) => `store ${s}: ${set.length} waiters`),
+    );
+    if (missing.length === 0) break;
+    assert.ok(Date.now() < deadline, `no single look request listed all the waiters of ${missing.join(", ")}`);
+    await sleep(20);
+  }
+
+  for (let k = 0; k < keys; k++) assert.equal(await stores[0].release(names[k], holders[k]), true);
+  const drained = await Promise.race([Promise.all(done).then(() => true), sleep(drainWithinMs).then(() => false)]);
+  assert.ok(drained, `without messages the looks handed over only ${granted.flat().length} of ${arrived.flat().length} grants`);
+  for (let k = 0; k < keys; k++) {
+    assert.deepEqual(granted[k], arrived[k], `${names[k]} granted out of arrival order`);
+    assert.deepEqual(await leftovers(admin, stores[0], names[k]), [], "queue keys left behind");
+    assert.equal(await stores[0].isLocked(names[k]), false);
+  }
+}
+
+/** Records the owners each look request (the check script) lists; `stop()` ends it. */
+async function watchLooks(client) {
+  const monitor = await client.monitor();
+  const looks = [];
+  monitor.on("monitor", (time, args, source) => {
+    if (source === "lua") return;
+    const command = String(args[0]).toLowerCase();
+    // The check script, or a variant of it sent with EVAL (its text starts the same way).
+    const look = command === "evalsha" ? args[1] === CHECK_SHA : command === "eval" && String(args[1]).startsWith(CHECK_SCRIPT.slice(0, 20));
+    if (!look) return;
+    const listed = [];
+    let at = 3 + Number(args[2]) + 1; // past the keys and the channel
+    while (at < args.length) {
+      const count = Number(args[at]);
+      listed.push(...args.slice(at + 1, at + 1 + count));
+      at += 1 + count;
+    }
+    looks.push(listed);
+  });
+  return { client, looks, stop: () => monitor.disconnect() };
+}
+
+// A client whose EVALSHA of the script `sha` runs a variant of it instead (ioredis API).
+function withScript(client, sha, script) {
   return new Proxy(client, {
     get(target, name) {
       if (name === "evalsha") {
-        return (sha, ...rest) => (sha === ENQUEUE_SHA ? target.eval(script, ...rest) : target.evalsha(sha, ...rest));
+        return (called, ...rest) => (called === sha ? target.eval(script, ...rest) : target.evalsha(called, ...rest));
+      }
+      const value = target[name];
+      return typeof value === "function" ? value.bind(target) : value;
+    },
+  });
+}
+const withEnqueueScript = (client, script) => withScript(client, ENQUEUE_SHA, script);
+
+// A client that sends each look as one request per waiter, the answers put together as if it
+// were one (ioredis API).
+function lookingPerWaiter(client) {
+  return new Proxy(client, {
+    get(target, name) {
+      if (name === "evalsha") {
+        return async (sha, numkeys, ...rest) => {
+          if (sha !== CHECK_SHA) return target.evalsha(sha, numkeys, ...rest);
+          const keys = rest.slice(0, numkeys);
+          const [channel, ...args] = rest.slice(numkeys);
+          const answers = [];
+          for (let first = 0, at = 0; first < keys.length; first += 5) {
+            const count = Number(args[at]);
+            const answer = [];
+            for (const o of args.slice(at + 1, at + 1 + count)) {
+              const [[pttl, ...state]] = await target.evalsha(CHECK_SHA, 5, ...keys.slice(first, first + 5), channel, "1", o);
+              answer[0] = pttl;
+              answer.push(...state);
+            }
+            answers.push(answer);
+            at += 1 + count;
+          }
+          return answers;
+        };
       }
       const value = target[name];
       return typeof value === "function" ? value.bind(target) : value;
@@ -423,6 +555,54 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     }
   });
 
+  test("lost messages, 24 waiters on 3 keys over 2 stores (ioredis 5, node-redis 5): one look request covers all of a store's waiters; the looks alone hand every key over, in arrival order", { timeout: 60_000 }, async () => {
+    const stores = [await storeOf("ioredis 5", { prefix: "kb:" }), await storeOf("node-redis 5", { prefix: "kb:" })];
+    const monitor = await watchLooks(admin);
+    try {
+      await batchedLookHandsOver({ stores, admin, monitors: [monitor] });
+    } finally {
+      monitor.stop();
+    }
+  });
+
+  test("the batched-look check catches a look that answers for the first key of a request only", { timeout: 60_000 }, async () => {
+    const firstOnly = CHECK_SCRIPT.replace("for first = 1, #KEYS, 5 do", "for first = 1, 5, 5 do");
+    assert.notEqual(firstOnly, CHECK_SCRIPT);
+    const stores = [];
+    for (let i = 0; i < 2; i++) {
+      const store = redisLockStore(withScript(await CLIENTS["ioredis 5"](), CHECK_SHA, firstOnly), { clientType: "ioredis", prefix: "kb:" });
+      made.push(store);
+      stores.push(store);
+    }
+    const monitor = await watchLooks(admin);
+    try {
+      await assert.rejects(
+        batchedLookHandsOver({ stores, admin, monitors: [monitor], drainWithinMs: 3_000 }),
+        (error) => error instanceof assert.AssertionError && /the looks handed over only/.test(error.message),
+      );
+    } finally {
+      monitor.stop();
+    }
+  });
+
+  test("the batched-look check catches a store that looks once per waiter", { timeout: 60_000 }, async () => {
+    const stores = [];
+    for (let i = 0; i < 2; i++) {
+      const store = redisLockStore(lookingPerWaiter(await CLIENTS["ioredis 5"]()), { clientType: "ioredis", prefix: "kb:" });
+      made.push(store);
+      stores.push(store);
+    }
+    const monitor = await watchLooks(admin);
+    try {
+      await assert.rejects(
+        batchedLookHandsOver({ stores, admin, monitors: [monitor], lookWithinMs: 3_000 }),
+        (error) => error instanceof assert.AssertionError && /no single look request listed all the waiters/.test(error.message),
+      );
+    } finally {
+      monitor.stop();
+    }
+  });
+
   test("mutual exclusion: 32 waiters over 4 stores, at most one inside at a time, fences rising, queue empty afterwards", { timeout: 60_000 }, async () => {
     const stores = await fourStores();
     const key = uniqueKey("mutex");
@@ -652,6 +832,21 @@ describe("waiting on a Redis Cluster (three masters, started here)", () => {
 
   test("FIFO on the cluster: 8 waiters on an ioredis Cluster store and a node-redis createCluster store, in arrival order", { timeout: 60_000 }, async () => {
     await fifoOrder({ stores: await clusterStores(), admin: clusterAdmin, waiters: 8 });
+  });
+
+  test("on the cluster, lost messages: a look is one request per key, covering all of a store's waiters of it; the looks alone hand every key over", { timeout: 60_000 }, async () => {
+    const stores = await clusterStores();
+    const monitors = [];
+    try {
+      for (const { host, port } of cluster.nodes) {
+        const node = new IORedis({ host, port });
+        clients.push(async () => node.disconnect());
+        monitors.push(await watchLooks(node));
+      }
+      await batchedLookHandsOver({ stores, admin: clusterAdmin, monitors, keys: 3, perStore: 2, covers: "key" });
+    } finally {
+      for (const m of monitors) m.stop();
+    }
   });
 
   test("on the cluster, release hands over through PUBLISH (no poll) in both directions", { timeout: 30_000 }, async () => {
