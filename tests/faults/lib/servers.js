@@ -2,15 +2,22 @@
 //   startRedis({ aof })   redis-server; with aof, appendonly + appendfsync always (every acknowledged
 //                         write survives a SIGKILL); without, no persistence at all
 //   startPg()             a throwaway PostgreSQL cluster (initdb + pg_ctl)
+//   startCluster()        a Redis Cluster of three masters with one replica each (started by
+//                         tests/stores/lib/servers.js), with failover() and restart() of the master
+//                         serving a run's key
+//   startUpstash()        redis-server (no persistence) behind the Upstash REST fixture of
+//                         tests/stores/lib/servers.js
 // Each answers { ..., restart(), stop() }; restart() kills the server abruptly (SIGKILL / immediate
-// shutdown) and starts it again. Everything is stopped by PID on exit. Free ports come from
+// shutdown) and starts it again. A fault may answer { persistent, t0, t1 }: whether the store kept
+// its state through it (when that differs from the server's `persistent`) and when it happened. Everything is stopped by PID on exit. Free ports come from
 // tests/stores/lib/servers.js.
 import { spawn, spawnSync, execFileSync } from "node:child_process";
 import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { freePort, sleep } from "../../stores/lib/servers.js";
+import IORedis from "ioredis";
+import { freePort, sleep, startRedisCluster, startUpstashFixture } from "../../stores/lib/servers.js";
 
 const cleanups = new Set();
 process.on("exit", () => {
@@ -129,6 +136,172 @@ export async function startPg() {
     async stop() {
       cleanup();
       cleanups.delete(cleanup);
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis Cluster: three masters, one replica each, a 1 s node timeout (a dead master is replaced
+// in about 2-3 s) and replicas that sync at once (no diskless-sync delay). Two faults, each on the
+// master serving the slot of a key the run locks (`key`):
+//   failover()  CLUSTER FAILOVER on that master's replica, once the replica has every write the
+//               master acknowledged: the master pauses writes, the replica catches up and takes
+//               over, and no acknowledged write is lost. Answers { persistent: true }: an overlap
+//               or a repeated fence across it is a violation.
+//   restart()   the master is SIGKILLed; the cluster promotes its replica; the killed node is
+//               started again (same port, same nodes.conf, no data) and rejoins as a replica
+//               while the run goes on. Replication is asynchronous, so writes acknowledged just
+//               before the kill may never have reached the replica: answers { persistent: false }
+//               with the window in which they can be lost (from the kill until the replica
+//               answers as master), and what the checker explains by that is reported as losses.
+// Each waits (bounded) first until the cluster is whole: every node up, cluster_state:ok on each,
+// every replica connected and caught up with its master.
+
+const CLUSTER_ARGS = ["--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0"];
+const SETTLE_MS = 30_000;
+
+export async function startCluster() {
+  const cluster = await startRedisCluster({ masters: 3, replicas: 1, args: CLUSTER_ARGS });
+  const nodes = cluster.nodes.map((n) => ({ ...n, child: null }));
+  const connect = (node) => {
+    const c = new IORedis({ host: node.host, port: node.port, maxRetriesPerRequest: 0, retryStrategy: () => 50, commandTimeout: 2000 });
+    c.on("error", () => {});
+    return c;
+  };
+  const admin = new Map(nodes.map((n) => [n.port, connect(n)]));
+  const ask = async (port, ...command) => {
+    try {
+      return await admin.get(port).call(...command);
+    } catch {
+      return null;
+    }
+  };
+  // Runs `step` until it answers something truthy, for at most `ms`.
+  const until = async (what, step, ms = SETTLE_MS) => {
+    const deadline = Date.now() + ms;
+    for (;;) {
+      const answer = await step();
+      if (answer) return answer;
+      if (Date.now() > deadline) throw new Error(`Redis Cluster: ${what} within ${ms} ms`);
+      await sleep(20);
+    }
+  };
+  // ROLE of every node: [{ port, role: "master" | "slave" | null, master?, link?, offset?, replicas? }].
+  const roles = async () =>
+    Promise.all(
+      nodes.map(async ({ port }) => {
+        const r = await ask(port, "ROLE");
+        if (!r) return { port, role: null };
+        if (r[0] === "master") return { port, role: "master", offset: Number(r[1]), replicas: r[2].map(([, p, o]) => ({ port: Number(p), offset: Number(o) })) };
+        return { port, role: "slave", master: Number(r[2]), link: r[3], offset: Number(r[4]) };
+      }),
+    );
+  // Whole: three masters, each with one connected replica that has every write it acknowledged,
+  // and every node reporting cluster_state:ok.
+  const whole = async () => {
+    const all = await roles();
+    const masters = all.filter((r) => r.role === "master");
+    if (masters.length !== 3 || all.some((r) => r.role === null)) return false;
+    for (const m of masters) {
+      const replica = all.find((r) => r.role === "slave" && r.master === m.port);
+      if (!replica || replica.link !== "connected") return false;
+      if (!m.replicas.some((x) => x.port === replica.port && x.offset === m.offset)) return false;
+    }
+    for (const { port } of nodes) if (!/cluster_state:ok/.test((await ask(port, "CLUSTER", "INFO")) ?? "")) return false;
+    return all;
+  };
+  // The master serving `key`'s lock (its hash tag is the key itself) and that master's replica.
+  const pair = async (key) => {
+    const all = await until("the cluster was not whole", whole);
+    const slot = Number(await ask(nodes[0].port, "CLUSTER", "KEYSLOT", key));
+    const ranges = (await ask(nodes[0].port, "CLUSTER", "SLOTS")) ?? [];
+    const range = ranges.find(([from, to]) => slot >= from && slot <= to);
+    const master = Number(range[2][1]);
+    const replica = all.find((r) => r.role === "slave" && r.master === master).port;
+    return { master, replica };
+  };
+  const now = () => performance.timeOrigin + performance.now();
+  let rejoined = Promise.resolve();
+  const launch = (node) => {
+    const child = spawn("redis-server", node.argv, { cwd: node.cwd, stdio: "ignore" });
+    child.exited = new Promise((resolve) => child.once("exit", resolve));
+    node.child = child;
+    node.pid = child.pid;
+  };
+  const killNode = (node) => {
+    try {
+      process.kill(node.pid, "SIGKILL");
+    } catch {
+      // already gone
+    }
+  };
+  const killStarted = () => nodes.forEach((n) => n.child && n.child.exitCode === null && n.child.signalCode === null && killNode(n));
+  cleanups.add(killStarted);
+
+  return {
+    nodes: nodes.map(({ host, port }) => ({ host, port })),
+    persistent: true,
+    async failover({ key }) {
+      await rejoined;
+      const { master, replica } = await pair(key);
+      // A manual failover the master does not complete in time is dropped by the replica
+      // (silently); it is asked again.
+      let asked = 0;
+      const t0 = now();
+      await until("the replica was not promoted", async () => {
+        const role = await ask(replica, "ROLE");
+        if (role?.[0] === "master") return true;
+        if (asked++ % 100 === 0) await ask(replica, "CLUSTER", "FAILOVER");
+        return false;
+      });
+      const t1 = now();
+      await until("the old master did not follow the new one", async () => (await ask(master, "ROLE"))?.[0] === "slave");
+      await until("the cluster was not whole after the failover", whole);
+      return { persistent: true, t0, t1 };
+    },
+    async restart({ key }) {
+      await rejoined;
+      const { master } = await pair(key);
+      const node = nodes.find((n) => n.port === master);
+      const t0 = now();
+      killNode(node);
+      await until("the killed master's replica was not promoted", async () => {
+        const all = await roles();
+        if (all.filter((r) => r.role === "master").length !== 3) return false;
+        for (const r of all) if (r.port !== master && !/cluster_state:ok/.test((await ask(r.port, "CLUSTER", "INFO")) ?? "")) return false;
+        return true;
+      });
+      const t1 = now();
+      launch(node);
+      rejoined = until("the restarted node did not rejoin as a caught-up replica", whole);
+      rejoined.catch(() => {}); // reported by the next fault, which waits for it
+      return { persistent: false, t0, t1 };
+    },
+    async stop() {
+      await rejoined.catch(() => {});
+      for (const c of admin.values()) c.disconnect();
+      killStarted();
+      await Promise.all(nodes.map((n) => n.child?.exited));
+      await cluster.stop();
+      cleanups.delete(killStarted);
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// Upstash: the REST fixture (Upstash's HTTP protocol, served from this process) in front of a
+// redis-server without persistence. Its clients poll: @upstash/redis has no pub/sub.
+
+export async function startUpstash() {
+  const redis = await startRedis({ aof: false });
+  const fixture = await startUpstashFixture(redis.port);
+  return {
+    url: fixture.url,
+    token: fixture.token,
+    persistent: false,
+    async stop() {
+      await fixture.stop();
+      await redis.stop();
     },
   };
 }

@@ -1,7 +1,8 @@
 // Real servers for the store tests, started by the tests themselves on free ports and stopped by
 // PID at the end (and on any exit, so a crashed test leaves nothing running):
 //   startRedis()            redis-server, no persistence
-//   startRedisCluster()     a Redis Cluster of three masters (redis-server --cluster-enabled yes, redis-cli --cluster create)
+//   startRedisCluster()     a Redis Cluster of three masters (redis-server --cluster-enabled yes, redis-cli --cluster create),
+//                           optionally with replicas and extra redis-server arguments
 //   startPostgres()         a throwaway PostgreSQL cluster (initdb + pg_ctl) in a temp dir
 //   startUpstashFixture()   an HTTP server speaking Upstash's REST protocol, forwarding to a real redis-server
 //   startD1()               Cloudflare D1 in local workerd through Miniflare
@@ -72,15 +73,14 @@ async function launchRedis(extraArgs = async () => [], { cwd } = {}) {
   const bin = redisBin("redis-server", "REDIS_SERVER");
   for (let attempt = 0; ; attempt++) {
     const port = await freePort();
-    const child = spawn(
-      bin,
-      [
-        "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
-        ...(await extraArgs()),
-      ],
-      { stdio: ["ignore", "pipe", "pipe"], cwd },
-    );
-    const kill = () => child.exitCode === null && process.kill(child.pid, "SIGKILL");
+    const argv = [
+      "--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no",
+      ...(await extraArgs()),
+    ];
+    const child = spawn(bin, argv, { stdio: ["ignore", "pipe", "pipe"], cwd });
+    // Running until it exits with a code or is ended by a signal (exitCode stays null then).
+    const running = () => child.exitCode === null && child.signalCode === null;
+    const kill = () => running() && process.kill(child.pid, "SIGKILL");
     onExit.add(kill);
     let output = "";
     child.stdout.on("data", (d) => (output += d));
@@ -105,8 +105,10 @@ async function launchRedis(extraArgs = async () => [], { cwd } = {}) {
       port,
       pid: child.pid,
       url: `redis://127.0.0.1:${port}`,
+      argv, // the server's arguments, to start it again the same way (same port, same directory)
+      cwd,
       async stop() {
-        if (child.exitCode === null) {
+        if (running()) {
           process.kill(child.pid, "SIGTERM");
           await exited;
         }
@@ -121,10 +123,12 @@ export function startRedis() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Redis Cluster: `masters` redis-servers in cluster mode, each in its own directory under one
-// temp dir (where it keeps nodes.conf) with its cluster bus on a second free port, joined by
-// `redis-cli --cluster create … --cluster-replicas 0 --cluster-yes`. Ready once every node reports
-// cluster_state:ok with all 16384 slots assigned and every master known.
+// Redis Cluster: `masters` redis-servers in cluster mode (and `replicas` more per master), each in
+// its own directory under one temp dir (where it keeps nodes.conf) with its cluster bus on a second
+// free port, joined by `redis-cli --cluster create … --cluster-replicas N --cluster-yes`; `args`
+// are added to every server's command line (e.g. a shorter --cluster-node-timeout). Ready once
+// every node reports cluster_state:ok with all 16384 slots assigned and every node known. `nodes`
+// lists the servers in creation order, each with the arguments and directory it was started with.
 
 async function redisCli(args, { timeout = 60_000 } = {}) {
   const cli = redisBin("redis-cli", "REDIS_CLI");
@@ -136,7 +140,8 @@ async function redisCli(args, { timeout = 60_000 } = {}) {
   });
 }
 
-export async function startRedisCluster({ masters = 3 } = {}) {
+export async function startRedisCluster({ masters = 3, replicas = 0, args = [] } = {}) {
+  const count = masters * (1 + replicas);
   const dir = mkdtempSync(join(tmpdir(), "keel-lock-redis-cluster-"));
   const nodes = [];
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
@@ -147,17 +152,18 @@ export async function startRedisCluster({ masters = 3 } = {}) {
     onExit.delete(removeDir);
   };
   try {
-    for (let i = 0; i < masters; i++) {
+    for (let i = 0; i < count; i++) {
       const nodeDir = join(dir, `node-${i}`);
       mkdirSync(nodeDir);
       const clusterArgs = async () => [
         "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--dir", nodeDir,
         "--cluster-port", String(await freePort()),
+        ...args,
       ];
       nodes.push(await launchRedis(clusterArgs, { cwd: nodeDir }));
     }
     const addresses = nodes.map((n) => `127.0.0.1:${n.port}`);
-    await redisCli(["--cluster", "create", ...addresses, "--cluster-replicas", "0", "--cluster-yes"]);
+    await redisCli(["--cluster", "create", ...addresses, "--cluster-replicas", String(replicas), "--cluster-yes"]);
     const deadline = Date.now() + 30_000;
     for (;;) {
       const infos = await Promise.all(nodes.map((n) => redisCli(["-p", String(n.port), "cluster", "info"])));
@@ -165,7 +171,7 @@ export async function startRedisCluster({ masters = 3 } = {}) {
         (info) =>
           /cluster_state:ok/.test(info) &&
           /cluster_slots_ok:16384/.test(info) &&
-          new RegExp(`cluster_known_nodes:${masters}\\b`).test(info),
+          new RegExp(`cluster_known_nodes:${count}\\b`).test(info),
       );
       if (ready) break;
       if (Date.now() > deadline) throw new Error(`the cluster did not become ready:\n${infos.join("\n")}`);
@@ -176,7 +182,7 @@ export async function startRedisCluster({ masters = 3 } = {}) {
     throw error;
   }
   return {
-    nodes: nodes.map((n) => ({ host: "127.0.0.1", port: n.port, pid: n.pid, url: n.url })),
+    nodes: nodes.map((n) => ({ host: "127.0.0.1", port: n.port, pid: n.pid, url: n.url, argv: n.argv, cwd: n.cwd })),
     stop,
   };
 }
