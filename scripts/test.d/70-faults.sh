@@ -7,10 +7,17 @@
 #   - the fault scenarios with fixed seeds: concurrent OS processes against memory, Redis (with and
 #     without AOF), better-sqlite3 and PostgreSQL while holders are SIGKILLed and SIGSTOPped, the
 #     store restarts and store calls fail; every history checked; each scenario also run against
-#     a broken store, which must fail. About 3 minutes.
-# Modes: `soak` (make soak: every broken variant, SOAK_SECONDS shared among the correct runs,
-# histories and summary table under tests/faults/results/) and `fuzz` (make fuzz: the JS fuzz
-# with KEEL_JS_FUZZ_CASES cases, default 200000).
+#     a broken store, which must fail;
+#   - the Workers scenarios (workers.js) in real workerd through Miniflare: two Worker scripts on
+#     one Durable Object namespace while the lock objects are reset and the runtime is restarted
+#     on its persist directory with waiters and holders active, and three Worker scripts on one
+#     D1 database with abandoned holders and failing binding calls; each also against its broken
+#     variant (a runtime without persistence, a store ignoring the TTL, owner-blind release).
+# About 4 minutes in all.
+# Modes: `soak` (make soak: every broken variant, SOAK_SECONDS shared among the correct runs of
+# run.js and WORKERS_SOAK_SECONDS, default 120, among the Workers scenarios'; histories and
+# summary tables under tests/faults/results/) and `fuzz` (make fuzz: the JS fuzz with
+# KEEL_JS_FUZZ_CASES cases, default 200000).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$root"
@@ -38,10 +45,14 @@ case "$mode" in
     node fuzz.mjs 2000 1
     echo "--- fault scenarios (short, fixed seeds)"
     node run.js
+    echo "--- Durable Object and D1 in workerd under faults (short)"
+    node workers.js
     ;;
   soak)
     echo "--- fault scenarios, full matrix, ${SOAK_SECONDS:-600} s of correct runs"
     node run.js --soak --seconds "${SOAK_SECONDS:-600}" ${SOAK_RESULTS:+--results "$SOAK_RESULTS"}
+    echo "--- Durable Object and D1 in workerd under faults, ${WORKERS_SOAK_SECONDS:-120} s of correct runs"
+    node workers.js --soak --seconds "${WORKERS_SOAK_SECONDS:-120}" ${SOAK_RESULTS:+--results "$SOAK_RESULTS/workers"}
     ;;
   fuzz)
     node fuzz.mjs "${KEEL_JS_FUZZ_CASES:-200000}" "${KEEL_FUZZ_SEED:-1}"

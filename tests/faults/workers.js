@@ -2,7 +2,12 @@
 // workerd through Miniflare, with the Worker (workers/lock-worker.js) bundled by wrangler from
 // the packed package. Every history goes through checkHistory from keel-lock/testing.
 //
-//   node workers.js [--soak] [--seconds N] [--results DIR] [--only do|d1|d1:crash|...]
+//   node workers.js [--soak] [--seconds N] [--results DIR] [--only do|d1|do:restart|d1:crash|d1:errors]
+//
+// Default (make test): each scenario for 6 s and its own broken variant for 3 s (once more for
+// 9 s, with another seed, if that run did not catch it). --soak: every broken variant for 6 s,
+// `--seconds` (default 120) shared among the correct runs. Each run's history (JSON lines),
+// report.json and workerd's output, and summary.md / summary.json, go under the results folder.
 //
 // Clients are async loops in this process, each bound to one Worker script; one lock operation
 // is one request (acquire — immediate or waiting with a timeout —, extend, release, a stranger's
@@ -14,12 +19,13 @@
 // outcome (`info`).
 //
 // Scenarios:
-//   do/restart  two Worker scripts bound to one LockDurableObject namespace; a quarter in, the
-//               keys' lock objects are reset (waiters fall back to polling); halfway, with
-//               requests waiting in an object's queue and holds open, the workerd runtime is
-//               restarted on the same persist directory (Miniflare disposed, a new one started):
-//               every request in flight fails. A lease taken (30 s TTL) just before the restart
-//               must still be refused to every client after it and released by its owner.
+//   do/restart  two Worker scripts bound to one LockDurableObject namespace; a quarter into the
+//               run (into each 15 s of a soak), the keys' lock objects are reset (their waiters
+//               fall back to polling); halfway, with requests waiting in an object's queue and
+//               holds open, the workerd runtime is restarted on the same persist directory
+//               (Miniflare disposed, a new one started): every request in flight fails. A lease
+//               taken (30 s TTL) just before the restart must be refused to each client's first
+//               attempt after it, and then released by its owner.
 //   d1/crash    three Worker scripts on one D1 database; a quarter of the holds on the last key
 //               are abandoned (acquired, never released): the key must be free again by TTL.
 //   d1/errors   the same, with a tenth of the D1 calls failing at the binding, half before the
@@ -223,12 +229,15 @@ async function runOne(out, { name, variant, longer = false }, seed) {
     if (!held.ok || seen.ok) throw new Error(`Worker scripts ${names[0]} and ${other} do not share one lock store`);
   }
   const keys = [0, 1].map((k) => `${label}:${k}`);
-  const acrossKey = `${label}:across`;
-  const stats = { requests: 0, infos: 0, failedAtRestart: 0, resets: 0, abandoned: 0, takeovers: 0, acrossRefused: 0, acrossReleased: null, staleRefused: 0 };
-  const inFlight = { waiting: 0, holding: 0 };
+  const CLIENTS = 12;
+  const stats = { requests: 0, infos: 0, failedAtRestart: 0, resets: [], restarts: [], abandoned: 0, takeovers: 0, acrossRefused: 0 };
+  const waiting = new Set(); // owners of waiting acquires in flight
+  const holding = new Set(); // owners holding, from the grant until their release answered
   const abandonedKeys = new Set(); // keys whose last hold was abandoned, not yet granted again
   let restarting = false;
-  let restarted = false;
+  let generation = 0; // runtime restarts so far; after each, every client tries that restart's `across` key once
+  let triedAcross = 0;
+  const acrossKey = (g) => `${label}:across${g}`;
   let labels = 0;
   const end = now() + durationMs;
 
@@ -267,14 +276,14 @@ async function runOne(out, { name, variant, longer = false }, seed) {
     const random = generator(seed * 104729 + c);
     const home = names[c % names.length];
     const elsewhere = () => (random() < 0.5 ? home : names[Math.floor(random() * names.length)]);
-    let triedAcross = false;
+    let seenGeneration = 0;
     while (now() < end) {
       await up;
       if (now() >= end) break;
-      // After the restart, each client's first round is an immediate acquire of the key held across it.
-      const acrossTurn = restarted && !triedAcross;
-      if (acrossTurn) triedAcross = true;
-      const key = acrossTurn ? acrossKey : keys[Math.floor(random() * keys.length)];
+      // After a restart, each client's first round is an immediate acquire of the key held across it.
+      const acrossTurn = seenGeneration < generation;
+      seenGeneration = generation;
+      const key = acrossTurn ? acrossKey(generation) : keys[Math.floor(random() * keys.length)];
       const roll = random();
       if (!acrossTurn && roll < 0.04) {
         const opName = roll < 0.02 ? "release" : "extend";
@@ -286,16 +295,19 @@ async function runOne(out, { name, variant, longer = false }, seed) {
       const immediate = key !== keys[0] || random() < 0.6;
       const owner = `c${c}:${labels++}`;
       const timeout = immediate ? 0 : TTL_MS;
-      if (!immediate) inFlight.waiting++;
+      if (!immediate) waiting.add(owner);
       const got = await op(c, "acquire", key, owner, TTL_MS, immediate, () => call(home, "/acquire", { key, ttlMs: TTL_MS, timeout }, timeout + 15_000));
-      if (!immediate) inFlight.waiting--;
-      if (key === acrossKey && got && !got.ok) stats.acrossRefused++;
+      waiting.delete(owner);
+      if (acrossTurn) {
+        triedAcross++;
+        if (got && !got.ok) stats.acrossRefused++;
+      }
       if (!got?.ok) {
         await sleep(random() * 3);
         continue;
       }
       if (abandonedKeys.delete(key)) stats.takeovers++; // the first grant after an abandoned hold
-      inFlight.holding++;
+      holding.add(owner);
       record({ client: c, key, owner, type: "enter" });
       const t0 = now();
       try {
@@ -311,64 +323,86 @@ async function runOne(out, { name, variant, longer = false }, seed) {
         await op(c, "extend", key, owner, TTL_MS, false, () => call(elsewhere(), "/extend", { serialized, ttlMs: TTL_MS }, 15_000));
       }
       record({ client: c, key, owner, type: "exit" });
-      inFlight.holding--;
       const abandon = key === keys[keys.length - 1] && s.abandonLast ? fate > 1 - s.abandonLast : fate > 0.97;
       if (abandon) {
         // The client goes away holding the lock: only the TTL frees the key.
         stats.abandoned++;
         abandonedKeys.add(key);
+        holding.delete(owner);
         continue;
       }
       await op(c, "release", key, owner, 0, false, () => call(elsewhere(), "/release", { serialized }, 15_000));
+      holding.delete(owner);
     }
   };
 
+  // Waits (at most 5 s) until a request waits in a queue and a hold is open; answers who.
+  const active = async () => {
+    const bound = now() + 5_000;
+    while ((waiting.size === 0 || holding.size === 0) && now() < bound) await sleep(2);
+    return { waiting: [...waiting], holding: holding.size };
+  };
+  // Each cycle (the whole run, or about 15 s of a longer one): a quarter in, the keys' lock objects are reset
+  // (queues and open calls lost, storage kept); halfway, the runtime is restarted, just after a
+  // lease with a long TTL was taken, which its owner releases once every client has tried it.
   const faults = async () => {
     if (!s.restart) return;
-    // A quarter in: reset the keys' lock objects (queues and open calls lost, storage kept).
-    await sleep(durationMs / 4);
-    const t0 = now();
-    for (const key of keys) await call(names[1], "/reset", { key }, 15_000).catch(() => {});
-    stats.resets += keys.length;
-    record({ client: RESTART, type: "restart", t0, t1: now(), persistent: true });
-    // Halfway: restart the runtime while a request waits in a queue and a hold is open (waiting
-    // for both at most 5 s), just after a lease with a long TTL was taken.
-    await sleep(Math.max(0, end - durationMs / 2 - now()));
-    const bound = now() + 5_000;
-    while ((inFlight.waiting === 0 || inFlight.holding === 0) && now() < bound) await sleep(2);
-    stats.activeAtRestart = { ...inFlight };
-    const across = await op(RESTART, "acquire", acrossKey, "across", ACROSS_TTL_MS, true, () =>
-      call(names[0], "/acquire", { key: acrossKey, ttlMs: ACROSS_TTL_MS, timeout: 0 }, 15_000),
-    );
-    let release;
-    up = new Promise((resolve) => (release = resolve));
-    restarting = true;
-    const r0 = now();
-    const old = rt;
-    await old.dispose();
-    rt = await startRuntime(options);
-    record({ client: RESTART, type: "restart", t0: r0, t1: now(), persistent: true });
-    stats.restartMs = Math.round(now() - r0);
-    restarting = false;
-    restarted = true;
-    release();
-    // At the end, the lease taken before the restart is released by its owner.
-    await sleep(Math.max(0, end - now()));
-    if (across?.ok) {
-      const released = await op(RESTART, "release", acrossKey, "across", 0, false, () =>
-        call(names[names.length - 1], "/release", { serialized: across.serialized }, 15_000),
+    const cycles = Math.max(1, Math.floor(durationMs / 15_000));
+    const cycle = durationMs / cycles;
+    for (let at = now(); at + cycle / 2 < end; at += cycle) {
+      await sleep(Math.max(0, at + cycle / 4 - now()));
+      const resetAt = await active();
+      const t0 = now();
+      for (const key of keys) await call(names[1], "/reset", { key }, 15_000).catch(() => {});
+      record({ client: RESTART, type: "restart", t0, t1: now(), persistent: true });
+      stats.resets.push(resetAt);
+
+      await sleep(Math.max(0, at + cycle / 2 - now()));
+      const g = generation + 1;
+      const across = await op(RESTART, "acquire", acrossKey(g), "across" + g, ACROSS_TTL_MS, true, () =>
+        call(names[0], "/acquire", { key: acrossKey(g), ttlMs: ACROSS_TTL_MS, timeout: 0 }, 15_000),
       );
-      stats.acrossReleased = released?.ok ?? null;
+      const restartAt = await active();
+      let serve;
+      up = new Promise((resolve) => (serve = resolve));
+      restarting = true;
+      const r0 = now();
+      await rt.dispose();
+      rt = await startRuntime(options);
+      record({ client: RESTART, type: "restart", t0: r0, t1: now(), persistent: true });
+      restarting = false;
+      triedAcross = 0;
+      generation = g;
+      serve();
+      while (triedAcross < CLIENTS && now() < end) await sleep(5);
+      let released = null;
+      if (across?.ok) {
+        const answer = await op(RESTART, "release", acrossKey(g), "across" + g, 0, false, () =>
+          call(names[names.length - 1], "/release", { serialized: across.serialized }, 15_000),
+        );
+        released = answer?.ok ?? null;
+      }
+      stats.restarts.push({ ...restartAt, ms: Math.round(now() - r0), acrossReleased: released });
     }
   };
 
   let clientError = null;
-  const clients = Array.from({ length: 12 }, (_, c) => client(c).catch((e) => (clientError ??= e)));
+  const clients = Array.from({ length: CLIENTS }, (_, c) => client(c).catch((e) => (clientError ??= e)));
   await Promise.all([...clients, faults().catch((e) => (clientError ??= e))]);
   await rt.dispose();
   rmSync(persistDir, { recursive: true, force: true });
 
   const report = checkHistory(history, { maxReported: 20 });
+  // How the waiters in flight at each reset and restart ended: ok or fail (they went on, by
+  // polling), or info (the request failed).
+  const outcome = new Map();
+  for (const e of history) if (e.op === "acquire" && e.type !== "invoke") outcome.set(e.owner, e.type);
+  const ended = (owners) => {
+    const n = { ok: 0, fail: 0, info: 0 };
+    for (const o of owners) n[outcome.get(o) ?? "info"]++;
+    return n;
+  };
+  for (const f of [...stats.resets, ...stats.restarts]) f.waiting = ended(f.waiting);
   const grants = history.filter((e) => e.type === "ok" && e.op === "acquire").length;
   const injected = history.filter((e) => e.type === "info" && /injected/.test(e.error ?? "")).length;
   const staleRefused = history.filter((e) => e.type === "write" && !e.accepted).length;
@@ -378,10 +412,10 @@ async function runOne(out, { name, variant, longer = false }, seed) {
     variant,
     seconds: Math.round(durationMs / 100) / 10,
     scripts: s.scripts,
-    clients: 12,
+    clients: CLIENTS,
     operations: report.operations,
     grants,
-    faults: stats.resets + (restarted ? 1 : 0) + injected + stats.abandoned,
+    faults: stats.resets.length + stats.restarts.length + injected + stats.abandoned,
     injected,
     staleRefused,
     ...stats,
@@ -396,11 +430,12 @@ async function runOne(out, { name, variant, longer = false }, seed) {
   if (variant === "correct") {
     if (report.violationCount > 0) problems.push(`${report.violationCount} violations: ${report.violations.slice(0, 3).map((v) => `${v.kind}: ${v.message}`).join(" | ")}`);
     if (s.restart) {
-      if (!restarted) problems.push("the runtime was not restarted");
-      if (!(stats.activeAtRestart?.waiting > 0 && stats.activeAtRestart?.holding > 0)) problems.push(`no waiter and holder at the restart: ${JSON.stringify(stats.activeAtRestart)}`);
+      const busy = (f) => f.holding > 0 && f.waiting.ok + f.waiting.fail + f.waiting.info > 0;
+      if (stats.restarts.length === 0) problems.push("the runtime was not restarted");
+      if (!stats.resets.every(busy) || !stats.restarts.every(busy)) problems.push(`a reset or restart found no waiter or no holder: ${JSON.stringify([stats.resets, stats.restarts])}`);
       if (stats.failedAtRestart === 0) problems.push("no request failed at the restart");
-      if (stats.acrossRefused === 0) problems.push("the lease held across the restart was never refused to anyone after it");
-      if (stats.acrossReleased !== true) problems.push(`the lease held across the restart: its owner's release answered ${stats.acrossReleased}`);
+      if (stats.acrossRefused === 0) problems.push("no lease held across a restart was refused to anyone after it");
+      if (!stats.restarts.every((r) => r.acrossReleased === true)) problems.push(`a lease held across a restart was not released by its owner: ${JSON.stringify(stats.restarts)}`);
     }
     if (s.abandonLast && stats.takeovers === 0) problems.push("no abandoned key was acquired again");
     if (s.errorRate && injected === 0) problems.push("no D1 call failed");
