@@ -47,6 +47,8 @@ pub const MISSING_BUCKET_PREFIX: &str = "missing";
 struct Entry {
     value: Vec<u8>,
     version: u64,
+    /// The value this write replaced (what [`Broken::StaleReads`] may answer).
+    previous: Option<Vec<u8>>,
 }
 
 /// The shared key-value store: buckets of keys, one lock for all (linearisable).
@@ -61,6 +63,25 @@ struct KvInner {
     writes: u64,
     swaps: u64,
     failed_swaps: u64,
+}
+
+impl KvInner {
+    /// Writes `value` at `key` as a new version.
+    fn write(&mut self, bucket: String, key: String, value: Vec<u8>) {
+        self.writes += 1;
+        let version = self.writes;
+        let slot = self.buckets.entry(bucket).or_default().entry(key);
+        let previous = match &slot {
+            std::collections::hash_map::Entry::Occupied(e) => Some(e.get().value.clone()),
+            std::collections::hash_map::Entry::Vacant(_) => None,
+        };
+        let entry = Entry {
+            value,
+            version,
+            previous,
+        };
+        slot.insert_entry(entry);
+    }
 }
 
 impl SharedKv {
@@ -80,16 +101,8 @@ impl SharedKv {
 
     /// Writes a raw value, as some other program sharing the bucket might.
     pub fn put(&self, bucket: &str, key: &str, value: &[u8]) {
-        let mut kv = self.lock();
-        kv.writes += 1;
-        let version = kv.writes;
-        kv.buckets.entry(bucket.to_owned()).or_default().insert(
-            key.to_owned(),
-            Entry {
-                value: value.to_vec(),
-                version,
-            },
-        );
+        self.lock()
+            .write(bucket.to_owned(), key.to_owned(), value.to_vec());
     }
 
     /// (successful swaps, failed swaps) so far: proof that contenders really raced.
@@ -98,8 +111,11 @@ impl SharedKv {
         (kv.swaps, kv.failed_swaps)
     }
 
-    fn version(&self, bucket: &str, key: &str) -> (Option<Vec<u8>>, u64) {
+    /// The value at `key` and its version; with `stale`, the value before the latest write
+    /// (still with the latest version).
+    fn version(&self, bucket: &str, key: &str, stale: bool) -> (Option<Vec<u8>>, u64) {
         match self.lock().buckets.get(bucket).and_then(|b| b.get(key)) {
+            Some(e) if stale => (e.previous.clone(), e.version),
             Some(e) => (Some(e.value.clone()), e.version),
             None => (None, 0),
         }
@@ -152,6 +168,9 @@ pub enum Broken {
     RacyCompareAndSwap,
     /// Every instance's wall clock stands still at the host's creation: no hold ever expires.
     FrozenClock,
+    /// A fifth of `cas.new` calls see the value before the latest write, with the latest
+    /// version (a replica one write behind): the swap that follows is accepted on a stale read.
+    StaleReads,
 }
 
 /// What a faulty host has injected so far.
@@ -401,7 +420,11 @@ impl State {
         bucket: String,
         key: String,
     ) -> Result<Resource<CasHandle>, store::Error> {
-        let (seen, version) = self.kv.version(&bucket, &key);
+        let stale = self
+            .faults
+            .as_mut()
+            .is_some_and(|f| f.broken() == Some(Broken::StaleReads) && f.rng.chance(0.2));
+        let (seen, version) = self.kv.version(&bucket, &key, stale);
         self.table
             .push(CasHandle {
                 bucket,
@@ -417,7 +440,7 @@ impl State {
     /// The broken `swap` of [`Broken::RacyCompareAndSwap`]: compare, let go of the map, yield,
     /// write unconditionally. Another instance's swap can land in between and be overwritten.
     fn racy_swap(&mut self, cas: CasHandle, value: Vec<u8>) -> Result<(), atomics::CasError> {
-        let current = self.kv.version(&cas.bucket, &cas.key).1;
+        let current = self.kv.version(&cas.bucket, &cas.key, false).1;
         if current != cas.version {
             self.kv.lock().failed_swaps += 1;
             let next = self
@@ -429,13 +452,8 @@ impl State {
         std::thread::sleep(Duration::from_micros(pause));
         {
             let mut kv = self.kv.lock();
-            kv.writes += 1;
             kv.swaps += 1;
-            let version = kv.writes;
-            kv.buckets
-                .entry(cas.bucket)
-                .or_default()
-                .insert(cas.key, Entry { value, version });
+            kv.write(cas.bucket, cas.key, value);
         }
         self.after_write("swap")
             .map_err(atomics::CasError::StoreError)
@@ -451,26 +469,17 @@ impl atomics::Host for State {
     ) -> Result<i64, store::Error> {
         let name = self.table.get(&bucket).map_err(other)?.name.clone();
         let mut kv = self.kv.lock();
-        kv.writes += 1;
-        let version = kv.writes;
-        let entry = kv
+        let current = kv
             .buckets
-            .entry(name)
-            .or_default()
-            .entry(key)
-            .or_insert(Entry {
-                value: b"0".to_vec(),
-                version,
-            });
-        let n: i64 = std::str::from_utf8(&entry.value)
+            .get(&name)
+            .and_then(|b| b.get(&key))
+            .map_or_else(|| b"0".to_vec(), |e| e.value.clone());
+        let n: i64 = std::str::from_utf8(&current)
             .ok()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| other("not a number"))?;
         let n = n.checked_add(delta).ok_or_else(|| other("overflow"))?;
-        *entry = Entry {
-            value: n.to_string().into_bytes(),
-            version,
-        };
+        kv.write(name, key, n.to_string().into_bytes());
         Ok(n)
     }
 
@@ -491,13 +500,8 @@ impl atomics::Host for State {
                 .and_then(|b| b.get(&cas.key))
                 .map_or(0, |e| e.version);
             if current == cas.version {
-                kv.writes += 1;
                 kv.swaps += 1;
-                let version = kv.writes;
-                kv.buckets
-                    .entry(cas.bucket)
-                    .or_default()
-                    .insert(cas.key, Entry { value, version });
+                kv.write(cas.bucket, cas.key, value);
                 drop(kv);
                 return self
                     .after_write("swap")

@@ -4,8 +4,8 @@
 //! what it saw — invoke / ok / fail / info of each acquire, release and extend, entering and
 //! leaving its critical section, writes to a fenced resource — on the one clock they share, and
 //! the history checker (`keel_lock::history`) judges the merged history: a correct host must give
-//! 0 violations, and a broken one (a compare-and-swap that is not atomic, a clock that stands
-//! still so nothing expires) must be caught.
+//! 0 violations, and a broken one (a compare-and-swap that is not atomic, reads one write behind,
+//! a clock that stands still so nothing expires) must be caught.
 //!
 //! `KEEL_COMPONENT_FAULT_SECONDS` sets how long each correct-host run lasts (default 4);
 //! `KEEL_COMPONENT_FAULT_BROKEN_SEEDS=N` runs each broken host with seeds 1 to N (default 3),
@@ -520,6 +520,13 @@ fn caught(broken: Broken, kind: ViolationKind) {
 #[test]
 fn racy_compare_and_swap_is_caught() {
     caught(Broken::RacyCompareAndSwap, ViolationKind::FenceOrder);
+}
+
+/// Reads one write behind under a version-checked swap: a holder's key looks free (or its
+/// fence older), and the same fence is granted twice.
+#[test]
+fn stale_reads_are_caught() {
+    caught(Broken::StaleReads, ViolationKind::FenceOrder);
 }
 
 /// Nothing expires: an abandoned hold (or an acquire that landed but answered an error) keeps
