@@ -6,7 +6,7 @@
 # provides wasi:keyvalue (draft2, with compare-and-swap) over one store shared by several
 # instances on several threads, runs the lock's properties through the exported interface,
 # races instances on a host that fails and delays its key-value calls (their recorded histories
-# judged by the history checker, and two broken hosts that must be caught) and checks what each
+# judged by the history checker, and three broken hosts that must be caught) and checks what each
 # world exports. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -10,7 +10,8 @@
 //! `set`, `cas.new` and `swap` calls fail without touching the map, a share of its writes
 //! (`set`, `swap`) land and then answer an error, and a share of calls are delayed before or
 //! after they act. [`Broken`] makes it a host no lock can be built on (a compare-and-swap that
-//! is not atomic, a wall clock that stands still), for the tests that must catch it.
+//! is not atomic, reads one write behind, a wall clock that stands still), for the tests that
+//! must catch it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
