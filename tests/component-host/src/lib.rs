@@ -137,7 +137,8 @@ pub struct Faults {
     pub delay: f64,
     /// The longest ordinary delay, in ms.
     pub max_delay_ms: u64,
-    /// Share of calls stalled for `stall_ms` (a store that stops answering for a while).
+    /// Share of calls stalled for `stall_ms` (a store that stops answering for a while), half
+    /// of them before acting, half after.
     pub stall: f64,
     /// How long a stall lasts, in ms.
     pub stall_ms: u64,
@@ -242,7 +243,7 @@ impl Injector {
     /// Maybe sleeps (an ordinary delay or a stall).
     fn maybe_delay(&mut self) {
         let f = &self.plan.faults;
-        if self.rng.chance(f.stall) {
+        if self.rng.chance(f.stall / 2.0) {
             Self::count(&self.plan.stalled);
             std::thread::sleep(Duration::from_millis(f.stall_ms));
         } else if self.rng.chance(f.delay / 2.0) {

@@ -58,14 +58,14 @@ fn now_us() -> Micros {
 }
 
 /// The faults of every run: 4% of calls fail before acting, 4% of writes fail after landing,
-/// 6% of calls are delayed up to 10 ms and 0.3% stall for 1.5 TTLs.
+/// 6% of calls are delayed up to 10 ms and 0.6% stall for 1.5 TTLs.
 fn faults(seed: u64, broken: Option<Broken>) -> Faults {
     Faults {
         fail_before: 0.04,
         fail_after: 0.04,
         delay: 0.06,
         max_delay_ms: 10,
-        stall: 0.003,
+        stall: 0.006,
         stall_ms: TTL_MS * 3 / 2,
         broken,
         ..Faults::none(seed)
