@@ -4,7 +4,7 @@
 //   node lib/client.js '<json config>'
 //   config: { id, store: { kind: "memory" | "redis" | "sqlite" | "pg", port?, path?, url? },
 //             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse",
-//             keys, ttlMs, holdMs, durationMs, seed, errorRate, clients, history, victim }
+//             keys, ttlMs, holdMs, durationMs, seed, errorRate, clients, history, victim, probe }
 // A victim ("kill" | "stop") tells the parent over IPC when it is inside its critical section
 // and waits for "go" before its fenced write: the parent kills it there, or stops it past its
 // TTL and continues it, and then the write must be refused.
@@ -16,10 +16,15 @@ import { makeStoreFor } from "./stores.js";
 
 const config = JSON.parse(process.argv[2]);
 const { id, variant, keys: keyCount, ttlMs, holdMs, durationMs, seed, errorRate = 0, clients = 1, victim = null } = config;
-const CLOCK_ERROR_MS = 1; // performance.timeOrigin across processes: the system clock, read once per process
+// Stamps: the machine's monotonic clock (process.hrtime, one clock for every process) from the
+// runner's anchor, so every process's stamps are on the runner's timeline. Each process's own
+// performance.timeOrigin is not: Node reads it from two clocks at start, and a process preempted
+// between the reads is off by as long (milliseconds on a loaded machine: enough for false
+// overlaps). The margin covers the store's clock reading the same machine's time.
+const CLOCK_ERROR_MS = 1;
 
 const fd = openSync(config.history, "a");
-const now = () => performance.timeOrigin + performance.now();
+const now = () => config.clockAnchor + Number(process.hrtime.bigint()) / 1e6;
 const record = (event) => {
   const t = event.t0 ?? now();
   const line = { client: id, ...event, t0: t - CLOCK_ERROR_MS, t1: (event.t1 ?? t) + CLOCK_ERROR_MS };
@@ -45,6 +50,7 @@ const { store, resource, close } = await makeStoreFor(config.store, {
   lib: { MemoryLockStore, redisLockStore, redisLockKeys, databaseLockStore, schema },
 });
 setLockStore(store);
+process.send?.({ ready: true }); // the runner starts its clock once every first process is ready
 
 const keys = Array.from({ length: keyCount }, (_, k) => `${config.keyPrefix ?? "fault:"}${k}`);
 const deadline = now() + durationMs;
@@ -155,7 +161,30 @@ async function user(cid) {
   }
 }
 
-await Promise.all(Array.from({ length: clients }, (_, c) => user(c)));
+// The prober: a key of its own that nobody else uses. It takes the key, abandons the lease, and
+// asks again (immediately) only once that lease has certainly run out, so every answer is decided
+// while the key is certainly free: a correct store grants it, a store that never expires refuses
+// it in plain sight, whatever the other clients' unknown outcomes do to the shared keys.
+async function prober() {
+  const key = `${config.keyPrefix ?? "fault:"}probe`;
+  while (now() < deadline - ttlMs) {
+    const l = lock(key, ttlMs);
+    const label = `probe${id}:${labels++}`;
+    const got = await recorded("acquire", key, label, ttlMs, true, async () => {
+      const ok = await l.acquire({ timeout: 0 });
+      return { ok, fence: ok ? l.fence : null };
+    });
+    if (got) {
+      stats.grants++;
+      record({ key, owner: label, type: "enter" });
+      record({ key, owner: label, type: "exit" });
+    } else if (got === false) stats.refused++;
+    // Past the TTL (and the checker's tolerance) from this answer, whatever it was.
+    await sleep(ttlMs + 50);
+  }
+}
+
+await Promise.all([...Array.from({ length: clients }, (_, c) => user(c)), ...(config.probe ? [prober()] : [])]);
 closeSync(fd);
 process.stdout.write(JSON.stringify(stats) + "\n");
 await Promise.race([close(), sleep(5_000)]);

@@ -3,7 +3,10 @@
 //   correct       the store as shipped
 //   owner-blind   release deletes the key whoever holds it
 //   no-expiry     every lease is taken (and extended) for 2^31 - 1 ms, whatever the TTL asked
-//   fence-reuse   each process counts fences for itself, so two processes hand out the same ones
+//   fence-reuse   each process counts fences for itself, so two processes hand out the same ones;
+//                 the memory store lives in one process, where that is one counter, so there the
+//                 count is kept with the key's entry and forgotten when the key is released (the
+//                 next holder is handed fence 1 again)
 // `errorRate` makes that share of store calls throw: half before the call reaches the store, half
 // after it took effect with the answer lost.
 import IORedis from "ioredis";
@@ -121,7 +124,7 @@ export async function prepare(spec, schema) {
 
 const METHODS = ["acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw"];
 
-function broken(store, variant, forceRelease) {
+function broken(store, variant, forceRelease, kind) {
   const methods = {};
   for (const name of METHODS) if (typeof store[name] === "function") methods[name] = store[name].bind(store);
   switch (variant) {
@@ -139,8 +142,26 @@ function broken(store, variant, forceRelease) {
         }),
       };
     case "fence-reuse": {
-      let last = 0;
       const { acquireOrWait: _waits, withdraw: _withdraw, ...plain } = methods;
+      if (kind === "memory") {
+        const counts = new Map();
+        return {
+          ...plain,
+          async acquire(key, owner, ttl) {
+            const granted = await methods.acquire(key, owner, ttl);
+            if (!granted) return granted;
+            const fence = (counts.get(key) ?? 0) + 1;
+            counts.set(key, fence);
+            return { fence };
+          },
+          async release(key, owner) {
+            const released = await methods.release(key, owner);
+            if (released === true) counts.delete(key);
+            return released;
+          },
+        };
+      }
+      let last = 0;
       return {
         ...plain,
         async acquire(key, owner, ttl) {
@@ -171,5 +192,5 @@ function failing(store, rate, random) {
 
 export async function makeStoreFor(spec, { variant, errorRate, random, lib }) {
   const b = await backend(spec, lib);
-  return { store: failing(broken(b.store, variant, b.forceRelease), errorRate, random), resource: b.resource, close: b.close };
+  return { store: failing(broken(b.store, variant, b.forceRelease, spec.kind), errorRate, random), resource: b.resource, close: b.close };
 }
