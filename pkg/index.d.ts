@@ -218,6 +218,23 @@ export declare class LockUnavailableError extends Error {
   readonly key: string;
 }
 
+/**
+ * Rejects a lock call whose store did not answer in time, so the call was abandoned: a call
+ * outside a wait gets the lock's TTL (an acquire answered later could only grant an expired
+ * hold). Its outcome is unknown; a grant answered later is released. A wait with `timeout`
+ * never fails this way: it resolves `false` / `[false, undefined]` when the timeout is spent.
+ */
+export declare class LockStoreTimeoutError extends Error {
+  constructor(key: string, operation: string, afterMs: number, message?: string);
+  readonly name: "LockStoreTimeoutError";
+  /** The lock's key. */
+  readonly key: string;
+  /** The store method that went unanswered, e.g. `"release"`. */
+  readonly operation: string;
+  /** How long it was given, in ms. */
+  readonly afterMs: number;
+}
+
 /** A lock on `key`, held for `ttlMs` (default 30_000) once acquired, on the current store. */
 export declare function lock(key: string, ttlMs?: number): Lock;
 /** Rebuild a lock from `serialize()`, owner token and all, on the current store. */

@@ -62,6 +62,21 @@ pub enum Error<E> {
         /// The store's own error, unchanged.
         error: E,
     },
+    /// The store did not answer within `after_ms`, so the call was abandoned. Its outcome is
+    /// unknown; a grant it makes later is released (see [`crate::LockStore`]). An acquire that
+    /// waits with a timeout is never failed this way: it answers `false` when the timeout is
+    /// spent.
+    #[error("{store} store did not answer {operation} of \"{key}\" within {after_ms} ms")]
+    StoreTimeout {
+        /// The key of the lock.
+        key: String,
+        /// The store's name, from [`crate::LockStore::name`].
+        store: &'static str,
+        /// The operation that went unanswered.
+        operation: Operation,
+        /// How long the call was given.
+        after_ms: u64,
+    },
     /// The store does not offer the operation (e.g. `force_release`).
     #[error("the {store} store does not support {operation}")]
     Unsupported {

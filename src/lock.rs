@@ -161,10 +161,74 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
     }
 
+    /// `call`, unless it is still unanswered when `ms()` more milliseconds have passed: then
+    /// `None`, and the call is dropped (a store answers a late grant by releasing it; see
+    /// [`LockStore`]). The timer starts only if the call does not complete on its first poll,
+    /// and never for a store that [`LockStore::always_answers`].
+    async fn within<T>(
+        &self,
+        call: impl Future<Output = T>,
+        ms: impl FnOnce() -> u64,
+    ) -> Option<T> {
+        let mut call = std::pin::pin!(call);
+        if self.store.always_answers() {
+            return Some(call.await);
+        }
+        let mut ms = Some(ms);
+        // Boxed and type-erased, so that one copy of the timer code serves every call site.
+        let mut timer: Option<crate::race::LocalFuture<'_, ()>> = None;
+        std::future::poll_fn(move |cx| {
+            if let Poll::Ready(out) = call.as_mut().poll(cx) {
+                return Poll::Ready(Some(out));
+            }
+            let timer = timer.get_or_insert_with(|| {
+                let ms = ms.take().map_or(0, |f| f());
+                Box::pin(self.runtime.sleep(ms))
+            });
+            match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
+    }
+
+    fn store_timeout(&self, operation: Operation, after_ms: u64) -> Error<S::Error> {
+        Error::StoreTimeout {
+            key: self.key.as_str().to_owned(),
+            store: self.store.name(),
+            operation,
+            after_ms,
+        }
+    }
+
+    /// One store call outside a wait, bounded by the lock's TTL: an acquire answered any later
+    /// could only grant a hold whose local deadline (sent + TTL) has already passed, and a hold
+    /// being released or extended has expired by then. Unanswered, it fails with
+    /// [`Error::StoreTimeout`].
+    async fn call<T>(
+        &self,
+        operation: Operation,
+        call: impl Future<Output = Result<T, S::Error>>,
+    ) -> LockResult<T, S> {
+        let limit = self.ttl.as_ms();
+        match self.within(call, move || limit).await {
+            Some(answer) => answer.map_err(self.store_error(operation)),
+            None => Err(self.store_timeout(operation, limit)),
+        }
+    }
+
     /// Tries to take the lock with a fresh owner token. With `options.timeout_ms > 0`, waits
     /// until it succeeds or the timeout is spent: parked in the store's queue when the store
     /// hands keys over ([`LockStore::hands_over`]), otherwise retrying every `retry_delay_ms`
     /// (one last attempt is made at the deadline). Answers whether this handle now holds it.
+    ///
+    /// A store that does not answer cannot stretch the wait: an attempt still unanswered when
+    /// the timeout is spent is abandoned (one sent less than `retry_delay_ms` before the
+    /// deadline gets until `retry_delay_ms` after it was sent, as does a store's own wait) and
+    /// the answer is `false`; an attempt unanswered after the TTL is abandoned and retried
+    /// while the timeout lasts. Without a timeout, the one attempt is bounded by the TTL and
+    /// fails with [`Error::StoreTimeout`].
     pub async fn acquire(&self, options: AcquireOptions) -> LockResult<bool, S> {
         self.acquire_until(options, std::future::pending()).await
     }
@@ -191,29 +255,44 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             let waiting = self
                 .store
                 .acquire_or_wait(&self.key, &owner, self.ttl, wait);
+            // The store ends the wait itself; the bound is for a store that never answers.
+            let answer_by = give_up_at.saturating_add(pause);
+            let waiting = self.within(waiting, || answer_by.saturating_sub(self.runtime.now_ms()));
             return match race(waiting, cancel.as_mut()).await {
-                Either::First(grant) => {
+                Either::First(Some(grant)) => {
                     match grant.map_err(self.store_error(Operation::Acquire))? {
                         Some(grant) => self.settle_grant(owner, sent, grant, cancel).await,
                         None => Ok(false),
                     }
                 }
+                Either::First(None) => Ok(false),
                 Either::Second(()) => {
-                    self.store
-                        .withdraw(&self.key, &owner)
-                        .await
-                        .map_err(self.store_error(Operation::Acquire))?;
+                    let withdraw = self.store.withdraw(&self.key, &owner);
+                    self.call(Operation::Acquire, withdraw).await?;
                     Err(Error::Aborted)
                 }
             };
         }
         let mut sent = sent;
+        let ttl = self.ttl.as_ms();
         loop {
-            let grant = self
-                .store
-                .acquire(&self.key, &owner, self.ttl)
-                .await
-                .map_err(self.store_error(Operation::Acquire))?;
+            let attempt = self.store.acquire(&self.key, &owner, self.ttl);
+            let answer_by = match options.timeout_ms {
+                0 => sent.saturating_add(ttl),
+                _ => give_up_at
+                    .max(sent.saturating_add(pause))
+                    .min(sent.saturating_add(ttl)),
+            };
+            let answer = self
+                .within(attempt, || answer_by.saturating_sub(self.runtime.now_ms()))
+                .await;
+            let grant = match answer {
+                Some(grant) => grant.map_err(self.store_error(Operation::Acquire))?,
+                None if options.timeout_ms == 0 => {
+                    return Err(self.store_timeout(Operation::Acquire, ttl))
+                }
+                None => None,
+            };
             if let Some(grant) = grant {
                 return self.settle_grant(owner, sent, grant, cancel).await;
             }
@@ -239,10 +318,8 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         cancel: std::pin::Pin<&mut impl Future<Output = ()>>,
     ) -> LockResult<bool, S> {
         if is_done(cancel) {
-            self.store
-                .withdraw(&self.key, &owner)
-                .await
-                .map_err(self.store_error(Operation::Release))?;
+            let withdraw = self.store.withdraw(&self.key, &owner);
+            self.call(Operation::Release, withdraw).await?;
             return Err(Error::Aborted);
         }
         self.take_hold(owner, sent, grant);
@@ -274,10 +351,8 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// store answers: a newer acquire on this handle keeps its own hold).
     async fn release_hold(&self, owner: &OwnerToken) -> LockResult<bool, S> {
         let released = self
-            .store
-            .release(&self.key, owner)
-            .await
-            .map_err(self.store_error(Operation::Release))?;
+            .call(Operation::Release, self.store.release(&self.key, owner))
+            .await?;
         self.record_outcome(owner, if released { Hold::None } else { Hold::Lost });
         Ok(released)
     }
@@ -293,10 +368,8 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         };
         let sent = self.runtime.now_ms();
         let extended = self
-            .store
-            .extend(&self.key, &owner, ttl)
-            .await
-            .map_err(self.store_error(Operation::Extend))?;
+            .call(Operation::Extend, self.store.extend(&self.key, &owner, ttl))
+            .await?;
         if extended {
             self.record_outcome(
                 &owner,
@@ -596,10 +669,8 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// Answers whether anyone held it; fails with [`Error::Unsupported`] when the store cannot.
     pub async fn force_release(&self) -> LockResult<bool, S> {
         let outcome = self
-            .store
-            .force_release(&self.key)
-            .await
-            .map_err(self.store_error(Operation::ForceRelease))?;
+            .call(Operation::ForceRelease, self.store.force_release(&self.key))
+            .await?;
         match outcome {
             ForceRelease::Freed => Ok(true),
             ForceRelease::WasFree => Ok(false),
@@ -612,18 +683,17 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
 
     /// Whether anyone (not necessarily this handle) holds the key.
     pub async fn is_locked(&self) -> LockResult<bool, S> {
-        self.store
-            .is_locked(&self.key)
+        self.call(Operation::IsLocked, self.store.is_locked(&self.key))
             .await
-            .map_err(self.store_error(Operation::IsLocked))
     }
 
     /// Milliseconds until the key's expiry, or `None` when nobody holds it.
     pub async fn remaining_time(&self) -> LockResult<Option<u64>, S> {
-        self.store
-            .remaining_time(&self.key)
-            .await
-            .map_err(self.store_error(Operation::RemainingTime))
+        self.call(
+            Operation::RemainingTime,
+            self.store.remaining_time(&self.key),
+        )
+        .await
     }
 
     /// Did this handle hold the lock and lose it? Judged without a store call, against a

@@ -508,6 +508,9 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
     fn hands_over(&self) -> bool {
         true
     }
+    fn always_answers(&self) -> bool {
+        true
+    }
     async fn acquire_or_wait(
         &self,
         key: &Key,

@@ -17,6 +17,11 @@ use crate::token::OwnerToken;
 /// rather than a `bool` so that what a store knows about an acquisition (its fence) travels with
 /// it; further capabilities arrive as provided methods with defaults, so existing stores keep
 /// compiling and keep their meaning. ARCHITECTURE.md has the design.
+///
+/// The core bounds every call (see [`crate::Lock`]): it drops a future that has not completed
+/// in time. A store whose call may still take effect after that (a request already sent) must
+/// then undo a grant it answers late — release it — so that an abandoned acquire never leaves a
+/// key held until its TTL. The JS seam and the Durable Object store do this for every JS store.
 #[allow(async_fn_in_trait)]
 pub trait LockStore {
     /// The store's own error, passed through to callers unchanged.
@@ -55,6 +60,12 @@ pub trait LockStore {
     /// ([`LockStore::acquire_or_wait`]). When it does not, the core polls `acquire` every
     /// retry delay instead.
     fn hands_over(&self) -> bool {
+        false
+    }
+
+    /// Whether every call completes on its own, on time: an in-process store whose waits keep
+    /// their own deadlines (the memory store). The core then sets no timer to bound its calls.
+    fn always_answers(&self) -> bool {
         false
     }
 
@@ -134,6 +145,9 @@ macro_rules! forward_store {
             }
             async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, S::Error> {
                 (**self).remaining_time(key).await
+            }
+            fn always_answers(&self) -> bool {
+                (**self).always_answers()
             }
             fn hands_over(&self) -> bool {
                 (**self).hands_over()

@@ -15,3 +15,4 @@ export const {
 } = wasm;
 export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
 export const LockUnavailableError = wasm.__lockUnavailableErrorClass();
+export const LockStoreTimeoutError = wasm.__lockStoreTimeoutErrorClass();

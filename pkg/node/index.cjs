@@ -13,4 +13,5 @@ module.exports = {
   Lock: wasm.Lock,
   LockNotHeldError: wasm.__lockNotHeldErrorClass(),
   LockUnavailableError: wasm.__lockUnavailableErrorClass(),
+  LockStoreTimeoutError: wasm.__lockStoreTimeoutErrorClass(),
 };

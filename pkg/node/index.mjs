@@ -10,4 +10,5 @@ export const {
   Lock,
   LockNotHeldError,
   LockUnavailableError,
+  LockStoreTimeoutError,
 } = keel;

@@ -20,6 +20,7 @@ export const {
 } = wasm;
 export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
 export const LockUnavailableError = wasm.__lockUnavailableErrorClass();
+export const LockStoreTimeoutError = wasm.__lockStoreTimeoutErrorClass();
 
 /**
  * The Durable Object that holds lock rows. Re-export it from your Worker's entry module

@@ -100,6 +100,12 @@ pub fn lock_unavailable_error_class() -> JsValue {
     super::lock::lock_unavailable_error_class()
 }
 
+/// The `LockStoreTimeoutError` class (exported by the package entry points).
+#[wasm_bindgen(js_name = __lockStoreTimeoutErrorClass, skip_typescript)]
+pub fn lock_store_timeout_error_class() -> JsValue {
+    super::convert::lock_store_timeout_error_class()
+}
+
 /// The `LockNotHeldError` class (exported by the package entry points).
 #[wasm_bindgen(js_name = __lockNotHeldErrorClass, skip_typescript)]
 pub fn lock_not_held_error_class() -> JsValue {

@@ -14,6 +14,10 @@ extern "C" {
     pub(crate) fn not_held_error(key: &str, message: &str) -> JsValue;
     #[wasm_bindgen(js_name = errorClass)]
     pub(crate) fn lock_not_held_error_class() -> JsValue;
+    #[wasm_bindgen(js_name = storeTimeout)]
+    fn store_timeout_error(key: &str, operation: &str, after_ms: f64) -> JsValue;
+    #[wasm_bindgen(js_name = storeTimeoutErrorClass)]
+    pub(crate) fn lock_store_timeout_error_class() -> JsValue;
 }
 
 /// `Reflect.get(target, "name")` for a literal name whose JS string is made once per isolate,
@@ -64,6 +68,12 @@ pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
             not_held_error(&key, &message)
         }
         Error::Store { error, .. } => error,
+        Error::StoreTimeout {
+            key,
+            operation,
+            after_ms,
+            ..
+        } => store_timeout_error(&key, method_name(operation), after_ms as f64),
         Error::Unsupported { store, operation } => js_sys::Error::new(&format!(
             "the {store} store does not support {}()",
             method_name(operation)
@@ -202,10 +212,14 @@ pub(crate) fn object(pairs: &[(&str, JsValue)]) -> Result<JsValue, JsValue> {
 
 /// Resolves a value a JS callback answered: a thenable is awaited (its rejection comes back as
 /// the same JS value), anything else is returned as is.
+/// Whether `await value` would wait: an object or function with a callable `then`.
+pub(crate) fn is_thenable(value: &JsValue) -> bool {
+    (value.is_object() || value.is_function())
+        && get_prop!(value, "then").is_ok_and(|t| t.is_function())
+}
+
 pub(crate) async fn resolve_answer(answer: JsValue) -> Result<JsValue, JsValue> {
-    let thenable = (answer.is_object() || answer.is_function())
-        && get_prop!(&answer, "then").is_ok_and(|t| t.is_function());
-    if thenable {
+    if is_thenable(&answer) {
         super::promises::settled(&answer).await
     } else {
         Ok(answer)

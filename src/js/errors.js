@@ -11,6 +11,25 @@ export class LockNotHeldError extends Error {
   }
 }
 
+/** Rejects a lock call whose store did not answer in time: the call was abandoned. */
+export class LockStoreTimeoutError extends Error {
+  constructor(key, operation, afterMs, message) {
+    super(message ?? `the lock store did not answer ${operation}() for "${key}" within ${afterMs} ms`);
+    this.name = "LockStoreTimeoutError";
+    this.key = key;
+    this.operation = operation;
+    this.afterMs = afterMs;
+  }
+}
+
+export function storeTimeout(key, operation, afterMs) {
+  return new LockStoreTimeoutError(key, operation, afterMs);
+}
+
+export function storeTimeoutErrorClass() {
+  return LockStoreTimeoutError;
+}
+
 export function notHeld(key, message) {
   return new LockNotHeldError(key, message);
 }

@@ -45,6 +45,16 @@ export function cancel(id) {
   u();
 }
 
+/**
+ * A caller stopped waiting for `answer`, an acquire still in flight: if it turns out to be a
+ * grant, `target.release(key, owner)`, so no key stays held for a caller that is gone.
+ */
+export function releaseLateGrant(answer, target, key, owner) {
+  Promise.resolve(answer)
+    .then((a) => (a === false || a == null ? undefined : target.release(key, owner)))
+    .then(undefined, () => {});
+}
+
 const pending = new Map();
 
 /** A promise the core settles later with `settle(id, ok, value)`. */

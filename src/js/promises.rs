@@ -26,6 +26,8 @@ extern "C" {
     #[wasm_bindgen(js_name = onAbort)]
     fn on_abort(signal: &JsValue, id: u32);
     fn settle(id: u32, ok: bool, value: &JsValue);
+    #[wasm_bindgen(js_name = releaseLateGrant)]
+    fn release_late_grant(answer: &JsValue, target: &JsValue, key: &str, owner: &str);
 }
 
 /// What a waiting future knows: its waker, and the outcome once JS reported it.
@@ -107,6 +109,43 @@ pub(crate) fn settled(value: &JsValue) -> impl Future<Output = Result<JsValue, J
     let id = open_slot();
     watch(value, id);
     Settled { id }
+}
+
+/// Settles an acquire's answer (see [`settled`]). If the future is dropped first — the core
+/// abandoned the call — a grant the answer brings later is released with
+/// `target.release(key, owner)`.
+pub(crate) async fn grant_answer(
+    answer: JsValue,
+    target: &JsValue,
+    key: &str,
+    owner: &str,
+) -> Result<JsValue, JsValue> {
+    if !super::convert::is_thenable(&answer) {
+        return Ok(answer);
+    }
+    struct Abandoned<'a> {
+        answer: Option<JsValue>,
+        target: &'a JsValue,
+        key: &'a str,
+        owner: &'a str,
+    }
+    impl Drop for Abandoned<'_> {
+        fn drop(&mut self) {
+            if let Some(answer) = self.answer.take() {
+                release_late_grant(&answer, self.target, self.key, self.owner);
+            }
+        }
+    }
+    let watching = settled(&answer);
+    let mut abandoned = Abandoned {
+        answer: Some(answer),
+        target,
+        key,
+        owner,
+    };
+    let outcome = watching.await;
+    abandoned.answer = None;
+    outcome
 }
 
 /// A one-shot JS event (a timer firing, a signal aborting) as a future; dropping it before the

@@ -8,6 +8,7 @@ use js_sys::{Function, Reflect};
 use wasm_bindgen::prelude::*;
 
 use super::convert::{describe, get_prop, method_name, resolve_answer, type_error};
+use super::promises::grant_answer;
 use super::runtime::JsRuntime;
 use crate::error::Operation;
 use crate::grant::{Fence, Grant};
@@ -72,16 +73,33 @@ impl JsLockStore {
         })
     }
 
-    /// Calls a method and settles its answer: a thrown error or a rejection comes back as the
-    /// same JS value; a thenable is awaited.
-    async fn call(&self, method: &Function, args: &[JsValue]) -> Result<JsValue, JsValue> {
-        let answer = match args {
+    /// Calls a method; a thrown error comes back as the same JS value.
+    fn invoke(&self, method: &Function, args: &[JsValue]) -> Result<JsValue, JsValue> {
+        match args {
             [a] => method.call1(&self.object, a),
             [a, b] => method.call2(&self.object, a, b),
             [a, b, c] => method.call3(&self.object, a, b, c),
             _ => method.apply(&self.object, &args.iter().collect()),
-        }?;
-        resolve_answer(answer).await
+        }
+    }
+
+    /// Calls a method and settles its answer: a thrown error or a rejection comes back as the
+    /// same JS value; a thenable is awaited.
+    async fn call(&self, method: &Function, args: &[JsValue]) -> Result<JsValue, JsValue> {
+        resolve_answer(self.invoke(method, args)?).await
+    }
+
+    /// Calls an acquiring method and settles its answer; a grant answered after the core gave
+    /// up on the call is released.
+    async fn call_acquiring(
+        &self,
+        method: &Function,
+        args: &[JsValue],
+        key: &Key,
+        owner: &OwnerToken,
+    ) -> Result<JsValue, JsValue> {
+        let answer = self.invoke(method, args)?;
+        grant_answer(answer, &self.object, key.as_str(), owner.as_str()).await
     }
 }
 
@@ -205,7 +223,9 @@ impl LockStore for JsLockStore {
         ttl: Ttl,
     ) -> Result<Option<Grant>, JsValue> {
         let args = [js_key(key), js_owner(owner), js_ttl(ttl)];
-        let answer = self.call(&self.acquire, &args).await?;
+        let answer = self
+            .call_acquiring(&self.acquire, &args, key, owner)
+            .await?;
         answers::acquire(&seam_method(Operation::Acquire), &answer)
     }
 
@@ -253,7 +273,7 @@ impl LockStore for JsLockStore {
             JsValue::from_f64(wait.wait_ms as f64),
             JsValue::from_f64(wait.poll_ms as f64),
         ];
-        let answer = self.call(method, &args).await?;
+        let answer = self.call_acquiring(method, &args, key, owner).await?;
         answers::waited("lock store's acquireOrWait()", &answer)
     }
 
@@ -346,6 +366,10 @@ impl LockStore for Backend {
             Backend::Memory(_) => true,
             Backend::Js(j) => j.hands_over(),
         }
+    }
+
+    fn always_answers(&self) -> bool {
+        matches!(self, Backend::Memory(_))
     }
 
     async fn acquire_or_wait(

@@ -20,6 +20,7 @@ use crate::error::{InputError, Operation};
 use crate::grant::Grant;
 use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS};
 use crate::js::convert::{grant_to_js, key, method_name, owner, required_ttl};
+use crate::js::promises::grant_answer;
 use crate::js::store::answers;
 use crate::lock::Lock;
 use crate::runtime::Runtime;
@@ -156,11 +157,30 @@ impl DurableObjectLockStore {
         name: &str,
         args: &[JsValue],
     ) -> Result<JsValue, JsValue> {
+        let (_, answer) = self.send(key, name, args)?;
+        JsFuture::from(Promise::resolve(&answer)).await
+    }
+
+    /// Sends the RPC call `name` to `key`'s object; answers the stub and the call's promise.
+    fn send(&self, key: &Key, name: &str, args: &[JsValue]) -> Result<(JsValue, JsValue), JsValue> {
         let stub = self.stub(key)?;
         let f = method(&stub, name)?;
         // Reflect.apply, not f.call(...): on an RPC stub, `.call` is itself a remote property.
         let answer = Reflect::apply(&f, &stub, &args.iter().collect::<Array>())?;
-        JsFuture::from(Promise::resolve(&answer)).await
+        Ok((stub, answer))
+    }
+
+    /// An acquiring RPC call, awaited; a grant it answers after the caller gave up on it is
+    /// released (the object may grant a call whose caller has stopped listening).
+    async fn call_acquiring(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        name: &str,
+        args: &[JsValue],
+    ) -> Result<JsValue, JsValue> {
+        let (stub, answer) = self.send(key, name, args)?;
+        grant_answer(answer, &stub, key.as_str(), owner.as_str()).await
     }
 
     async fn boolean(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<bool, JsValue> {
@@ -236,8 +256,9 @@ impl LockStore for DurableObjectLockStore {
         owner: &OwnerToken,
         ttl: Ttl,
     ) -> Result<Option<Grant>, JsValue> {
+        let args = args3(key, owner, ttl);
         let answer = self
-            .call(key, Operation::Acquire, &args3(key, owner, ttl))
+            .call_acquiring(key, owner, method_name(Operation::Acquire), &args)
             .await?;
         answers::acquire(&object_method(Operation::Acquire), &answer)
     }
@@ -281,7 +302,10 @@ impl LockStore for DurableObjectLockStore {
         let started = WorkersRuntime.now_ms();
         let [k, o, t] = args3(key, owner, ttl);
         let args = [k, o, t, JsValue::from_f64(wait.wait_ms as f64)];
-        match self.call_method(key, "acquireOrWait", &args).await {
+        match self
+            .call_acquiring(key, owner, "acquireOrWait", &args)
+            .await
+        {
             Ok(answer) => waited_grant(&answer),
             Err(failure) => {
                 self.poll_after_failed_wait(key, owner, ttl, wait, started, failure)

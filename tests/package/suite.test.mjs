@@ -9,6 +9,7 @@ import {
   getLockStore,
   MemoryLockStore,
   LockNotHeldError,
+  LockStoreTimeoutError,
 } from "keel-lock";
 import { STORES, recording, mapLockStore } from "./stores.mjs";
 
@@ -381,6 +382,56 @@ describe("stores that misbehave", () => {
     await assert.rejects(lock(fresh()).isLocked(), (e) => e instanceof TypeError && /isLocked\(\)/.test(e.message));
     setLockStore({ ...ok(), remainingTime: () => -5 });
     await assert.rejects(lock(fresh()).getRemainingTime(), (e) => e instanceof TypeError && /remainingTime\(\)/.test(e.message));
+  });
+
+  it("a store that never answers cannot hold a wait past its timeout, nor a call past the TTL", async () => {
+    const inner = ok();
+    const never = () => new Promise(() => {});
+    setLockStore({ ...inner, acquire: never });
+    let called = false;
+    const started = Date.now();
+    assert.deepEqual(await lock(fresh()).run(() => { called = true; }, { timeout: 150, retryDelay: 20 }), [false, undefined]);
+    assert.equal(await lock(fresh()).acquire({ timeout: 50 }), false);
+    assert.ok(Date.now() - started < 5_000, "the waits ended");
+    assert.equal(called, false);
+    // Without a timeout, one attempt, abandoned after the lock's TTL.
+    const key = fresh();
+    await assert.rejects(lock(key, 200).runImmediately(() => { called = true; }), (e) =>
+      e instanceof LockStoreTimeoutError && e.name === "LockStoreTimeoutError" && e.key === key &&
+      e.operation === "acquire" && e.afterMs === 200 && e instanceof Error);
+    assert.equal(called, false);
+    // Release, extend and the queries too.
+    setLockStore({ ...inner, release: never, extend: never, isLocked: never, remainingTime: never });
+    const l = lock(fresh(), 200);
+    assert.equal(await l.acquire(), true);
+    for (const [call, operation] of [[() => l.extend(), "extend"], [() => l.isLocked(), "isLocked"],
+      [() => l.getRemainingTime(), "remainingTime"], [() => l.release(), "release"]]) {
+      await assert.rejects(call(), (e) => e instanceof LockStoreTimeoutError && e.operation === operation);
+    }
+  });
+
+  it("a grant that arrives after the caller gave up is released, not left held", async () => {
+    const inner = ok();
+    const released = [];
+    setLockStore({
+      ...inner,
+      // The key is taken at once; the answer takes 400 ms.
+      async acquire(key, owner, ttlMs) {
+        const granted = await inner.acquire(key, owner, ttlMs);
+        await sleep(400);
+        return granted;
+      },
+      async release(key, owner) {
+        released.push(owner);
+        return inner.release(key, owner);
+      },
+    });
+    const key = fresh();
+    assert.deepEqual(await lock(key).run(() => 1, { timeout: 100, retryDelay: 10 }), [false, undefined]);
+    assert.equal(await inner.isLocked(key), true, "the abandoned attempt took the key");
+    await sleep(600);
+    assert.equal(released.length, 1, "the late grant was released");
+    assert.equal(await inner.isLocked(key), false, "and the key is free long before its 30 s TTL");
   });
 
   it("a store missing a method is refused by setLockStore with a TypeError naming it", () => {

@@ -1,6 +1,6 @@
 // Compiled with `tsc --strict` against the installed package: the documented snippets must
 // type-check as users write them.
-import { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError } from "keel-lock";
+import { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError, LockStoreTimeoutError } from "keel-lock";
 import type { Lock, LockStore, AcquireOptions } from "keel-lock";
 // @ts-expect-error checkLockStore lives in keel-lock/testing only
 import { checkLockStore } from "keel-lock";
@@ -122,6 +122,10 @@ export async function holding(key: string): Promise<void> {
     if (e instanceof LockUnavailableError) {
       const k: string = e.key;
       void k;
+    }
+    if (e instanceof LockStoreTimeoutError) {
+      const unanswered: [string, number] = [e.operation, e.afterMs];
+      void unanswered;
     }
   }
 }
