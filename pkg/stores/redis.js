@@ -802,7 +802,7 @@ export function redisLockStore(client, options = {}) {
                 if (subscriber?.subscribed) look(new Set([lock]));
                 else {
                   lookOnceSubscribed.add(lock);
-                  // Without a subscription the poll and the expiry look still hand the key over.
+                  // Without a subscription the safety-net and expiry looks still hand the key over.
                   subscribe().catch(() => {});
                 }
               }
