@@ -23,9 +23,10 @@
 //               run (into each 15 s of a soak), the keys' lock objects are reset (their waiters
 //               fall back to polling); halfway, with requests waiting in an object's queue and
 //               holds open, the workerd runtime is restarted on the same persist directory
-//               (Miniflare disposed, a new one started): every request in flight fails. A lease
-//               taken (30 s TTL) just before the restart must be refused to each client's first
-//               attempt after it, and then released by its owner.
+//               (Miniflare disposed, which SIGKILLs workerd, and a new one started): every
+//               request in flight fails. A lease taken (30 s TTL) just before the restart must
+//               be refused to each client's first attempt after it, and then released by its
+//               owner.
 //   d1/crash    three Worker scripts on one D1 database; a quarter of the holds on the last key
 //               are abandoned (acquired, never released): the key must be free again by TTL.
 //   d1/errors   the same, with a tenth of the D1 calls failing at the binding, half before the
