@@ -161,10 +161,11 @@ async function user(cid) {
   }
 }
 
-// The prober: a key of its own that nobody else uses. It takes the key, abandons the lease, and
-// asks again (immediately) only once that lease has certainly run out, so every answer is decided
-// while the key is certainly free: a correct store grants it, a store that never expires refuses
-// it in plain sight, whatever the other clients' unknown outcomes do to the shared keys.
+// The prober: a key of its own that nobody else uses. It takes the key, lets a stranger try to
+// release it while it is held (an owner-blind store lets it), abandons the lease, and asks again
+// (immediately) only once that lease has certainly run out, so every answer is decided while the
+// key is certainly free: a correct store grants it, a store that never expires refuses it in
+// plain sight, whatever the other clients' unknown outcomes do to the shared keys.
 async function prober() {
   const key = `${config.keyPrefix ?? "fault:"}probe`;
   while (now() < deadline - ttlMs) {
@@ -177,6 +178,10 @@ async function prober() {
     if (got) {
       stats.grants++;
       record({ key, owner: label, type: "enter" });
+      const stranger = token();
+      await recorded("release", key, `stranger:${id}:${labels++}`, ttlMs, false, async () => ({
+        ok: (await store.release(key, stranger)) === true,
+      }));
       record({ key, owner: label, type: "exit" });
     } else if (got === false) stats.refused++;
     // Past the TTL (and the checker's tolerance) from this answer, whatever it was.
