@@ -1,6 +1,7 @@
 // Checks the histories a fault run saved again (after a change to the checker, say):
 //   node recheck.js <results folder>/<store>-<scenario>-<variant> [...]
-// Prints each run's verdict; exits non-zero when a run of the correct store has violations.
+// Prints each run's verdict; exits non-zero when a run of the correct store has violations or a
+// run of a broken store (a folder not ending in -correct) has none.
 import { readdirSync, readFileSync } from "node:fs";
 import { basename, join } from "node:path";
 import { checkHistory } from "keel-lock/testing";
@@ -22,8 +23,12 @@ for (const dir of process.argv.slice(2)) {
   }
   const report = checkHistory(history, { maxReported: 5 });
   const correct = basename(dir).endsWith("-correct");
-  if (correct && !report.ok) failed = true;
-  console.log(`${basename(dir)}: ${report.operations} operations, ${report.violationCount} violations, ${report.lossCount} losses`);
+  const missed = !correct && report.violationCount === 0;
+  if ((correct && !report.ok) || missed) failed = true;
+  console.log(
+    `${basename(dir)}: ${report.operations} operations, ${report.violationCount} violations, ${report.lossCount} losses` +
+      (missed ? " (a broken store, not caught)" : ""),
+  );
   for (const v of report.violations) console.log(`  ${v.kind} on ${v.key}: ${v.message}`);
 }
 process.exit(failed ? 1 : 0);
