@@ -2,7 +2,8 @@
 // the packed tarball, recording every call as history events (one JSON line each, written
 // synchronously so a SIGKILL loses nothing already done) for the checker in keel-lock/testing.
 //   node lib/client.js '<json config>'
-//   config: { id, store: { kind: "memory" | "redis" | "sqlite" | "pg", port?, path?, url? },
+//   config: { id, store: { kind: "memory" | "redis" | "redis-cluster" | "upstash" | "sqlite" | "pg",
+//                           port?, nodes?, path?, url?, token? },
 //             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse",
 //             keys, ttlMs, holdMs, durationMs, seed, errorRate, clients, history, victim, probe }
 // A victim ("kill" | "stop") tells the parent over IPC when it is inside its critical section

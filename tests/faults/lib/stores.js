@@ -71,6 +71,49 @@ async function backend(spec, lib) {
         close: async () => client.disconnect(),
       };
     }
+    case "redis-cluster": {
+      // An ioredis Cluster that fails fast like the plain client above; MOVED after a failover is
+      // followed (the slot map is refreshed), a slot without a master for a while fails the call.
+      const client = new IORedis.Cluster(spec.nodes, {
+        enableOfflineQueue: false,
+        clusterRetryStrategy: () => 50,
+        retryDelayOnFailover: 50,
+        retryDelayOnClusterDown: 50,
+        retryDelayOnTryAgain: 50,
+        slotsRefreshTimeout: 2000,
+        redisOptions: { maxRetriesPerRequest: 0, commandTimeout: 2000 },
+      });
+      client.on("error", () => {});
+      await new Promise((resolve, reject) => {
+        client.once("ready", resolve);
+        setTimeout(() => reject(new Error("the Redis Cluster did not become ready")), 10_000);
+      });
+      return {
+        store: lib.redisLockStore(client),
+        forceRelease: async (key) => (await client.del(lib.redisLockKeys(key).lock)) === 1,
+        resource: {
+          async write(key, fence) {
+            return Number(await client.eval(FENCED_WRITE, 1, `resource:{${key}}`, String(fence))) === 1;
+          },
+        },
+        close: async () => client.disconnect(),
+      };
+    }
+    case "upstash": {
+      // @upstash/redis over the REST fixture: one HTTP request per command, no retries.
+      const { Redis } = await import("@upstash/redis");
+      const client = new Redis({ url: spec.url, token: spec.token, retry: false });
+      return {
+        store: lib.redisLockStore(client),
+        forceRelease: async (key) => Number(await client.del(lib.redisLockKeys(key).lock)) === 1,
+        resource: {
+          async write(key, fence) {
+            return Number(await client.eval(FENCED_WRITE, [`resource:{${key}}`], [String(fence)])) === 1;
+          },
+        },
+        close: async () => {},
+      };
+    }
     case "sqlite": {
       const db = new Database(spec.path);
       db.pragma("busy_timeout = 10000");
