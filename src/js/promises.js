@@ -16,29 +16,82 @@ export function watch(value, id) {
   );
 }
 
-// What undoes a pending event (a timer, an abort listener), by id, until it fires.
-const undo = new Map();
+// Timers share one host timer, armed for the earliest deadline. Most of them are cancelled long
+// before they are due (the bound on every store call is the lock's TTL), so each costs a Map
+// entry instead of a setTimeout/clearTimeout pair. While nothing is due the host timer is
+// unref'd (Node, Bun, Deno), so a cancelled bound never keeps a process alive. In workerd a timer
+// belongs to the request that set it, so there every timer is its own host timer.
+const perRequest = globalThis.navigator?.userAgent === "Cloudflare-Workers";
+const deno = globalThis.Deno;
+const due = new Map(); // id -> deadline (performance.now() ms)
+let armedAt = Infinity;
+let host;
 
-function fire(id) {
-  undo.delete(id);
-  settled(id, true, undefined);
+function keepAlive(on) {
+  if (host === undefined) return;
+  if (typeof host === "object") on ? host.ref?.() : host.unref?.();
+  else if (deno?.refTimer) on ? deno.refTimer(host) : deno.unrefTimer(host);
+}
+
+function arm(at) {
+  if (at >= armedAt) {
+    keepAlive(true);
+    return;
+  }
+  if (host !== undefined) clearTimeout(host);
+  armedAt = at;
+  host = setTimeout(tick, Math.max(0, Math.ceil(at - performance.now())));
+}
+
+function tick() {
+  armedAt = Infinity;
+  host = undefined;
+  const now = performance.now();
+  const ready = [];
+  for (const [id, at] of due) if (at <= now) ready.push([at, id]);
+  ready.sort((a, b) => a[0] - b[0]);
+  for (const [, id] of ready) due.delete(id);
+  // Fired in deadline order; a callback may start or cancel timers meanwhile.
+  for (const [, id] of ready) settled(id, true, undefined);
+  let next = Infinity;
+  for (const at of due.values()) if (at < next) next = at;
+  if (next !== Infinity) arm(next);
 }
 
 /** Calls back `settled(id, true, undefined)` after `ms`. */
 export function sleep(ms, id) {
-  const timer = setTimeout(() => fire(id), ms);
-  undo.set(id, () => clearTimeout(timer));
+  if (perRequest) {
+    const timer = setTimeout(() => {
+      undo.delete(id);
+      settled(id, true, undefined);
+    }, ms);
+    undo.set(id, () => clearTimeout(timer));
+    return;
+  }
+  const at = performance.now() + ms;
+  due.set(id, at);
+  arm(at);
 }
+
+// What undoes a pending abort listener (or, in workerd, a timer), by id, until it fires.
+const undo = new Map();
 
 /** Calls back `settled(id, true, undefined)` when `signal` aborts. */
 export function onAbort(signal, id) {
-  const listener = () => fire(id);
+  const listener = () => {
+    undo.delete(id);
+    settled(id, true, undefined);
+  };
   signal.addEventListener("abort", listener, { once: true });
   undo.set(id, () => signal.removeEventListener("abort", listener));
 }
 
-/** Forgets the event `id` (clears its timer or removes its listener) if it has not fired. */
+/** Forgets the event `id` (its timer, or its abort listener) if it has not fired. */
 export function cancel(id) {
+  if (due.delete(id)) {
+    if (due.size === 0) keepAlive(false);
+    return;
+  }
   const u = undo.get(id);
   if (u === undefined) return;
   undo.delete(id);
