@@ -11,13 +11,13 @@ const bin = {
   bun: `${here}node_modules/@oven/bun-linux-x64/bin/bun`,
 };
 
-function runIn(runtime, args) {
+function runIn(runtime, args, timeout = 120_000) {
   chmodSync(bin[runtime], 0o755); // npm does not keep the executable bit of platform packages
   const out = execFileSync(bin[runtime], args, {
     cwd: here,
     encoding: "utf8",
     env: { ...process.env, DENO_NO_UPDATE_CHECK: "1", DENO_NO_PROMPT: "1", BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0" },
-    timeout: 120_000,
+    timeout,
   });
   return JSON.parse(out.trim().split("\n").pop());
 }
@@ -32,4 +32,11 @@ test("Deno 2 runs the package", () => {
 test("Bun runs the package", () => {
   const r = runIn("bun", ["runtimes/run-smoke.mjs"]);
   assert.deepEqual(r, { ok: true, winners: 1, maxInside: 1, done: 10, conformance: true });
+});
+
+test("Deno and Bun processes end on their own once their locks are done", () => {
+  // Every store call here was bounded by a 60 s TTL: killed at 30 s means a bound kept it alive.
+  const deno = ["run", "--allow-read", "--allow-env", "--node-modules-dir=manual", "runtimes/exit-after-bounded-calls.mjs"];
+  assert.deepEqual(runIn("deno", deno, 30_000), { ran: true, locked: false });
+  assert.deepEqual(runIn("bun", ["runtimes/exit-after-bounded-calls.mjs"], 30_000), { ran: true, locked: false });
 });
