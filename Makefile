@@ -24,6 +24,8 @@ test: setup
 
 # The fault scenarios at length: every store x fault x broken variant, SOAK_SECONDS (default 600)
 # of correct runs in all; histories and a summary table under tests/faults/results/soak-<time>/.
+# Then the workerd scenarios (Durable Object, D1) the same way, WORKERS_SOAK_SECONDS (default
+# 120) of correct runs, under tests/faults/results/workers-soak-<time>/.
 SOAK_SECONDS ?= 600
 soak: setup
 	@SOAK_SECONDS=$(SOAK_SECONDS) bash scripts/test.d/70-faults.sh soak
