@@ -107,7 +107,7 @@ export declare const RELEASE_SHA: string;
 export declare const EXTEND_SHA: string;
 /** The acquire-or-queue script of `acquireOrWait`. */
 export declare const ENQUEUE_SCRIPT: string;
-/** A waiter's look: was it handed the key; hands over a key whose holder expired. */
+/** The store's safety-net look, for several locks at once: which of its waiters were handed their key; hands over a key whose holder expired. */
 export declare const CHECK_SCRIPT: string;
 /** A waiter leaves the queue (timeout, withdraw), or releases a key it was handed. */
 export declare const LEAVE_SCRIPT: string;
