@@ -5,15 +5,16 @@
 #   - a short JS-level fuzz (random restoreLock strings, options, keys, TTLs, stores answering
 #     random values: only documented errors, never a wasm trap);
 #   - the fault scenarios with fixed seeds: concurrent OS processes against memory, Redis (with and
-#     without AOF), better-sqlite3 and PostgreSQL while holders are SIGKILLed and SIGSTOPped, the
-#     store restarts and store calls fail; every history checked; each scenario also run against
-#     a broken store, which must fail;
+#     without AOF), Redis Cluster (with replicas), Upstash (REST fixture), better-sqlite3 and
+#     PostgreSQL while holders are SIGKILLed and SIGSTOPped, the store restarts (a cluster master
+#     fails over) and store calls fail; every history checked; each scenario also run against a
+#     broken store, which must fail;
 #   - the Workers scenarios (workers.js) in real workerd through Miniflare: two Worker scripts on
 #     one Durable Object namespace while the lock objects are reset and the runtime is restarted
 #     on its persist directory with waiters and holders active, and three Worker scripts on one
 #     D1 database with abandoned holders and failing binding calls; each also against its broken
 #     variant (a runtime without persistence, a store ignoring the TTL, owner-blind release).
-# About 4 minutes in all.
+# About 5 minutes in all.
 # Modes: `soak` (make soak: every broken variant, SOAK_SECONDS shared among the correct runs of
 # run.js and WORKERS_SOAK_SECONDS, default 120, among the Workers scenarios'; histories and
 # summary tables under tests/faults/results/) and `fuzz` (make fuzz: the JS fuzz with

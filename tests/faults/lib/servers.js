@@ -146,8 +146,9 @@ export async function startPg() {
 // master serving the slot of a key the run locks (`key`):
 //   failover()  CLUSTER FAILOVER on that master's replica, once the replica has every write the
 //               master acknowledged: the master pauses writes, the replica catches up and takes
-//               over, and no acknowledged write is lost. Answers { persistent: true }: an overlap
-//               or a repeated fence across it is a violation.
+//               over, and no acknowledged write is lost. Answers { persistent: true } once the
+//               replica answers as master (the old master follows it while the run goes on): an
+//               overlap or a repeated fence across it is a violation.
 //   restart()   the master is SIGKILLed; the cluster promotes its replica; the killed node is
 //               started again (same port, same nodes.conf, no data) and rejoins as a replica
 //               while the run goes on. Replication is asynchronous, so writes acknowledged just
@@ -255,8 +256,11 @@ export async function startCluster() {
         return false;
       });
       const t1 = now();
-      await until("the old master did not follow the new one", async () => (await ask(master, "ROLE"))?.[0] === "slave");
-      await until("the cluster was not whole after the failover", whole);
+      rejoined = (async () => {
+        await until("the old master did not follow the new one", async () => (await ask(master, "ROLE"))?.[0] === "slave");
+        await until("the cluster was not whole after the failover", whole);
+      })();
+      rejoined.catch(() => {}); // reported by the next fault, which waits for it
       return { persistent: true, t0, t1 };
     },
     async restart({ key }) {
