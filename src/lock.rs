@@ -244,9 +244,13 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         let owner = OwnerToken::mint()?;
         let mut cancel = std::pin::pin!(cancel);
         let pause = options.retry_delay_ms.max(1);
+        // The hold's deadline is wall-clock time (it is serialized); the wait is measured on the
+        // monotonic clock, so a wall clock set back or forward neither stretches nor cuts it.
         let sent = self.runtime.now_ms();
-        // The wait is measured from the first attempt (one clock read fewer per acquire).
-        let give_up_at = sent.saturating_add(options.timeout_ms);
+        let give_up_at = match options.timeout_ms {
+            0 => 0,
+            timeout => self.runtime.monotonic_ms().saturating_add(timeout),
+        };
         if options.timeout_ms > 0 && self.store.hands_over() {
             let wait = Wait {
                 wait_ms: options.timeout_ms,
@@ -257,7 +261,9 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 .acquire_or_wait(&self.key, &owner, self.ttl, wait);
             // The store ends the wait itself; the bound is for a store that never answers.
             let answer_by = give_up_at.saturating_add(pause);
-            let waiting = self.within(waiting, || answer_by.saturating_sub(self.runtime.now_ms()));
+            let waiting = self.within(waiting, || {
+                answer_by.saturating_sub(self.runtime.monotonic_ms())
+            });
             return match race(waiting, cancel.as_mut()).await {
                 Either::First(Some(grant)) => {
                     match grant.map_err(self.store_error(Operation::Acquire))? {
@@ -277,14 +283,14 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         let ttl = self.ttl.as_ms();
         loop {
             let attempt = self.store.acquire(&self.key, &owner, self.ttl);
-            let answer_by = match options.timeout_ms {
-                0 => sent.saturating_add(ttl),
-                _ => give_up_at
-                    .max(sent.saturating_add(pause))
-                    .min(sent.saturating_add(ttl)),
-            };
             let answer = self
-                .within(attempt, || answer_by.saturating_sub(self.runtime.now_ms()))
+                .within(attempt, || match options.timeout_ms {
+                    0 => ttl,
+                    _ => {
+                        let left = give_up_at.saturating_sub(self.runtime.monotonic_ms());
+                        left.max(pause).min(ttl)
+                    }
+                })
                 .await;
             let grant = match answer {
                 Some(grant) => grant.map_err(self.store_error(Operation::Acquire))?,
@@ -296,7 +302,10 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             if let Some(grant) = grant {
                 return self.settle_grant(owner, sent, grant, cancel).await;
             }
-            let now = self.runtime.now_ms();
+            if options.timeout_ms == 0 {
+                return Ok(false);
+            }
+            let now = self.runtime.monotonic_ms();
             if now >= give_up_at {
                 return Ok(false);
             }

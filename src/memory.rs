@@ -142,7 +142,7 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Deletes every expired row now and answers how many went.
     pub fn purge_expired(&self) -> usize {
-        let now = self.runtime.now_ms();
+        let now = self.runtime.monotonic_ms();
         let mut rows = self.rows.borrow_mut();
         let before = rows.len();
         rows.retain(|_, row| row.expires_at > now);
@@ -187,7 +187,7 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// Synchronous [`LockStore::acquire`]: the operations are public in this form so bindings
     /// can skip the future machinery entirely.
     pub fn acquire_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Option<Grant> {
-        let now = self.runtime.now_ms();
+        let now = self.runtime.monotonic_ms();
         if self.rows.borrow().len() >= self.next_sweep_at.get() {
             self.purge_expired();
         }
@@ -215,7 +215,7 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Synchronous [`LockStore::release`]; a waiter, if any, holds the key when it returns.
     pub fn release_sync(&self, key: &Key, owner: &OwnerToken) -> bool {
-        let now = self.runtime.now_ms();
+        let now = self.runtime.monotonic_ms();
         let released = self.decide(key, owner, |row| rows::release(row, now, owner));
         if released {
             self.hand_over(key, now);
@@ -340,7 +340,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         if wait_ms == 0 {
             return None;
         }
-        let since = self.runtime.now_ms();
+        let since = self.runtime.monotonic_ms();
         let ticket = Rc::new(Ticket {
             owner: owner.clone(),
             ttl,
@@ -377,7 +377,7 @@ impl<R: Runtime> MemoryLockStore<R> {
                 ticket.gone.set(true);
                 return Some(grant);
             }
-            let now = self.runtime.now_ms();
+            let now = self.runtime.monotonic_ms();
             if ticket.timed_out.get() || now >= ticket.deadline {
                 return None;
             }
@@ -394,7 +394,7 @@ impl<R: Runtime> MemoryLockStore<R> {
                 Some(until) => {
                     let sleep = self.runtime.sleep(until.saturating_sub(now).max(1));
                     if let Either::Second(()) = race(woken, sleep).await {
-                        self.tick(key, self.runtime.now_ms());
+                        self.tick(key, self.runtime.monotonic_ms());
                     }
                 }
                 None => woken.await,
@@ -404,14 +404,14 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Synchronous [`LockStore::extend`].
     pub fn extend_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
-        let now = self.runtime.now_ms();
+        let now = self.runtime.monotonic_ms();
         self.decide(key, owner, |row| rows::extend(row, now, owner, ttl))
     }
 
     /// Frees `key` whoever holds it (an operator clearing a stuck lock); the holder learns at its
     /// next extend. Answers whether anyone held it. A waiter, if any, holds the key afterwards.
     pub fn force_release_sync(&self, key: &Key) -> bool {
-        let now = self.runtime.now_ms();
+        let now = self.runtime.monotonic_ms();
         let held = self
             .rows
             .borrow_mut()
@@ -423,7 +423,7 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Synchronous [`LockStore::remaining_time`].
     pub fn remaining_time_sync(&self, key: &Key) -> Option<u64> {
-        let now = self.runtime.now_ms();
+        let now = self.runtime.monotonic_ms();
         rows::remaining_time(self.rows.borrow().get(key.as_str()).map(Row::view), now)
     }
 }

@@ -13,6 +13,14 @@ pub trait Runtime {
     /// same in another process (up to clock skew).
     fn now_ms(&self) -> u64;
 
+    /// Milliseconds on a clock that only moves forward, from any origin: what waits and
+    /// in-process expiry are measured on, so that a wall clock set back or forward (NTP, an
+    /// operator) neither stretches nor cuts them. Defaults to [`Runtime::now_ms`] for runtimes
+    /// without one.
+    fn monotonic_ms(&self) -> u64 {
+        self.now_ms()
+    }
+
     /// Completes after about `ms` milliseconds.
     fn sleep(&self, ms: u64) -> impl Future<Output = ()>;
 }
@@ -20,6 +28,9 @@ pub trait Runtime {
 impl<R: Runtime + ?Sized> Runtime for &R {
     fn now_ms(&self) -> u64 {
         (**self).now_ms()
+    }
+    fn monotonic_ms(&self) -> u64 {
+        (**self).monotonic_ms()
     }
     fn sleep(&self, ms: u64) -> impl Future<Output = ()> {
         (**self).sleep(ms)
@@ -29,6 +40,9 @@ impl<R: Runtime + ?Sized> Runtime for &R {
 impl<R: Runtime + ?Sized> Runtime for Rc<R> {
     fn now_ms(&self) -> u64 {
         (**self).now_ms()
+    }
+    fn monotonic_ms(&self) -> u64 {
+        (**self).monotonic_ms()
     }
     fn sleep(&self, ms: u64) -> impl Future<Output = ()> {
         (**self).sleep(ms)

@@ -21,6 +21,8 @@ pub const VIRTUAL_EPOCH_MS: u64 = 1_700_000_000_000;
 #[derive(Default)]
 struct Clock {
     now: Cell<u64>,
+    /// How far the wall clock (`now_ms`) has been set away from the monotonic one.
+    wall_offset: Cell<i64>,
     timers: RefCell<Vec<(u64, Waker)>>,
     /// Every timer ever started (a sleep that was polled), for tests that none was.
     started: Cell<u64>,
@@ -52,6 +54,14 @@ impl VirtualRuntime {
     /// never polled, started no timer).
     pub fn timers_started(&self) -> u64 {
         self.clock.started.get()
+    }
+
+    /// Sets the wall clock (`now_ms`) `delta_ms` forward (or, negative, back), as NTP or an
+    /// operator might; the monotonic clock, timers and sleeps are not affected.
+    pub fn step_wall_clock(&self, delta_ms: i64) {
+        self.clock
+            .wall_offset
+            .set(self.clock.wall_offset.get().saturating_add(delta_ms));
     }
 
     /// Moves the clock forward by `ms` and wakes the timers that are now due.
@@ -151,6 +161,13 @@ impl Future for Sleep {
 
 impl Runtime for VirtualRuntime {
     fn now_ms(&self) -> u64 {
+        self.clock
+            .now
+            .get()
+            .saturating_add_signed(self.clock.wall_offset.get())
+    }
+
+    fn monotonic_ms(&self) -> u64 {
         self.clock.now.get()
     }
 

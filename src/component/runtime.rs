@@ -1,5 +1,6 @@
 //! The [`Runtime`] of a component: `wasi:clocks`. Wall clock for `now_ms` (epoch ms, so a
-//! stored expiry means the same to every instance), monotonic clock to sleep between retries.
+//! stored expiry means the same to every instance), monotonic clock to measure waits and to sleep
+//! between retries.
 
 use std::future::Future;
 use std::pin::pin;
@@ -27,6 +28,10 @@ pub fn wall_clock_ms() -> u64 {
 impl Runtime for WasiRuntime {
     fn now_ms(&self) -> u64 {
         wall_clock_ms()
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        monotonic_clock::now() / 1_000_000
     }
 
     async fn sleep(&self, ms: u64) {

@@ -58,6 +58,11 @@ function tick() {
   if (next !== Infinity) arm(next);
 }
 
+/** Milliseconds on a clock that only moves forward: what waits and the memory store measure. */
+export function monotonicNow() {
+  return performance.now();
+}
+
 /** Calls back `settled(id, true, undefined)` after `ms`. */
 export function sleep(ms, id) {
   if (perRequest) {

@@ -26,6 +26,8 @@ extern "C" {
     #[wasm_bindgen(js_name = onAbort)]
     fn on_abort(signal: &JsValue, id: u32);
     fn settle(id: u32, ok: bool, value: &JsValue);
+    #[wasm_bindgen(js_name = monotonicNow)]
+    pub(crate) fn monotonic_now() -> f64;
     #[wasm_bindgen(js_name = releaseLateGrant)]
     fn release_late_grant(answer: &JsValue, target: &JsValue, key: &str, owner: &str);
 }

@@ -4,7 +4,7 @@ use std::future::Future;
 
 use crate::runtime::Runtime;
 
-/// `Date.now()` and `setTimeout`, as the core's [`Runtime`]. Both exist in Node, browsers,
+/// `Date.now()`, `performance.now()` and `setTimeout`, as the core's [`Runtime`]. Both exist in Node, browsers,
 /// Deno, Bun and workerd (where the clock advances on I/O, which is all a lock needs).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct JsRuntime;
@@ -12,6 +12,10 @@ pub struct JsRuntime;
 impl Runtime for JsRuntime {
     fn now_ms(&self) -> u64 {
         js_sys::Date::now() as u64
+    }
+
+    fn monotonic_ms(&self) -> u64 {
+        super::promises::monotonic_now() as u64
     }
 
     fn sleep(&self, ms: u64) -> impl Future<Output = ()> {

@@ -1,0 +1,146 @@
+//! A wall clock that is set back or forward (NTP, an operator) neither stretches nor cuts a
+//! wait, nor ends a memory-store hold early: both are measured on the monotonic clock. The wall
+//! clock only dates a hold's local deadline, which travels in `serialize()`.
+#![cfg(not(target_arch = "wasm32"))]
+
+use std::future::Future;
+use std::pin::Pin;
+
+use keel_lock::virtual_time::VirtualRuntime;
+use keel_lock::{
+    AcquireOptions, Grant, Key, Lock, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl,
+};
+
+const HOUR: i64 = 3_600_000;
+
+fn key() -> Key {
+    Key::new("k").unwrap()
+}
+
+fn ttl(ms: u64) -> Ttl {
+    Ttl::from_ms(ms).unwrap()
+}
+
+fn wait(timeout_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        timeout_ms,
+        retry_delay_ms: 50,
+    }
+}
+
+/// The memory store without its waiting queue: the core polls it.
+struct PollingStore(MemoryLockStore<VirtualRuntime>);
+
+impl LockStore for PollingStore {
+    type Error = std::convert::Infallible;
+    fn name(&self) -> &'static str {
+        "polling"
+    }
+    async fn acquire(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<Option<Grant>, Self::Error> {
+        Ok(self.0.acquire_sync(k, o, t))
+    }
+    async fn release(&self, k: &Key, o: &OwnerToken) -> Result<bool, Self::Error> {
+        Ok(self.0.release_sync(k, o))
+    }
+    async fn extend(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<bool, Self::Error> {
+        Ok(self.0.extend_sync(k, o, t))
+    }
+    async fn is_locked(&self, k: &Key) -> Result<bool, Self::Error> {
+        Ok(self.0.remaining_time_sync(k).is_some())
+    }
+    async fn remaining_time(&self, k: &Key) -> Result<Option<u64>, Self::Error> {
+        Ok(self.0.remaining_time_sync(k))
+    }
+}
+
+type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
+
+/// A waiter with a 1 s timeout on a key held for a minute, while the wall clock is stepped by
+/// `step` 100 ms in: answers when (virtual, monotonic ms after the start) the waiter gave up.
+fn gave_up_after<S: LockStore<Error: std::fmt::Debug>>(
+    rt: &VirtualRuntime,
+    store: &S,
+    step: i64,
+) -> u64 {
+    let holder = Lock::new(key(), ttl(60_000), store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::immediately()))
+        .unwrap());
+    let start = rt.monotonic_ms();
+    let gave_up = std::cell::Cell::new(0);
+    let waiter: Task = Box::pin(async {
+        let l = Lock::new(key(), ttl(60_000), store, rt.clone());
+        assert!(!l.acquire(wait(1_000)).await.unwrap());
+        gave_up.set(rt.monotonic_ms() - start);
+    });
+    let stepper: Task = Box::pin(async {
+        rt.sleep(100).await;
+        rt.step_wall_clock(step);
+    });
+    rt.join_all(vec![waiter, stepper]);
+    gave_up.get()
+}
+
+#[test]
+fn a_polling_wait_ends_at_its_timeout_when_the_wall_clock_is_set_back_or_forward() {
+    for step in [-HOUR, HOUR] {
+        let rt = VirtualRuntime::new();
+        let store = PollingStore(MemoryLockStore::new(rt.clone()));
+        assert_eq!(
+            gave_up_after(&rt, &store, step),
+            1_000,
+            "wall clock stepped {step} ms"
+        );
+    }
+}
+
+#[test]
+fn a_queued_wait_ends_at_its_timeout_when_the_wall_clock_is_set_back_or_forward() {
+    for step in [-HOUR, HOUR] {
+        let rt = VirtualRuntime::new();
+        let store = MemoryLockStore::new(rt.clone());
+        assert_eq!(
+            gave_up_after(&rt, &store, step),
+            1_000,
+            "wall clock stepped {step} ms"
+        );
+    }
+}
+
+#[test]
+fn a_memory_store_hold_survives_the_wall_clock_jumping_past_its_ttl() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key(), ttl(500), &store, rt.clone());
+    let other = Lock::new(key(), ttl(500), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::immediately()))
+        .unwrap());
+    rt.advance(100);
+    rt.step_wall_clock(HOUR);
+    // Still held: two holders at once would be the failure.
+    assert!(!rt
+        .block_on(other.acquire(AcquireOptions::immediately()))
+        .unwrap());
+    assert_eq!(rt.block_on(holder.remaining_time()).unwrap(), Some(400));
+    rt.advance(400);
+    assert!(rt
+        .block_on(other.acquire(AcquireOptions::immediately()))
+        .unwrap());
+}
+
+#[test]
+fn a_wall_clock_set_back_does_not_keep_a_memory_store_hold_past_its_ttl() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key(), ttl(500), &store, rt.clone());
+    let other = Lock::new(key(), ttl(500), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::immediately()))
+        .unwrap());
+    rt.step_wall_clock(-HOUR);
+    rt.advance(500);
+    assert!(rt
+        .block_on(other.acquire(AcquireOptions::immediately()))
+        .unwrap());
+}
