@@ -146,9 +146,9 @@ export async function startPg() {
 // master serving the slot of a key the run locks (`key`):
 //   failover()  CLUSTER FAILOVER on that master's replica: the master pauses writes, the replica
 //               catches up with every write the master acknowledged and takes over, so none is
-//               lost. Answers { persistent: true } once the
-//               replica answers as master (the old master follows it while the run goes on): an
-//               overlap or a repeated fence across it is a violation.
+//               lost. Answers { persistent: true } once the replica answers as master (the old
+//               master follows it while the run goes on): an overlap or a repeated fence across
+//               it is a violation.
 //   restart()   the master is SIGKILLed; the cluster promotes its replica; the killed node is
 //               started again (same port, same nodes.conf, no data) and rejoins as a replica
 //               while the run goes on. Replication is asynchronous, so writes acknowledged just
@@ -188,14 +188,14 @@ export async function startCluster() {
       await sleep(20);
     }
   };
-  // ROLE of every node: [{ port, role: "master" | "slave" | null, master?, link?, offset?, replicas? }].
+  // ROLE of every node: [{ port, role: "master" | "slave" | null (down), master?, link? }].
   const roles = async () =>
     Promise.all(
       nodes.map(async ({ port }) => {
         const r = await ask(port, "ROLE");
         if (!r) return { port, role: null };
-        if (r[0] === "master") return { port, role: "master", offset: Number(r[1]), replicas: r[2].map(([, p, o]) => ({ port: Number(p), offset: Number(o) })) };
-        return { port, role: "slave", master: Number(r[2]), link: r[3], offset: Number(r[4]) };
+        if (r[0] === "master") return { port, role: "master" };
+        return { port, role: "slave", master: Number(r[2]), link: r[3] };
       }),
     );
   // Whole: three masters, each with one replica that is connected and done with its initial
@@ -230,7 +230,7 @@ export async function startCluster() {
   const now = () => performance.timeOrigin + performance.now();
   let rejoined = Promise.resolve();
   const launch = (node) => {
-    const child = spawn("redis-server", node.argv, { cwd: node.cwd, stdio: "ignore" });
+    const child = spawn(process.env.REDIS_SERVER ?? "redis-server", node.argv, { cwd: node.cwd, stdio: "ignore" });
     child.exited = new Promise((resolve) => child.once("exit", resolve));
     node.child = child;
     node.pid = child.pid;
@@ -283,7 +283,7 @@ export async function startCluster() {
       });
       const t1 = now();
       launch(node);
-      rejoined = until("the restarted node did not rejoin as a caught-up replica", whole);
+      rejoined = until("the restarted node did not rejoin as a synced replica", whole);
       rejoined.catch(() => {}); // reported by the next fault, which waits for it
       return { persistent: false, t0, t1 };
     },
