@@ -3,8 +3,9 @@
 //! clock only dates a hold's local deadline, which travels in `serialize()`.
 #![cfg(not(target_arch = "wasm32"))]
 
-use std::future::Future;
-use std::pin::Pin;
+mod support;
+
+use support::{key, ttl, wait, Task};
 
 use keel_lock::virtual_time::VirtualRuntime;
 use keel_lock::{
@@ -12,21 +13,6 @@ use keel_lock::{
 };
 
 const HOUR: i64 = 3_600_000;
-
-fn key() -> Key {
-    Key::new("k").unwrap()
-}
-
-fn ttl(ms: u64) -> Ttl {
-    Ttl::from_ms(ms).unwrap()
-}
-
-fn wait(timeout_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        timeout_ms,
-        retry_delay_ms: 50,
-    }
-}
 
 /// The memory store without its waiting queue: the core polls it.
 struct PollingStore(MemoryLockStore<VirtualRuntime>);
@@ -53,8 +39,6 @@ impl LockStore for PollingStore {
     }
 }
 
-type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
-
 /// A waiter with a 1 s timeout on a key held for a minute, while the wall clock is stepped by
 /// `step` 100 ms in: answers when (virtual, monotonic ms after the start) the waiter gave up.
 fn gave_up_after<S: LockStore<Error: std::fmt::Debug>>(
@@ -62,15 +46,15 @@ fn gave_up_after<S: LockStore<Error: std::fmt::Debug>>(
     store: &S,
     step: i64,
 ) -> u64 {
-    let holder = Lock::new(key(), ttl(60_000), store, rt.clone());
+    let holder = Lock::new(key("k"), ttl(60_000), store, rt.clone());
     assert!(rt
         .block_on(holder.acquire(AcquireOptions::immediately()))
         .unwrap());
     let start = rt.monotonic_ms();
     let gave_up = std::cell::Cell::new(0);
     let waiter: Task = Box::pin(async {
-        let l = Lock::new(key(), ttl(60_000), store, rt.clone());
-        assert!(!l.acquire(wait(1_000)).await.unwrap());
+        let l = Lock::new(key("k"), ttl(60_000), store, rt.clone());
+        assert!(!l.acquire(wait(1_000, 50)).await.unwrap());
         gave_up.set(rt.monotonic_ms() - start);
     });
     let stepper: Task = Box::pin(async {
@@ -111,8 +95,8 @@ fn a_queued_wait_ends_at_its_timeout_when_the_wall_clock_is_set_back_or_forward(
 fn a_memory_store_hold_survives_the_wall_clock_jumping_past_its_ttl() {
     let rt = VirtualRuntime::new();
     let store = MemoryLockStore::new(rt.clone());
-    let holder = Lock::new(key(), ttl(500), &store, rt.clone());
-    let other = Lock::new(key(), ttl(500), &store, rt.clone());
+    let holder = Lock::new(key("k"), ttl(500), &store, rt.clone());
+    let other = Lock::new(key("k"), ttl(500), &store, rt.clone());
     assert!(rt
         .block_on(holder.acquire(AcquireOptions::immediately()))
         .unwrap());
@@ -133,8 +117,8 @@ fn a_memory_store_hold_survives_the_wall_clock_jumping_past_its_ttl() {
 fn a_wall_clock_set_back_does_not_keep_a_memory_store_hold_past_its_ttl() {
     let rt = VirtualRuntime::new();
     let store = MemoryLockStore::new(rt.clone());
-    let holder = Lock::new(key(), ttl(500), &store, rt.clone());
-    let other = Lock::new(key(), ttl(500), &store, rt.clone());
+    let holder = Lock::new(key("k"), ttl(500), &store, rt.clone());
+    let other = Lock::new(key("k"), ttl(500), &store, rt.clone());
     assert!(rt
         .block_on(holder.acquire(AcquireOptions::immediately()))
         .unwrap());

@@ -8,10 +8,8 @@ mod support;
 
 use std::cell::Cell;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
-use support::SpinGuard;
+use support::{key, ttl, wait, SpinGuard, Task};
 
 use keel_lock::lock::RunError;
 use keel_lock::virtual_time::{VirtualRuntime, VIRTUAL_EPOCH_MS};
@@ -24,26 +22,9 @@ use keel_lock::{
 // Helpers
 // ---------------------------------------------------------------------------------------------
 
-fn key(k: &str) -> Key {
-    Key::new(k).unwrap()
-}
-
-fn ttl(ms: u64) -> Ttl {
-    Ttl::from_ms(ms).unwrap()
-}
-
-fn wait(timeout_ms: u64, retry_delay_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        timeout_ms,
-        retry_delay_ms,
-    }
-}
-
 fn now() -> AcquireOptions {
     AcquireOptions::immediately()
 }
-
-type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// The error a [`ScriptedStore`] fails with: which operation, and the store's call number, so a
 /// test can tell that the error reaching it is the very value the store produced.

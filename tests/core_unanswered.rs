@@ -3,6 +3,10 @@
 //! gave up does not leave the key held.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod support;
+
+use support::{key, ttl, wait};
+
 use std::cell::Cell;
 use std::future::Future;
 use std::rc::Rc;
@@ -12,21 +16,6 @@ use keel_lock::{
     AcquireOptions, Error, Grant, Key, Lock, LockStore, MemoryLockStore, Operation, OwnerToken,
     Runtime, Ttl, Wait,
 };
-
-fn key(k: &str) -> Key {
-    Key::new(k).unwrap()
-}
-
-fn ttl(ms: u64) -> Ttl {
-    Ttl::from_ms(ms).unwrap()
-}
-
-fn wait(timeout_ms: u64, retry_delay_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        timeout_ms,
-        retry_delay_ms,
-    }
-}
 
 /// A memory store behind a "network": calls to the operations in `hung` take effect (or not)
 /// but never answer; with `late_ms`, `acquire` takes effect at once and answers that much later.

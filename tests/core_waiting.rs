@@ -2,29 +2,20 @@
 //! and hands the key over on release or expiry. Virtual time makes every interleaving exact.
 #![cfg(not(target_arch = "wasm32"))]
 
+mod support;
+
+use support::{key, ttl, Task};
+
 use std::cell::{Cell, RefCell};
 use std::future::Future;
-use std::pin::Pin;
 
 use keel_lock::virtual_time::VirtualRuntime;
-use keel_lock::{AcquireOptions, Error, Key, Lock, LockStore, MemoryLockStore, Runtime, Ttl};
+use keel_lock::{AcquireOptions, Error, Lock, LockStore, MemoryLockStore, Runtime};
 
-fn key(k: &str) -> Key {
-    Key::new(k).unwrap()
+/// Wait up to `timeout_ms`, looking every 50 ms.
+fn queued(timeout_ms: u64) -> AcquireOptions {
+    support::wait(timeout_ms, 50)
 }
-
-fn ttl(ms: u64) -> Ttl {
-    Ttl::from_ms(ms).unwrap()
-}
-
-fn wait(timeout_ms: u64) -> AcquireOptions {
-    AcquireOptions {
-        timeout_ms,
-        retry_delay_ms: 50,
-    }
-}
-
-type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 #[test]
 fn waiters_acquire_in_arrival_order_one_at_a_time_right_at_each_release() {
@@ -44,7 +35,7 @@ fn waiters_acquire_in_arrival_order_one_at_a_time_right_at_each_release() {
             rt.sleep(i + 1).await; // arrive in order 0, 1, 2, … one ms apart
             let l = Lock::new(key("k"), ttl(10_000), store, rt.clone());
             let ran = l
-                .run(wait(60_000), |_| async {
+                .run(queued(60_000), |_| async {
                     inside.set(inside.get() + 1);
                     assert_eq!(inside.get(), 1, "two holders inside at once");
                     order.borrow_mut().push((i, rt.now_ms() - start));
@@ -86,7 +77,7 @@ fn a_newcomer_never_overtakes_a_waiter_even_as_the_holder_expires() {
     let newcomer_won = Cell::new(None);
     let tasks: Vec<Task> = vec![
         Box::pin(async {
-            assert!(waiter.acquire(wait(5_000)).await.unwrap());
+            assert!(waiter.acquire(queued(5_000)).await.unwrap());
         }),
         Box::pin(async {
             // Exactly when the holder's TTL ends, before or after the waiter's timer fires.
@@ -137,7 +128,7 @@ fn a_waiter_whose_timeout_passes_leaves_the_queue() {
         .unwrap());
     let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
     let start = rt.now_ms();
-    assert!(!rt.block_on(waiter.acquire(wait(300))).unwrap());
+    assert!(!rt.block_on(waiter.acquire(queued(300))).unwrap());
     assert_eq!(rt.now_ms() - start, 300);
     assert_eq!(store.waiting(), 0);
     // Releasing later hands the key to nobody: it is simply free.
@@ -158,12 +149,12 @@ fn aborting_a_queued_waiter_leaves_no_trace_and_the_next_waiter_gets_the_key() {
     let abort_result = RefCell::new(None);
     let tasks: Vec<Task> = vec![
         Box::pin(async {
-            let outcome = aborted.acquire_until(wait(60_000), rt.sleep(30)).await;
+            let outcome = aborted.acquire_until(queued(60_000), rt.sleep(30)).await;
             *abort_result.borrow_mut() = Some(outcome);
         }),
         Box::pin(async {
             rt.sleep(1).await;
-            assert!(patient.acquire(wait(60_000)).await.unwrap());
+            assert!(patient.acquire(queued(60_000)).await.unwrap());
         }),
         Box::pin(async {
             rt.sleep(50).await;
@@ -226,7 +217,7 @@ fn an_already_cancelled_acquire_touches_nothing() {
     assert!(rt
         .block_on(holder.acquire(AcquireOptions::default()))
         .unwrap());
-    let outcome = rt.block_on(l.acquire_until(wait(1_000), std::future::ready(())));
+    let outcome = rt.block_on(l.acquire_until(queued(1_000), std::future::ready(())));
     assert!(matches!(outcome, Err(Error::Aborted)));
     assert_eq!(store.waiting(), 0);
     assert!(rt.block_on(holder.release()).unwrap());
@@ -255,7 +246,7 @@ fn every_waiter_times_out_at_its_own_deadline_whatever_the_order_of_deadlines() 
         tasks.push(Box::pin(async move {
             rt.sleep(i).await;
             let l = Lock::new(key("k"), ttl(1_000), store, rt.clone());
-            assert!(!l.acquire(wait(timeout)).await.unwrap());
+            assert!(!l.acquire(queued(timeout)).await.unwrap());
             gave_up.borrow_mut().push((i, rt.now_ms() - start));
         }));
     }
@@ -278,7 +269,7 @@ fn a_busy_queue_keeps_one_timer_not_one_per_waiter() {
             for _ in 0..5 {
                 let l = Lock::new(key("busy"), ttl(10_000), store, rt.clone());
                 let ran = l
-                    .run(wait(60_000), |_| async { rt.sleep(1).await })
+                    .run(queued(60_000), |_| async { rt.sleep(1).await })
                     .await
                     .unwrap();
                 assert!(ran.is_some());

@@ -1,9 +1,34 @@
-//! Shared by the native core tests (included with `mod support;`).
+//! Shared by the native core tests (included with `mod support;`; not every test uses all).
+#![allow(dead_code)]
 
 use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
 
 use keel_lock::virtual_time::VirtualRuntime;
-use keel_lock::Runtime;
+use keel_lock::{AcquireOptions, Key, Runtime, Ttl};
+
+/// A key the test knows is valid.
+pub fn key(k: &str) -> Key {
+    Key::new(k).unwrap()
+}
+
+/// A TTL the test knows is valid.
+pub fn ttl(ms: u64) -> Ttl {
+    Ttl::from_ms(ms).unwrap()
+}
+
+/// Wait up to `timeout_ms`, retrying (or, on a store that hands over, looking) every
+/// `retry_delay_ms`.
+pub fn wait(timeout_ms: u64, retry_delay_ms: u64) -> AcquireOptions {
+    AcquireOptions {
+        timeout_ms,
+        retry_delay_ms,
+    }
+}
+
+/// A task for `VirtualRuntime::join_all`.
+pub type Task<'a> = Pin<Box<dyn Future<Output = ()> + 'a>>;
 
 /// Calls at one virtual instant before a store call counts as a spinning retry loop.
 const SPIN_LIMIT: u32 = 10_000;
