@@ -25,10 +25,16 @@ test: setup
 # The fault scenarios at length: every store x fault x broken variant, SOAK_SECONDS (default 600)
 # of correct runs in all; histories and a summary table under tests/faults/results/soak-<time>/.
 # Then the workerd scenarios (Durable Object, D1) the same way, WORKERS_SOAK_SECONDS (default
-# 120) of correct runs, under tests/faults/results/workers-soak-<time>/.
+# 120) of correct runs, under tests/faults/results/workers-soak-<time>/. Then the component on a
+# faulty key-value host: two correct-host runs of COMPONENT_SOAK_SECONDS (default 120) each, and
+# every broken host with seeds 1 to COMPONENT_SOAK_SEEDS (default 10).
 SOAK_SECONDS ?= 600
+COMPONENT_SOAK_SECONDS ?= 120
+COMPONENT_SOAK_SEEDS ?= 10
 soak: setup
 	@SOAK_SECONDS=$(SOAK_SECONDS) bash scripts/test.d/70-faults.sh soak
+	@KEEL_COMPONENT_FAULT_SECONDS=$(COMPONENT_SOAK_SECONDS) KEEL_COMPONENT_FAULT_BROKEN_SEEDS=$(COMPONENT_SOAK_SEEDS) \
+		bash scripts/test.d/60-component.sh
 
 # Fuzzing: 10^6 proptest cases per Rust input path (release build), then the JS-level fuzz
 # through the packed package (KEEL_JS_FUZZ_CASES, default 200000).
