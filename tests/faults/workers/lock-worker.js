@@ -31,6 +31,7 @@ import {
   LockNotHeldError,
 } from "keel-lock";
 import { databaseLockStore } from "keel-lock/sql";
+import { generator } from "./random.js";
 
 /** The package's lock object, plus a reset: in-memory state (the waiting queue) and open calls go, storage stays. */
 export class LockDurableObject extends PackagedLockDurableObject {
@@ -57,16 +58,6 @@ export class FencedResource extends DurableObject {
 const FOREVER = 2 ** 31 - 1;
 const METHODS = ["acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw", "forceRelease"];
 
-function generator(seed) {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A D1 binding whose statements fail at `rate`: half before reaching D1, half after running. */
 function failingD1(db, rate, random) {
