@@ -241,7 +241,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         options: AcquireOptions,
         cancel: impl Future<Output = ()>,
     ) -> LockResult<bool, S> {
-        let owner = OwnerToken::mint()?;
+        let mut owner = OwnerToken::mint()?;
         let mut cancel = std::pin::pin!(cancel);
         let pause = options.retry_delay_ms.max(1);
         // The hold's deadline is wall-clock time (it is serialized); the wait is measured on the
@@ -297,7 +297,13 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 None if options.timeout_ms == 0 => {
                     return Err(self.store_timeout(Operation::Acquire, ttl))
                 }
-                None => None,
+                None => {
+                    // The abandoned attempt may still be granted, and that grant released when
+                    // its answer comes: a later attempt under the same token could lose its
+                    // hold to that release, so it gets a token of its own.
+                    owner = OwnerToken::mint()?;
+                    None
+                }
             };
             if let Some(grant) = grant {
                 return self.settle_grant(owner, sent, grant, cancel).await;

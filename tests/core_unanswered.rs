@@ -277,3 +277,75 @@ fn a_store_that_answers_at_once_never_starts_a_timer() {
     }
     assert_eq!(rt.timers_started(), 0);
 }
+
+/// The memory store, except that the first acquire takes effect and then never answers; the
+/// test plays that call's late answer (and the release it brings) itself.
+struct FirstAcquireHangs {
+    inner: MemoryLockStore<VirtualRuntime>,
+    first_owner: std::cell::RefCell<Option<OwnerToken>>,
+}
+
+impl LockStore for FirstAcquireHangs {
+    type Error = String;
+    fn name(&self) -> &'static str {
+        "first-acquire-hangs"
+    }
+    async fn acquire(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<Option<Grant>, String> {
+        let grant = self.inner.acquire_sync(k, o, t);
+        if self.first_owner.borrow().is_none() {
+            *self.first_owner.borrow_mut() = Some(o.clone());
+            std::future::pending::<()>().await;
+        }
+        Ok(grant)
+    }
+    async fn release(&self, k: &Key, o: &OwnerToken) -> Result<bool, String> {
+        Ok(self.inner.release_sync(k, o))
+    }
+    async fn extend(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<bool, String> {
+        Ok(self.inner.extend_sync(k, o, t))
+    }
+    async fn is_locked(&self, k: &Key) -> Result<bool, String> {
+        Ok(self.inner.remaining_time_sync(k).is_some())
+    }
+    async fn remaining_time(&self, k: &Key) -> Result<Option<u64>, String> {
+        Ok(self.inner.remaining_time_sync(k))
+    }
+}
+
+#[test]
+fn the_late_release_of_an_abandoned_attempt_never_frees_a_later_attempts_hold() {
+    let rt = VirtualRuntime::new();
+    let store = FirstAcquireHangs {
+        inner: MemoryLockStore::new(rt.clone()),
+        first_owner: Default::default(),
+    };
+    let lock = Lock::new(key("k"), ttl(100), &store, rt.clone());
+    let refused = Cell::new(0);
+    // The first attempt takes the key and hangs: abandoned at its TTL (100 ms); a retry takes
+    // the key once that grant has expired, and the holder keeps extending it.
+    let holder: support::Task = Box::pin(async {
+        let held = lock
+            .run(wait(2_000, 10), |_| async {
+                for _ in 0..30 {
+                    rt.sleep(50).await;
+                    if lock.extend(None).await.is_err() {
+                        refused.set(refused.get() + 1);
+                    }
+                }
+            })
+            .await;
+        assert!(matches!(held, Ok(Some(()))), "{held:?}");
+    });
+    // At 1 s the first attempt's answer arrives after all, a grant, so its caller releases it.
+    let late_answer: support::Task = Box::pin(async {
+        rt.sleep(1_000).await;
+        let first = store
+            .first_owner
+            .borrow()
+            .clone()
+            .expect("the first attempt was made");
+        store.inner.release_sync(&key("k"), &first);
+    });
+    rt.join_all(vec![holder, late_answer]);
+    assert_eq!(refused.get(), 0, "the late release freed the retry's hold");
+}
