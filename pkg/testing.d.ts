@@ -52,7 +52,13 @@ export declare function checkLockStore(store: LockStore, options?: CheckOptions)
 /** Like `checkLockStore`, but resolves every property's result without rejecting on failures. */
 export declare function lockStoreResults(store: LockStore, options?: CheckOptions): Promise<PropertyResult[]>;
 
-/** One recorded event of a history (see `checkHistory`). Times are ms on a clock every recorder shares. */
+/**
+ * One recorded event of a history (see `checkHistory`). Times are ms on a clock every recorder
+ * shares. Across Node processes on one machine, stamp with `process.hrtime` (offset from one anchor
+ * the processes agree on), not `performance.timeOrigin + performance.now()`: each process derives
+ * its `timeOrigin` from two clock reads at start, and one preempted between them stays milliseconds
+ * off — enough for the checker to see overlaps that never happened.
+ */
 export interface HistoryEvent {
   /** Who recorded it (a process or task number). */
   client?: number;
