@@ -14,6 +14,7 @@ import { lock, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock
 import { redisLockStore, redisLockKeys } from "keel-lock/redis";
 import { databaseLockStore, schema } from "keel-lock/sql";
 import { makeStoreFor } from "./stores.js";
+import { generator } from "../workers/random.js";
 
 const config = JSON.parse(process.argv[2]);
 const { id, variant, keys: keyCount, ttlMs, holdMs, durationMs, seed, errorRate = 0, clients = 1, victim = null } = config;
@@ -33,16 +34,6 @@ const record = (event) => {
 };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-function generator(s) {
-  let a = s >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 const { store, resource, close } = await makeStoreFor(config.store, {
   variant,

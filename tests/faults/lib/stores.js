@@ -27,6 +27,20 @@ const resourceUpsert = (p) =>
   `INSERT INTO ${RESOURCE_TABLE} (key, fence) VALUES (${p(1)}, ${p(2)}) ON CONFLICT (key) DO UPDATE ` +
   `SET fence = excluded.fence WHERE ${RESOURCE_TABLE}.fence <= excluded.fence`;
 
+/** A Redis client (standalone or Cluster) as a fault-suite backend: the store, force-release and the fenced resource. */
+function redisBackend(client, lib) {
+  return {
+    store: lib.redisLockStore(client),
+    forceRelease: async (key) => (await client.del(lib.redisLockKeys(key).lock)) === 1,
+    resource: {
+      async write(key, fence) {
+        return Number(await client.eval(FENCED_WRITE, 1, `resource:{${key}}`, String(fence))) === 1;
+      },
+    },
+    close: async () => client.disconnect(),
+  };
+}
+
 async function backend(spec, lib) {
   switch (spec.kind) {
     case "memory": {
@@ -60,16 +74,7 @@ async function backend(spec, lib) {
         client.once("ready", resolve);
         setTimeout(() => reject(new Error("redis did not become ready")), 10_000);
       });
-      return {
-        store: lib.redisLockStore(client),
-        forceRelease: async (key) => (await client.del(lib.redisLockKeys(key).lock)) === 1,
-        resource: {
-          async write(key, fence) {
-            return Number(await client.eval(FENCED_WRITE, 1, `resource:{${key}}`, String(fence))) === 1;
-          },
-        },
-        close: async () => client.disconnect(),
-      };
+      return redisBackend(client, lib);
     }
     case "redis-cluster": {
       // An ioredis Cluster that fails fast like the plain client above; MOVED after a failover is
@@ -88,16 +93,7 @@ async function backend(spec, lib) {
         client.once("ready", resolve);
         setTimeout(() => reject(new Error("the Redis Cluster did not become ready")), 10_000);
       });
-      return {
-        store: lib.redisLockStore(client),
-        forceRelease: async (key) => (await client.del(lib.redisLockKeys(key).lock)) === 1,
-        resource: {
-          async write(key, fence) {
-            return Number(await client.eval(FENCED_WRITE, 1, `resource:{${key}}`, String(fence))) === 1;
-          },
-        },
-        close: async () => client.disconnect(),
-      };
+      return redisBackend(client, lib);
     }
     case "upstash": {
       // @upstash/redis over the REST fixture: one HTTP request per command, no retries.
