@@ -24,6 +24,7 @@ export function watch(value, id) {
 const perRequest = globalThis.navigator?.userAgent === "Cloudflare-Workers";
 const deno = globalThis.Deno;
 const due = new Map(); // id -> deadline (performance.now() ms)
+const MAX_DELAY = 2 ** 31 - 1;
 let armedAt = Infinity;
 let host;
 
@@ -40,7 +41,8 @@ function arm(at) {
   }
   if (host !== undefined) clearTimeout(host);
   armedAt = at;
-  host = setTimeout(tick, Math.max(0, Math.ceil(at - performance.now())));
+  // A longer delay would overflow setTimeout (it then fires at once); the tick re-arms instead.
+  host = setTimeout(tick, Math.min(MAX_DELAY, Math.max(0, Math.ceil(at - performance.now()))));
 }
 
 function tick() {
@@ -69,7 +71,7 @@ export function sleep(ms, id) {
     const timer = setTimeout(() => {
       undo.delete(id);
       settled(id, true, undefined);
-    }, ms);
+    }, Math.min(ms, MAX_DELAY));
     undo.set(id, () => clearTimeout(timer));
     return;
   }

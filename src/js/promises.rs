@@ -180,7 +180,8 @@ impl Drop for Event {
 /// Completes after `ms` milliseconds.
 pub(crate) fn sleep(ms: u64) -> Event {
     let id = open_slot();
-    // Waits are bounded by MAX_WAIT_MS (2^31 - 1), which setTimeout accepts.
+    // A store call's bound can exceed setTimeout's 2^31 - 1 ms (a timeout plus a retry delay);
+    // the JS side caps each host timer at that and re-arms.
     start_sleep(ms as f64, id);
     Event {
         settled: Settled { id },
