@@ -97,6 +97,7 @@
 // The component build's wit-bindgen glue is unsafe; only that generated module may allow it.
 #![cfg_attr(all(feature = "component", target_arch = "wasm32"), deny(unsafe_code))]
 
+pub mod attempt;
 mod base64url;
 #[cfg(feature = "testing")]
 pub mod conformance;

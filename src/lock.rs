@@ -9,14 +9,15 @@ use std::future::Future;
 use std::rc::Rc;
 use std::task::Poll;
 
+use crate::attempt::{Attempt, Held, Next};
 use crate::error::{Error, HoldOperation, Operation};
-use crate::grant::{Fence, Grant};
+use crate::grant::Fence;
 use crate::holding::{KeepAlive, LossReason, LossState, RunContext};
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::race::{race, Either};
 use crate::runtime::Runtime;
 use crate::serialized::SerializedLock;
-use crate::store::{ForceRelease, LockStore, Wait};
+use crate::store::{ForceRelease, LockStore};
 use crate::token::OwnerToken;
 
 /// What this handle believes about its own hold on the key.
@@ -241,114 +242,80 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         options: AcquireOptions,
         cancel: impl Future<Output = ()>,
     ) -> LockResult<bool, S> {
-        let mut owner = OwnerToken::mint()?;
         let mut cancel = std::pin::pin!(cancel);
-        let pause = options.retry_delay_ms.max(1);
-        // The hold's deadline is wall-clock time (it is serialized); the wait is measured on the
-        // monotonic clock, so a wall clock set back or forward neither stretches nor cuts it.
-        let sent = self.runtime.now_ms();
-        let give_up_at = match options.timeout_ms {
-            0 => 0,
-            timeout => self.runtime.monotonic_ms().saturating_add(timeout),
-        };
-        if options.timeout_ms > 0 && self.store.hands_over() {
-            let wait = Wait {
-                wait_ms: options.timeout_ms,
-                poll_ms: pause,
-            };
-            let waiting = self
-                .store
-                .acquire_or_wait(&self.key, &owner, self.ttl, wait);
-            // The store ends the wait itself; the bound is for a store that never answers.
-            let answer_by = give_up_at.saturating_add(pause);
-            let waiting = self.within(waiting, || {
-                answer_by.saturating_sub(self.runtime.monotonic_ms())
-            });
-            return match race(waiting, cancel.as_mut()).await {
-                Either::First(Some(grant)) => {
-                    match grant.map_err(self.store_error(Operation::Acquire))? {
-                        Some(grant) => self.settle_grant(owner, sent, grant, cancel).await,
-                        None => Ok(false),
-                    }
-                }
-                Either::First(None) => Ok(false),
-                Either::Second(()) => {
-                    let withdraw = self.store.withdraw(&self.key, &owner);
-                    self.call(Operation::Acquire, withdraw).await?;
-                    Err(Error::Aborted)
-                }
-            };
-        }
-        let mut sent = sent;
-        let ttl = self.ttl.as_ms();
+        let (mut attempt, mut next) = Attempt::start(
+            options,
+            self.ttl,
+            self.store.hands_over(),
+            self.runtime.now_ms(),
+            self.runtime.monotonic_ms(),
+        )?;
         loop {
-            let attempt = self.store.acquire(&self.key, &owner, self.ttl);
-            let answer = self
-                .within(attempt, || match options.timeout_ms {
-                    0 => ttl,
-                    _ => {
-                        let left = give_up_at.saturating_sub(self.runtime.monotonic_ms());
-                        left.max(pause).min(ttl)
+            next = match next {
+                Next::Acquire { bound_ms } => {
+                    let call = self.store.acquire(&self.key, attempt.owner(), self.ttl);
+                    match self.within(call, || bound_ms).await {
+                        Some(answer) => {
+                            let grant = answer.map_err(self.store_error(Operation::Acquire))?;
+                            attempt.answered(grant, self.runtime.monotonic_ms())
+                        }
+                        None => attempt.unanswered(self.runtime.monotonic_ms())?,
                     }
-                })
-                .await;
-            let grant = match answer {
-                Some(grant) => grant.map_err(self.store_error(Operation::Acquire))?,
-                None if options.timeout_ms == 0 => {
-                    return Err(self.store_timeout(Operation::Acquire, ttl))
                 }
-                None => {
-                    // The abandoned attempt may still be granted, and that grant released when
-                    // its answer comes: a later attempt under the same token could lose its
-                    // hold to that release, so it gets a token of its own.
-                    owner = OwnerToken::mint()?;
-                    None
+                Next::AcquireOrWait { wait, bound_ms } => {
+                    let call =
+                        self.store
+                            .acquire_or_wait(&self.key, attempt.owner(), self.ttl, wait);
+                    // Bounded from when the call first goes unanswered, as the wait is.
+                    let started = self.runtime.monotonic_ms();
+                    let waiting = self.within(call, || {
+                        bound_ms.saturating_sub(self.runtime.monotonic_ms() - started)
+                    });
+                    match race(waiting, cancel.as_mut()).await {
+                        Either::First(Some(answer)) => {
+                            let grant = answer.map_err(self.store_error(Operation::Acquire))?;
+                            attempt.answered(grant, self.runtime.monotonic_ms())
+                        }
+                        Either::First(None) => attempt.unanswered(self.runtime.monotonic_ms())?,
+                        Either::Second(()) => {
+                            let withdraw = self.store.withdraw(&self.key, attempt.owner());
+                            self.call(Operation::Acquire, withdraw).await?;
+                            return Err(Error::Aborted);
+                        }
+                    }
+                }
+                Next::Sleep { ms } => {
+                    let sleep = self.runtime.sleep(ms);
+                    if let Either::Second(()) = race(sleep, cancel.as_mut()).await {
+                        return Err(Error::Aborted);
+                    }
+                    attempt.retry(self.runtime.now_ms(), self.runtime.monotonic_ms())
+                }
+                Next::Held => {
+                    if is_done(cancel.as_mut()) {
+                        let withdraw = self.store.withdraw(&self.key, attempt.owner());
+                        self.call(Operation::Release, withdraw).await?;
+                        return Err(Error::Aborted);
+                    }
+                    if let Some(held) = attempt.into_hold() {
+                        self.take_hold(held);
+                    }
+                    return Ok(true);
+                }
+                Next::Refused => return Ok(false),
+                Next::TimedOut { after_ms } => {
+                    return Err(self.store_timeout(Operation::Acquire, after_ms))
                 }
             };
-            if let Some(grant) = grant {
-                return self.settle_grant(owner, sent, grant, cancel).await;
-            }
-            if options.timeout_ms == 0 {
-                return Ok(false);
-            }
-            let now = self.runtime.monotonic_ms();
-            if now >= give_up_at {
-                return Ok(false);
-            }
-            let sleep = self.runtime.sleep(pause.min(give_up_at - now));
-            if let Either::Second(()) = race(sleep, cancel.as_mut()).await {
-                return Err(Error::Aborted);
-            }
-            sent = self.runtime.now_ms();
         }
     }
 
-    /// Takes the hold a store granted, unless the caller gave up while the store call was in
-    /// flight: then the grant is released and the acquire fails with [`Error::Aborted`].
-    async fn settle_grant(
-        &self,
-        owner: OwnerToken,
-        sent: u64,
-        grant: Grant,
-        cancel: std::pin::Pin<&mut impl Future<Output = ()>>,
-    ) -> LockResult<bool, S> {
-        if is_done(cancel) {
-            let withdraw = self.store.withdraw(&self.key, &owner);
-            self.call(Operation::Release, withdraw).await?;
-            return Err(Error::Aborted);
-        }
-        self.take_hold(owner, sent, grant);
-        Ok(true)
-    }
-
-    fn take_hold(&self, owner: OwnerToken, sent: u64, grant: Grant) {
-        // The TTL runs from the grant, which came no earlier than `sent + waited` (the store
-        // measured the wait; the request arrived no earlier than it was sent).
-        let granted_no_earlier_than = sent.saturating_add(grant.waited_ms());
+    /// Records a hold the store granted as this handle's.
+    pub(crate) fn take_hold(&self, held: Held) {
         *self.hold.borrow_mut() = Hold::Held {
-            owner,
-            deadline: granted_no_earlier_than.saturating_add(self.ttl.as_ms()),
-            fence: grant.fence(),
+            owner: held.owner,
+            deadline: held.deadline,
+            fence: held.fence,
         };
     }
 
