@@ -121,6 +121,14 @@ impl Attempt {
         self.store_waits
     }
 
+    /// What the store is asked to wait for, when the wait is the store's own.
+    pub fn wait(&self) -> Option<Wait> {
+        self.store_waits.then_some(Wait {
+            wait_ms: self.timeout_ms,
+            poll_ms: self.pause,
+        })
+    }
+
     /// The hold, once [`Next::Held`] was answered.
     pub fn hold(&self) -> Option<&Held> {
         self.held.as_ref()

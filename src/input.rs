@@ -2,6 +2,7 @@
 //! these constructors, so the rest of the core works with values that are known to be sane.
 
 use std::fmt;
+use std::sync::Arc;
 
 /// Shows a JS number in error messages the way JS would for the values that matter (integers,
 /// NaN, ±Infinity, three decimals otherwise) without `{f64}` formatting, whose code would add
@@ -132,14 +133,27 @@ pub const DEFAULT_TTL_MS: u64 = 30_000;
 /// Default pause between acquire attempts while waiting: 50 ms.
 pub const DEFAULT_RETRY_DELAY_MS: u64 = 50;
 
-/// A lock key: non-empty UTF-8, at most [`MAX_KEY_BYTES`] bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Key(String);
+/// A lock key: non-empty UTF-8, at most [`MAX_KEY_BYTES`] bytes. Shared, not copied, when a
+/// store keeps it (cloning is a reference count).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(Arc<str>);
+
+impl std::borrow::Borrow<str> for Key {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
 
 impl Key {
     /// Checks and wraps a key.
-    pub fn new(key: impl Into<String>) -> Result<Self, InputError> {
-        let key = key.into();
+    pub fn new(key: impl AsRef<str>) -> Result<Self, InputError> {
+        let key = key.as_ref();
+        Key::check(key)?;
+        Ok(Key(Arc::from(key)))
+    }
+
+    /// Checks a key without keeping it.
+    pub fn check(key: &str) -> Result<(), InputError> {
         if key.is_empty() {
             return Err(InputError::EmptyKey);
         }
@@ -149,7 +163,7 @@ impl Key {
                 max: MAX_KEY_BYTES,
             });
         }
-        Ok(Key(key))
+        Ok(())
     }
 
     /// The key as a string slice.

@@ -194,7 +194,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         .await
     }
 
-    fn store_timeout(&self, operation: Operation, after_ms: u64) -> Error<S::Error> {
+    pub(crate) fn store_timeout(&self, operation: Operation, after_ms: u64) -> Error<S::Error> {
         Error::StoreTimeout {
             key: self.key.as_str().to_owned(),
             store: self.store.name(),
@@ -335,8 +335,20 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         let released = self
             .call(Operation::Release, self.store.release(&self.key, owner))
             .await?;
-        self.record_outcome(owner, if released { Hold::None } else { Hold::Lost });
+        self.released(owner, released);
         Ok(released)
+    }
+
+    /// Records the store's answer to a release made with `owner`: the hold ends, or — refused —
+    /// is known lost.
+    pub(crate) fn released(&self, owner: &OwnerToken, released: bool) {
+        self.record_outcome(owner, if released { Hold::None } else { Hold::Lost });
+    }
+
+    /// Whether this handle neither holds the key nor knows a hold of its lost.
+    #[cfg(all(feature = "js", target_arch = "wasm32"))]
+    pub(crate) fn is_idle(&self) -> bool {
+        matches!(&*self.hold.borrow(), Hold::None)
     }
 
     /// Resets the expiry to `ttl` (default: the lock's TTL) from now. Fails with

@@ -111,8 +111,8 @@ struct Queue {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MemoryLockStore<R: Runtime> {
-    rows: RefCell<HashMap<String, Row>>,
-    queues: RefCell<HashMap<String, Queue>>,
+    rows: RefCell<HashMap<Key, Row>>,
+    queues: RefCell<HashMap<Key, Queue>>,
     next_sweep_at: Cell<usize>,
     last_fence: Cell<Option<Fence>>,
     runtime: R,
@@ -158,36 +158,53 @@ impl<R: Runtime> MemoryLockStore<R> {
         owner: &OwnerToken,
         rule: impl FnOnce(Option<RowView<'_>>) -> Decision,
     ) -> bool {
+        use std::collections::hash_map::Entry;
+        // One hash of the key per decision: the entry is read and changed in place.
         let mut rows = self.rows.borrow_mut();
-        let decision = rule(rows.get(key.as_str()).map(Row::view));
-        match decision.change {
-            Change::Keep => {}
-            Change::Delete => {
-                rows.remove(key.as_str());
+        match rows.entry(key.clone()) {
+            Entry::Occupied(mut entry) => {
+                let decision = rule(Some(entry.get().view()));
+                match decision.change {
+                    Change::Keep => {}
+                    Change::Delete => {
+                        entry.remove();
+                    }
+                    Change::Put { expires_at } => {
+                        let row = entry.get_mut();
+                        row.owner = owner.clone();
+                        row.expires_at = expires_at;
+                    }
+                }
+                decision.granted
             }
-            Change::Put { expires_at } => match rows.get_mut(key.as_str()) {
-                Some(row) => {
-                    row.owner = owner.clone();
-                    row.expires_at = expires_at;
+            Entry::Vacant(entry) => {
+                let decision = rule(None);
+                if let Change::Put { expires_at } = decision.change {
+                    entry.insert(Row {
+                        owner: owner.clone(),
+                        expires_at,
+                    });
                 }
-                None => {
-                    rows.insert(
-                        key.as_str().to_owned(),
-                        Row {
-                            owner: owner.clone(),
-                            expires_at,
-                        },
-                    );
-                }
-            },
+                decision.granted
+            }
         }
-        decision.granted
     }
 
     /// Synchronous [`LockStore::acquire`]: the operations are public in this form so bindings
     /// can skip the future machinery entirely.
     pub fn acquire_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Option<Grant> {
-        let now = self.runtime.monotonic_ms();
+        self.acquire_at(key, owner, ttl, self.runtime.monotonic_ms())
+    }
+
+    /// [`MemoryLockStore::acquire_sync`] at `now`, a reading of the runtime's monotonic clock
+    /// the caller just took (a binding that read it anyway saves a second read).
+    pub(crate) fn acquire_at(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        now: u64,
+    ) -> Option<Grant> {
         if self.rows.borrow().len() >= self.next_sweep_at.get() {
             self.purge_expired();
         }
@@ -354,7 +371,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         });
         let keeper_to_poke = {
             let mut queues = self.queues.borrow_mut();
-            let queue = queues.entry(key.as_str().to_owned()).or_default();
+            let queue = queues.entry(key.clone()).or_default();
             queue.tickets.push_back(ticket.clone());
             // A deadline before the timekeeper's timer: it must wake earlier.
             queue

@@ -2,6 +2,7 @@
 
 use std::cell::RefCell;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::error::RandomError;
 use crate::input::InputError;
@@ -24,7 +25,7 @@ thread_local! {
 /// An owner token: 32 lowercase hex digits when minted here, or any 1–128 printable ASCII
 /// characters when it comes from outside.
 #[derive(Clone, PartialEq, Eq, Hash)]
-pub struct OwnerToken(String);
+pub struct OwnerToken(Arc<str>);
 
 impl OwnerToken {
     /// Mints a fresh token from the platform CSPRNG (`crypto.getRandomValues` in JS hosts).
@@ -43,15 +44,18 @@ impl OwnerToken {
         }
         POOL.with(|pool| {
             let (bytes, used) = &mut *pool.borrow_mut();
-            let mut hex = String::with_capacity(TOKEN_BYTES * 2);
-            for b in &bytes[*used..*used + TOKEN_BYTES] {
-                hex.push(char::from_digit((b >> 4) as u32, 16).unwrap_or('0'));
-                hex.push(char::from_digit((b & 0xf) as u32, 16).unwrap_or('0'));
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let mut hex = [0u8; TOKEN_BYTES * 2];
+            for (i, b) in bytes[*used..*used + TOKEN_BYTES].iter().enumerate() {
+                hex[2 * i] = HEX[usize::from(b >> 4)];
+                hex[2 * i + 1] = HEX[usize::from(b & 0xf)];
             }
             // Spent bytes are wiped so a later heap read cannot recover earlier tokens.
             bytes[*used..*used + TOKEN_BYTES].fill(0);
             *used += TOKEN_BYTES;
-            Ok(OwnerToken(hex))
+            // Every byte is an ASCII hex digit, so this never fails.
+            let text = std::str::from_utf8(&hex).map_err(|e| RandomError(e.to_string()))?;
+            Ok(OwnerToken(Arc::from(text)))
         })
     }
 
@@ -62,7 +66,7 @@ impl OwnerToken {
             && token.len() <= MAX_OWNER_BYTES
             && token.bytes().all(|b| b.is_ascii_graphic());
         if ok {
-            Ok(OwnerToken(token))
+            Ok(OwnerToken(Arc::from(token)))
         } else {
             Err(InputError::InvalidOwner {
                 max: MAX_OWNER_BYTES,

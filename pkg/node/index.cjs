@@ -3,14 +3,15 @@
 // The ESM entry (index.mjs) re-exports this very module, so `import` and `require` in one
 // process share one wasm instance — and so one default MemoryLockStore.
 const wasm = require("../dist/node/keel_lock.js");
+const api = wasm.__keelApi(wasm);
 
 module.exports = {
-  lock: wasm.lock,
-  restoreLock: wasm.restoreLock,
-  setLockStore: wasm.setLockStore,
-  getLockStore: wasm.getLockStore,
+  lock: api.lock,
+  restoreLock: api.restoreLock,
+  setLockStore: api.setLockStore,
+  getLockStore: api.getLockStore,
   MemoryLockStore: wasm.MemoryLockStore,
-  Lock: wasm.Lock,
+  Lock: api.Lock,
   LockNotHeldError: wasm.__lockNotHeldErrorClass(),
   LockUnavailableError: wasm.__lockUnavailableErrorClass(),
   LockStoreTimeoutError: wasm.__lockStoreTimeoutErrorClass(),

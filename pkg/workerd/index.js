@@ -9,15 +9,9 @@ import * as wasm from "../dist/workerd/keel_lock.js";
 
 initSync({ module: wasmModule });
 
-export const {
-  lock,
-  restoreLock,
-  setLockStore,
-  getLockStore,
-  MemoryLockStore,
-  Lock,
-  DurableObjectLockStore,
-} = wasm;
+export const { lock, restoreLock, setLockStore, getLockStore, Lock } = wasm.__keelApi(wasm);
+export const { MemoryLockStore } = wasm;
+export const { DurableObjectLockStore } = wasm;
 export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
 export const LockUnavailableError = wasm.__lockUnavailableErrorClass();
 export const LockStoreTimeoutError = wasm.__lockStoreTimeoutErrorClass();

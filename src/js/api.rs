@@ -45,6 +45,24 @@ fn with_current<T>(f: impl FnOnce(&Current) -> T) -> T {
     })
 }
 
+/// The backend `lock()` binds to now.
+pub(crate) fn current_backend() -> Backend {
+    with_current(|c| c.backend.clone())
+}
+
+#[wasm_bindgen(module = "/src/js/api.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = api)]
+    fn js_api(glue: &JsValue) -> JsValue;
+}
+
+/// The API the package exports — `lock`, `restoreLock`, `setLockStore`, `getLockStore`, `Lock`
+/// — as the JS layer (`src/js/api.js`) builds it over this module's exports (`glue`).
+#[wasm_bindgen(js_name = __keelApi, skip_typescript)]
+pub fn keel_api(glue: JsValue) -> JsValue {
+    js_api(&glue)
+}
+
 /// A lock on `key`, held for `ttlMs` (default 30 000) once acquired. Uses the store that is
 /// current now; later `setLockStore` calls do not move an existing lock.
 #[wasm_bindgen]

@@ -27,9 +27,14 @@ export class LockContext {
     if (this.#controller === null) {
       this.#controller = new AbortController();
       if (this.#lost !== undefined) this.#controller.abort(this.#lost);
-      else if (this.#id !== 0) observer?.(this.#id);
+      else if (this.#id !== 0) observer?.(this.#id, this);
     }
     return this.#controller.signal;
+  }
+
+  /** The run is over: reading `signal` from now on watches nothing. */
+  static end(context) {
+    context.#id = 0;
   }
 
   static lose(context, reason) {

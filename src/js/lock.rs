@@ -57,6 +57,16 @@ thread_local! {
 
 impl JsLock {
     pub(crate) fn wrap(lock: CoreLock) -> JsLock {
+        Self::from_core(Rc::new(lock))
+    }
+
+    /// The core lock behind this handle, shared.
+    pub(crate) fn core(&self) -> Rc<CoreLock> {
+        self.inner.clone()
+    }
+
+    /// A handle on a core lock that something else (a slot of the JS `Lock` class) shares.
+    pub(crate) fn from_core(lock: Rc<CoreLock>) -> JsLock {
         // The first lock gives the class `hold()` and `[Symbol.asyncDispose]` (lazily, not at
         // module load).
         if !DISPOSE_INSTALLED.with(Cell::get) {
@@ -73,7 +83,7 @@ impl JsLock {
             install_holding(&JsValue::from(sample));
         }
         JsLock {
-            inner: Rc::new(lock),
+            inner: lock,
             keeper: Rc::default(),
         }
     }
@@ -81,20 +91,20 @@ impl JsLock {
 
 /// A one-shot flag a future can wait on.
 #[derive(Default)]
-struct Flag {
+pub(crate) struct Flag {
     set: Cell<bool>,
     waker: RefCell<Option<Waker>>,
 }
 
 impl Flag {
-    fn set(&self) {
+    pub(crate) fn set(&self) {
         self.set.set(true);
         if let Some(waker) = self.waker.borrow_mut().take() {
             waker.wake();
         }
     }
 
-    fn wait(self: Rc<Self>) -> impl Future<Output = ()> {
+    pub(crate) fn wait(self: Rc<Self>) -> impl Future<Output = ()> {
         std::future::poll_fn(move |cx| {
             if self.set.get() {
                 return Poll::Ready(());
@@ -145,12 +155,43 @@ thread_local! {
     static UNOBSERVED: RefCell<(u32, HashMap<u32, Unobserved>)> = RefCell::new((0, HashMap::new()));
 }
 
-/// Called from JS (through the observer set once) when a context's signal is first read.
-fn observe(id: u32) {
+/// Called from JS (through the observer set once) when a context's signal is first read. A
+/// negative id names the slot of a run the JS `Lock` class drives.
+fn observe(id: f64, js: JsValue) {
+    if id < 0.0 {
+        return super::handle::observe(-id, js);
+    }
+    let id = id as u32;
     let entry = UNOBSERVED.with(|u| u.borrow_mut().1.remove(&id));
     if let Some(entry) = entry {
         hook_loss(&entry.lock, &entry.context, entry.js);
     }
+}
+
+thread_local! {
+    static OBSERVER_SET: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Gives the JS side its way back in when a context's signal is first read (once per isolate).
+pub(crate) fn ensure_observer() {
+    if !OBSERVER_SET.with(|o| o.replace(true)) {
+        set_observer(&Closure::<dyn Fn(f64, JsValue)>::new(observe).into_js_value());
+    }
+}
+
+/// Watches the hold of a run the JS `Lock` class drives, once its context's signal was read:
+/// the context's signal aborts when the hold is lost, until `stop` is set (the run ended).
+pub(crate) fn observe_fast(
+    lock: Rc<CoreLock>,
+    fence: Option<crate::grant::Fence>,
+    js: JsValue,
+    stop: Rc<Flag>,
+) {
+    let context = RunContext::new(fence, Rc::default());
+    hook_loss(&lock, &context, js);
+    spawn_local(async move {
+        lock.keep_alive(&context, None, stop.wait()).await;
+    });
 }
 
 /// Forgets a run's context when the run ends.
@@ -168,8 +209,7 @@ fn run_context(lock: &Rc<CoreLock>, context: RunContext) -> (JsValue, ContextEnt
     let id = UNOBSERVED.with(|u| {
         let (next, _) = &mut *u.borrow_mut();
         if *next == 0 {
-            // First use in this isolate: give the JS side its way back in.
-            set_observer(&Closure::<dyn Fn(u32)>::new(observe).into_js_value());
+            ensure_observer();
         }
         *next = next.wrapping_add(1).max(1);
         *next

@@ -6,6 +6,7 @@
 mod abort;
 mod api;
 pub(crate) mod convert;
+mod handle;
 mod lock;
 mod memory;
 pub(crate) mod promises;

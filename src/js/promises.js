@@ -54,10 +54,30 @@ function tick() {
   ready.sort((a, b) => a[0] - b[0]);
   for (const [, id] of ready) due.delete(id);
   // Fired in deadline order; a callback may start or cancel timers meanwhile.
-  for (const [, id] of ready) settled(id, true, undefined);
+  for (const [, id] of ready) fire(id);
   let next = Infinity;
   for (const at of due.values()) if (at < next) next = at;
   if (next !== Infinity) arm(next);
+}
+
+// Timers set from JS (negative ids) call a function; the core's (positive ids) report through
+// `settled`.
+const callbacks = new Map();
+let lastTimer = 0;
+
+function fire(id) {
+  const f = callbacks.get(id);
+  if (f === undefined) return settled(id, true, undefined);
+  callbacks.delete(id);
+  f();
+}
+
+/** Calls `f()` after `ms`, on the shared host timer; answers an id for `cancel`. */
+export function timer(ms, f) {
+  const id = --lastTimer;
+  callbacks.set(id, f);
+  sleep(ms, id);
+  return id;
 }
 
 /** Milliseconds on a clock that only moves forward: what waits and the memory store measure. */
@@ -68,11 +88,11 @@ export function monotonicNow() {
 /** Calls back `settled(id, true, undefined)` after `ms`. */
 export function sleep(ms, id) {
   if (perRequest) {
-    const timer = setTimeout(() => {
+    const host = setTimeout(() => {
       undo.delete(id);
-      settled(id, true, undefined);
+      fire(id);
     }, Math.min(ms, MAX_DELAY));
-    undo.set(id, () => clearTimeout(timer));
+    undo.set(id, () => clearTimeout(host));
     return;
   }
   const at = performance.now() + ms;
@@ -95,6 +115,7 @@ export function onAbort(signal, id) {
 
 /** Forgets the event `id` (its timer, or its abort listener) if it has not fired. */
 export function cancel(id) {
+  callbacks.delete(id);
   if (due.delete(id)) {
     if (due.size === 0) keepAlive(false);
     return;

@@ -111,11 +111,7 @@ impl DurableObjectLockStore {
     /// A lock on `key`, held for `ttl_ms` once acquired, over this store with the Workers
     /// clock and timer ([`WorkersRuntime`]) — `lock(key, ttlMs)` of the JS API. Fails on an
     /// empty key, one over 512 bytes, or a TTL outside `1..=2^31-1` ms.
-    pub fn lock(
-        &self,
-        key: impl Into<String>,
-        ttl_ms: u64,
-    ) -> Result<DurableObjectLock, InputError> {
+    pub fn lock(&self, key: impl AsRef<str>, ttl_ms: u64) -> Result<DurableObjectLock, InputError> {
         Ok(Lock::new(
             Key::new(key)?,
             Ttl::from_ms(ttl_ms)?,

@@ -1,0 +1,408 @@
+// The Keel lock API as the package exports it. A `Lock` is a plain JS object; the core's
+// decisions stay in the wasm, reached through numeric exports (src/js/handle.rs): `run()` on
+// the memory store is three calls into the wasm, and over a JS store this layer awaits the
+// store's own promises and feeds the answers to the core's acquisition machine, which says what
+// to do next (call the store, pause, done). Everything else — waiting in a store's queue, an
+// abort signal, autoExtend, extend, serialize, … — goes to the async core through the
+// wasm-bindgen `Lock` that shares the handle's core lock.
+
+import { LockContext, installHolding } from "./holding.js";
+import { cancel, releaseLateGrant, timer } from "./promises.js";
+
+// Step codes (src/js/handle.rs). A held step answers the fence (≥ 1) or HELD_UNFENCED.
+const REFUSED = 0;
+const HELD_UNFENCED = -1;
+const CALL = -2;
+const SLEEP = -3;
+const TIMED_OUT = -4;
+const SLOW = -5;
+const QUEUE = -6;
+const FAILED = -100; // the error is w.__kError()
+const RELEASED_CLOSED = 3; // ending a run: released, and the idle handle's slot closed
+
+const UNANSWERED = Symbol("unanswered");
+
+let w = null; // the wasm module's exports
+let current = null; // the store lock() binds to: { object, binding, memory, acquire, release }
+const internal = Symbol("keel-lock internal");
+
+// A handle dropped while its slot lives (it holds, or knows its hold lost) frees the slot.
+const slots =
+  typeof FinalizationRegistry === "function"
+    ? new FinalizationRegistry((id) => w.__kClose(id, true))
+    : { register() {}, unregister() {} };
+
+function bind() {
+  const object = w.getLockStore();
+  const binding = w.__kCurrent();
+  current = binding.memory
+    ? { object, binding, memory: true }
+    : { object, binding, memory: false, acquire: object.acquire, release: object.release };
+  return current;
+}
+
+function isThenable(value) {
+  return (
+    value !== null &&
+    (typeof value === "object" || typeof value === "function") &&
+    typeof value.then === "function"
+  );
+}
+
+/**
+ * `answer` settled, or UNANSWERED once `ms` have passed. The timer starts only if the answer has
+ * not come by the time the microtasks queued with it have run: a store that answers from memory
+ * never sets one.
+ */
+function within(answer, ms) {
+  if (!isThenable(answer)) return answer;
+  return new Promise((resolve, reject) => {
+    let t = 0;
+    let settled = false;
+    answer.then(
+      (value) => {
+        settled = true;
+        if (t !== 0) cancel(t);
+        resolve(value);
+      },
+      (error) => {
+        settled = true;
+        if (t !== 0) cancel(t);
+        reject(error);
+      },
+    );
+    Promise.resolve().then(() => {
+      if (!settled) t = timer(ms, () => resolve(UNANSWERED));
+    });
+  });
+}
+
+function pause(ms) {
+  return new Promise((resolve) => timer(ms, resolve));
+}
+
+/** Run options this layer drives itself: `[timeout, retryDelay]` (NaN = not given), or null. */
+function plainOptions(options) {
+  if (options === undefined) return [NaN, NaN];
+  if (options === null || typeof options !== "object") return null;
+  if (options.signal !== undefined || options.autoExtend !== undefined) return null;
+  const { timeout, retryDelay } = options;
+  const number = (v) => v === undefined || (typeof v === "number" && v === v);
+  if (!number(timeout) || !number(retryDelay)) return null;
+  return [timeout ?? NaN, retryDelay ?? NaN];
+}
+
+/** A lock on one key. Created by `lock(key, ttlMs)` or `restoreLock(serialized)`. */
+export class Lock {
+  #key;
+  #ttl;
+  #store;
+  #slot = 0;
+  #core = null;
+  #busy = false;
+  #registered = false;
+
+  constructor(token, key, ttl, store, core) {
+    if (token !== internal) throw new TypeError("use lock(key, ttlMs) or restoreLock(serialized)");
+    this.#key = key;
+    this.#ttl = ttl;
+    this.#store = store;
+    this.#core = core;
+  }
+
+  /** The wasm-bindgen lock sharing this handle's core lock (made on first need). */
+  #coreLock() {
+    if (this.#core === null) {
+      const id = this.#slot !== 0 ? this.#slot : this.#open();
+      this.#core = w.__kLock(id);
+      // From now on the core lock is reached through it; a run in flight closes the slot.
+      if (!this.#busy) this.#close(true);
+    }
+    return this.#core;
+  }
+
+  #open() {
+    const id = w.__kOpen(this.#key, this.#ttl, this.#store.binding);
+    if (id === FAILED) throw w.__kError();
+    this.#slot = id;
+    return id;
+  }
+
+  #close(force) {
+    if (this.#slot !== 0 && w.__kClose(this.#slot, force)) this.#settled(0);
+  }
+
+  /** The slot is `id` (0: none) after an operation: a slot that outlives it is watched. */
+  #settled(id) {
+    if (this.#registered) {
+      slots.unregister(this);
+      this.#registered = false;
+    }
+    this.#slot = id;
+    if (id !== 0) {
+      slots.register(this, id, this);
+      this.#registered = true;
+    }
+  }
+
+  /** A fast operation is over: close the slot if the handle is idle, else keep it watched. */
+  #done(closed) {
+    this.#busy = false;
+    if (closed) return this.#settled(0);
+    if (this.#core !== null) return this.#close(true);
+    if (w.__kClose(this.#slot, false)) this.#settled(0);
+    else if (!this.#registered) this.#settled(this.#slot);
+  }
+
+  get key() {
+    return this.#core === null ? this.#key : this.#core.key;
+  }
+
+  get ttlMs() {
+    return this.#core === null ? this.#ttl : this.#core.ttlMs;
+  }
+
+  get fence() {
+    return this.#core === null && this.#slot === 0 ? null : this.#coreLock().fence;
+  }
+
+  get signal() {
+    return this.#core === null ? undefined : this.#core.signal;
+  }
+
+  /** Acquire, run `fn({ fence, signal })`, always release: `[true, result]` or `[false, undefined]`. */
+  run(fn, options) {
+    const plain = this.#core === null && !this.#busy && typeof fn === "function" && plainOptions(options);
+    if (!plain) return this.#coreLock().run(fn, options);
+    return this.#run(fn, plain[0], plain[1], options);
+  }
+
+  /** `run(fn)` that never waits. */
+  runImmediately(fn) {
+    if (this.#core !== null || this.#busy || typeof fn !== "function") {
+      return this.#coreLock().runImmediately(fn);
+    }
+    return this.#run(fn, NaN, NaN, undefined);
+  }
+
+  #run(fn, timeout, retryDelay, options) {
+    let id = this.#slot;
+    if (id === 0) {
+      try {
+        id = this.#open();
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
+    this.#busy = true;
+    const code = w.__kBegin(id, timeout, retryDelay);
+    if (code === FAILED) {
+      this.#done(false);
+      return Promise.reject(w.__kError());
+    }
+    if (code === REFUSED) {
+      this.#done(false);
+      return Promise.resolve([false, undefined]);
+    }
+    if (code === SLOW) {
+      this.#done(false);
+      return this.#coreLock().run(fn, options);
+    }
+    if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
+    if (code === QUEUE) {
+      return w.__kWait(id).then((held) => {
+        if (held !== REFUSED) return this.#holding(id, fn, held);
+        this.#done(false);
+        return [false, undefined];
+      });
+    }
+    return this.#runOverStore(id, code, fn, options);
+  }
+
+  /** Runs `fn` on the hold the run took from the memory store, then ends it. */
+  #holding(id, fn, code) {
+    const context = new LockContext(code >= 1 ? code : null, -id);
+    let out;
+    try {
+      out = fn(context);
+    } catch (error) {
+      return this.#end(id, context, error, true);
+    }
+    if (isThenable(out)) {
+      return Promise.resolve(out).then(
+        (value) => this.#end(id, context, value, false),
+        (error) => this.#end(id, context, error, true),
+      );
+    }
+    return this.#end(id, context, out, false);
+  }
+
+  /** Releases the run's hold on the memory store; the task's error wins over the release's. */
+  #end(id, context, value, failed) {
+    LockContext.end(context);
+    const code = w.__kEnd(id);
+    const error = code === FAILED ? w.__kError() : undefined;
+    this.#done(code === RELEASED_CLOSED);
+    if (failed) return Promise.reject(value);
+    return code === FAILED ? Promise.reject(error) : Promise.resolve([true, value]);
+  }
+
+  /**
+   * `run()` over a JS store, as one async function: the acquisition's steps (each store call
+   * bounded as the core says), `fn`, and the release. The task's error wins over the release's.
+   */
+  async #runOverStore(id, code, fn, options) {
+    const store = this.#store;
+    let owner = "";
+    try {
+      for (;;) {
+        if (code === CALL) {
+          const bound = w.__kArg();
+          owner = w.__kOwner(id);
+          let sent;
+          let answer;
+          try {
+            sent = store.acquire.call(store.object, this.#key, owner, this.#ttl);
+            answer = await within(sent, bound);
+          } catch (error) {
+            w.__kAbandon(id);
+            throw error;
+          }
+          if (answer === UNANSWERED) {
+            releaseLateGrant(sent, store.object, this.#key, owner);
+            code = w.__kUnanswered(id);
+          } else if (typeof answer === "boolean") {
+            code = w.__kAnswered(id, answer ? 1 : 0, 0);
+          } else if (answer !== null && typeof answer === "object" && typeof answer.fence === "number") {
+            code = w.__kAnswered(id, 2, answer.fence);
+          } else {
+            code = w.__kAnsweredValue(id, answer);
+          }
+        } else if (code === SLEEP) {
+          await pause(w.__kArg());
+          code = w.__kRetry(id);
+        } else if (code === TIMED_OUT) {
+          throw w.__kTimeoutError(id, 0, w.__kArg());
+        } else {
+          break;
+        }
+      }
+    } catch (error) {
+      this.#done(false);
+      throw error;
+    }
+    if (code === REFUSED || code === SLOW) {
+      this.#done(false);
+      return code === REFUSED ? [false, undefined] : this.#coreLock().run(fn, options);
+    }
+    const context = new LockContext(code >= 1 ? code : null, -id);
+    let value;
+    let failed = false;
+    try {
+      value = fn(context);
+      if (isThenable(value)) value = await value;
+    } catch (error) {
+      value = error;
+      failed = true;
+    }
+    LockContext.end(context);
+    let releaseFailed = false;
+    let releaseError;
+    try {
+      if (w.__kEnd(id) === FAILED) throw w.__kError();
+      // The run's hold is the one its last acquire call was granted, under that call's token.
+      const bound = w.__kArg();
+      const answer = await within(store.release.call(store.object, this.#key, owner), bound);
+      if (answer === UNANSWERED) throw w.__kTimeoutError(id, 1, bound);
+      w.__kReleased(id, answer);
+    } catch (error) {
+      w.__kForget(id);
+      releaseFailed = true;
+      releaseError = error;
+    }
+    this.#done(false);
+    if (failed) throw value;
+    if (releaseFailed) throw releaseError;
+    return [true, value];
+  }
+
+  acquire(options) {
+    return this.#coreLock().acquire(options);
+  }
+
+  release() {
+    return this.#coreLock().release();
+  }
+
+  extend(ttlMs) {
+    return this.#coreLock().extend(ttlMs);
+  }
+
+  autoExtend(options) {
+    return this.#coreLock().autoExtend(options);
+  }
+
+  stopAutoExtend() {
+    return this.#coreLock().stopAutoExtend();
+  }
+
+  forceRelease() {
+    return this.#coreLock().forceRelease();
+  }
+
+  serialize() {
+    return this.#coreLock().serialize();
+  }
+
+  isLocked() {
+    return this.#coreLock().isLocked();
+  }
+
+  isExpired() {
+    return this.#core === null && this.#slot === 0
+      ? Promise.resolve(false)
+      : this.#coreLock().isExpired();
+  }
+
+  getRemainingTime() {
+    return this.#coreLock().getRemainingTime();
+  }
+}
+
+// The last key and TTL the core accepted, and the TTL it made of them: checking is a pure
+// function of the two, so `lock(key)` again need not ask.
+let checked = { key: undefined, ttlMs: undefined, ttl: 0 };
+
+function lock(key, ttlMs) {
+  const store = current ?? bind();
+  if (typeof key === "string" && (ttlMs === undefined || (typeof ttlMs === "number" && ttlMs === ttlMs))) {
+    if (key === checked.key && ttlMs === checked.ttlMs) return new Lock(internal, key, checked.ttl, store, null);
+    const ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs);
+    if (ttl === FAILED) throw w.__kError();
+    checked = { key, ttlMs, ttl };
+    return new Lock(internal, key, ttl, store, null);
+  }
+  // Anything else is judged (and, if wrong, reported) by the core.
+  return new Lock(internal, undefined, undefined, store, w.lock(key, ttlMs));
+}
+
+function restoreLock(serialized) {
+  const store = current ?? bind();
+  return new Lock(internal, undefined, undefined, store, w.restoreLock(serialized));
+}
+
+function setLockStore(store) {
+  w.setLockStore(store);
+  current = null;
+}
+
+function getLockStore() {
+  return w.getLockStore();
+}
+
+/** The API over the wasm module's exports `glue` (called once by each package entry). */
+export function api(glue) {
+  w = glue;
+  installHolding(Object.create(Lock.prototype));
+  return { lock, restoreLock, setLockStore, getLockStore, Lock };
+}

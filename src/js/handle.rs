@@ -1,0 +1,536 @@
+//! The numeric face of the binding, for the JS `Lock` class (`src/js/api.js`). A lock handle in
+//! JS is a plain object; while it acquires, holds or releases, its core lock lives here in a
+//! slot named by a number. Every decision is the core's — the acquisition machine
+//! ([`crate::attempt`]), the memory store, the hold's bookkeeping — and what crosses is numbers
+//! and the key string: the JS side only awaits the store's promises and keeps the timers
+//! ("call the store", "sleep", "done" come back as step codes).
+//!
+//! Step codes (the `f64` answers): [`REFUSED`]; a fence ≥ 1 or [`HELD_UNFENCED`] (held);
+//! [`CALL`] (make the store call the step is about, bounded by [`arg`] ms); [`SLEEP`] ([`arg`]
+//! ms, then [`retry`]); [`TIMED_OUT`] (the call went unanswered for [`arg`] ms); [`QUEUE`]
+//! (the memory store queues the caller: [`wait`]); [`SLOW`] (this needs the full async path: a
+//! JS store waits itself).
+//!
+//! Nothing here may panic on input: ids that name no slot (or a slot since reused) are
+//! `TypeError`s, and no borrow is held while JS code (a clock that user code replaced, a
+//! store) could run.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use js_sys::Promise;
+use wasm_bindgen::prelude::*;
+
+use super::promises::promise_of;
+
+use super::convert::{input_to_js, to_js, type_error};
+use super::lock::{observe_fast, CoreLock, Flag, JsLock};
+use super::runtime::JsRuntime;
+use super::store::{answers, Backend};
+use crate::attempt::{Attempt, Next};
+use crate::error::{Error, Operation};
+use crate::grant::{Fence, Grant, MAX_FENCE};
+use crate::input::{AcquireOptions, Key, Ttl};
+use crate::lock::Lock;
+use crate::runtime::Runtime;
+use crate::store::LockStore;
+use crate::token::OwnerToken;
+
+/// Not acquired; or (release) the store refused: the hold was lost.
+pub const REFUSED: f64 = 0.0;
+/// Acquired, from a store without fences (a fenced hold answers its fence); or (release)
+/// released.
+pub const HELD_UNFENCED: f64 = -1.0;
+/// Make the store call; its bound in ms is [`arg`].
+pub const CALL: f64 = -2.0;
+/// Pause [`arg`] ms, then [`retry`].
+pub const SLEEP: f64 = -3.0;
+/// The store call went unanswered for [`arg`] ms: a `LockStoreTimeoutError`.
+pub const TIMED_OUT: f64 = -4.0;
+/// Take the full async path (the store hands keys over and a timeout was given).
+pub const SLOW: f64 = -5.0;
+/// (Memory store) queue for the key: [`wait`] answers the outcome.
+pub const QUEUE: f64 = -6.0;
+/// (Ending a run) released.
+pub const RELEASED: f64 = 1.0;
+/// (Ending a run) released, and the handle's slot closed: it is idle.
+pub const RELEASED_CLOSED: f64 = 3.0;
+/// The call failed: [`error`] has the JS error to throw. (The hot calls answer a plain number
+/// rather than a `Result`, which wasm-bindgen returns through memory.)
+pub const FAILED: f64 = -100.0;
+
+/// The store a handle is bound to, as created by `setLockStore` (or the default).
+#[wasm_bindgen(js_name = StoreBinding, skip_typescript)]
+pub struct StoreBinding {
+    backend: Backend,
+}
+
+#[wasm_bindgen(js_class = StoreBinding)]
+impl StoreBinding {
+    /// The built-in memory store: every call answers at once, inside the wasm.
+    #[wasm_bindgen(getter)]
+    pub fn memory(&self) -> bool {
+        matches!(self.backend, Backend::Memory(_))
+    }
+}
+
+impl StoreBinding {
+    pub(crate) fn new(backend: Backend) -> Self {
+        StoreBinding { backend }
+    }
+}
+
+struct Entry {
+    lock: Rc<CoreLock>,
+    /// The acquisition in flight (a JS store's call is being awaited).
+    attempt: Option<Attempt>,
+    /// The owner token of the hold the handle's current `run` took.
+    run_owner: Option<OwnerToken>,
+    /// Stops the watcher that a run's context started when its `signal` was read.
+    watching: Option<Rc<Flag>>,
+}
+
+/// Slot ids are `generation · 2^24 + index + 1`: an id kept after its slot was closed names
+/// nothing, even once the index is reused.
+const INDEX_BITS: f64 = 16_777_216.0;
+
+#[derive(Default)]
+struct Slots {
+    entries: Vec<(u32, Option<Entry>)>,
+    free: Vec<usize>,
+}
+
+thread_local! {
+    static SLOTS: RefCell<Slots> = RefCell::default();
+    static ARG: Cell<f64> = const { Cell::new(0.0) };
+    static ERROR: RefCell<Option<JsValue>> = const { RefCell::new(None) };
+    /// The core lock of the last idle slot closed, kept for the next `open` of the same key, TTL
+    /// and store: `lock(key).run(fn)` in a loop then allocates nothing for its handle.
+    static SPARE: RefCell<Option<Rc<CoreLock>>> = const { RefCell::new(None) };
+}
+
+/// A hot call's answer: its number, or [`FAILED`] with the error kept for [`error`].
+fn plain(answer: Result<f64, JsValue>) -> f64 {
+    match answer {
+        Ok(value) => value,
+        Err(error) => {
+            ERROR.with(|e| *e.borrow_mut() = Some(error));
+            FAILED
+        }
+    }
+}
+
+/// The error of the last call that answered [`FAILED`].
+#[wasm_bindgen(js_name = __kError, skip_typescript)]
+pub fn error() -> JsValue {
+    ERROR
+        .with(|e| e.borrow_mut().take())
+        .unwrap_or_else(|| type_error("keel-lock: no error to report (internal error)"))
+}
+
+fn index_of(id: f64) -> Option<(usize, u32)> {
+    if !(id >= 1.0 && id.fract() == 0.0 && id <= 9_007_199_254_740_991.0) {
+        return None;
+    }
+    let raw = id - 1.0;
+    let generation = (raw / INDEX_BITS).floor();
+    let index = raw - generation * INDEX_BITS;
+    Some((index as usize, generation as u32))
+}
+
+fn bad_id() -> JsValue {
+    type_error("keel-lock: a lock handle's slot is gone (internal error)")
+}
+
+/// Runs `f` on the slot's entry, borrowed only for `f`'s duration: `f` must not call JS.
+fn with_entry<T>(id: f64, f: impl FnOnce(&mut Entry) -> T) -> Result<T, JsValue> {
+    SLOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        let (index, generation) = index_of(id).ok_or_else(bad_id)?;
+        match s.entries.get_mut(index) {
+            Some((g, Some(entry))) if *g == generation => Ok(f(entry)),
+            _ => Err(bad_id()),
+        }
+    })
+}
+
+fn lock_of(id: f64) -> Result<Rc<CoreLock>, JsValue> {
+    with_entry(id, |e| e.lock.clone())
+}
+
+fn insert(lock: Rc<CoreLock>) -> f64 {
+    let entry = Entry {
+        lock,
+        attempt: None,
+        run_owner: None,
+        watching: None,
+    };
+    SLOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        let index = match s.free.pop() {
+            Some(index) => {
+                let slot = &mut s.entries[index];
+                slot.0 = slot.0.wrapping_add(1) % (1 << 29);
+                slot.1 = Some(entry);
+                index
+            }
+            None => {
+                s.entries.push((0, Some(entry)));
+                s.entries.len() - 1
+            }
+        };
+        let generation = s.entries[index].0;
+        f64::from(generation) * INDEX_BITS + index as f64 + 1.0
+    })
+}
+
+/// The value a step code carries (a bound, a pause, a fence).
+#[wasm_bindgen(js_name = __kArg, skip_typescript)]
+pub fn arg() -> f64 {
+    ARG.with(Cell::get)
+}
+
+fn step(code: f64, value: f64) -> f64 {
+    ARG.with(|a| a.set(value));
+    code
+}
+
+/// A key and TTL checked as `lock()` checks them; answers the TTL in whole ms. `ttl` is `NaN`
+/// for "not given" (a NaN the caller passed never gets here).
+#[wasm_bindgen(js_name = __kCheck, skip_typescript)]
+pub fn check(key: &str, ttl: f64) -> f64 {
+    plain(
+        Key::check(key)
+            .map_err(input_to_js)
+            .and_then(|()| Ok(ttl_of(ttl)?.as_ms() as f64)),
+    )
+}
+
+fn ttl_of(ttl: f64) -> Result<Ttl, JsValue> {
+    match ttl.is_nan() {
+        true => Ok(Ttl::default()),
+        false => Ttl::from_f64(ttl).map_err(input_to_js),
+    }
+}
+
+/// The store `lock()` binds to now.
+#[wasm_bindgen(js_name = __kCurrent, skip_typescript)]
+pub fn current() -> StoreBinding {
+    StoreBinding::new(super::api::current_backend())
+}
+
+/// A slot for a handle on `key` (checked again) with `ttl` ms, bound to `store`.
+#[wasm_bindgen(js_name = __kOpen, skip_typescript)]
+pub fn open(key: &str, ttl: f64, store: &StoreBinding) -> f64 {
+    super::lock::ensure_observer();
+    plain((|| {
+        let ttl = ttl_of(ttl)?;
+        let spare = SPARE.with(|s| s.borrow_mut().take()).filter(|lock| {
+            lock.key().as_str() == key && lock.ttl() == ttl && lock.store().same(&store.backend)
+        });
+        if let Some(lock) = spare {
+            return Ok(insert(lock));
+        }
+        let key = Key::new(key).map_err(input_to_js)?;
+        let lock = Lock::new(key, ttl, store.backend.clone(), JsRuntime);
+        Ok(insert(Rc::new(lock)))
+    })())
+}
+
+/// A slot sharing the core lock of `handle` (a lock made by `restoreLock`).
+#[wasm_bindgen(js_name = __kAdopt, skip_typescript)]
+pub fn adopt(handle: &JsLock) -> f64 {
+    insert(handle.core())
+}
+
+/// Closes the slot if the handle is idle (holds nothing, knows of no lost hold, acquires
+/// nothing), or at once with `force` (the handle is gone). Answers whether it closed.
+#[wasm_bindgen(js_name = __kClose, skip_typescript)]
+pub fn close(id: f64, force: bool) -> bool {
+    let Some((index, generation)) = index_of(id) else {
+        return false;
+    };
+    let entry = SLOTS.with(|s| {
+        let mut s = s.borrow_mut();
+        let idle = match s.entries.get(index) {
+            Some((g, Some(e))) if *g == generation => {
+                force || (e.attempt.is_none() && e.run_owner.is_none() && e.lock.is_idle())
+            }
+            _ => return None,
+        };
+        if !idle {
+            return None;
+        }
+        s.free.push(index);
+        s.entries[index].1.take()
+    });
+    // Dropped with no borrow held: dropping a core lock may drop JS values.
+    let Some(entry) = entry else { return false };
+    if !force && Rc::strong_count(&entry.lock) == 1 {
+        let previous = SPARE.with(|s| s.borrow_mut().replace(entry.lock));
+        drop(previous);
+    }
+    true
+}
+
+/// The `Lock` object the async path uses, sharing this slot's core lock (and so its hold).
+#[wasm_bindgen(js_name = __kLock, skip_typescript)]
+pub fn handle(id: f64) -> Result<JsLock, JsValue> {
+    Ok(JsLock::from_core(lock_of(id)?))
+}
+
+/// The owner token of the acquisition in flight, or else of the run's hold.
+#[wasm_bindgen(js_name = __kOwner, skip_typescript)]
+pub fn owner(id: f64) -> Result<String, JsValue> {
+    with_entry(id, |e| match (&e.attempt, &e.run_owner) {
+        (Some(a), _) => a.owner().as_str().to_owned(),
+        (None, Some(o)) => o.as_str().to_owned(),
+        (None, None) => e
+            .lock
+            .owner()
+            .map(|o| o.as_str().to_owned())
+            .unwrap_or_default(),
+    })
+}
+
+/// Starts a run's acquisition: `timeout`/`retryDelay` in ms, `NaN` for "not given".
+#[wasm_bindgen(js_name = __kBegin, skip_typescript)]
+pub fn begin(id: f64, timeout: f64, retry_delay: f64) -> f64 {
+    plain(start(id, timeout, retry_delay))
+}
+
+fn start(id: f64, timeout: f64, retry_delay: f64) -> Result<f64, JsValue> {
+    let given = |v: f64| (!v.is_nan()).then_some(v);
+    let options =
+        AcquireOptions::from_f64(given(timeout), given(retry_delay)).map_err(input_to_js)?;
+    let lock = lock_of(id)?;
+    let (wall, mono) = (JsRuntime.now_ms(), JsRuntime.monotonic_ms());
+    let (attempt, next) =
+        Attempt::start(options, lock.ttl(), lock.store().hands_over(), wall, mono)
+            .map_err(|e| to_js(Error::from(e)))?;
+    drive(id, &lock, attempt, next, mono)
+}
+
+/// Carries a step out: a memory store's calls are made here and now, anything else goes back to
+/// JS as a step code (the attempt kept in the slot until the answer comes).
+fn drive(
+    id: f64,
+    lock: &CoreLock,
+    mut attempt: Attempt,
+    mut next: Next,
+    mono: u64,
+) -> Result<f64, JsValue> {
+    loop {
+        next = match (next, lock.store()) {
+            (Next::Held, _) => {
+                let held = attempt.into_hold();
+                let fence = held.as_ref().and_then(|h| h.fence);
+                if let Some(held) = held {
+                    let owner = held.owner.clone();
+                    lock.take_hold(held);
+                    with_entry(id, |e| e.run_owner = Some(owner))?;
+                }
+                return Ok(fence.map_or(HELD_UNFENCED, |f| f.get() as f64));
+            }
+            (Next::Refused, _) => return Ok(step(REFUSED, 0.0)),
+            (Next::TimedOut { after_ms }, _) => return Ok(step(TIMED_OUT, after_ms as f64)),
+            (Next::Acquire { .. }, Backend::Memory(m)) => {
+                let grant = m.acquire_at(lock.key(), attempt.owner(), lock.ttl(), mono);
+                attempt.answered(grant, mono)
+            }
+            (Next::AcquireOrWait { .. }, Backend::Memory(m)) => {
+                // The store's wait starts with this very take; only a caller that must queue
+                // waits (`__kWait`).
+                match m.acquire_at(lock.key(), attempt.owner(), lock.ttl(), mono) {
+                    Some(grant) => attempt.answered(Some(grant), mono),
+                    None => {
+                        with_entry(id, |e| e.attempt = Some(attempt))?;
+                        return Ok(step(QUEUE, 0.0));
+                    }
+                }
+            }
+            (Next::AcquireOrWait { .. }, Backend::Js(_)) => return Ok(step(SLOW, 0.0)),
+            (Next::Acquire { bound_ms }, Backend::Js(_)) => {
+                with_entry(id, |e| e.attempt = Some(attempt))?;
+                return Ok(step(CALL, bound_ms as f64));
+            }
+            (Next::Sleep { ms }, _) => {
+                with_entry(id, |e| e.attempt = Some(attempt))?;
+                return Ok(step(SLEEP, ms as f64));
+            }
+        };
+    }
+}
+
+fn take_attempt(id: f64) -> Result<(Rc<CoreLock>, Attempt), JsValue> {
+    let (lock, attempt) = with_entry(id, |e| (e.lock.clone(), e.attempt.take()))?;
+    Ok((lock, attempt.ok_or_else(bad_id)?))
+}
+
+const ACQUIRE_ANSWER: &str = "lock store's acquire()";
+
+/// A JS store's answer to the acquire in flight, already told apart by type: `kind` 0 is
+/// `false`, 1 `true`, 2 an object whose `fence` is the number `fence` (and which has no
+/// `waitedMs`). Any other answer goes to [`answered_value`].
+#[wasm_bindgen(js_name = __kAnswered, skip_typescript)]
+pub fn answered(id: f64, kind: u32, fence: f64) -> Result<f64, JsValue> {
+    let grant = match kind {
+        0 => None,
+        1 => Some(Grant::unfenced()),
+        _ => {
+            let whole = fence.fract() == 0.0 && fence >= 1.0 && fence <= MAX_FENCE as f64;
+            match whole.then(|| Fence::new(fence as u64).ok()).flatten() {
+                Some(fence) => Some(Grant::new(Some(fence))),
+                None => {
+                    with_entry(id, |e| e.attempt = None)?;
+                    return Err(type_error(format!(
+                        "{ACQUIRE_ANSWER} must answer true, false or {{ fence }} with a whole-number fence from 1 to 2^53 - 1 (or a promise of one), got a value of type object; this store is broken"
+                    )));
+                }
+            }
+        }
+    };
+    answer(id, grant)
+}
+
+/// A JS store's answer to the acquire in flight, judged by the seam's rules.
+#[wasm_bindgen(js_name = __kAnsweredValue, skip_typescript)]
+pub fn answered_value(id: f64, value: JsValue) -> Result<f64, JsValue> {
+    match answers::acquire(ACQUIRE_ANSWER, &value) {
+        Ok(grant) => answer(id, grant),
+        Err(error) => {
+            with_entry(id, |e| e.attempt = None)?;
+            Err(error)
+        }
+    }
+}
+
+fn answer(id: f64, grant: Option<Grant>) -> Result<f64, JsValue> {
+    let (lock, mut attempt) = take_attempt(id)?;
+    let mono = JsRuntime.monotonic_ms();
+    let next = attempt.answered(grant, mono);
+    drive(id, &lock, attempt, next, mono)
+}
+
+/// The acquire in flight went unanswered for its bound (JS drops it and releases a late grant).
+#[wasm_bindgen(js_name = __kUnanswered, skip_typescript)]
+pub fn unanswered(id: f64) -> Result<f64, JsValue> {
+    let (lock, mut attempt) = take_attempt(id)?;
+    let mono = JsRuntime.monotonic_ms();
+    let next = attempt
+        .unanswered(mono)
+        .map_err(|e| to_js(Error::from(e)))?;
+    drive(id, &lock, attempt, next, mono)
+}
+
+/// The pause is over: the next attempt.
+#[wasm_bindgen(js_name = __kRetry, skip_typescript)]
+pub fn retry(id: f64) -> Result<f64, JsValue> {
+    let (lock, mut attempt) = take_attempt(id)?;
+    let mono = JsRuntime.monotonic_ms();
+    let next = attempt.retry(JsRuntime.now_ms(), mono);
+    drive(id, &lock, attempt, next, mono)
+}
+
+/// Waits in the memory store's queue for the key, after [`QUEUE`]: a promise of the step that
+/// follows (held, or refused when the timeout is spent).
+#[wasm_bindgen(js_name = __kWait, skip_typescript)]
+pub fn wait(id: f64) -> Result<Promise, JsValue> {
+    let (lock, mut attempt) = take_attempt(id)?;
+    let (Backend::Memory(store), Some(wait)) = (lock.store().clone(), attempt.wait()) else {
+        return Err(bad_id());
+    };
+    Ok(promise_of(async move {
+        let owner = attempt.owner().clone();
+        let grant = store
+            .acquire_or_wait_ms(lock.key(), &owner, lock.ttl(), wait.wait_ms)
+            .await;
+        let mono = JsRuntime.monotonic_ms();
+        let next = attempt.answered(grant, mono);
+        drive(id, &lock, attempt, next, mono).map(JsValue::from_f64)
+    }))
+}
+
+/// The acquisition in flight ended without an answer to feed (the store failed).
+#[wasm_bindgen(js_name = __kAbandon, skip_typescript)]
+pub fn abandon(id: f64) -> Result<(), JsValue> {
+    with_entry(id, |e| e.attempt = None)
+}
+
+/// The `LockStoreTimeoutError` for a call of `operation` (0 acquire, 1 release) unanswered for
+/// `after_ms`.
+#[wasm_bindgen(js_name = __kTimeoutError, skip_typescript)]
+pub fn timeout_error(id: f64, operation: u32, after_ms: f64) -> Result<JsValue, JsValue> {
+    let operation = match operation {
+        0 => Operation::Acquire,
+        _ => Operation::Release,
+    };
+    let lock = lock_of(id)?;
+    Ok(to_js(lock.store_timeout(operation, after_ms as u64)))
+}
+
+/// Ends the run's hold: on the memory store released here ([`RELEASED`], or
+/// [`RELEASED_CLOSED`] when the now idle handle's slot was closed too; [`REFUSED`]: the hold
+/// was lost); on a JS store [`CALL`]: JS calls `release(key, __kOwner(id))`, bounded by the TTL,
+/// and reports with [`released`]. Stops the run's watcher.
+#[wasm_bindgen(js_name = __kEnd, skip_typescript)]
+pub fn end(id: f64) -> f64 {
+    plain(end_run(id))
+}
+
+fn end_run(id: f64) -> Result<f64, JsValue> {
+    let (lock, owner, watching) = with_entry(id, |e| {
+        (e.lock.clone(), e.run_owner.clone(), e.watching.take())
+    })?;
+    if let Some(stop) = watching {
+        stop.set();
+    }
+    let Some(owner) = owner else {
+        return Ok(step(REFUSED, 0.0));
+    };
+    match lock.store() {
+        Backend::Memory(m) => {
+            let released = m.release_sync(lock.key(), &owner);
+            lock.released(&owner, released);
+            with_entry(id, |e| e.run_owner = None)?;
+            drop(lock);
+            // An idle handle's slot goes now.
+            Ok(match (released, close(id, false)) {
+                (false, _) => REFUSED,
+                (true, false) => RELEASED,
+                (true, true) => RELEASED_CLOSED,
+            })
+        }
+        Backend::Js(_) => Ok(step(CALL, lock.ttl().as_ms() as f64)),
+    }
+}
+
+/// A JS store's answer to the run's release. Anything but a boolean is a `TypeError`.
+#[wasm_bindgen(js_name = __kReleased, skip_typescript)]
+pub fn released(id: f64, value: JsValue) -> Result<bool, JsValue> {
+    let (lock, owner) = with_entry(id, |e| (e.lock.clone(), e.run_owner.take()))?;
+    let released = answers::boolean("lock store's release()", &value)?;
+    if let Some(owner) = owner {
+        lock.released(&owner, released);
+    }
+    Ok(released)
+}
+
+/// The run's release failed or went unanswered: the run's hold is no longer tracked by it.
+#[wasm_bindgen(js_name = __kForget, skip_typescript)]
+pub fn forget(id: f64) -> Result<(), JsValue> {
+    with_entry(id, |e| e.run_owner = None)
+}
+
+/// The run's context had its `signal` read: watch the hold (its deadline) and abort the signal
+/// when it is lost, until the run ends.
+pub(crate) fn observe(id: f64, context: JsValue) {
+    let Ok((lock, fence, stop)) = with_entry(id, |e| {
+        let stop = Rc::new(Flag::default());
+        e.watching = Some(stop.clone());
+        (e.lock.clone(), e.lock.fence(), stop)
+    }) else {
+        return;
+    };
+    observe_fast(lock, fence, context, stop);
+}

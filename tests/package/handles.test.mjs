@@ -1,0 +1,169 @@
+// A `Lock` is a plain JS object whose hold lives in the wasm while it is in use: these tests use
+// one handle in every way the API allows at once — the handle's other methods from inside its own
+// run, two runs of one handle in flight, a run whose hold was lost, a queue of waiters — once per
+// store (the memory store answers inside the wasm; a JS store's promises are awaited in JS).
+import { describe, it, beforeEach } from "node:test";
+import assert from "node:assert/strict";
+import { lock, restoreLock, setLockStore, MemoryLockStore, Lock, LockNotHeldError } from "keel-lock";
+import { STORES } from "./stores.mjs";
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let n = 0;
+const fresh = () => `handles:${process.pid}:${++n}`;
+
+for (const [storeName, makeStore] of Object.entries(STORES)) {
+  describe(`lock handles on the ${storeName} store`, () => {
+    beforeEach(() => setLockStore(makeStore()));
+
+    it("lock() and restoreLock() answer Lock objects, which only they make", async () => {
+      const l = lock(fresh());
+      assert.ok(l instanceof Lock);
+      assert.throws(() => new Lock(), TypeError);
+      assert.equal(await l.acquire(), true);
+      const restored = restoreLock(l.serialize());
+      assert.ok(restored instanceof Lock);
+      assert.equal(restored.key, l.key);
+      assert.equal(await restored.release(), true);
+    });
+
+    it("inside its own run, the handle extends, serializes, reports its fence and releases", async () => {
+      const key = fresh();
+      const l = lock(key, 200);
+      const [ran, seen] = await l.run(async (ctx) => {
+        await l.extend(5_000);
+        const remaining = await l.getRemainingTime();
+        const serialized = l.serialize();
+        const fence = l.fence;
+        const expired = await l.isExpired();
+        const released = await l.release();
+        return { remaining, serialized, fence, ctxFence: ctx.fence, expired, released };
+      });
+      assert.equal(ran, true);
+      assert.ok(seen.remaining > 1_000, `remaining ${seen.remaining}`);
+      assert.equal(typeof seen.serialized, "string");
+      assert.equal(seen.fence, seen.ctxFence);
+      assert.equal(seen.expired, false);
+      assert.equal(seen.released, true);
+      // The run's own release then finds nothing to free, and the key is free.
+      assert.equal(await lock(key).isLocked(), false);
+      assert.equal(await lock(key).acquire(), true);
+    });
+
+    it("two runs of one handle in flight: both run, one after the other", async () => {
+      const l = lock(fresh());
+      let inside = 0;
+      let most = 0;
+      const section = async (v) => {
+        most = Math.max(most, ++inside);
+        await sleep(20);
+        inside--;
+        return v;
+      };
+      const out = await Promise.all([
+        l.run(() => section("a"), { timeout: 2_000 }),
+        l.run(() => section("b"), { timeout: 2_000 }),
+        l.run(() => section("c"), { timeout: 2_000 }),
+      ]);
+      assert.deepEqual(out, [[true, "a"], [true, "b"], [true, "c"]]);
+      assert.equal(most, 1);
+      assert.equal(await l.isLocked(), false);
+    });
+
+    it("a run whose hold expired and was taken: resolves, leaves the new holder alone, and the handle knows", async () => {
+      const key = fresh();
+      const l = lock(key, 40);
+      const other = lock(key, 10_000);
+      const [ran] = await l.run(async (ctx) => {
+        const signal = ctx.signal;
+        await sleep(80);
+        assert.equal(await other.acquire(), true);
+        assert.equal(signal.aborted, true);
+        assert.ok(signal.reason instanceof LockNotHeldError);
+      });
+      assert.equal(ran, true);
+      assert.equal(await l.isExpired(), true);
+      assert.equal(await other.isLocked(), true);
+      assert.equal(await other.release(), true);
+    });
+
+    it("a handle that finished its runs can run again, and a reused handle gets a new fence each time", async () => {
+      const l = lock(fresh());
+      const fences = [];
+      for (let i = 0; i < 5; i++) {
+        const [ran, fence] = await l.run((ctx) => ctx.fence);
+        assert.equal(ran, true);
+        fences.push(fence);
+      }
+      if (fences[0] !== null) {
+        for (let i = 1; i < fences.length; i++) assert.ok(fences[i] > fences[i - 1], String(fences));
+      }
+      assert.equal(l.fence, null);
+      assert.equal(await l.isExpired(), false);
+    });
+
+    it("waiters arriving in order run in order; one whose timeout passes leaves with [false, undefined]", async () => {
+      const key = fresh();
+      const order = [];
+      const holder = lock(key).run(() => sleep(60));
+      await sleep(5);
+      const waiters = [];
+      for (let i = 0; i < 6; i++) {
+        waiters.push(lock(key).run(() => order.push(i), { timeout: 5_000, retryDelay: 5 }));
+        await sleep(2);
+      }
+      const impatient = lock(key).run(() => order.push("impatient"), { timeout: 10, retryDelay: 5 });
+      assert.deepEqual(await impatient, [false, undefined]);
+      await holder;
+      await Promise.all(waiters);
+      if (storeName === "memory") assert.deepEqual(order, [0, 1, 2, 3, 4, 5]);
+      else assert.deepEqual([...order].sort(), [0, 1, 2, 3, 4, 5]);
+      assert.equal(await lock(key).isLocked(), false);
+    });
+  });
+}
+
+describe("stores the JS layer awaits itself", () => {
+  it("answers outside the contract are TypeErrors naming the method, and leave nothing held", async () => {
+    const memory = new MemoryLockStore();
+    for (const [answer, method] of [
+      [{ fence: 1.5 }, "acquire"],
+      [{ fence: "1" }, "acquire"],
+      ["yes", "acquire"],
+      [1, "release"],
+    ]) {
+      setLockStore({
+        acquire: (k, o, t) =>
+          Promise.resolve(method === "acquire" ? answer : memory.acquire(k, o, t)),
+        release: (k, o) => Promise.resolve(method === "release" ? answer : memory.release(k, o)),
+        extend: (k, o, t) => memory.extend(k, o, t),
+        isLocked: (k) => memory.isLocked(k),
+        remainingTime: (k) => memory.remainingTime(k),
+      });
+      const key = fresh();
+      await assert.rejects(
+        lock(key).run(() => 1),
+        (e) => e instanceof TypeError && e.message.includes(`${method}()`),
+        JSON.stringify(answer),
+      );
+      // A broken release leaves the grant to expire; a refused grant never took the key.
+      if (method === "acquire") assert.equal(memory.isLocked(key), false);
+    }
+  });
+
+  it("a store whose acquire answers synchronously works as well as one answering promises", async () => {
+    const memory = new MemoryLockStore();
+    setLockStore({
+      acquire: (k, o, t) => memory.acquire(k, o, t),
+      release: (k, o) => memory.release(k, o),
+      extend: (k, o, t) => memory.extend(k, o, t),
+      isLocked: (k) => memory.isLocked(k),
+      remainingTime: (k) => memory.remainingTime(k),
+    });
+    const key = fresh();
+    const [ran, fence] = await lock(key).run((ctx) => ctx.fence);
+    assert.equal(ran, true);
+    assert.ok(fence >= 1);
+    assert.deepEqual(await lock(key).run(() => 2), [true, 2]);
+    assert.equal(memory.isLocked(key), false);
+  });
+});
