@@ -52,12 +52,12 @@ bindgen() {
 rm -rf pkg/dist
 # Node and browsers get opt-level 3: the lock's hot path is code, not bytes — measured 1.6× faster
 # per in-isolate run() than opt-level "z" for 2.5 KB more gzip (bench/README.md).
-CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-unknown --features js
+CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-unknown --features js,talc
 bindgen nodejs pkg/dist/node
 bindgen web pkg/dist/web
-cargo build --release --target wasm32-unknown-unknown --features worker
+cargo build --release --target wasm32-unknown-unknown --features worker,talc
 bindgen web pkg/dist/workerd
-cargo build --release --target wasm32-unknown-unknown --features js,testing
+cargo build --release --target wasm32-unknown-unknown --features js,testing,talc
 bindgen nodejs pkg/dist/testing/node
 bindgen web pkg/dist/testing/web
 

@@ -125,6 +125,12 @@ pub mod js;
 #[cfg(all(feature = "worker", target_arch = "wasm32"))]
 pub mod worker;
 
+/// The npm package's allocator (feature `talc`): std's dlmalloc is ~7 KB of code, talc a
+/// fraction of that. Single-threaded wasm only (no `atomics`).
+#[cfg(all(feature = "talc", target_family = "wasm", not(target_feature = "atomics")))]
+#[global_allocator]
+static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
 pub use error::{Error, HoldOperation, InputError, Operation, RandomError};
 pub use grant::{Fence, Grant, MAX_FENCE};
 pub use holding::{KeepAlive, LossReason, RunContext};
