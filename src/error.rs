@@ -118,3 +118,27 @@ impl fmt::Display for HoldOperation {
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("could not draw an owner token from the platform CSPRNG: {0}")]
 pub struct RandomError(pub(crate) String);
+
+impl RandomError {
+    /// In a JS host getrandom's one failure is `crypto.getRandomValues` missing or throwing;
+    /// named here rather than through getrandom's `Display`, which would link `core::fmt`
+    /// into the wasm builds.
+    #[cfg(all(target_arch = "wasm32", target_os = "unknown"))]
+    pub(crate) fn from_getrandom(_: getrandom::Error) -> Self {
+        RandomError("Web Crypto API is unavailable".into())
+    }
+
+    #[cfg(not(all(target_arch = "wasm32", target_os = "unknown")))]
+    pub(crate) fn from_getrandom(e: getrandom::Error) -> Self {
+        RandomError(e.to_string())
+    }
+
+    /// The `Display` text, built without `core::fmt`.
+    pub fn message(&self) -> String {
+        [
+            "could not draw an owner token from the platform CSPRNG: ",
+            &self.0,
+        ]
+        .concat()
+    }
+}

@@ -23,13 +23,20 @@ pub enum LossReason {
     HoldCapReached,
 }
 
-impl fmt::Display for LossReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl LossReason {
+    /// The `Display` text.
+    pub fn as_str(self) -> &'static str {
+        match self {
             LossReason::Expired => "its TTL passed without a successful extend",
             LossReason::Refused => "the store no longer records this holder",
             LossReason::HoldCapReached => "it was held for its maximum hold time",
-        })
+        }
+    }
+}
+
+impl fmt::Display for LossReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

@@ -9,44 +9,72 @@ use std::sync::Arc;
 /// over 10 KB to every wasm build.
 pub struct ShowNumber(pub f64);
 
-impl fmt::Display for ShowNumber {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl ShowNumber {
+    /// The text, built without `core::fmt` (the wasm builds' error messages use this, so that
+    /// the formatting machinery is not linked for them).
+    pub fn text(&self) -> String {
         const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53: integers below are exact
         let v = self.0;
         if v.is_nan() {
-            return f.write_str("NaN");
+            return "NaN".into();
         }
         if v.is_infinite() {
-            return f.write_str(if v > 0.0 { "Infinity" } else { "-Infinity" });
+            return (if v > 0.0 { "Infinity" } else { "-Infinity" }).into();
         }
+        let sign = if v < 0.0 { "-" } else { "" };
         if v.fract() == 0.0 && v.abs() < EXACT {
-            return write!(f, "{}", v as i64);
+            return [sign, &decimal(v.abs() as u64)].concat();
         }
         let thousandths = (v * 1000.0).round();
         if thousandths.abs() < EXACT {
             let t = thousandths as i64;
             let sign = if t < 0 { "-" } else { "" };
             let t = t.unsigned_abs();
-            return write!(f, "{sign}{}.{:03}", t / 1000, t % 1000);
+            let f = t % 1000;
+            let frac: String = [f / 100, f / 10 % 10, f % 10]
+                .iter()
+                .map(|&d| (b'0' + d as u8) as char)
+                .collect();
+            return [sign, &decimal(t / 1000), ".", &frac].concat();
         }
-        f.write_str(if v > 0.0 {
+        (if v > 0.0 {
             "a huge number"
         } else {
             "a hugely negative number"
         })
+        .into()
     }
+}
+
+impl fmt::Display for ShowNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text())
+    }
+}
+
+/// `n` in decimal, without `core::fmt`.
+pub fn decimal(mut n: u64) -> String {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    digits[at..].iter().map(|&d| d as char).collect()
 }
 
 /// A value a caller passed that the lock cannot work with. Never a panic: bindings turn these
 /// into `TypeError`/`RangeError` for JS and into a WIT error variant for components.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub enum InputError {
     /// The key is the empty string.
-    #[error("lock key must be a non-empty string")]
     EmptyKey,
     /// The key is longer than [`crate::input::MAX_KEY_BYTES`] bytes of UTF-8.
-    #[error("lock key is {len} bytes of UTF-8; the limit is {max}")]
     KeyTooLong {
         /// Length of the key that was given, in bytes.
         len: usize,
@@ -54,7 +82,6 @@ pub enum InputError {
         max: usize,
     },
     /// A TTL that is not a finite number of milliseconds in `1..=MAX_TTL_MS`.
-    #[error("a TTL must be a finite number of milliseconds between 1 and {max}, got {}", ShowNumber(*.value))]
     InvalidTtl {
         /// The value that was given.
         value: f64,
@@ -62,7 +89,6 @@ pub enum InputError {
         max: u64,
     },
     /// A negative, non-finite or too large wait option.
-    #[error("the {option} must be a finite number of milliseconds between 0 and {max}, got {}", ShowNumber(*.value))]
     InvalidWait {
         /// Which option.
         option: WaitOption,
@@ -72,25 +98,21 @@ pub enum InputError {
         max: u64,
     },
     /// An owner token that is empty, too long or not printable ASCII.
-    #[error("owner token must be 1 to {max} printable ASCII characters")]
     InvalidOwner {
         /// The longest token accepted.
         max: usize,
     },
     /// A string given to `restoreLock` that `serialize()` did not produce.
-    #[error("not a serialized keel-lock: {reason}")]
     MalformedSerializedLock {
         /// What is wrong with it.
         reason: String,
     },
     /// A fence outside `1..=MAX_FENCE` (a store answered nonsense, or a serialized lock was edited).
-    #[error("a fence must be a whole number between 1 and {max}, got {value}", max = crate::grant::MAX_FENCE)]
     InvalidFence {
         /// The value that was given.
         value: u64,
     },
     /// A serialized lock from a format version this build does not read.
-    #[error("serialized lock has format version {found}; this build reads version {supported}")]
     UnsupportedSerializedVersion {
         /// The version found in the string.
         found: String,
@@ -98,6 +120,69 @@ pub enum InputError {
         supported: u32,
     },
 }
+
+impl InputError {
+    /// The message (also the `Display` text), built without `core::fmt`.
+    pub fn message(&self) -> String {
+        match self {
+            InputError::EmptyKey => "lock key must be a non-empty string".into(),
+            InputError::KeyTooLong { len, max } => [
+                "lock key is ",
+                &decimal(*len as u64),
+                " bytes of UTF-8; the limit is ",
+                &decimal(*max as u64),
+            ]
+            .concat(),
+            InputError::InvalidTtl { value, max } => [
+                "a TTL must be a finite number of milliseconds between 1 and ",
+                &decimal(*max),
+                ", got ",
+                &ShowNumber(*value).text(),
+            ]
+            .concat(),
+            InputError::InvalidWait { option, value, max } => [
+                "the ",
+                option.name(),
+                " must be a finite number of milliseconds between 0 and ",
+                &decimal(*max),
+                ", got ",
+                &ShowNumber(*value).text(),
+            ]
+            .concat(),
+            InputError::InvalidOwner { max } => [
+                "owner token must be 1 to ",
+                &decimal(*max as u64),
+                " printable ASCII characters",
+            ]
+            .concat(),
+            InputError::MalformedSerializedLock { reason } => {
+                ["not a serialized keel-lock: ", reason].concat()
+            }
+            InputError::InvalidFence { value } => [
+                "a fence must be a whole number between 1 and ",
+                &decimal(crate::grant::MAX_FENCE),
+                ", got ",
+                &decimal(*value),
+            ]
+            .concat(),
+            InputError::UnsupportedSerializedVersion { found, supported } => [
+                "serialized lock has format version ",
+                found,
+                "; this build reads version ",
+                &decimal(u64::from(*supported)),
+            ]
+            .concat(),
+        }
+    }
+}
+
+impl fmt::Display for InputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message())
+    }
+}
+
+impl std::error::Error for InputError {}
 
 /// A wait option, named in [`InputError::InvalidWait`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,12 +193,19 @@ pub enum WaitOption {
     RetryDelay,
 }
 
-impl fmt::Display for WaitOption {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl WaitOption {
+    /// How messages name it.
+    pub fn name(self) -> &'static str {
+        match self {
             WaitOption::Timeout => "timeout",
             WaitOption::RetryDelay => "retry delay",
-        })
+        }
+    }
+}
+
+impl fmt::Display for WaitOption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
     }
 }
 

@@ -127,7 +127,11 @@ pub mod worker;
 
 /// The npm package's allocator (feature `talc`): std's dlmalloc is ~7 KB of code, talc a
 /// fraction of that. Single-threaded wasm only (no `atomics`).
-#[cfg(all(feature = "talc", target_family = "wasm", not(target_feature = "atomics")))]
+#[cfg(all(
+    feature = "talc",
+    target_family = "wasm",
+    not(target_feature = "atomics")
+))]
 #[global_allocator]
 static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
 

@@ -12,7 +12,7 @@
 
 use crate::base64url;
 use crate::grant::Fence;
-use crate::input::{InputError, Key, Ttl};
+use crate::input::{decimal, InputError, Key, Ttl};
 use crate::token::OwnerToken;
 
 const MAGIC: &str = "keel-lock";
@@ -49,8 +49,8 @@ fn malformed(reason: impl Into<String>) -> InputError {
 
 fn decode_text(field: &str, what: &str) -> Result<String, InputError> {
     let bytes = base64url::decode(field)
-        .ok_or_else(|| malformed(format!("the {what} is not base64url")))?;
-    String::from_utf8(bytes).map_err(|_| malformed(format!("the {what} is not UTF-8")))
+        .ok_or_else(|| malformed(["the ", what, " is not base64url"].concat()))?;
+    String::from_utf8(bytes).map_err(|_| malformed(["the ", what, " is not UTF-8"].concat()))
 }
 
 /// A whole number written the way `encode` writes one: digits only, no sign, no leading zero.
@@ -60,20 +60,31 @@ fn number(field: &str, what: &str) -> Result<u64, InputError> {
         && field.bytes().all(|b| b.is_ascii_digit())
         && (field == "0" || !field.starts_with('0'));
     let value = if canonical { field.parse().ok() } else { None };
-    value.ok_or_else(|| malformed(format!("the {what} is not a whole number written plainly")))
+    value
+        .ok_or_else(|| malformed(["the ", what, " is not a whole number written plainly"].concat()))
 }
 
 impl SerializedLock {
     /// The string form.
     pub fn encode(&self) -> String {
-        let fence = self.fence.map(|f| f.to_string()).unwrap_or_default();
-        format!(
-            "{MAGIC}:{FORMAT_VERSION}:{}:{}:{fence}:{}:{}",
-            self.ttl.as_ms(),
-            self.deadline_ms,
-            base64url::encode(self.owner.as_str().as_bytes()),
-            base64url::encode(self.key.as_str().as_bytes()),
-        )
+        // Concatenated, not format!ed: no core::fmt in the wasm builds for this.
+        let fence = self.fence.map(|f| decimal(f.get())).unwrap_or_default();
+        [
+            MAGIC,
+            ":",
+            &decimal(u64::from(FORMAT_VERSION)),
+            ":",
+            &decimal(self.ttl.as_ms()),
+            ":",
+            &decimal(self.deadline_ms),
+            ":",
+            &fence,
+            ":",
+            &base64url::encode(self.owner.as_str().as_bytes()),
+            ":",
+            &base64url::encode(self.key.as_str().as_bytes()),
+        ]
+        .concat()
     }
 
     /// Reads a string produced by [`SerializedLock::encode`]. Anything else — truncated,
@@ -92,11 +103,16 @@ impl SerializedLock {
             }
             (Some("1"), [_, _, ttl, deadline, owner, key]) => (*ttl, *deadline, None, *owner, *key),
             (Some(v @ ("1" | "2")), _) => {
-                return Err(malformed(format!(
-                    "version {v} has {} fields separated by ':', found {}",
-                    if v == "1" { 6 } else { 7 },
-                    fields.len()
-                )))
+                return Err(malformed(
+                    [
+                        "version ",
+                        v,
+                        if v == "1" { " has 6" } else { " has 7" },
+                        " fields separated by ':', found ",
+                        &decimal(fields.len() as u64),
+                    ]
+                    .concat(),
+                ))
             }
             (Some(v), _) => {
                 return Err(InputError::UnsupportedSerializedVersion {

@@ -39,7 +39,7 @@ impl OwnerToken {
             // Filled with the pool not borrowed: in JS this calls `crypto.getRandomValues`,
             // which user code could replace with something that mints a token itself.
             let mut fresh = vec![0; POOL_BYTES];
-            getrandom::fill(&mut fresh).map_err(|e| RandomError(e.to_string()))?;
+            getrandom::fill(&mut fresh).map_err(RandomError::from_getrandom)?;
             POOL.with(|pool| *pool.borrow_mut() = (fresh, 0));
         }
         POOL.with(|pool| {

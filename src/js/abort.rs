@@ -32,10 +32,13 @@ pub(crate) fn signal_option(options: &JsValue) -> Result<Option<Abort>, JsValue>
         && Reflect::get(&signal, &JsValue::from_str("aborted"))
             .is_ok_and(|a| a.as_bool().is_some());
     if !listens {
-        return Err(type_error(format!(
-            "options.signal must be an AbortSignal, got {}",
-            describe(&signal)
-        )));
+        return Err(type_error(
+            [
+                "options.signal must be an AbortSignal, got ",
+                &describe(&signal),
+            ]
+            .concat(),
+        ));
     }
     Ok(Some(Abort { signal }))
 }

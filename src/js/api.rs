@@ -84,9 +84,13 @@ pub fn restore_lock(serialized: JsValue) -> Result<JsLock, JsValue> {
     // Every way a string can be wrong — format, version, or a field that fails validation —
     // is the same mistake from the caller's side: this is not what serialize() returned.
     let parsed = SerializedLock::parse(&text).map_err(|e| {
-        type_error(format!(
-            "restoreLock: not a usable serialized keel-lock: {e}"
-        ))
+        type_error(
+            [
+                "restoreLock: not a usable serialized keel-lock: ",
+                &e.message(),
+            ]
+            .concat(),
+        )
     })?;
     let backend = with_current(|c| c.backend.clone());
     Ok(JsLock::wrap(CoreLock::restore(parsed, backend, JsRuntime)))

@@ -5,7 +5,7 @@ use js_sys::{Object, RangeError, Reflect, TypeError};
 use wasm_bindgen::prelude::*;
 
 use crate::error::{Error, HoldOperation, InputError, Operation};
-use crate::input::{AcquireOptions, Key, ShowNumber, Ttl, WaitOption};
+use crate::input::{decimal, AcquireOptions, Key, ShowNumber, Ttl, WaitOption};
 use crate::token::OwnerToken;
 
 #[wasm_bindgen(module = "/src/js/errors.js")]
@@ -35,23 +35,58 @@ pub(crate) fn type_error(message: impl AsRef<str>) -> JsValue {
 }
 
 /// A short description of a value for error messages: `the string "x"`, `number 1`, `null`, …
+/// Every message of the JS layer is concatenated rather than `format!`ed: with no `core::fmt`
+/// on these paths, the formatting machinery (and `{:?}`'s Unicode tables) stays out of the wasm.
 pub(crate) fn describe(value: &JsValue) -> String {
     if value.is_null() {
         return "null".into();
     }
     if let Some(s) = value.as_string() {
-        return format!("the string {:?}", s.chars().take(40).collect::<String>());
+        return ["the string ", &quote(s.chars().take(40))].concat();
     }
     if let Some(n) = value.as_f64() {
-        return format!("number {}", ShowNumber(n));
+        return ["number ", &ShowNumber(n).text()].concat();
     }
     if let Some(b) = value.as_bool() {
-        return format!("boolean {b}");
+        return (if b { "boolean true" } else { "boolean false" }).into();
     }
     match value.js_typeof().as_string() {
-        Some(t) => format!("a value of type {t}"),
+        Some(t) => ["a value of type ", &t].concat(),
         None => "an unknown value".into(),
     }
+}
+
+/// `chars` in double quotes, with `"` and `\` backslashed, `\n`, `\r`, `\t`, `\0` as Rust
+/// writes them and other control characters as `\u{hex}`; everything else as is.
+fn quote(chars: impl Iterator<Item = char>) -> String {
+    let mut out = String::from("\"");
+    for c in chars {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\0' => out.push_str("\\0"),
+            c if c.is_control() => {
+                out.push_str("\\u{");
+                let mut n = c as u32;
+                let mut digits = Vec::new();
+                loop {
+                    digits.push(b"0123456789abcdef"[(n & 15) as usize] as char);
+                    n >>= 4;
+                    if n == 0 {
+                        break;
+                    }
+                }
+                out.extend(digits.iter().rev());
+                out.push('}');
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
 }
 
 /// A JS error for a core error. A store's own error is passed through as the same object.
@@ -60,10 +95,18 @@ pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
         Error::Input(input) => input_to_js(input),
         Error::NotHeld { key, attempted } => {
             let message = match attempted {
-                HoldOperation::Serialize => {
-                    format!("cannot serialize lock \"{key}\": it is not held (acquire it first)")
-                }
-                _ => format!("lock \"{key}\" is not held: it expired or was never acquired"),
+                HoldOperation::Serialize => [
+                    "cannot serialize lock \"",
+                    &key,
+                    "\": it is not held (acquire it first)",
+                ]
+                .concat(),
+                _ => [
+                    "lock \"",
+                    &key,
+                    "\" is not held: it expired or was never acquired",
+                ]
+                .concat(),
             };
             not_held_error(&key, &message)
         }
@@ -74,11 +117,21 @@ pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
             after_ms,
             ..
         } => store_timeout_error(&key, method_name(operation), after_ms as f64),
-        Error::Unsupported { store, operation } => js_sys::Error::new(&format!(
-            "the {store} store does not support {}()",
-            method_name(operation)
-        ))
+        Error::Unsupported { store, operation } => js_sys::Error::new(
+            &[
+                "the ",
+                store,
+                " store does not support ",
+                method_name(operation),
+                "()",
+            ]
+            .concat(),
+        )
         .into(),
+        Error::Aborted => js_sys::Error::new("acquire was aborted").into(),
+        Error::Random(e) => js_sys::Error::new(&e.message()).into(),
+        // `Error` is non_exhaustive; a variant added later gets its Display text.
+        #[allow(unreachable_patterns)]
         other => js_sys::Error::new(&other.to_string()).into(),
     }
 }
@@ -87,19 +140,25 @@ pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
 /// it (`ttlMs`, `retryDelay`).
 pub(crate) fn input_to_js(error: InputError) -> JsValue {
     let message = match error {
-        InputError::InvalidTtl { value, max } => format!(
-            "ttlMs must be a finite number of milliseconds between 1 and {max}, got {}",
-            ShowNumber(value)
-        ),
-        InputError::InvalidWait { option, value, max } => format!(
-            "{} must be a finite number of milliseconds between 0 and {max}, got {}",
+        InputError::InvalidTtl { value, max } => [
+            "ttlMs must be a finite number of milliseconds between 1 and ",
+            &decimal(max),
+            ", got ",
+            &ShowNumber(value).text(),
+        ]
+        .concat(),
+        InputError::InvalidWait { option, value, max } => [
             match option {
                 WaitOption::Timeout => "timeout",
                 WaitOption::RetryDelay => "retryDelay",
             },
-            ShowNumber(value)
-        ),
-        other => other.to_string(),
+            " must be a finite number of milliseconds between 0 and ",
+            &decimal(max),
+            ", got ",
+            &ShowNumber(value).text(),
+        ]
+        .concat(),
+        other => other.message(),
     };
     RangeError::new(&message).into()
 }
@@ -118,10 +177,9 @@ pub(crate) fn method_name(op: Operation) -> &'static str {
 
 pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {
     let Some(js) = value.dyn_ref::<js_sys::JsString>() else {
-        return Err(type_error(format!(
-            "lock key must be a string, got {}",
-            describe(value)
-        )));
+        return Err(type_error(
+            ["lock key must be a string, got ", &describe(value)].concat(),
+        ));
     };
     // Lone surrogates would become U+FFFD on the way to UTF-8 and make distinct keys collide
     // ("\uD800" and "\uDBFF" would be one lock), so they are refused.
@@ -137,10 +195,9 @@ pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {
 /// An owner token handed in by a store caller (a JS `MemoryLockStore` user, a Durable Object RPC).
 pub(crate) fn owner(value: &JsValue) -> Result<OwnerToken, JsValue> {
     let Some(s) = value.as_string() else {
-        return Err(type_error(format!(
-            "owner must be a string, got {}",
-            describe(value)
-        )));
+        return Err(type_error(
+            ["owner must be a string, got ", &describe(value)].concat(),
+        ));
     };
     OwnerToken::parse(s).map_err(input_to_js)
 }
@@ -160,7 +217,7 @@ fn number(what: &str, value: &JsValue) -> Result<Option<f64>, JsValue> {
     value
         .as_f64()
         .map(Some)
-        .ok_or_else(|| type_error(format!("{what} must be a number, got {}", describe(value))))
+        .ok_or_else(|| type_error([what, " must be a number, got ", &describe(value)].concat()))
 }
 
 /// `ttlMs`: `undefined` means `default`.
@@ -177,10 +234,13 @@ pub(crate) fn acquire_options(value: &JsValue) -> Result<AcquireOptions, JsValue
         return Ok(AcquireOptions::default());
     }
     if !value.is_object() || value.is_function() {
-        return Err(type_error(format!(
-            "options must be an object like {{ timeout, retryDelay }}, got {}",
-            describe(value)
-        )));
+        return Err(type_error(
+            [
+                "options must be an object like { timeout, retryDelay }, got ",
+                &describe(value),
+            ]
+            .concat(),
+        ));
     }
     let timeout = number("timeout", &get_prop!(value, "timeout")?)?;
     let retry_delay = number("retryDelay", &get_prop!(value, "retryDelay")?)?;

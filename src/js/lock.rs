@@ -138,7 +138,10 @@ fn hook_loss(lock: &Rc<CoreLock>, context: &RunContext, js: JsValue) {
     let lock = lock.clone();
     context.on_lost(move |reason: LossReason| {
         let key = lock.key().as_str();
-        let error = not_held_error(key, &format!("lock \"{key}\" was lost: {reason}"));
+        let error = not_held_error(
+            key,
+            &["lock \"", key, "\" was lost: ", reason.as_str()].concat(),
+        );
         lose_context(&js, &error);
     });
 }
@@ -241,10 +244,13 @@ fn keep_alive_option(value: &JsValue) -> Result<Option<KeepAlive>, JsValue> {
         return Ok(Some(KeepAlive::default()));
     }
     if !value.is_object() || value.is_function() {
-        return Err(type_error(format!(
-            "autoExtend must be true, false or {{ every, maxHoldMs }}, got {}",
-            describe(value)
-        )));
+        return Err(type_error(
+            [
+                "autoExtend must be true, false or { every, maxHoldMs }, got ",
+                &describe(value),
+            ]
+            .concat(),
+        ));
     }
     let ms = |name: &str| -> Result<Option<u64>, JsValue> {
         let v = Reflect::get(value, &JsValue::from_str(name))?;
@@ -252,16 +258,26 @@ fn keep_alive_option(value: &JsValue) -> Result<Option<KeepAlive>, JsValue> {
             return Ok(None);
         }
         let n = v.as_f64().ok_or_else(|| {
-            type_error(format!(
-                "autoExtend.{name} must be a number, got {}",
-                describe(&v)
-            ))
+            type_error(
+                [
+                    "autoExtend.",
+                    name,
+                    " must be a number, got ",
+                    &describe(&v),
+                ]
+                .concat(),
+            )
         })?;
         // Same range as a TTL: 1 ms to 2^31 - 1 ms, fractions rounding up.
         Ttl::from_f64(n).map(|t| Some(t.as_ms())).map_err(|_| {
-            js_sys::RangeError::new(&format!(
-                "autoExtend.{name} must be a finite number of milliseconds between 1 and 2147483647"
-            ))
+            js_sys::RangeError::new(
+                &[
+                    "autoExtend.",
+                    name,
+                    " must be a finite number of milliseconds between 1 and 2147483647",
+                ]
+                .concat(),
+            )
             .into()
         })
     };
@@ -339,7 +355,7 @@ async fn run(
     let ((options, abort), keep) = options?;
     let task: Function = task
         .dyn_into()
-        .map_err(|v| type_error(format!("run() needs a function, got {}", describe(&v))))?;
+        .map_err(|v| type_error(["run() needs a function, got ", &describe(&v)].concat()))?;
     if let Some(abort) = abort.as_ref().filter(|a| a.aborted()) {
         return Err(abort.reason());
     }

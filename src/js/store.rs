@@ -45,10 +45,14 @@ impl JsLockStore {
             Reflect::get(&object, &JsValue::from_str(method_name(op)))?
                 .dyn_into::<Function>()
                 .map_err(|_| {
-                    type_error(format!(
-                        "lock store is missing the method {}() (a LockStore needs acquire, release, extend, isLocked and remainingTime)",
-                        method_name(op)
-                    ))
+                    type_error(
+                        [
+                            "lock store is missing the method ",
+                            method_name(op),
+                            "() (a LockStore needs acquire, release, extend, isLocked and remainingTime)",
+                        ]
+                        .concat(),
+                    )
                 })
         };
         let optional = |name: &str| -> Result<Option<Function>, JsValue> {
@@ -57,7 +61,7 @@ impl JsLockStore {
                 return Ok(None);
             }
             value.dyn_into::<Function>().map(Some).map_err(|_| {
-                type_error(format!("lock store's {name} must be a method when present"))
+                type_error(["lock store's ", name, " must be a method when present"].concat())
             })
         };
         Ok(JsLockStore {
@@ -111,10 +115,17 @@ pub(crate) mod answers {
     use super::*;
 
     fn broken(method: &str, expected: &str, answer: &JsValue) -> JsValue {
-        type_error(format!(
-            "{method} must answer {expected} (or a promise of one), got {}; this store is broken",
-            describe(answer)
-        ))
+        type_error(
+            [
+                method,
+                " must answer ",
+                expected,
+                " (or a promise of one), got ",
+                &describe(answer),
+                "; this store is broken",
+            ]
+            .concat(),
+        )
     }
 
     /// `acquire`'s answer: `true`, `false`, or `{ fence }` with a whole-number fence from 1 to
@@ -194,7 +205,7 @@ pub(crate) mod answers {
 }
 
 fn seam_method(op: Operation) -> String {
-    format!("lock store's {}()", method_name(op))
+    ["lock store's ", method_name(op), "()"].concat()
 }
 
 fn js_key(key: &Key) -> JsValue {
