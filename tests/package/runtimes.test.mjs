@@ -2,7 +2,9 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { execFileSync } from "node:child_process";
-import { chmodSync } from "node:fs";
+import { chmodSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const here = fileURLToPath(new URL(".", import.meta.url));
@@ -11,12 +13,23 @@ const bin = {
   bun: `${here}node_modules/@oven/bun-linux-x64/bin/bun`,
 };
 
+// Deno keeps compiled code in DENO_DIR by file path: a package rebuilt in place could run from a
+// stale compile of its old glue. Each run of this file gets a cache of its own.
+const denoDir = mkdtempSync(join(tmpdir(), "keel-deno-"));
+process.on("exit", () => rmSync(denoDir, { recursive: true, force: true }));
+
 function runIn(runtime, args, timeout = 120_000) {
   chmodSync(bin[runtime], 0o755); // npm does not keep the executable bit of platform packages
   const out = execFileSync(bin[runtime], args, {
     cwd: here,
     encoding: "utf8",
-    env: { ...process.env, DENO_NO_UPDATE_CHECK: "1", DENO_NO_PROMPT: "1", BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0" },
+    env: {
+      ...process.env,
+      DENO_DIR: denoDir,
+      DENO_NO_UPDATE_CHECK: "1",
+      DENO_NO_PROMPT: "1",
+      BUN_RUNTIME_TRANSPILER_CACHE_PATH: "0",
+    },
     timeout,
   });
   return JSON.parse(out.trim().split("\n").pop());
