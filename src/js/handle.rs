@@ -21,10 +21,9 @@ use std::rc::Rc;
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
-use super::promises::promise_of;
-
 use super::convert::{input_to_js, to_js, type_error};
 use super::lock::{observe_fast, CoreLock, Flag, JsLock};
+use super::promises::promise_of;
 use super::runtime::JsRuntime;
 use super::store::{answers, Backend};
 use crate::attempt::{Attempt, Next};

@@ -3,7 +3,6 @@
 //! `l.run(fn)` — the documented pattern — works.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -13,6 +12,7 @@ use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
 
+use super::ids::IdMap;
 use super::promises::promise_of;
 
 use super::abort::{cancellation, signal_option, Abort};
@@ -155,7 +155,7 @@ struct Unobserved {
 
 thread_local! {
     /// Contexts whose signal nobody has read yet, by id (0 is never used).
-    static UNOBSERVED: RefCell<(u32, HashMap<u32, Unobserved>)> = RefCell::new((0, HashMap::new()));
+    static UNOBSERVED: RefCell<(u32, IdMap<Unobserved>)> = RefCell::new((0, IdMap::default()));
 }
 
 /// Called from JS (through the observer set once) when a context's signal is first read. A

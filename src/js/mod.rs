@@ -7,6 +7,7 @@ mod abort;
 mod api;
 pub(crate) mod convert;
 mod handle;
+mod ids;
 mod lock;
 mod memory;
 pub(crate) mod promises;

@@ -5,7 +5,6 @@
 //! (`src/js/promises.js`), naming the waiting future by a number.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
@@ -13,6 +12,8 @@ use std::task::{Context, Poll, Waker};
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::spawn_local;
+
+use super::ids::IdMap;
 
 #[wasm_bindgen(module = "/src/js/promises.js")]
 extern "C" {
@@ -42,7 +43,7 @@ struct Slot {
 #[derive(Default)]
 struct Slots {
     next: u32,
-    slots: HashMap<u32, Slot>,
+    slots: IdMap<Slot>,
 }
 
 thread_local! {
