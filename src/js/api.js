@@ -17,6 +17,7 @@ const SLEEP = -3;
 const TIMED_OUT = -4;
 const SLOW = -5;
 const QUEUE = -6;
+const PENDING = -7;
 const FAILED = -100; // the error is w.__kError()
 const RELEASED_CLOSED = 3; // ending a run: released, and the idle handle's slot closed
 
@@ -47,6 +48,27 @@ function isThenable(value) {
     (typeof value === "object" || typeof value === "function") &&
     typeof value.then === "function"
   );
+}
+
+// Callers waiting in the memory store's queue, by slot id: the wasm says when to poll one.
+const waiters = new Map();
+
+function pollWaiter(id) {
+  const waiter = waiters.get(id);
+  if (waiter === undefined) return;
+  waiter.scheduled = false;
+  const code = w.__kPoll(id);
+  if (code === PENDING) return;
+  waiters.delete(id);
+  waiter.go(code);
+}
+
+/** Called by the wasm when the wait of slot `id` can make progress. */
+export function wakeWaiter(id) {
+  const waiter = waiters.get(id);
+  if (waiter === undefined || waiter.scheduled) return;
+  waiter.scheduled = true;
+  queueMicrotask(() => pollWaiter(id));
 }
 
 /**
@@ -209,14 +231,28 @@ export class Lock {
       return this.#coreLock().run(fn, options);
     }
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
-    if (code === QUEUE) {
-      return w.__kWait(id).then((held) => {
-        if (held !== REFUSED) return this.#holding(id, fn, held);
-        this.#done(false);
-        return [false, undefined];
-      });
-    }
+    if (code === QUEUE) return this.#queued(id, fn);
     return this.#runOverStore(id, code, fn, options);
+  }
+
+  /** Waits in the memory store's queue; the hand-over calls `fn` in the microtask it wakes. */
+  #queued(id, fn) {
+    const waiter = { scheduled: false, go: null };
+    waiters.set(id, waiter);
+    const first = w.__kWait(id);
+    if (first !== PENDING) {
+      waiters.delete(id);
+      return this.#afterWait(id, fn, first);
+    }
+    return new Promise((resolve, reject) => {
+      waiter.go = (code) => this.#afterWait(id, fn, code).then(resolve, reject);
+    });
+  }
+
+  #afterWait(id, fn, code) {
+    if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
+    this.#done(false);
+    return code === FAILED ? Promise.reject(w.__kError()) : Promise.resolve([false, undefined]);
   }
 
   /** Runs `fn` on the hold the run took from the memory store, then ends it. */

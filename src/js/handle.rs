@@ -16,14 +16,16 @@
 //! store) could run.
 
 use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 
-use js_sys::Promise;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{input_to_js, to_js, type_error};
 use super::lock::{observe_fast, CoreLock, Flag, JsLock};
-use super::promises::promise_of;
 use super::runtime::JsRuntime;
 use super::store::{answers, Backend};
 use crate::attempt::{Attempt, Next};
@@ -48,8 +50,10 @@ pub const SLEEP: f64 = -3.0;
 pub const TIMED_OUT: f64 = -4.0;
 /// Take the full async path (the store hands keys over and a timeout was given).
 pub const SLOW: f64 = -5.0;
-/// (Memory store) queue for the key: [`wait`] answers the outcome.
+/// (Memory store) queue for the key: call [`wait`].
 pub const QUEUE: f64 = -6.0;
+/// (Memory store) waiting in the key's queue; JS polls again when woken.
+pub const PENDING: f64 = -7.0;
 /// (Ending a run) released.
 pub const RELEASED: f64 = 1.0;
 /// (Ending a run) released, and the handle's slot closed: it is idle.
@@ -87,6 +91,8 @@ struct Entry {
     run_owner: Option<OwnerToken>,
     /// Stops the watcher that a run's context started when its `signal` was read.
     watching: Option<Rc<Flag>>,
+    /// The wait in the memory store's queue, while there is one.
+    waiting: Option<Waiting>,
 }
 
 /// Slot ids are `generation · 2^24 + index + 1`: an id kept after its slot was closed names
@@ -163,6 +169,7 @@ fn insert(lock: Rc<CoreLock>) -> f64 {
         attempt: None,
         run_owner: None,
         watching: None,
+        waiting: None,
     };
     SLOTS.with(|s| {
         let mut s = s.borrow_mut();
@@ -253,7 +260,11 @@ pub fn close(id: f64, force: bool) -> bool {
         let mut s = s.borrow_mut();
         let idle = match s.entries.get(index) {
             Some((g, Some(e))) if *g == generation => {
-                force || (e.attempt.is_none() && e.run_owner.is_none() && e.lock.is_idle())
+                force
+                    || (e.attempt.is_none()
+                        && e.waiting.is_none()
+                        && e.run_owner.is_none()
+                        && e.lock.is_idle())
             }
             _ => return None,
         };
@@ -431,23 +442,80 @@ pub fn retry(id: f64) -> Result<f64, JsValue> {
     drive(id, &lock, attempt, next, mono)
 }
 
-/// Waits in the memory store's queue for the key, after [`QUEUE`]: a promise of the step that
-/// follows (held, or refused when the timeout is spent).
+/// A caller's wait in the memory store's queue: the store's own waiting future, polled from JS.
+type Waiting = Pin<Box<dyn Future<Output = Option<Grant>>>>;
+
+/// Wakes a waiting slot by telling JS (`wakeWaiter`), which polls it ([`poll_wait`]) in a
+/// microtask and, once it is ready, calls the caller's `fn` right there: a hand-over costs one
+/// microtask, as it does for a promise-queue mutex.
+struct WaiterWaker(f64);
+
+impl Wake for WaiterWaker {
+    fn wake(self: Arc<Self>) {
+        wake_waiter(self.0);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        wake_waiter(self.0);
+    }
+}
+
+#[wasm_bindgen(module = "/src/js/api.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = wakeWaiter)]
+    fn wake_waiter(id: f64);
+}
+
+/// Joins the memory store's queue for the key, after [`QUEUE`], and polls once: [`PENDING`]
+/// (JS is told through `wakeWaiter` when to [`poll_wait`]), or the step that follows.
 #[wasm_bindgen(js_name = __kWait, skip_typescript)]
-pub fn wait(id: f64) -> Result<Promise, JsValue> {
-    let (lock, mut attempt) = take_attempt(id)?;
-    let (Backend::Memory(store), Some(wait)) = (lock.store().clone(), attempt.wait()) else {
-        return Err(bad_id());
+pub fn wait(id: f64) -> f64 {
+    plain((|| {
+        let (lock, terms) = with_entry(id, |e| {
+            let terms = e
+                .attempt
+                .as_ref()
+                .and_then(|a| Some((a.wait()?, a.owner().clone())));
+            (e.lock.clone(), terms)
+        })?;
+        let (Backend::Memory(store), Some((wait, owner))) = (lock.store().clone(), terms) else {
+            return Err(bad_id());
+        };
+        let waiting: Waiting = Box::pin(async move {
+            store
+                .acquire_or_wait_ms(lock.key(), &owner, lock.ttl(), wait.wait_ms)
+                .await
+        });
+        with_entry(id, |e| e.waiting = Some(waiting))?;
+        poll_slot(id)
+    })())
+}
+
+/// Polls the slot's wait (see [`wait`]): [`PENDING`], or the step that follows. A wake that
+/// comes after the wait ended answers [`PENDING`] too; JS ignores it.
+#[wasm_bindgen(js_name = __kPoll, skip_typescript)]
+pub fn poll_wait(id: f64) -> f64 {
+    plain(poll_slot(id))
+}
+
+fn poll_slot(id: f64) -> Result<f64, JsValue> {
+    let Ok(Some(mut waiting)) = with_entry(id, |e| e.waiting.take()) else {
+        return Ok(PENDING);
     };
-    Ok(promise_of(async move {
-        let owner = attempt.owner().clone();
-        let grant = store
-            .acquire_or_wait_ms(lock.key(), &owner, lock.ttl(), wait.wait_ms)
-            .await;
-        let mono = JsRuntime.monotonic_ms();
-        let next = attempt.answered(grant, mono);
-        drive(id, &lock, attempt, next, mono).map(JsValue::from_f64)
-    }))
+    // Polled with the slot not borrowed: the store's future reads the clock and sets timers.
+    let waker = Waker::from(Arc::new(WaiterWaker(id)));
+    let grant = match waiting.as_mut().poll(&mut Context::from_waker(&waker)) {
+        Poll::Pending => {
+            with_entry(id, |e| e.waiting = Some(waiting))?;
+            return Ok(PENDING);
+        }
+        Poll::Ready(grant) => grant,
+    };
+    drop(waiting);
+    let (lock, mut attempt) = take_attempt(id)?;
+    let mono = JsRuntime.monotonic_ms();
+    let next = attempt.answered(grant, mono);
+    drive(id, &lock, attempt, next, mono)
 }
 
 /// The acquisition in flight ended without an answer to feed (the store failed).
