@@ -190,6 +190,18 @@ fn insert(lock: Rc<CoreLock>) -> f64 {
     })
 }
 
+/// How many slots are open (for tests: an idle handle must not keep one).
+#[wasm_bindgen(js_name = __kSlotsOpen, skip_typescript)]
+pub fn slots_open() -> u32 {
+    SLOTS.with(|s| {
+        s.borrow()
+            .entries
+            .iter()
+            .filter(|(_, e)| e.is_some())
+            .count() as u32
+    })
+}
+
 /// The value a step code carries (a bound, a pause, a fence).
 #[wasm_bindgen(js_name = __kArg, skip_typescript)]
 pub fn arg() -> f64 {

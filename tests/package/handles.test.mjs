@@ -3,6 +3,9 @@
 // run, two runs of one handle in flight, a run whose hold was lost, a queue of waiters — once per
 // store (the memory store answers inside the wasm; a JS store's promises are awaited in JS).
 import { describe, it, beforeEach } from "node:test";
+import { createRequire } from "node:module";
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
 import assert from "node:assert/strict";
 import { lock, restoreLock, setLockStore, MemoryLockStore, Lock, LockNotHeldError } from "keel-lock";
 import { STORES } from "./stores.mjs";
@@ -165,5 +168,61 @@ describe("stores the JS layer awaits itself", () => {
     assert.ok(fence >= 1);
     assert.deepEqual(await lock(key).run(() => 2), [true, 2]);
     assert.equal(memory.isLocked(key), false);
+  });
+});
+
+// The wasm keeps a slot for a handle only while it is in use; a dropped handle whose slot
+// outlived its last operation (a hold it knows lost) frees it when collected. Counted through the
+// installed package's wasm module (the same instance the entry loaded).
+describe("slots: a handle's core lock lives in the wasm only while it is used", () => {
+  const require = createRequire(import.meta.url);
+  const glue = require("./node_modules/keel-lock/dist/node/keel_lock.js");
+  setFlagsFromString("--expose-gc");
+  const gc = runInNewContext("gc");
+  const collect = async () => {
+    for (let i = 0; i < 5; i++) {
+      gc();
+      await sleep(20);
+    }
+  };
+
+  for (const [storeName, makeStore] of Object.entries(STORES)) {
+    it(`runs that finish — held, refused, thrown, timed out in a queue — leave none open (${storeName})`, async () => {
+      setLockStore(makeStore());
+      await collect(); // handles earlier tests dropped, their slots with them
+      const before = glue.__kSlotsOpen();
+      const key = fresh();
+      for (let i = 0; i < 500; i++) await lock(key).run(() => i);
+      const holder = lock(key);
+      await holder.acquire();
+      for (let i = 0; i < 50; i++) assert.deepEqual(await lock(key).run(() => 1), [false, undefined]);
+      for (let i = 0; i < 5; i++) {
+        assert.deepEqual(await lock(key).run(() => 1, { timeout: 5, retryDelay: 1 }), [false, undefined]);
+      }
+      await holder.release();
+      for (let i = 0; i < 50; i++) {
+        await assert.rejects(lock(key).run(() => {
+          throw new Error("boom");
+        }));
+      }
+      await Promise.all(Array.from({ length: 20 }, () => lock(key).run(() => sleep(1), { timeout: 5_000 })));
+      assert.equal(glue.__kSlotsOpen(), before);
+    });
+  }
+
+  it("a dropped handle that knows its hold was lost frees its slot when collected", async () => {
+    setLockStore(new MemoryLockStore());
+    await collect();
+    const before = glue.__kSlotsOpen();
+    for (let i = 0; i < 10; i++) {
+      const key = fresh();
+      // The TTL passes during fn and someone else takes the key: the run's release is refused.
+      await lock(key, 5).run(async () => {
+        await sleep(15);
+        await lock(key).acquire();
+      });
+    }
+    await collect();
+    assert.equal(glue.__kSlotsOpen(), before);
   });
 });
