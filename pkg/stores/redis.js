@@ -32,6 +32,9 @@
 //   remainingTime  PTTL                        -2 (no key) / -1 (no expiry) / 0 → null
 //   forceRelease   EVALSHA <force-release>     DEL whoever holds it; hands over like release
 //
+// With a standalone ioredis client the commands sent in one tick share writes to the socket
+// (see corker); other clients batch writes themselves or are used as they are.
+//
 // Waiting without polling (acquireOrWait, withdraw, close; not on Upstash, which has no
 // pub/sub). Three more keys per lock, all with the same hash tag:
 //
@@ -67,6 +70,8 @@
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
 // Shared by the scripts below: the key layout of one lock (all in one hash slot) and the hand-over.
+// Lua creates a function each time execution passes its definition, so the acquire, enqueue and
+// release scripts place this after their uncontended path, which needs none of it.
 const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that covers several locks sets it)
 -- K[1] lock (owner token, PX ttl; "\\0" .. owner while callers queue behind it)
 -- K[2] fence counter   K[3] queue (list of owners, oldest first)
@@ -89,10 +94,6 @@ local function next_fence()
     return nil
   end
   return fence
-end
-
-local function counter_spent()
-  return redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..${MAX_FENCE}")
 end
 
 -- Hands the key to the oldest waiter whose deadline has not passed, dropping the others on the
@@ -147,6 +148,20 @@ local function free(v, channel)
 end
 `;
 
+// Takes the free lock (ACQUIRE_SCRIPT, ENQUEUE_SCRIPT): INCR the fence counter KEYS[2], SET KEYS[1]
+// to ARGV[1] PX ARGV[2]; `fence` is then the new counter value. A counter that would leave
+// 1..MAX_FENCE is put back and the script answers an error. Uses nothing from PRELUDE, so the
+// uncontended path creates none of its functions.
+const TAKE = `local fence = redis.call("INCR", KEYS[2])
+if fence < 1 or fence > ${MAX_FENCE} then
+  redis.call("DECR", KEYS[2])
+  return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
+end
+redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])`;
+
+// `text` with every line indented by two spaces, to nest a shared part inside a block.
+const nested = (text) => text.replace(/^(?=.)/gm, "  ");
+
 /**
  * Plain acquire. If the lock and the queue are both absent: INCR KEYS[2] (the fence counter), SET
  * KEYS[1] to ARGV[1] with a TTL of ARGV[2] ms, and answer the new counter value (the fence). If
@@ -160,17 +175,16 @@ end
  */
 export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobody queues, set it to ARGV[1] (the owner) for
 -- ARGV[2] ms and answer the next fence from the counter KEYS[2]; otherwise answer 0
-${PRELUDE}
 local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
-if state == 2 and not grant_next(ARGV[3]) then
-  state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+if state == 2 then
+  -- the holder expired with callers queued: the prelude's functions are only needed here
+${nested(PRELUDE)}
+  if not grant_next(ARGV[3]) then state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3]) end
 end
 if state ~= 0 then
   return 0
 end
-local fence = next_fence()
-if not fence then return counter_spent() end
-redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+${TAKE}
 return fence
 `;
 
@@ -181,15 +195,17 @@ return fence
  * {0, PTTL of the lock}. The queue and the waiters hash expire a second after the last deadline.
  */
 export const ENQUEUE_SCRIPT = `-- keel-lock acquire-or-wait: take KEYS[1] like acquire, or queue ARGV[1] for ARGV[3] ms
-${PRELUDE}
 local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+if state == 0 then
+${nested(TAKE)}
+  return {1, fence}
+end
+${PRELUDE}
 if state == 2 and not grant_next(ARGV[4]) then
   state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
 end
 if state == 0 then
-  local fence = next_fence()
-  if not fence then return counter_spent() end
-  redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])
+${nested(TAKE)}
   return {1, fence}
 end
 local now = now_us()
@@ -274,14 +290,14 @@ return {0}
  * marked) hands the key to the oldest live waiter in the same script.
  */
 export const RELEASE_SCRIPT = `-- keel-lock release: delete the key only while ARGV[1] still holds it; hand it to the next waiter
-${PRELUDE}
 local v = redis.call("GET", KEYS[1])
 if v == ARGV[1] then
   return redis.call("DEL", KEYS[1])
 end
-if v ~= MARK .. ARGV[1] then
+if v ~= "\\0" .. ARGV[1] then
   return 0
 end
+${PRELUDE}
 free(v, ARGV[2])
 return 1
 `;
@@ -311,19 +327,19 @@ return 0
 `;
 
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "acc69ea95f28abf6e0eb96dea168d9f33d9ac24d";
+export const ACQUIRE_SHA = "0cc7b67bdc4f68cbe17fe5a846502bb9cdeda1df";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "bd1b62fd30010e822720ca452d65c9538eee79ef";
+export const RELEASE_SHA = "3a95ccb750de17af49b3d7428d696607bbbe2418";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const EXTEND_SHA = "a64738b7daa6da2e5b5604faf596399fdb28ebd0";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "42f3b6acde2570521ccaf3bb361730cebe8c677b";
+export const ENQUEUE_SHA = "72ce7d545219d89dcbca19a6c7fd3700d5d8483e";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "7d5764de691f42a0d0189a865f4ab1e3279aba18";
+export const CHECK_SHA = "74f0075b0db960daca76f86b254a1d42c7fe5954";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "5af920b2863190c16dba7ea329b2afcbfd81fda8";
+export const LEAVE_SHA = "576f2755b76c4a7a649eed7cbc1a0d5e5fe308c5";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "83dcf521f382ed5650ef365a257f81298146c4fa";
+export const FORCE_RELEASE_SHA = "e88b95289510268d8078179f576188658d583d73";
 
 const CLIENT_TYPES = ["ioredis", "ioredis-cluster", "node-redis", "node-redis-cluster", "upstash"];
 
@@ -351,7 +367,16 @@ export function detectRedisClient(client) {
 // an array whose first element decides the slot (cluster clients route by it).
 function adapter(client, type) {
   switch (type) {
-    case "ioredis":
+    case "ioredis": {
+      // Commands sent in one tick leave in one write (see corker).
+      const cork = corker(client);
+      return {
+        evalsha: (sha, keys, args) => (cork(), client.evalsha(sha, keys.length, ...keys, ...args)),
+        eval: (script, keys, args) => (cork(), client.eval(script, keys.length, ...keys, ...args)),
+        exists: (key) => (cork(), client.exists(key)),
+        pttl: (key) => (cork(), client.pttl(key)),
+      };
+    }
     case "ioredis-cluster":
       return {
         evalsha: (sha, keys, args) => client.evalsha(sha, keys.length, ...keys, ...args),
@@ -388,6 +413,44 @@ function adapter(client, type) {
     default:
       throw new TypeError(`redisLockStore: unknown clientType ${JSON.stringify(type)}`);
   }
+}
+
+// For a standalone ioredis client, which writes each command to its socket as it is sent: one
+// write system call per command, and one read for Redis. The function corker answers is called
+// before the store sends a command; the first call in a tick corks the socket (Node then buffers
+// what is written to it) and schedules the uncork with process.nextTick, which runs once the code
+// now running and its promise callbacks are done. So the commands sent in one tick — by this
+// store's concurrent callers, and anything else written to the client meanwhile — leave together,
+// before any timer or I/O callback runs; a lone command leaves at the end of its tick. Every
+// CORKED_COMMANDS commands the buffer is written out at once, so Redis can start on those while
+// the client is still sending the rest (with a whole tick in one write, client and server took
+// turns instead of working at the same time). Nothing is corked while the client is not ready
+// (ioredis then queues commands itself) or has no socket with cork().
+const CORKED_COMMANDS = 8;
+function corker(client) {
+  if (typeof globalThis.process?.nextTick !== "function") return () => {};
+  let corked = null;
+  let buffered = 0;
+  const uncork = () => {
+    const socket = corked;
+    corked = null;
+    socket.uncork();
+  };
+  return () => {
+    if (corked === null) {
+      const socket = client.stream;
+      if (client.status !== "ready" || typeof socket?.cork !== "function" || typeof socket.uncork !== "function") return;
+      socket.cork();
+      corked = socket;
+      buffered = 0;
+      process.nextTick(uncork);
+    } else if (buffered === CORKED_COMMANDS) {
+      corked.uncork();
+      corked.cork();
+      buffered = 0;
+    }
+    buffered++;
+  };
 }
 
 // The store's pub/sub connection: a duplicate of the user's client (`duplicate()` in ioredis,
@@ -433,6 +496,9 @@ function isNoScript(error) {
 
 // "%" first, so the escapes it introduces are not escaped again.
 const escapeName = (text) => text.replace(/%/g, "%25").replace(/\{/g, "%7B").replace(/\}/g, "%7D");
+const NEEDS_ESCAPE = /[%{}]/;
+// How many keys' names a store keeps built (see lockKeys).
+const NAMES_CACHED = 256;
 
 const check = argumentChecks("redisLockStore");
 
@@ -486,11 +552,20 @@ export function redisLockStore(client, options = {}) {
   }
   const redis = adapter(client, clientType);
   const escapedPrefix = escapeName(prefix);
-  const lockKey = (key) => `${escapedPrefix}{${escapeName(key)}}`;
-  // Every name one lock uses, in the order the scripts take them as KEYS.
+  const lockKey = (key) => `${escapedPrefix}{${NEEDS_ESCAPE.test(key) ? escapeName(key) : key}}`;
+  // Every name one lock uses, in the order the scripts take them as KEYS (a frozen array). The
+  // names of recently used keys are kept, so a release finds those its acquire built; the cache
+  // is emptied when it reaches NAMES_CACHED keys.
+  const names = new Map();
   const lockKeys = (key) => {
-    const lock = lockKey(key);
-    return [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
+    let all = names.get(key);
+    if (all === undefined) {
+      const lock = lockKey(key);
+      all = Object.freeze([lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`]);
+      if (names.size >= NAMES_CACHED) names.clear();
+      names.set(key, all);
+    }
+    return all;
   };
   // One channel per prefix: every hand-over under it is published there, key and owner inside.
   const channel = `${escapedPrefix}keel-lock:handover`;
@@ -592,6 +667,38 @@ export function redisLockStore(client, options = {}) {
       }
       if (failed) wait.reject(answer);
       else wait.resolve(answer);
+    }
+
+    // The enqueue's answer for `wait`: {1, fence} took the key; {0, pttl} queued it.
+    function enqueued(wait, reply, waitMs, started, wasSubscribed) {
+      if (wait.settled) return;
+      if (!Array.isArray(reply)) throw new TypeError(`redisLockStore: the enqueue script answered ${String(reply)}`);
+      const state = Number(reply[0]);
+      if (state === 1) return settle(wait, { ...fenceFrom(Number(reply[1])), waitedMs: 0 });
+      const lock = wait.lock;
+      const pttl = Number(reply[1]);
+      if (pttl > 0) expiryAt(lock, pttl);
+      wait.deadlineTimer = setTimeout(async () => {
+        if (wait.settled) return;
+        try {
+          const answer = await leave(wait, false);
+          if (Number(answer[0]) === 1) settleFrom(wait, answer);
+          else settle(wait, false);
+        } catch (error) {
+          settle(wait, error, true);
+        }
+      }, Math.max(0, waitMs - (Date.now() - started)));
+      wait.queued = true;
+      wait.nextLook = Date.now() + wait.pollMs;
+      lookAt(wait.nextLook);
+      if (!wasSubscribed) {
+        if (subscriber?.subscribed) look(new Set([lock]));
+        else {
+          lookOnceSubscribed.add(lock);
+          // Without a subscription the safety-net and expiry looks still hand the key over.
+          subscribe().catch(() => {});
+        }
+      }
     }
 
     const granted = (fence, waited) => ({ ...fenceFrom(Number(fence)), waitedMs: Math.max(0, Math.floor(Number(waited) || 0)) });
@@ -752,62 +859,45 @@ export function redisLockStore(client, options = {}) {
        * to `waitMs` for a release (or the holder's expiry) to hand it over. Answers
        * `{ fence, waitedMs }` or `false`.
        */
-      async acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
-        check.key(key);
-        checkOwner(owner);
-        check.ttl(ttlMs);
-        if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_TTL_MS) {
-          throw new RangeError(`redisLockStore: waitMs must be a whole number of ms in 0..${MAX_TTL_MS}, got ${waitMs}`);
+      acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
+        try {
+          check.key(key);
+          checkOwner(owner);
+          check.ttl(ttlMs);
+          if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_TTL_MS) {
+            throw new RangeError(`redisLockStore: waitMs must be a whole number of ms in 0..${MAX_TTL_MS}, got ${waitMs}`);
+          }
+          if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_TTL_MS) {
+            throw new RangeError(`redisLockStore: pollMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${pollMs}`);
+          }
+        } catch (error) {
+          return Promise.reject(error);
         }
-        if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_TTL_MS) {
-          throw new RangeError(`redisLockStore: pollMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${pollMs}`);
-        }
-        if (waitMs === 0) {
-          const got = await store.acquire(key, owner, ttlMs);
-          return got && { ...got, waitedMs: 0 };
-        }
+        if (waitMs === 0) return store.acquire(key, owner, ttlMs).then((got) => got && { ...got, waitedMs: 0 });
         const names = lockKeys(key);
         const lock = names[0];
-        if (waits.get(lock)?.has(owner)) throw new Error(`redisLockStore: ${owner} is already waiting for ${key}`);
+        let pending = waits.get(lock);
+        if (pending?.has(owner)) return Promise.reject(new Error(`redisLockStore: ${owner} is already waiting for ${key}`));
         const started = Date.now();
         return new Promise((resolve, reject) => {
-          const wait = { lock, owner, names, pollMs, resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity };
-          if (!waits.has(lock)) waits.set(lock, new Map());
-          waits.get(lock).set(owner, wait);
+          const wait = { lock, owner, names, pollMs, resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
+          if (pending === undefined) waits.set(lock, (pending = new Map()));
+          pending.set(owner, wait);
           // With the subscription up, the hand-over message finds this wait registered. A key
           // whose waiters queued before it was up is looked at once it is: a message may have
           // come first.
           const wasSubscribed = subscriber?.subscribed === true;
-          const enqueue = runScript(ENQUEUE_SHA, ENQUEUE_SCRIPT, names, [owner, String(ttlMs), String(waitMs), channel]);
-          wait.enqueued = enqueue
-            .then(async (reply) => {
-              if (wait.settled) return;
-              const [state, a] = reply.map(Number);
-              if (state === 1) return settle(wait, { ...fenceFrom(a), waitedMs: 0 });
-              if (a > 0) expiryAt(lock, a);
-              wait.deadlineTimer = setTimeout(async () => {
-                if (wait.settled) return;
-                try {
-                  const answer = await leave(wait, false);
-                  if (Number(answer[0]) === 1) settleFrom(wait, answer);
-                  else settle(wait, false);
-                } catch (error) {
-                  settle(wait, error, true);
-                }
-              }, Math.max(0, waitMs - (Date.now() - started)));
-              wait.queued = true;
-              wait.nextLook = Date.now() + pollMs;
-              lookAt(wait.nextLook);
-              if (!wasSubscribed) {
-                if (subscriber?.subscribed) look(new Set([lock]));
-                else {
-                  lookOnceSubscribed.add(lock);
-                  // Without a subscription the safety-net and expiry looks still hand the key over.
-                  subscribe().catch(() => {});
-                }
+          // Settles once the enqueue's answer has been acted on; never rejects.
+          wait.enqueued = runScript(ENQUEUE_SHA, ENQUEUE_SCRIPT, names, [owner, String(ttlMs), String(waitMs), channel]).then(
+            (reply) => {
+              try {
+                enqueued(wait, reply, waitMs, started, wasSubscribed);
+              } catch (error) {
+                settle(wait, error, true);
               }
-            })
-            .catch((error) => settle(wait, error, true));
+            },
+            (error) => settle(wait, error, true),
+          );
         });
       },
 

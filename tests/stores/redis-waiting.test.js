@@ -390,6 +390,54 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     );
   });
 
+  test("a holder gone (expired) with callers queued: a plain acquire and an acquire-or-wait hand the key to the oldest live waiter, or take it when nobody queued still waits", async () => {
+    // The scripts run here through `admin` alone, so no store's timers look at the key meanwhile.
+    const store = await storeOf();
+    const key = uniqueKey("holder-gone");
+    const { lock } = store.keys(key);
+    const names = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
+    const enqueue = async (who, waitMs) => (await admin.eval(ENQUEUE_SCRIPT, 5, ...names, who, String(LONG), String(waitMs), "keel-lock:handover")).map(Number);
+    const counter = async () => Number(await admin.get(names[1]));
+
+    // A live waiter behind a holder that is gone: a newcomer's acquire answers false and the
+    // waiter is handed the key, with the next fence.
+    const [holder, waiter, newcomer] = [owner("holder"), owner("waiter"), owner("newcomer")];
+    assert.equal((await enqueue(holder, 10_000))[0], 1);
+    assert.equal((await enqueue(waiter, 10_000))[0], 0);
+    const before = await counter();
+    await admin.del(lock); // as at the holder's expiry
+    assert.equal(await store.acquire(key, newcomer, LONG), false, "the newcomer overtook the queue");
+    assert.equal(await admin.get(lock), waiter, "the waiter was not handed the key");
+    assert.equal((await admin.get(names[4])).split(" ")[0], String(before + 1), "the grant record's fence");
+    assert.equal(await store.release(key, waiter), true);
+
+    // The same through the acquire-or-wait script: the newcomer queues behind the waiter handed the key.
+    const [waiter2, newcomer2] = [owner("waiter2"), owner("newcomer2")];
+    assert.equal((await enqueue(holder, 10_000))[0], 1);
+    assert.equal((await enqueue(waiter2, 10_000))[0], 0);
+    await admin.del(lock);
+    assert.equal((await enqueue(newcomer2, 10_000))[0], 0, "the newcomer took the key past the queue");
+    assert.equal(await admin.get(lock), "\0" + waiter2, "the waiter was not handed the key (marked: the newcomer queues)");
+    assert.deepEqual(await queueOf(admin, store, key), [newcomer2]);
+    await admin.del(...names);
+
+    // Nobody queued still waits (the waiter's deadline passed): the newcomer takes the key, with
+    // the next fence, and the dead waiter is dropped — through either script.
+    for (const via of ["acquire", "acquireOrWait script"]) {
+      const [dead, taker] = [owner("dead"), owner("taker")];
+      assert.equal((await enqueue(holder, 10_000))[0], 1);
+      assert.equal((await enqueue(dead, 10_000))[0], 0);
+      await admin.hset(names[3], dead, `1 1 ${LONG}`); // its deadline long past
+      await admin.del(lock);
+      const next = (await counter()) + 1;
+      const fence = via === "acquire" ? (await store.acquire(key, taker, LONG)).fence : (await enqueue(taker, 10_000))[1];
+      assert.equal(fence, next, `${via}: the fence`);
+      assert.equal(await admin.get(lock), taker, `${via}: the lock's value`);
+      assert.deepEqual(await leftovers(admin, store, key), [], `${via}: the queue is gone`);
+      assert.equal(await store.release(key, taker), true);
+    }
+  });
+
   test("a timeout while queued answers false and leaves the queue clean; the holder is unmarked", async () => {
     const store = await storeOf();
     const key = uniqueKey("timeout");
@@ -582,8 +630,9 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     try {
       await assert.rejects(
         batchedLookHandsOver({ stores, admin, monitors: [monitor] }),
-        // A waiter told it holds the key finds another inside, or cannot release it.
-        (error) => error instanceof assert.AssertionError && /two holders of|could not release/.test(error.message),
+        // A waiter told it holds the key finds another inside, or cannot release it, or was
+        // handed the fence another waiter told so before it had (whichever the timing shows first).
+        (error) => error instanceof assert.AssertionError && /two holders of|could not release|is not greater than the fence/.test(error.message),
       );
     } finally {
       monitor.stop();

@@ -453,6 +453,82 @@ describe("through keel-lock's lock() (the package installed in tests/stores)", (
     }));
 });
 
+describe("ioredis: the store's commands sent in one tick share writes, 8 to a write", () => {
+  const IOREDIS = Object.entries(FLAVOURS).filter(([, flavour]) => flavour.type === "ioredis");
+  const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+  // Counts the writes `socket` makes to the kernel (Node's Writable calls _writev for several
+  // buffered chunks, _write for one) and the chunks they carry.
+  function countWrites(socket) {
+    const seen = { writes: 0, chunks: 0 };
+    const { _write, _writev } = socket;
+    socket._write = function (chunk, encoding, callback) {
+      seen.writes++;
+      seen.chunks++;
+      return _write.call(this, chunk, encoding, callback);
+    };
+    socket._writev = function (chunks, callback) {
+      seen.writes++;
+      seen.chunks += chunks.length;
+      return _writev.call(this, chunks, callback);
+    };
+    seen.restore = () => {
+      socket._write = _write;
+      socket._writev = _writev;
+    };
+    return seen;
+  }
+
+  for (const [name, flavour] of IOREDIS) {
+    test(`${name}: 16 acquires sent in one tick are two writes, then 16 releases two more; the socket is uncorked after`, async () => {
+      const { client, close } = await flavour.connect();
+      try {
+        const store = redisLockStore(client);
+        const ctx = newContext([store], "coalesce");
+        const calls = Array.from({ length: 16 }, () => [ctx.key(), ctx.owner()]);
+        const warm = [ctx.key(), ctx.owner()];
+        await store.acquire(...warm, 60_000); // scripts cached, connection warm
+        await store.release(...warm);
+        await settle();
+        const writes = countWrites(client.stream);
+        try {
+          const got = await Promise.all(calls.map(([key, owner]) => store.acquire(key, owner, 60_000)));
+          assert.ok(got.every((g) => g && Number.isInteger(g.fence)), "every acquire granted");
+          assert.deepEqual({ writes: writes.writes, chunks: writes.chunks }, { writes: 2, chunks: 16 });
+          const released = await Promise.all(calls.map(([key, owner]) => store.release(key, owner)));
+          assert.ok(released.every((r) => r === true), "every release answered true");
+          assert.deepEqual({ writes: writes.writes, chunks: writes.chunks }, { writes: 4, chunks: 32 });
+        } finally {
+          writes.restore();
+        }
+        await settle();
+        assert.equal(client.stream.writableCorked, 0, "the socket stayed corked");
+        // A command of the application's own, sent later, leaves at once.
+        await client.set(ctx.key(), "x");
+      } finally {
+        await close();
+      }
+    });
+
+    test(`${name}: a store on a client that is not connected yet works (ioredis queues the commands; nothing is corked)`, async () => {
+      const Ctor = name === "ioredis 6" ? (IORedis6.default ?? IORedis6) : IORedis;
+      const client = new Ctor({ port: redis.port, host: "127.0.0.1", lazyConnect: true });
+      try {
+        const store = redisLockStore(client);
+        const ctx = newContext([store], "coalesce-offline");
+        const [key, owner] = [ctx.key(), ctx.owner()];
+        assert.notEqual(client.status, "ready");
+        assert.ok(fenceOf(await store.acquire(key, owner, 60_000)));
+        assert.equal(await store.release(key, owner), true);
+        await settle();
+        assert.equal(client.stream.writableCorked, 0);
+      } finally {
+        client.disconnect();
+      }
+    });
+  }
+});
+
 describe("the fence counter's limits", () => {
   let client;
   before(async () => {
