@@ -22,6 +22,8 @@ const FAILED = -100; // the error is w.__kError()
 const RELEASED_CLOSED = 3; // ending a run: released, and the idle handle's slot closed
 
 const UNANSWERED = Symbol("unanswered");
+// What `acquire()` runs: nothing — the hold stays the handle's.
+const KEEP = Symbol("keep");
 
 let w = null; // the wasm module's exports
 let current = null; // the store lock() binds to: { object, binding, memory, acquire, release }
@@ -97,6 +99,11 @@ function within(answer, ms) {
       if (!settled) t = timer(ms, () => resolve(UNANSWERED));
     });
   });
+}
+
+/** What a run or an acquire answers when the key was not taken. */
+function refused(fn) {
+  return fn === KEEP ? false : [false, undefined];
 }
 
 function pause(ms) {
@@ -185,7 +192,10 @@ export class Lock {
   }
 
   get fence() {
-    return this.#core === null && this.#slot === 0 ? null : this.#coreLock().fence;
+    if (this.#core !== null) return this.#core.fence;
+    if (this.#slot === 0) return null;
+    const fence = w.__kFence(this.#slot);
+    return fence === fence ? fence : null;
   }
 
   get signal() {
@@ -224,11 +234,11 @@ export class Lock {
     }
     if (code === REFUSED) {
       this.#done(false);
-      return Promise.resolve([false, undefined]);
+      return Promise.resolve(refused(fn));
     }
     if (code === SLOW) {
       this.#done(false);
-      return this.#coreLock().run(fn, options);
+      return this.#slow(fn, options);
     }
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
     if (code === QUEUE) return this.#queued(id, fn);
@@ -252,11 +262,24 @@ export class Lock {
   #afterWait(id, fn, code) {
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
     this.#done(false);
-    return code === FAILED ? Promise.reject(w.__kError()) : Promise.resolve([false, undefined]);
+    return code === FAILED ? Promise.reject(w.__kError()) : Promise.resolve(refused(fn));
+  }
+
+  /** The async core's `run` (or, for `acquire()`, its `acquire`). */
+  #slow(fn, options) {
+    return fn === KEEP ? this.#coreLock().acquire(options) : this.#coreLock().run(fn, options);
+  }
+
+  /** `acquire()` took the key: the hold is the handle's, kept in its slot until released. */
+  #kept(id) {
+    w.__kKeep(id);
+    this.#done(false);
+    return true;
   }
 
   /** Runs `fn` on the hold the run took from the memory store, then ends it. */
   #holding(id, fn, code) {
+    if (fn === KEEP) return Promise.resolve(this.#kept(id));
     const context = new LockContext(code >= 1 ? code : null, -id);
     let out;
     try {
@@ -329,8 +352,9 @@ export class Lock {
     }
     if (code === REFUSED || code === SLOW) {
       this.#done(false);
-      return code === REFUSED ? [false, undefined] : this.#coreLock().run(fn, options);
+      return code === REFUSED ? refused(fn) : this.#slow(fn, options);
     }
+    if (fn === KEEP) return this.#kept(id);
     const context = new LockContext(code >= 1 ? code : null, -id);
     let value;
     let failed = false;
@@ -362,12 +386,44 @@ export class Lock {
     return [true, value];
   }
 
+  /** Tries to take the lock; with `{ timeout }`, waits until then. Resolves a boolean. */
   acquire(options) {
-    return this.#coreLock().acquire(options);
+    const plain = this.#core === null && !this.#busy && plainOptions(options);
+    if (!plain) return this.#coreLock().acquire(options);
+    return this.#run(KEEP, plain[0], plain[1], options);
   }
 
+  /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */
   release() {
-    return this.#coreLock().release();
+    if (this.#core !== null || this.#busy) return this.#coreLock().release();
+    const id = this.#slot;
+    if (id === 0) return Promise.resolve(false); // no slot: nothing held, nothing lost
+    this.#busy = true;
+    const code = w.__kRelease(id);
+    if (code === FAILED) {
+      this.#done(false);
+      return Promise.reject(w.__kError());
+    }
+    if (code !== CALL) {
+      this.#done(code === RELEASED_CLOSED);
+      return Promise.resolve(code !== REFUSED);
+    }
+    return this.#releaseOverStore(id);
+  }
+
+  async #releaseOverStore(id) {
+    const store = this.#store;
+    try {
+      const bound = w.__kArg();
+      const answer = await within(store.release.call(store.object, this.#key, w.__kOwner(id)), bound);
+      if (answer === UNANSWERED) throw w.__kTimeoutError(id, 1, bound);
+      return w.__kReleased(id, answer);
+    } catch (error) {
+      w.__kForget(id);
+      throw error;
+    } finally {
+      this.#done(false);
+    }
   }
 
   extend(ttlMs) {
@@ -395,9 +451,8 @@ export class Lock {
   }
 
   isExpired() {
-    return this.#core === null && this.#slot === 0
-      ? Promise.resolve(false)
-      : this.#coreLock().isExpired();
+    if (this.#core !== null) return this.#core.isExpired();
+    return Promise.resolve(this.#slot !== 0 && w.__kExpired(this.#slot));
   }
 
   getRemainingTime() {

@@ -584,6 +584,41 @@ fn end_run(id: f64) -> Result<f64, JsValue> {
     }
 }
 
+/// The fence of the handle's hold, or `NaN` for none (nothing held, or a store without fences).
+#[wasm_bindgen(js_name = __kFence, skip_typescript)]
+pub fn fence(id: f64) -> f64 {
+    lock_of(id)
+        .ok()
+        .and_then(|lock| lock.fence())
+        .map_or(f64::NAN, |f| f.get() as f64)
+}
+
+/// Whether the handle held the key and lost it (see `Lock::is_expired`).
+#[wasm_bindgen(js_name = __kExpired, skip_typescript)]
+pub fn expired(id: f64) -> bool {
+    lock_of(id).is_ok_and(|lock| lock.is_expired())
+}
+
+/// `acquire()` took the key: the hold is the handle's (its release is [`release`]'s), not a run's.
+#[wasm_bindgen(js_name = __kKeep, skip_typescript)]
+pub fn keep(id: f64) -> Result<(), JsValue> {
+    with_entry(id, |e| e.run_owner = None)
+}
+
+/// `release()`: ends the handle's hold as [`end`] ends a run's ([`REFUSED`] when it holds
+/// nothing — never acquired, released, or known lost).
+#[wasm_bindgen(js_name = __kRelease, skip_typescript)]
+pub fn release(id: f64) -> f64 {
+    plain((|| {
+        let owner = lock_of(id)?.owner();
+        if owner.is_none() {
+            return Ok(REFUSED);
+        }
+        with_entry(id, |e| e.run_owner = owner)?;
+        end_run(id)
+    })())
+}
+
 /// A JS store's answer to the run's release. Anything but a boolean is a `TypeError`.
 #[wasm_bindgen(js_name = __kReleased, skip_typescript)]
 pub fn released(id: f64, value: JsValue) -> Result<bool, JsValue> {
