@@ -110,28 +110,12 @@ impl Attempt {
         &self.owner
     }
 
-    /// The TTL the store calls carry.
-    pub fn ttl(&self) -> Ttl {
-        self.ttl
-    }
-
-    /// Whether the wait is the store's own (the caller sits in its queue): a caller that gives
-    /// up must then withdraw from it.
-    pub fn store_waits(&self) -> bool {
-        self.store_waits
-    }
-
     /// What the store is asked to wait for, when the wait is the store's own.
     pub fn wait(&self) -> Option<Wait> {
         self.store_waits.then_some(Wait {
             wait_ms: self.timeout_ms,
             poll_ms: self.pause,
         })
-    }
-
-    /// The hold, once [`Next::Held`] was answered.
-    pub fn hold(&self) -> Option<&Held> {
-        self.held.as_ref()
     }
 
     /// Takes the hold out, once [`Next::Held`] was answered.

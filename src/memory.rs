@@ -354,6 +354,19 @@ impl<R: Runtime> MemoryLockStore<R> {
         if let Some(grant) = self.acquire_sync(key, owner, ttl) {
             return Some(grant);
         }
+        self.queue_for(key, owner, ttl, wait_ms).await
+    }
+
+    /// The waiting half of [`MemoryLockStore::acquire_or_wait_ms`], for a caller whose
+    /// `acquire_sync` was refused in this same turn (nothing can have changed since) and that
+    /// polls the returned future in that turn too.
+    pub(crate) async fn queue_for(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait_ms: u64,
+    ) -> Option<Grant> {
         if wait_ms == 0 {
             return None;
         }

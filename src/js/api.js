@@ -101,6 +101,12 @@ function within(answer, ms) {
   });
 }
 
+/** A JS store's answer to a release (within its `bound`), recorded by the core: released? */
+function released(id, answer, bound) {
+  if (answer === UNANSWERED) throw w.__kTimeoutError(id, 1, bound);
+  return w.__kReleased(id, answer);
+}
+
 /** What a run or an acquire answers when the key was not taken. */
 function refused(fn) {
   return fn === KEEP ? false : [false, undefined];
@@ -372,9 +378,7 @@ export class Lock {
       if (w.__kEnd(id) === FAILED) throw w.__kError();
       // The run's hold is the one its last acquire call was granted, under that call's token.
       const bound = w.__kArg();
-      const answer = await within(store.release.call(store.object, this.#key, owner), bound);
-      if (answer === UNANSWERED) throw w.__kTimeoutError(id, 1, bound);
-      w.__kReleased(id, answer);
+      released(id, await within(store.release.call(store.object, this.#key, owner), bound), bound);
     } catch (error) {
       w.__kForget(id);
       releaseFailed = true;
@@ -416,8 +420,7 @@ export class Lock {
     try {
       const bound = w.__kArg();
       const answer = await within(store.release.call(store.object, this.#key, w.__kOwner(id)), bound);
-      if (answer === UNANSWERED) throw w.__kTimeoutError(id, 1, bound);
-      return w.__kReleased(id, answer);
+      return released(id, answer, bound);
     } catch (error) {
       w.__kForget(id);
       throw error;

@@ -8,8 +8,9 @@
 //! Step codes (the `f64` answers): [`REFUSED`]; a fence ≥ 1 or [`HELD_UNFENCED`] (held);
 //! [`CALL`] (make the store call the step is about, bounded by [`arg`] ms); [`SLEEP`] ([`arg`]
 //! ms, then [`retry`]); [`TIMED_OUT`] (the call went unanswered for [`arg`] ms); [`QUEUE`]
-//! (the memory store queues the caller: [`wait`]); [`SLOW`] (this needs the full async path: a
-//! JS store waits itself).
+//! (the memory store queues the caller: [`wait`]) and [`PENDING`] (still queued); [`SLOW`] (this
+//! needs the full async path: a JS store waits itself); [`FAILED`] (the error is [`error`]).
+//! Ending a hold answers [`RELEASED`], [`RELEASED_CLOSED`] or [`REFUSED`] (lost), or [`CALL`].
 //!
 //! Nothing here may panic on input: ids that name no slot (or a slot since reused) are
 //! `TypeError`s, and no borrow is held while JS code (a clock that user code replaced, a
@@ -30,7 +31,7 @@ use super::runtime::JsRuntime;
 use super::store::{answers, Backend};
 use crate::attempt::{Attempt, Next};
 use crate::error::{Error, Operation};
-use crate::grant::{Fence, Grant, MAX_FENCE};
+use crate::grant::Grant;
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::lock::Lock;
 use crate::runtime::Runtime;
@@ -39,8 +40,7 @@ use crate::token::OwnerToken;
 
 /// Not acquired; or (release) the store refused: the hold was lost.
 pub const REFUSED: f64 = 0.0;
-/// Acquired, from a store without fences (a fenced hold answers its fence); or (release)
-/// released.
+/// Acquired, from a store without fences (a fenced hold answers its fence).
 pub const HELD_UNFENCED: f64 = -1.0;
 /// Make the store call; its bound in ms is [`arg`].
 pub const CALL: f64 = -2.0;
@@ -255,12 +255,6 @@ pub fn open(key: &str, ttl: f64, store: &StoreBinding) -> f64 {
     })())
 }
 
-/// A slot sharing the core lock of `handle` (a lock made by `restoreLock`).
-#[wasm_bindgen(js_name = __kAdopt, skip_typescript)]
-pub fn adopt(handle: &JsLock) -> f64 {
-    insert(handle.core())
-}
-
 /// Closes the slot if the handle is idle (holds nothing, knows of no lost hold, acquires
 /// nothing), or at once with `force` (the handle is gone). Answers whether it closed.
 #[wasm_bindgen(js_name = __kClose, skip_typescript)]
@@ -397,28 +391,22 @@ const ACQUIRE_ANSWER: &str = "lock store's acquire()";
 #[wasm_bindgen(js_name = __kAnswered, skip_typescript)]
 pub fn answered(id: f64, kind: u32, fence: f64) -> Result<f64, JsValue> {
     let grant = match kind {
-        0 => None,
-        1 => Some(Grant::unfenced()),
-        _ => {
-            let whole = fence.fract() == 0.0 && fence >= 1.0 && fence <= MAX_FENCE as f64;
-            match whole.then(|| Fence::new(fence as u64).ok()).flatten() {
-                Some(fence) => Some(Grant::new(Some(fence))),
-                None => {
-                    with_entry(id, |e| e.attempt = None)?;
-                    return Err(type_error(format!(
-                        "{ACQUIRE_ANSWER} must answer true, false or {{ fence }} with a whole-number fence from 1 to 2^53 - 1 (or a promise of one), got a value of type object; this store is broken"
-                    )));
-                }
-            }
-        }
+        0 => Ok(None),
+        1 => Ok(Some(Grant::unfenced())),
+        _ => answers::fenced(ACQUIRE_ANSWER, fence),
     };
-    answer(id, grant)
+    settle_answer(id, grant)
 }
 
 /// A JS store's answer to the acquire in flight, judged by the seam's rules.
 #[wasm_bindgen(js_name = __kAnsweredValue, skip_typescript)]
 pub fn answered_value(id: f64, value: JsValue) -> Result<f64, JsValue> {
-    match answers::acquire(ACQUIRE_ANSWER, &value) {
+    settle_answer(id, answers::acquire(ACQUIRE_ANSWER, &value))
+}
+
+/// Feeds a judged answer to the acquisition; one outside the contract ends it.
+fn settle_answer(id: f64, grant: Result<Option<Grant>, JsValue>) -> Result<f64, JsValue> {
+    match grant {
         Ok(grant) => answer(id, grant),
         Err(error) => {
             with_entry(id, |e| e.attempt = None)?;
@@ -494,8 +482,10 @@ pub fn wait(id: f64) -> f64 {
             return Err(bad_id());
         };
         let waiting: Waiting = Box::pin(async move {
+            // `begin` was refused this very turn, and the first poll below is in it too:
+            // straight into the queue, without taking again.
             store
-                .acquire_or_wait_ms(lock.key(), &owner, lock.ttl(), wait.wait_ms)
+                .queue_for(lock.key(), &owner, lock.ttl(), wait.wait_ms)
                 .await
         });
         with_entry(id, |e| e.waiting = Some(waiting))?;

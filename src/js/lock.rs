@@ -60,11 +60,6 @@ impl JsLock {
         Self::from_core(Rc::new(lock))
     }
 
-    /// The core lock behind this handle, shared.
-    pub(crate) fn core(&self) -> Rc<CoreLock> {
-        self.inner.clone()
-    }
-
     /// A handle on a core lock that something else (a slot of the JS `Lock` class) shares.
     pub(crate) fn from_core(lock: Rc<CoreLock>) -> JsLock {
         // The first lock gives the class `hold()` and `[Symbol.asyncDispose]` (lazily, not at

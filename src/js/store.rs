@@ -115,17 +115,43 @@ pub(crate) mod answers {
     use super::*;
 
     fn broken(method: &str, expected: &str, answer: &JsValue) -> JsValue {
+        broken_as(method, expected, &describe(answer))
+    }
+
+    /// [`broken`] for an answer already described (`got …`).
+    fn broken_as(method: &str, expected: &str, got: &str) -> JsValue {
         type_error(
             [
                 method,
                 " must answer ",
                 expected,
                 " (or a promise of one), got ",
-                &describe(answer),
+                got,
                 "; this store is broken",
             ]
             .concat(),
         )
+    }
+
+    const ACQUIRE_EXPECTED: &str =
+        "true, false or { fence } with a whole-number fence from 1 to 2^53 - 1";
+
+    /// `n` if it is a whole number in `min..=max`.
+    fn whole(n: f64, min: f64, max: u64) -> Option<u64> {
+        (n.fract() == 0.0 && n >= min && n <= max as f64).then_some(n as u64)
+    }
+
+    /// `acquire`'s answer `{ fence }`, its `fence` already read as the number `fence` (the JS
+    /// layer tells answers apart by type and hands over only the number).
+    pub(crate) fn fenced(method: &str, fence: f64) -> Result<Option<Grant>, JsValue> {
+        match whole(fence, 1.0, crate::grant::MAX_FENCE).and_then(|f| Fence::new(f).ok()) {
+            Some(fence) => Ok(Some(Grant::new(Some(fence)))),
+            None => Err(broken_as(
+                method,
+                ACQUIRE_EXPECTED,
+                "a value of type object",
+            )),
+        }
     }
 
     /// `acquire`'s answer: `true`, `false`, or `{ fence }` with a whole-number fence from 1 to
@@ -146,7 +172,7 @@ pub(crate) mod answers {
             true => {
                 "true, false or { fence, waitedMs } with a whole-number fence from 1 to 2^53 - 1"
             }
-            false => "true, false or { fence } with a whole-number fence from 1 to 2^53 - 1",
+            false => ACQUIRE_EXPECTED,
         };
         if let Some(acquired) = answer.as_bool() {
             return Ok(acquired.then(Grant::unfenced));
@@ -154,11 +180,7 @@ pub(crate) mod answers {
         if !answer.is_object() {
             return Err(broken(method, expected, answer));
         }
-        let whole = |v: &JsValue, min: f64, max: u64| -> Option<u64> {
-            v.as_f64()
-                .filter(|f| f.fract() == 0.0 && *f >= min && *f <= max as f64)
-                .map(|f| f as u64)
-        };
+        let whole = |v: &JsValue, min: f64, max: u64| v.as_f64().and_then(|f| whole(f, min, max));
         let waited_ms = match waited {
             false => None,
             true => {
