@@ -36,7 +36,7 @@ pub enum Next {
         /// The pause.
         ms: u64,
     },
-    /// The key is this caller's: [`Attempt::hold`] says on what terms.
+    /// The key is this caller's: [`Attempt::into_hold`] says on what terms.
     Held,
     /// Not acquired: the key was held and the timeout (if any) is spent.
     Refused,
