@@ -80,6 +80,7 @@ pub struct Attempt {
 impl Attempt {
     /// Starts an acquisition with a fresh owner token and says what to do first. `store_waits`
     /// is whether the store hands keys over to waiters ([`crate::LockStore::hands_over`]).
+    /// `mono` is only read with a timeout: a driver without one may pass anything.
     pub fn start(
         options: AcquireOptions,
         ttl: Ttl,
@@ -152,6 +153,7 @@ impl Attempt {
     }
 
     /// The store answered: `Some(grant)` (the key is ours) or `None` (held by someone else).
+    /// `mono` is only read for a refusal: with a grant a driver may pass anything.
     pub fn answered(&mut self, grant: Option<Grant>, mono: u64) -> Next {
         match grant {
             Some(grant) => {

@@ -19,13 +19,55 @@ const SLOW = -5;
 const QUEUE = -6;
 const PENDING = -7;
 const FAILED = -100; // the error is w.__kError()
-const RELEASED_CLOSED = 3; // ending a run: released, and the idle handle's slot closed
+const RELEASED_CLOSED = 3; // ending a hold: released, and the idle handle's slot closed
 
 const UNANSWERED = Symbol("unanswered");
 // What `acquire()` runs: nothing — the hold stays the handle's.
 const KEEP = Symbol("keep");
 
 let w = null; // the wasm module's exports
+
+// The numbers a step hands over besides its code, read from wasm memory rather than asked for
+// (src/js/handle.rs, `OUT`): [arg, owner address, owner length]. Views of memory go stale
+// (length 0) when it grows.
+let memory = null;
+let outAt = 0;
+let out = new Float64Array(0);
+let bytes = new Uint8Array(0);
+
+function view() {
+  out = new Float64Array(memory.buffer, outAt, 3);
+  bytes = new Uint8Array(memory.buffer);
+}
+
+/** The number the last step carries: a bound, a pause, a fence. */
+function arg() {
+  if (out.length === 0) view();
+  return out[0];
+}
+
+/** The owner token of the store call the last CALL step is about (read before calling in). */
+function ownerOf(id) {
+  if (out.length === 0) view();
+  if (out[2] !== 32) return w.__kOwner(id);
+  const b = bytes;
+  const p = out[1];
+  // Minted tokens: 32 ASCII bytes.
+  return String.fromCharCode(
+    b[p], b[p + 1], b[p + 2], b[p + 3], b[p + 4], b[p + 5], b[p + 6], b[p + 7],
+    b[p + 8], b[p + 9], b[p + 10], b[p + 11], b[p + 12], b[p + 13], b[p + 14], b[p + 15],
+    b[p + 16], b[p + 17], b[p + 18], b[p + 19], b[p + 20], b[p + 21], b[p + 22], b[p + 23],
+    b[p + 24], b[p + 25], b[p + 26], b[p + 27], b[p + 28], b[p + 29], b[p + 30], b[p + 31],
+  );
+}
+
+// The last idle slot closed, and the key, TTL and store of its handle: the core keeps that
+// slot's lock for the next handle on the same, which reopens it (`__kReopen`) instead of
+// passing the key again.
+let spareId = 0;
+let spareKey;
+let spareTtl = 0;
+let spareStore = null;
 let current = null; // the store lock() binds to: { object, binding, memory, acquire, release }
 const internal = Symbol("keel-lock internal");
 
@@ -101,10 +143,16 @@ function within(answer, ms) {
   });
 }
 
-/** A JS store's answer to a release (within its `bound`), recorded by the core: released? */
+/**
+ * A JS store's answer to a release (within its `bound`), recorded by the core: RELEASED,
+ * RELEASED_CLOSED or REFUSED (the hold was lost).
+ */
 function released(id, answer, bound) {
   if (answer === UNANSWERED) throw w.__kTimeoutError(id, 1, bound);
-  return w.__kReleased(id, answer);
+  if (typeof answer !== "boolean") throw w.__kReleaseAnswerError(answer);
+  const code = w.__kReleased(id, answer);
+  if (code === FAILED) throw w.__kError();
+  return code;
 }
 
 /** What a run or an acquire answers when the key was not taken. */
@@ -157,6 +205,14 @@ export class Lock {
   }
 
   #open() {
+    if (spareId !== 0 && spareKey === this.#key && spareTtl === this.#ttl && spareStore === this.#store) {
+      const id = w.__kReopen(spareId);
+      spareId = 0;
+      if (id !== 0) {
+        this.#slot = id;
+        return id;
+      }
+    }
     const id = w.__kOpen(this.#key, this.#ttl, this.#store.binding);
     if (id === FAILED) throw w.__kError();
     this.#slot = id;
@@ -180,13 +236,25 @@ export class Lock {
     }
   }
 
-  /** A fast operation is over: close the slot if the handle is idle, else keep it watched. */
+  /**
+   * A fast operation is over: close the slot if the handle is idle (`closed`: the core already
+   * did), else keep it watched.
+   */
   #done(closed) {
     this.#busy = false;
-    if (closed) return this.#settled(0);
+    if (closed) return this.#idle();
     if (this.#core !== null) return this.#close(true);
-    if (w.__kClose(this.#slot, false)) this.#settled(0);
+    if (w.__kClose(this.#slot, false)) this.#idle();
     else if (!this.#registered) this.#settled(this.#slot);
+  }
+
+  /** The slot closed with the handle idle: the next handle on the same may reopen it. */
+  #idle() {
+    spareId = this.#slot;
+    spareKey = this.#key;
+    spareTtl = this.#ttl;
+    spareStore = this.#store;
+    this.#settled(0);
   }
 
   get key() {
@@ -322,8 +390,8 @@ export class Lock {
     try {
       for (;;) {
         if (code === CALL) {
-          const bound = w.__kArg();
-          owner = w.__kOwner(id);
+          const bound = arg();
+          owner = ownerOf(id);
           let sent;
           let answer;
           try {
@@ -344,10 +412,10 @@ export class Lock {
             code = w.__kAnsweredValue(id, answer);
           }
         } else if (code === SLEEP) {
-          await pause(w.__kArg());
+          await pause(arg());
           code = w.__kRetry(id);
         } else if (code === TIMED_OUT) {
-          throw w.__kTimeoutError(id, 0, w.__kArg());
+          throw w.__kTimeoutError(id, 0, arg());
         } else {
           break;
         }
@@ -374,17 +442,19 @@ export class Lock {
     LockContext.end(context);
     let releaseFailed = false;
     let releaseError;
+    let closed = false;
     try {
       if (w.__kEnd(id) === FAILED) throw w.__kError();
       // The run's hold is the one its last acquire call was granted, under that call's token.
-      const bound = w.__kArg();
-      released(id, await within(store.release.call(store.object, this.#key, owner), bound), bound);
+      const bound = arg();
+      const code = released(id, await within(store.release.call(store.object, this.#key, owner), bound), bound);
+      closed = code === RELEASED_CLOSED;
     } catch (error) {
       w.__kForget(id);
       releaseFailed = true;
       releaseError = error;
     }
-    this.#done(false);
+    this.#done(closed);
     if (failed) throw value;
     if (releaseFailed) throw releaseError;
     return [true, value];
@@ -417,15 +487,17 @@ export class Lock {
 
   async #releaseOverStore(id) {
     const store = this.#store;
+    let code = REFUSED;
     try {
-      const bound = w.__kArg();
-      const answer = await within(store.release.call(store.object, this.#key, w.__kOwner(id)), bound);
-      return released(id, answer, bound);
+      const bound = arg();
+      const answer = await within(store.release.call(store.object, this.#key, ownerOf(id)), bound);
+      code = released(id, answer, bound);
+      return code !== REFUSED;
     } catch (error) {
       w.__kForget(id);
       throw error;
     } finally {
-      this.#done(false);
+      this.#done(code === RELEASED_CLOSED);
     }
   }
 
@@ -497,6 +569,7 @@ function getLockStore() {
 /** The API over the wasm module's exports `glue` (called once by each package entry). */
 export function api(glue) {
   w = glue;
+  [memory, outAt] = w.__kOut();
   installHolding(Object.create(Lock.prototype));
   return { lock, restoreLock, setLockStore, getLockStore, Lock };
 }

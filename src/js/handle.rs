@@ -6,10 +6,11 @@
 //! ("call the store", "sleep", "done" come back as step codes).
 //!
 //! Step codes (the `f64` answers): [`REFUSED`]; a fence ≥ 1 or [`HELD_UNFENCED`] (held);
-//! [`CALL`] (make the store call the step is about, bounded by [`arg`] ms); [`SLEEP`] ([`arg`]
-//! ms, then [`retry`]); [`TIMED_OUT`] (the call went unanswered for [`arg`] ms); [`QUEUE`]
+//! [`CALL`] (make the store call the step is about, bounded by `arg` ms); [`SLEEP`] (`arg`
+//! ms, then [`retry`]); [`TIMED_OUT`] (the call went unanswered for `arg` ms); [`QUEUE`]
 //! (the memory store queues the caller: [`wait`]) and [`PENDING`] (still queued); [`SLOW`] (this
 //! needs the full async path: a JS store waits itself); [`FAILED`] (the error is [`error`]).
+//! `arg` is the first number JS reads from the step's numbers in wasm memory ([`out`]).
 //! Ending a hold answers [`RELEASED`], [`RELEASED_CLOSED`] or [`REFUSED`] (lost), or [`CALL`].
 //!
 //! Nothing here may panic on input: ids that name no slot (or a slot since reused) are
@@ -42,11 +43,11 @@ use crate::token::OwnerToken;
 pub const REFUSED: f64 = 0.0;
 /// Acquired, from a store without fences (a fenced hold answers its fence).
 pub const HELD_UNFENCED: f64 = -1.0;
-/// Make the store call; its bound in ms is [`arg`].
+/// Make the store call; its bound in ms is `arg`.
 pub const CALL: f64 = -2.0;
-/// Pause [`arg`] ms, then [`retry`].
+/// Pause `arg` ms, then [`retry`].
 pub const SLEEP: f64 = -3.0;
-/// The store call went unanswered for [`arg`] ms: a `LockStoreTimeoutError`.
+/// The store call went unanswered for `arg` ms: a `LockStoreTimeoutError`.
 pub const TIMED_OUT: f64 = -4.0;
 /// Take the full async path (the store hands keys over and a timeout was given).
 pub const SLOW: f64 = -5.0;
@@ -107,11 +108,16 @@ struct Slots {
 
 thread_local! {
     static SLOTS: RefCell<Slots> = RefCell::default();
-    static ARG: Cell<f64> = const { Cell::new(0.0) };
+    /// What a step hands JS besides its code, read by JS straight from wasm memory (no call):
+    /// `[arg, owner address, owner length]`. The owner is the token the store call a [`CALL`]
+    /// is about carries, when it is 32 ASCII bytes (every minted token); otherwise its length
+    /// is -1 and JS asks [`owner`]. The address is valid until the next call into the wasm.
+    static OUT: [Cell<f64>; 3] = const { [Cell::new(0.0), Cell::new(0.0), Cell::new(0.0)] };
     static ERROR: RefCell<Option<JsValue>> = const { RefCell::new(None) };
-    /// The core lock of the last idle slot closed, kept for the next `open` of the same key, TTL
-    /// and store: `lock(key).run(fn)` in a loop then allocates nothing for its handle.
-    static SPARE: RefCell<Option<Rc<CoreLock>>> = const { RefCell::new(None) };
+    /// The core lock of the last idle slot closed, and that slot's id: JS, which knows the key,
+    /// TTL and store of the slot it closed, reopens it with [`reopen`] for the next handle on
+    /// the same — `lock(key).run(fn)` in a loop then allocates nothing and passes no key.
+    static SPARE: RefCell<Option<(f64, Rc<CoreLock>)>> = const { RefCell::new(None) };
 }
 
 /// A hot call's answer: its number, or [`FAILED`] with the error kept for [`error`].
@@ -202,15 +208,32 @@ pub fn slots_open() -> u32 {
     })
 }
 
-/// The value a step code carries (a bound, a pause, a fence).
-#[wasm_bindgen(js_name = __kArg, skip_typescript)]
-pub fn arg() -> f64 {
-    ARG.with(Cell::get)
+/// The wasm's memory and the address of the step's numbers (see `OUT`), for JS to read them.
+#[wasm_bindgen(js_name = __kOut, skip_typescript)]
+pub fn out() -> js_sys::Array {
+    let at = OUT.with(|o| o.as_ptr() as usize);
+    js_sys::Array::of2(&wasm_bindgen::memory(), &JsValue::from_f64(at as f64))
 }
 
+/// Sets the value a step code carries (a bound, a pause, a fence): JS reads it as `arg`.
 fn step(code: f64, value: f64) -> f64 {
-    ARG.with(|a| a.set(value));
+    OUT.with(|o| o[0].set(value));
     code
+}
+
+/// A [`CALL`] about a store call made under `owner`, bounded by `bound_ms`.
+fn call(bound_ms: u64, owner: &OwnerToken) -> f64 {
+    let token = owner.as_str();
+    OUT.with(|o| {
+        o[0].set(bound_ms as f64);
+        if token.len() == 32 && token.is_ascii() {
+            o[1].set(token.as_ptr() as usize as f64);
+            o[2].set(32.0);
+        } else {
+            o[2].set(-1.0);
+        }
+    });
+    CALL
 }
 
 /// A key and TTL checked as `lock()` checks them; answers the TTL in whole ms. `ttl` is `NaN`
@@ -243,16 +266,24 @@ pub fn open(key: &str, ttl: f64, store: &StoreBinding) -> f64 {
     super::lock::ensure_observer();
     plain((|| {
         let ttl = ttl_of(ttl)?;
-        let spare = SPARE.with(|s| s.borrow_mut().take()).filter(|lock| {
-            lock.key().as_str() == key && lock.ttl() == ttl && lock.store().same(&store.backend)
-        });
-        if let Some(lock) = spare {
-            return Ok(insert(lock));
-        }
         let key = Key::new(key).map_err(input_to_js)?;
         let lock = Lock::new(key, ttl, store.backend.clone(), JsRuntime);
         Ok(insert(Rc::new(lock)))
     })())
+}
+
+/// A slot for a handle on the core lock of the idle slot `closed`, if it is the one kept (JS
+/// only asks for one it closed on the same key, TTL and store); 0 when it is not kept.
+#[wasm_bindgen(js_name = __kReopen, skip_typescript)]
+pub fn reopen(closed: f64) -> f64 {
+    let spare = SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        match &*s {
+            Some((id, _)) if *id == closed => s.take(),
+            _ => None,
+        }
+    });
+    spare.map_or(0.0, |(_, lock)| insert(lock))
 }
 
 /// Closes the slot if the handle is idle (holds nothing, knows of no lost hold, acquires
@@ -283,7 +314,7 @@ pub fn close(id: f64, force: bool) -> bool {
     // Dropped with no borrow held: dropping a core lock may drop JS values.
     let Some(entry) = entry else { return false };
     if !force && Rc::strong_count(&entry.lock) == 1 {
-        let previous = SPARE.with(|s| s.borrow_mut().replace(entry.lock));
+        let previous = SPARE.with(|s| s.borrow_mut().replace((id, entry.lock)));
         drop(previous);
     }
     true
@@ -320,7 +351,14 @@ fn start(id: f64, timeout: f64, retry_delay: f64) -> Result<f64, JsValue> {
     let options =
         AcquireOptions::from_f64(given(timeout), given(retry_delay)).map_err(input_to_js)?;
     let lock = lock_of(id)?;
-    let (wall, mono) = (JsRuntime.now_ms(), JsRuntime.monotonic_ms());
+    // The monotonic clock matters for a wait, and for the memory store's expiry; a JS store's
+    // attempt without a timeout never reads it.
+    let memory = matches!(lock.store(), Backend::Memory(_));
+    let wall = JsRuntime.now_ms();
+    let mono = match memory || options.timeout_ms > 0 {
+        true => JsRuntime.monotonic_ms(),
+        false => 0,
+    };
     let (attempt, next) =
         Attempt::start(options, lock.ttl(), lock.store().hands_over(), wall, mono)
             .map_err(|e| to_js(Error::from(e)))?;
@@ -367,8 +405,9 @@ fn drive(
             }
             (Next::AcquireOrWait { .. }, Backend::Js(_)) => return Ok(step(SLOW, 0.0)),
             (Next::Acquire { bound_ms }, Backend::Js(_)) => {
+                let code = call(bound_ms, attempt.owner());
                 with_entry(id, |e| e.attempt = Some(attempt))?;
-                return Ok(step(CALL, bound_ms as f64));
+                return Ok(code);
             }
             (Next::Sleep { ms }, _) => {
                 with_entry(id, |e| e.attempt = Some(attempt))?;
@@ -417,7 +456,11 @@ fn settle_answer(id: f64, grant: Result<Option<Grant>, JsValue>) -> Result<f64, 
 
 fn answer(id: f64, grant: Option<Grant>) -> Result<f64, JsValue> {
     let (lock, mut attempt) = take_attempt(id)?;
-    let mono = JsRuntime.monotonic_ms();
+    // Only a refusal is judged by the clock (pause or give up?).
+    let mono = match grant {
+        Some(_) => 0,
+        None => JsRuntime.monotonic_ms(),
+    };
     let next = attempt.answered(grant, mono);
     drive(id, &lock, attempt, next, mono)
 }
@@ -560,17 +603,10 @@ fn end_run(id: f64) -> Result<f64, JsValue> {
     match lock.store() {
         Backend::Memory(m) => {
             let released = m.release_sync(lock.key(), &owner);
-            lock.released(&owner, released);
             with_entry(id, |e| e.run_owner = None)?;
-            drop(lock);
-            // An idle handle's slot goes now.
-            Ok(match (released, close(id, false)) {
-                (false, _) => REFUSED,
-                (true, false) => RELEASED,
-                (true, true) => RELEASED_CLOSED,
-            })
+            Ok(hold_ended(id, lock, &owner, released))
         }
-        Backend::Js(_) => Ok(step(CALL, lock.ttl().as_ms() as f64)),
+        Backend::Js(_) => Ok(call(lock.ttl().as_ms(), &owner)),
     }
 }
 
@@ -609,15 +645,39 @@ pub fn release(id: f64) -> f64 {
     })())
 }
 
-/// A JS store's answer to the run's release. Anything but a boolean is a `TypeError`.
-#[wasm_bindgen(js_name = __kReleased, skip_typescript)]
-pub fn released(id: f64, value: JsValue) -> Result<bool, JsValue> {
-    let (lock, owner) = with_entry(id, |e| (e.lock.clone(), e.run_owner.take()))?;
-    let released = answers::boolean("lock store's release()", &value)?;
-    if let Some(owner) = owner {
-        lock.released(&owner, released);
+/// The hold under `owner` ended — `released`, or refused (it was lost) — and is recorded so;
+/// the slot of a handle now idle closes: [`RELEASED`], [`RELEASED_CLOSED`] or [`REFUSED`].
+fn hold_ended(id: f64, lock: Rc<CoreLock>, owner: &OwnerToken, released: bool) -> f64 {
+    lock.released(owner, released);
+    // Dropped first: an idle slot goes to the spare only when nothing else shares its lock.
+    drop(lock);
+    match (released, close(id, false)) {
+        (false, _) => REFUSED,
+        (true, false) => RELEASED,
+        (true, true) => RELEASED_CLOSED,
     }
-    Ok(released)
+}
+
+/// A JS store's boolean answer to the release [`end`] or [`release`] asked for: as [`end`]
+/// answers on the memory store.
+#[wasm_bindgen(js_name = __kReleased, skip_typescript)]
+pub fn released(id: f64, released: bool) -> f64 {
+    plain((|| {
+        let (lock, owner) = with_entry(id, |e| (e.lock.clone(), e.run_owner.take()))?;
+        Ok(match owner {
+            Some(owner) => hold_ended(id, lock, &owner, released),
+            None => return Err(bad_id()),
+        })
+    })())
+}
+
+/// The `TypeError` for a JS store's release that answered `value`, not a boolean.
+#[wasm_bindgen(js_name = __kReleaseAnswerError, skip_typescript)]
+pub fn release_answer_error(value: JsValue) -> JsValue {
+    match answers::boolean("lock store's release()", &value) {
+        Err(error) => error,
+        Ok(_) => type_error("keel-lock: that release answer is a boolean (internal error)"),
+    }
 }
 
 /// The run's release failed or went unanswered: the run's hold is no longer tracked by it.

@@ -344,17 +344,6 @@ pub enum Backend {
     Js(Rc<JsLockStore>),
 }
 
-impl Backend {
-    /// Whether both are the very same store.
-    pub(crate) fn same(&self, other: &Backend) -> bool {
-        match (self, other) {
-            (Backend::Memory(a), Backend::Memory(b)) => Rc::ptr_eq(a, b),
-            (Backend::Js(a), Backend::Js(b)) => Rc::ptr_eq(a, b),
-            _ => false,
-        }
-    }
-}
-
 impl LockStore for Backend {
     type Error = JsValue;
 

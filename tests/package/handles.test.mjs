@@ -7,7 +7,15 @@ import { createRequire } from "node:module";
 import { setFlagsFromString } from "node:v8";
 import { runInNewContext } from "node:vm";
 import assert from "node:assert/strict";
-import { lock, restoreLock, setLockStore, MemoryLockStore, Lock, LockNotHeldError } from "keel-lock";
+import {
+  lock,
+  restoreLock,
+  setLockStore,
+  MemoryLockStore,
+  Lock,
+  LockNotHeldError,
+  LockStoreTimeoutError,
+} from "keel-lock";
 import { STORES } from "./stores.mjs";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -168,6 +176,100 @@ describe("stores the JS layer awaits itself", () => {
     assert.ok(fence >= 1);
     assert.deepEqual(await lock(key).run(() => 2), [true, 2]);
     assert.equal(memory.isLocked(key), false);
+  });
+});
+
+describe("what the JS layer keeps between calls into the wasm", () => {
+  const require = createRequire(import.meta.url);
+  const glue = require("./node_modules/keel-lock/dist/node/keel_lock.js");
+
+  /** A JS store over a MemoryLockStore that records every call it gets. */
+  function recordingStore(onAcquire = () => {}) {
+    const memory = new MemoryLockStore();
+    const calls = [];
+    return {
+      calls,
+      acquire(k, o, t) {
+        calls.push(["acquire", k, o, t]);
+        onAcquire();
+        return Promise.resolve(memory.acquire(k, o, t));
+      },
+      release(k, o) {
+        calls.push(["release", k, o]);
+        return Promise.resolve(memory.release(k, o));
+      },
+      extend: (k, o, t) => memory.extend(k, o, t),
+      isLocked: (k) => memory.isLocked(k),
+      remainingTime: (k) => memory.remainingTime(k),
+    };
+  }
+
+  it("a run's owner token and bounds, read from wasm memory, survive that memory growing mid-run", async () => {
+    const [memory] = glue.__kOut();
+    const before = memory.buffer.byteLength;
+    const big = new MemoryLockStore();
+    let grown = 0;
+    const store = recordingStore(() => {
+      // Thousands of rows in another store of the same wasm instance: its memory grows.
+      for (let i = 0; i < 50_000 && memory.buffer.byteLength === before; i++) {
+        big.acquire(`grow:${grown++}`, "someone", 60_000);
+      }
+    });
+    setLockStore(store);
+    const key = fresh();
+    assert.deepEqual(await lock(key).run(() => "ran"), [true, "ran"]);
+    assert.ok(memory.buffer.byteLength > before, "the test must make the wasm memory grow");
+    const [acquired, released] = store.calls;
+    assert.equal(acquired[0], "acquire");
+    assert.match(acquired[2], /^[0-9a-f]{32}$/);
+    assert.deepEqual(released, ["release", key, acquired[2]]);
+    // And the next run, with views of the grown memory, too.
+    assert.deepEqual(await lock(key).run(() => 2), [true, 2]);
+    assert.notEqual(store.calls[2][2], acquired[2]);
+    assert.equal(store.calls[3][2], store.calls[2][2]);
+  });
+
+  it("a release's bound, read after the wasm memory grew, still ends a release that never answers", { timeout: 10_000 }, async () => {
+    const [memory] = glue.__kOut();
+    const before = memory.buffer.byteLength;
+    const big = new MemoryLockStore();
+    let grown = 0;
+    const store = recordingStore(() => {
+      for (let i = 0; i < 200_000 && memory.buffer.byteLength === before; i++) {
+        big.acquire(`grow-more:${grown++}`, "someone", 60_000);
+      }
+    });
+    store.release = () => new Promise(() => {});
+    setLockStore(store);
+    const l = lock(fresh(), 100);
+    assert.equal(await l.acquire(), true);
+    assert.ok(memory.buffer.byteLength > before, "the test must make the wasm memory grow");
+    await assert.rejects(
+      l.release(),
+      (e) => e instanceof LockStoreTimeoutError && e.operation === "release" && e.afterMs === 100,
+    );
+  });
+
+  it("a new handle on the same key reuses nothing of a handle bound to another store or TTL", async () => {
+    const first = recordingStore();
+    setLockStore(first);
+    const key = fresh();
+    assert.deepEqual(await lock(key, 1_000).run(() => 1), [true, 1]);
+    const second = recordingStore();
+    setLockStore(second);
+    assert.deepEqual(await lock(key, 1_000).run(() => 2), [true, 2]);
+    assert.deepEqual(await lock(key, 2_000).run(() => 3), [true, 3]);
+    assert.deepEqual(
+      first.calls.map((c) => c[0]),
+      ["acquire", "release"],
+    );
+    assert.deepEqual(
+      second.calls.filter((c) => c[0] === "acquire").map((c) => [c[1], c[3]]),
+      [
+        [key, 1_000],
+        [key, 2_000],
+      ],
+    );
   });
 });
 
