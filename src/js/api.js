@@ -116,31 +116,51 @@ export function wakeWaiter(id) {
 }
 
 /**
- * `answer` settled, or UNANSWERED once `ms` have passed. The timer starts only if the answer has
- * not come by the time the microtasks queued with it have run: a store that answers from memory
- * never sets one.
+ * A store call's answer, watched from the moment the call is made. The caller gives it one
+ * microtask (`await null`): an answer that is there by then — a store answering from memory —
+ * is taken as it is, without a timer or a promise of its own; only one that is not starts the
+ * bound's timer (`later`). Seam rule 6: no store call is awaited longer than its bound.
  */
-function within(answer, ms) {
-  if (!isThenable(answer)) return answer;
-  return new Promise((resolve, reject) => {
-    let t = 0;
-    let settled = false;
+class Pending {
+  constructor(answer) {
+    this.done = false;
+    this.failed = false;
+    this.value = undefined;
+    this.wake = null;
     answer.then(
-      (value) => {
-        settled = true;
-        if (t !== 0) cancel(t);
-        resolve(value);
-      },
-      (error) => {
-        settled = true;
-        if (t !== 0) cancel(t);
-        reject(error);
-      },
+      (value) => this.settle(value, false),
+      (error) => this.settle(error, true),
     );
-    Promise.resolve().then(() => {
-      if (!settled) t = timer(ms, () => resolve(UNANSWERED));
-    });
-  });
+  }
+
+  settle(value, failed) {
+    this.done = true;
+    this.failed = failed;
+    this.value = value;
+    if (this.wake !== null) this.wake();
+  }
+
+  /** The answer (a failure is thrown), once it came. */
+  get result() {
+    if (this.failed) throw this.value;
+    return this.value;
+  }
+
+  /** The answer once it comes, or UNANSWERED if `ms` pass first. */
+  later(ms) {
+    return new Promise((resolve) => {
+      const t = timer(ms, () => resolve(this));
+      this.wake = () => {
+        cancel(t);
+        resolve(this);
+      };
+    }).then((pending) => (pending.done ? pending.result : UNANSWERED));
+  }
+}
+
+/** A store call's answer as a Pending, or null when it answered synchronously. */
+function pending(answer) {
+  return isThenable(answer) ? new Pending(answer) : null;
 }
 
 /**
@@ -395,8 +415,10 @@ export class Lock {
           let sent;
           let answer;
           try {
-            sent = store.acquire.call(store.object, this.#key, owner, this.#ttl);
-            answer = await within(sent, bound);
+            answer = sent = store.acquire.call(store.object, this.#key, owner, this.#ttl);
+            const p = pending(sent);
+            await null;
+            if (p !== null) answer = p.done ? p.result : await p.later(bound);
           } catch (error) {
             w.__kAbandon(id);
             throw error;
@@ -447,7 +469,11 @@ export class Lock {
       if (w.__kEnd(id) === FAILED) throw w.__kError();
       // The run's hold is the one its last acquire call was granted, under that call's token.
       const bound = arg();
-      const code = released(id, await within(store.release.call(store.object, this.#key, owner), bound), bound);
+      let answer = store.release.call(store.object, this.#key, owner);
+      const p = pending(answer);
+      await null;
+      if (p !== null) answer = p.done ? p.result : await p.later(bound);
+      const code = released(id, answer, bound);
       closed = code === RELEASED_CLOSED;
     } catch (error) {
       w.__kForget(id);
@@ -490,7 +516,10 @@ export class Lock {
     let code = REFUSED;
     try {
       const bound = arg();
-      const answer = await within(store.release.call(store.object, this.#key, ownerOf(id)), bound);
+      let answer = store.release.call(store.object, this.#key, ownerOf(id));
+      const p = pending(answer);
+      await null;
+      if (p !== null) answer = p.done ? p.result : await p.later(bound);
       code = released(id, answer, bound);
       return code !== REFUSED;
     } catch (error) {
