@@ -5,8 +5,8 @@
 //! decisions — retry pacing, the bound on every call, fresh tokens after an abandoned attempt,
 //! the hold's deadline — are the same code everywhere.
 //!
-//! Times come in as arguments: `wall` is the wall clock (a hold's deadline is dated by it, since
-//! it is serialized), `mono` the monotonic clock (waits are measured on it).
+//! Times come in as arguments, on the monotonic clock (`mono`): waits and a hold's deadline are
+//! measured on it, so a wall clock stepped back or forth changes neither.
 
 use crate::error::RandomError;
 use crate::grant::{Fence, Grant};
@@ -53,8 +53,8 @@ pub enum Next {
 pub struct Held {
     /// The token the key is held under.
     pub owner: OwnerToken,
-    /// When the store will free the key at the earliest, by the caller's wall clock: the time
-    /// the request was sent, plus the time the store says the caller waited, plus the TTL.
+    /// When the store will free the key at the earliest, by the caller's monotonic clock: the
+    /// time the request was sent, plus the time the store says the caller waited, plus the TTL.
     pub deadline: u64,
     /// The grant's fencing token.
     pub fence: Option<Fence>,
@@ -72,7 +72,7 @@ pub struct Attempt {
     store_waits: bool,
     /// When the wait ends, on the monotonic clock (0 without a timeout).
     give_up_at: u64,
-    /// When the request in flight was sent, on the wall clock.
+    /// When the request in flight was sent.
     sent: u64,
     held: Option<Held>,
 }
@@ -80,12 +80,10 @@ pub struct Attempt {
 impl Attempt {
     /// Starts an acquisition with a fresh owner token and says what to do first. `store_waits`
     /// is whether the store hands keys over to waiters ([`crate::LockStore::hands_over`]).
-    /// `mono` is only read with a timeout: a driver without one may pass anything.
     pub fn start(
         options: AcquireOptions,
         ttl: Ttl,
         store_waits: bool,
-        wall: u64,
         mono: u64,
     ) -> Result<(Attempt, Next), RandomError> {
         let timeout_ms = options.timeout_ms;
@@ -99,7 +97,7 @@ impl Attempt {
                 0 => 0,
                 t => mono.saturating_add(t),
             },
-            sent: wall,
+            sent: mono,
             held: None,
         };
         let next = attempt.send(mono);
@@ -198,8 +196,8 @@ impl Attempt {
     }
 
     /// The pause after [`Next::Sleep`] is over: the next attempt, sent now.
-    pub fn retry(&mut self, wall: u64, mono: u64) -> Next {
-        self.sent = wall;
+    pub fn retry(&mut self, mono: u64) -> Next {
+        self.sent = mono;
         self.send(mono)
     }
 }

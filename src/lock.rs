@@ -26,8 +26,9 @@ enum Hold {
     /// Never acquired, or released by us.
     None,
     /// Acquired (or restored) with this token and fence; the store will free the key no
-    /// earlier than `deadline` by our clock (measured from when the acquire/extend request was
-    /// *sent*).
+    /// earlier than `deadline` by our monotonic clock (measured from when the acquire/extend
+    /// request was *sent*; wall-clock time only in [`Lock::serialize`], so a wall clock stepped
+    /// back or forth moves no deadline).
     Held {
         owner: OwnerToken,
         deadline: u64,
@@ -35,6 +36,15 @@ enum Hold {
     },
     /// We held it and found out we lost it (a release or extend the store refused).
     Lost,
+}
+
+/// `time` on one clock, whose reading now is `from_now`, as the time on another clock whose
+/// reading now is `to_now`.
+fn shift(time: u64, from_now: u64, to_now: u64) -> u64 {
+    match time.checked_sub(from_now) {
+        Some(ahead) => to_now.saturating_add(ahead),
+        None => to_now.saturating_sub(from_now - time),
+    }
 }
 
 /// Whether `future` has completed, polled once without registering interest.
@@ -113,10 +123,11 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// Rebuilds a lock from [`Lock::serialize`]'s output, owner token and all, so this process
     /// can extend or release a lock another process acquired.
     pub fn restore(serialized: SerializedLock, store: S, runtime: R) -> Self {
+        let (wall, mono) = (runtime.now_ms(), runtime.monotonic_ms());
         let lock = Lock::new(serialized.key, serialized.ttl, store, runtime);
         *lock.hold.borrow_mut() = Hold::Held {
             owner: serialized.owner,
-            deadline: serialized.deadline_ms,
+            deadline: shift(serialized.deadline_ms, wall, mono),
             fence: serialized.fence,
         };
         lock
@@ -247,7 +258,6 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             options,
             self.ttl,
             self.store.hands_over(),
-            self.runtime.now_ms(),
             self.runtime.monotonic_ms(),
         )?;
         loop {
@@ -289,7 +299,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                     if let Either::Second(()) = race(sleep, cancel.as_mut()).await {
                         return Err(Error::Aborted);
                     }
-                    attempt.retry(self.runtime.now_ms(), self.runtime.monotonic_ms())
+                    attempt.retry(self.runtime.monotonic_ms())
                 }
                 Next::Held => {
                     if is_done(cancel.as_mut()) {
@@ -360,7 +370,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             Hold::Held { owner, fence, .. } => (owner.clone(), *fence),
             _ => return Err(self.not_held(HoldOperation::Extend)),
         };
-        let sent = self.runtime.now_ms();
+        let sent = self.runtime.monotonic_ms();
         let extended = self
             .call(Operation::Extend, self.store.extend(&self.key, &owner, ttl))
             .await?;
@@ -589,7 +599,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         loss: &LossState,
         extending: &Cell<bool>,
     ) {
-        let started = self.runtime.now_ms();
+        let started = self.runtime.monotonic_ms();
         let every = keep_alive.map(|k| {
             k.every_ms
                 .unwrap_or(self.ttl.as_ms() / 3)
@@ -609,7 +619,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 loss.fire(LossReason::Refused);
                 return;
             };
-            let now = self.runtime.now_ms();
+            let now = self.runtime.monotonic_ms();
             if cap_at.is_some_and(|cap| now >= cap) {
                 loss.fire(LossReason::HoldCapReached);
                 return;
@@ -623,7 +633,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                     extending.set(true);
                     let extended = self.extend(None).await;
                     extending.set(false);
-                    let now = self.runtime.now_ms();
+                    let now = self.runtime.monotonic_ms();
                     next_extend = match extended {
                         Ok(()) => every.map(|e| now.saturating_add(e)),
                         Err(Error::NotHeld { .. }) => {
@@ -699,15 +709,17 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             Hold::Lost => return true,
             Hold::Held { deadline, .. } => *deadline,
         };
-        // The clock is read with the hold not borrowed: in JS it is `Date.now()`, which user
-        // code could replace with something that calls back into this lock.
-        self.runtime.now_ms() >= deadline
+        // The clock is read with the hold not borrowed: in JS it is `performance.now()`, which
+        // user code could replace with something that calls back into this lock.
+        self.runtime.monotonic_ms() >= deadline
     }
 
     /// Freezes key, TTL, owner token, fence and local deadline into a versioned string that
     /// [`SerializedLock::parse`] reads back. Fails with [`Error::NotHeld`] when there is no
     /// hold to hand over.
     pub fn serialize(&self) -> LockResult<String, S> {
+        // Read before the hold is borrowed (see `is_expired`).
+        let (wall, mono) = (self.runtime.now_ms(), self.runtime.monotonic_ms());
         match &*self.hold.borrow() {
             Hold::Held {
                 owner,
@@ -717,7 +729,8 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 key: self.key.clone(),
                 ttl: self.ttl,
                 owner: owner.clone(),
-                deadline_ms: *deadline,
+                // Another process reads it by its wall clock.
+                deadline_ms: shift(*deadline, mono, wall).max(1),
                 fence: *fence,
             }
             .encode()),

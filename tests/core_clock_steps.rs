@@ -1,6 +1,7 @@
 //! A wall clock that is set back or forward (NTP, an operator) neither stretches nor cuts a
-//! wait, nor ends a memory-store hold early: both are measured on the monotonic clock. The wall
-//! clock only dates a hold's local deadline, which travels in `serialize()`.
+//! wait, nor ends a memory-store hold early, nor moves a handle's own view of its hold
+//! (`is_expired`, the loss signal): all are measured on the monotonic clock. The wall clock only
+//! dates a hold's local deadline in `serialize()`, for another process to read by its own.
 #![cfg(not(target_arch = "wasm32"))]
 
 mod support;
@@ -127,4 +128,86 @@ fn a_wall_clock_set_back_does_not_keep_a_memory_store_hold_past_its_ttl() {
     assert!(rt
         .block_on(other.acquire(AcquireOptions::immediately()))
         .unwrap());
+}
+
+/// The handle's own view of its hold, with the wall clock stepped by `step` mid-hold: whether it
+/// thinks the hold expired just before the TTL, and just after.
+fn expired_around_the_ttl(step: i64) -> (bool, bool) {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("k"), ttl(500), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::immediately()))
+        .unwrap());
+    rt.advance(100);
+    rt.step_wall_clock(step);
+    rt.advance(399);
+    let before = holder.is_expired();
+    rt.advance(1);
+    (before, holder.is_expired())
+}
+
+#[test]
+fn a_handle_knows_its_hold_expired_at_the_ttl_whatever_the_wall_clock_does() {
+    // Set back, a wall-clock deadline would have kept the hold "alive" for another hour after
+    // the store freed it; set forward, it would have called a live hold expired.
+    for step in [-HOUR, HOUR] {
+        assert_eq!(
+            expired_around_the_ttl(step),
+            (false, true),
+            "wall clock stepped {step} ms"
+        );
+    }
+}
+
+#[test]
+fn a_loss_signal_fires_at_the_ttl_whatever_the_wall_clock_does() {
+    for step in [-HOUR, HOUR] {
+        let rt = VirtualRuntime::new();
+        let store = MemoryLockStore::new(rt.clone());
+        let holder = Lock::new(key("k"), ttl(500), &store, rt.clone());
+        let start = rt.monotonic_ms();
+        let lost_after = std::cell::Cell::new(None);
+        let (lost_at, clock) = (&lost_after, &rt);
+        let run: Task = Box::pin(async move {
+            holder
+                .try_run(AcquireOptions::immediately(), |context| async move {
+                    context.when_lost().await;
+                    lost_at.set(Some(clock.monotonic_ms() - start));
+                    Ok::<_, ()>(())
+                })
+                .await
+                .unwrap();
+        });
+        let stepper: Task = Box::pin(async {
+            rt.sleep(100).await;
+            rt.step_wall_clock(step);
+        });
+        rt.join_all(vec![run, stepper]);
+        assert_eq!(lost_after.get(), Some(500), "wall clock stepped {step} ms");
+    }
+}
+
+#[test]
+fn a_serialized_deadline_is_the_hold_left_dated_by_the_wall_clock_of_the_moment() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("k"), ttl(500), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::immediately()))
+        .unwrap());
+    rt.advance(100);
+    rt.step_wall_clock(-HOUR);
+    let serialized = holder.serialize().unwrap();
+    let parsed = keel_lock::SerializedLock::parse(&serialized).unwrap();
+    // 400 ms of the hold left, from the (stepped) wall clock's now.
+    assert_eq!(parsed.deadline_ms, rt.now_ms() + 400);
+    // Restored in a process whose clocks read otherwise, the hold has those 400 ms left.
+    let other_rt = VirtualRuntime::new();
+    other_rt.step_wall_clock((rt.now_ms() as i64) - (other_rt.now_ms() as i64));
+    let restored = Lock::restore(parsed, &store, other_rt.clone());
+    other_rt.advance(399);
+    assert!(!restored.is_expired());
+    other_rt.advance(1);
+    assert!(restored.is_expired());
 }

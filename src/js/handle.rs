@@ -351,17 +351,9 @@ fn start(id: f64, timeout: f64, retry_delay: f64) -> Result<f64, JsValue> {
     let options =
         AcquireOptions::from_f64(given(timeout), given(retry_delay)).map_err(input_to_js)?;
     let lock = lock_of(id)?;
-    // The monotonic clock matters for a wait, and for the memory store's expiry; a JS store's
-    // attempt without a timeout never reads it.
-    let memory = matches!(lock.store(), Backend::Memory(_));
-    let wall = JsRuntime.now_ms();
-    let mono = match memory || options.timeout_ms > 0 {
-        true => JsRuntime.monotonic_ms(),
-        false => 0,
-    };
-    let (attempt, next) =
-        Attempt::start(options, lock.ttl(), lock.store().hands_over(), wall, mono)
-            .map_err(|e| to_js(Error::from(e)))?;
+    let mono = JsRuntime.monotonic_ms();
+    let (attempt, next) = Attempt::start(options, lock.ttl(), lock.store().hands_over(), mono)
+        .map_err(|e| to_js(Error::from(e)))?;
     drive(id, &lock, attempt, next, mono)
 }
 
@@ -481,7 +473,7 @@ pub fn unanswered(id: f64) -> Result<f64, JsValue> {
 pub fn retry(id: f64) -> Result<f64, JsValue> {
     let (lock, mut attempt) = take_attempt(id)?;
     let mono = JsRuntime.monotonic_ms();
-    let next = attempt.retry(JsRuntime.now_ms(), mono);
+    let next = attempt.retry(mono);
     drive(id, &lock, attempt, next, mono)
 }
 
