@@ -204,21 +204,28 @@ describe("what the JS layer keeps between calls into the wasm", () => {
     };
   }
 
-  it("a run's owner token and bounds, read from wasm memory, survive that memory growing mid-run", async () => {
+  /** A recording store whose acquire first makes the wasm memory grow. */
+  function growingStore() {
     const [memory] = glue.__kOut();
     const before = memory.buffer.byteLength;
     const big = new MemoryLockStore();
-    let grown = 0;
+    let n = 0;
     const store = recordingStore(() => {
-      // Thousands of rows in another store of the same wasm instance: its memory grows.
-      for (let i = 0; i < 50_000 && memory.buffer.byteLength === before; i++) {
-        big.acquire(`grow:${grown++}`, "someone", 60_000);
+      // Rows in another store of the same wasm instance, until its memory has grown.
+      for (let i = 0; i < 200_000 && memory.buffer.byteLength === before; i++) {
+        big.acquire(`grow:${++n}`, "someone", 60_000);
       }
     });
+    store.grew = () => memory.buffer.byteLength > before;
+    return store;
+  }
+
+  it("a run's owner token and bounds, read from wasm memory, survive that memory growing mid-run", async () => {
+    const store = growingStore();
     setLockStore(store);
     const key = fresh();
     assert.deepEqual(await lock(key).run(() => "ran"), [true, "ran"]);
-    assert.ok(memory.buffer.byteLength > before, "the test must make the wasm memory grow");
+    assert.ok(store.grew(), "the test must make the wasm memory grow");
     const [acquired, released] = store.calls;
     assert.equal(acquired[0], "acquire");
     assert.match(acquired[2], /^[0-9a-f]{32}$/);
@@ -230,20 +237,12 @@ describe("what the JS layer keeps between calls into the wasm", () => {
   });
 
   it("a release's bound, read after the wasm memory grew, still ends a release that never answers", { timeout: 10_000 }, async () => {
-    const [memory] = glue.__kOut();
-    const before = memory.buffer.byteLength;
-    const big = new MemoryLockStore();
-    let grown = 0;
-    const store = recordingStore(() => {
-      for (let i = 0; i < 200_000 && memory.buffer.byteLength === before; i++) {
-        big.acquire(`grow-more:${grown++}`, "someone", 60_000);
-      }
-    });
+    const store = growingStore();
     store.release = () => new Promise(() => {});
     setLockStore(store);
     const l = lock(fresh(), 100);
     assert.equal(await l.acquire(), true);
-    assert.ok(memory.buffer.byteLength > before, "the test must make the wasm memory grow");
+    assert.ok(store.grew(), "the test must make the wasm memory grow");
     await assert.rejects(
       l.release(),
       (e) => e instanceof LockStoreTimeoutError && e.operation === "release" && e.afterMs === 100,
