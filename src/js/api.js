@@ -564,17 +564,24 @@ export class Lock {
   }
 }
 
-// The last key and TTL the core accepted, and the TTL it made of them: checking is a pure
-// function of the two, so `lock(key)` again need not ask.
-let checked = { key: undefined, ttlMs: undefined, ttl: 0 };
+// Checking a key and a TTL is a pure function of each, so what the core accepted is kept and
+// `lock()` need not ask again: the keys (a bounded set, emptied when full), and the last TTL
+// with the TTL it made of it.
+const acceptedKeys = new Set();
+const ACCEPTED_KEYS = 4096;
+let acceptedTtlMs;
+let acceptedTtl = 0;
 
 function lock(key, ttlMs) {
   const store = current ?? bind();
   if (typeof key === "string" && (ttlMs === undefined || (typeof ttlMs === "number" && ttlMs === ttlMs))) {
-    if (key === checked.key && ttlMs === checked.ttlMs) return new Lock(internal, key, checked.ttl, store, null);
+    if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store, null);
     const ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs);
     if (ttl === FAILED) throw w.__kError();
-    checked = { key, ttlMs, ttl };
+    if (acceptedKeys.size >= ACCEPTED_KEYS) acceptedKeys.clear();
+    acceptedKeys.add(key);
+    acceptedTtlMs = ttlMs;
+    acceptedTtl = ttl;
     return new Lock(internal, key, ttl, store, null);
   }
   // Anything else is judged (and, if wrong, reported) by the core.

@@ -249,6 +249,23 @@ describe("what the JS layer keeps between calls into the wasm", () => {
     );
   });
 
+  it("lock() remembers the keys the core accepted, never a TTL it refused or a key it did not see", async () => {
+    setLockStore(new MemoryLockStore());
+    const key = fresh();
+    assert.equal(lock(key, 1_000).ttlMs, 1_000);
+    assert.throws(() => lock(key, -5), RangeError);
+    assert.throws(() => lock(key, 2 ** 31), RangeError);
+    assert.equal(lock(key).ttlMs, 30_000);
+    assert.equal(lock(key, 1_000.5).ttlMs, 1_001);
+    // More keys than are remembered: the earliest is checked again, and still accepted.
+    for (let i = 0; i < 5_000; i++) lock(`${key}:${i}`, 1_000);
+    assert.deepEqual(await lock(key, 1_000).run(() => 1), [true, 1]);
+    for (let i = 0; i < 3; i++) {
+      assert.throws(() => lock("", 1_000), RangeError);
+      assert.throws(() => lock("x".repeat(100_000), 1_000), RangeError);
+    }
+  });
+
   it("a new handle on the same key reuses nothing of a handle bound to another store or TTL", async () => {
     const first = recordingStore();
     setLockStore(first);
