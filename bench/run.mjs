@@ -4,7 +4,7 @@
 // round), medians over rounds. Writes bench/results/latest.json and bench/results/results.md,
 // and prints the markdown to stdout.
 //
-//   node run.mjs [--quick] [--only=1,2,3,4]
+//   node run.mjs [--quick] [--only=1,2,2b,3,4]
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync, mkdirSync, existsSync, readdirSync, statSync } from "node:fs";
 import { gzipSync } from "node:zlib";
@@ -30,12 +30,15 @@ import { startRedis, commandStats, statsDelta } from "./lib/redis-server.mjs";
 import { startPostgres } from "./lib/postgres.mjs";
 import { buildWorkers, startWorkers } from "./lib/workerd.mjs";
 import { staggered, orderStats } from "./lib/contention.mjs";
+import { durableObjectUncontended, durableObjectUncontendedMarkdown } from "./lib/durable-object-uncontended.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
 const argv = process.argv.slice(2);
 const QUICK = argv.includes("--quick");
 const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? "1,2,3,4").split(",").map(Number);
+// Section 2b (Durable Object, uncontended) runs in a full run, or when named: --only=2b.
+const DO_UNCONTENDED = !argv.some((a) => a.startsWith("--only=")) || argv.find((a) => a.startsWith("--only=")).slice(7).split(",").includes("2b");
 const scale = (n) => (QUICK ? Math.max(1, Math.round(n / 5)) : n);
 
 const TTL = 30_000; // every lock, every library
@@ -785,6 +788,7 @@ function markdown() {
       for (const r of cfg.rows)
         L.push(`| ${r.impl} | ${cfg.concurrency} | ${r.opsPerSec} | ${r.p50ms} | ${r.p99ms} | ${r.keelOverThis} | ${r.roundTripsPerRun} | ${r.redisCommandsPerRun} (${Object.entries(r.commandsPerRun).map(([k, v]) => `${k} ${v}`).join(", ")}) |`);
   }
+  if (s.durableObjectUncontended?.measured) L.push(...durableObjectUncontendedMarkdown(s.durableObjectUncontended));
   if (s.contention?.rows) {
     const c = s.contention;
     L.push("", `#### 3. Contention on Redis: ${c.waiters} waiters on one key started ${c.gapMs} ms apart, ${c.criticalSectionMs} ms critical section, timeout ${c.timeoutMs} ms (${c.rounds} rounds)`, "");
@@ -859,6 +863,7 @@ try {
     if (ONLY.includes(2)) await redisUncontended(server, admin, conns.contenders.filter((c) => !c.contentionOnly));
     if (ONLY.includes(3)) await redisContention(admin, conns.contenders);
   }
+  if (DO_UNCONTENDED) results.sections.durableObjectUncontended = await durableObjectUncontended({ quick: QUICK, log, interleave, pairedRatio });
   if (ONLY.includes(3)) {
     await conns?.close();
     conns = undefined;

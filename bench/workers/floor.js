@@ -4,7 +4,7 @@
 // polls like keel-lock (try, sleep retryDelay = 50 ms, try again until the timeout). It sets no
 // alarm (keel-lock's object schedules one per acquire to delete expired rows), so it is a floor.
 import { DurableObject } from "cloudflare:workers";
-import { contend, firstRun } from "./shared.js";
+import { contend, firstRun, rpcMeter, uncontended } from "./shared.js";
 
 export class FloorLockObject extends DurableObject {
   constructor(ctx, env) {
@@ -25,15 +25,15 @@ export class FloorLockObject extends DurableObject {
   }
 }
 
-const counts = { acquire: 0, release: 0 };
-const stubFor = (env, key) => env.FLOOR_LOCKS.get(env.FLOOR_LOCKS.idFromName(key));
+// Every RPC to a floor object is counted and timed, as keel.js does for keel-lock's objects.
+const rpc = rpcMeter(["acquire", "release"]);
+const stubFor = (env, key) => rpc.wrap(env.FLOOR_LOCKS.get(env.FLOOR_LOCKS.idFromName(key)));
 
 async function run(env, key, fn, timeout = 0, retryDelay = 50) {
   const stub = stubFor(env, key);
   const owner = crypto.randomUUID();
   const giveUpAt = Date.now() + timeout;
   for (;;) {
-    counts.acquire += 1;
     if (await stub.acquire(key, owner, 30_000)) break;
     const now = Date.now();
     if (now >= giveUpAt) return false;
@@ -42,7 +42,6 @@ async function run(env, key, fn, timeout = 0, retryDelay = 50) {
   try {
     await fn();
   } finally {
-    counts.release += 1;
     await stub.release(key, owner);
   }
   return true;
@@ -51,11 +50,12 @@ async function run(env, key, fn, timeout = 0, retryDelay = 50) {
 export default {
   async fetch(request, env) {
     try {
-      const impl = { run: (key, fn, timeout) => run(env, key, fn, timeout), counts: () => ({ ...counts }) };
+      const impl = { run: (key, fn, timeout) => run(env, key, fn, timeout), counts: rpc.counts, awaitingMs: rpc.awaitingMs };
       const url = new URL(request.url);
       const body = request.method === "POST" ? await request.json() : {};
       if (url.pathname === "/contend") return Response.json(await contend(impl, body));
       if (url.pathname === "/first") return Response.json(await firstRun(impl, body));
+      if (url.pathname === "/uncontended") return Response.json(await uncontended(impl, body));
       return new Response("not found", { status: 404 });
     } catch (e) {
       return Response.json({ error: `${e?.name}: ${e?.message}` }, { status: 500 });

@@ -1,32 +1,22 @@
 // The bench's keel-lock Worker (bundled from the packed package by bench/lib/workerd.mjs, run in
 // local workerd through Miniflare). keel-lock's own DurableObjectLockStore over the LOCKS
 // namespace — but the namespace handed to it is wrapped so every RPC to a LockDurableObject stub
-// is counted here, in the Worker (client side, like the Redis bench's counted ioredis client).
+// is counted and timed here, in the Worker (client side, like the Redis bench's counted ioredis
+// client).
 // The wrapper forwards every RPC method the store calls, the waiting pair (acquireOrWait,
 // withdraw) included, so a waiting run() takes the object's hand-over path.
 import { lock, setLockStore, DurableObjectLockStore, LockDurableObject } from "keel-lock";
-import { contend, firstRun } from "./shared.js";
+import { contend, firstRun, rpcMeter, uncontended } from "./shared.js";
 
 export { LockDurableObject };
 
-const RPC_METHODS = ["acquire", "acquireOrWait", "withdraw", "release", "extend", "isLocked", "remainingTime", "forceRelease"];
-const counts = Object.fromEntries(RPC_METHODS.map((m) => [m, 0]));
+const rpc = rpcMeter(["acquire", "acquireOrWait", "withdraw", "release", "extend", "isLocked", "remainingTime", "forceRelease"]);
 
-/** A namespace whose stubs count their RPC calls and forward them unchanged. */
+/** A namespace whose stubs count and time their RPC calls and forward them unchanged. */
 function countingNamespace(ns) {
   return {
     idFromName: (name) => ns.idFromName(name),
-    get(id) {
-      const stub = ns.get(id);
-      const wrapped = {};
-      for (const m of RPC_METHODS) {
-        wrapped[m] = (...args) => {
-          counts[m] += 1;
-          return stub[m](...args);
-        };
-      }
-      return wrapped;
-    },
+    get: (id) => rpc.wrap(ns.get(id)),
   };
 }
 
@@ -40,8 +30,30 @@ function useStore(env) {
 
 const impl = {
   run: (key, fn, timeout) => lock(key, 30_000).run(fn, timeout ? { timeout } : undefined).then(([ran]) => ran),
-  counts: () => ({ ...counts }),
+  counts: rpc.counts,
+  awaitingMs: rpc.awaitingMs,
 };
+
+/**
+ * keel-lock's LockDurableObject driven without keel-lock in the Worker: acquire RPC, fn, release
+ * RPC on the stub, as the floor's client does. Set against keel-lock's run() (same objects, same
+ * RPCs), it separates the client's share of a run() from the object's.
+ */
+const plainClient = (env) => ({
+  async run(key, fn) {
+    const stub = rpc.wrap(env.LOCKS.get(env.LOCKS.idFromName(key)));
+    const owner = crypto.randomUUID();
+    if (!(await stub.acquire(key, owner, 30_000))) return false;
+    try {
+      await fn();
+    } finally {
+      await stub.release(key, owner);
+    }
+    return true;
+  },
+  counts: rpc.counts,
+  awaitingMs: rpc.awaitingMs,
+});
 
 export default {
   async fetch(request, env) {
@@ -51,6 +63,8 @@ export default {
       const body = request.method === "POST" ? await request.json() : {};
       if (url.pathname === "/contend") return Response.json(await contend(impl, body));
       if (url.pathname === "/first") return Response.json(await firstRun(impl, body));
+      if (url.pathname === "/uncontended") return Response.json(await uncontended(impl, body));
+      if (url.pathname === "/uncontended-plain-client") return Response.json(await uncontended(plainClient(env), body));
       return new Response("not found", { status: 404 });
     } catch (e) {
       return Response.json({ error: `${e?.name}: ${e?.message}` }, { status: 500 });
