@@ -134,6 +134,7 @@ class Pending {
   }
 
   settle(value, failed) {
+    if (this.done) return; // a thenable that calls back twice: the first answer stands
     this.done = true;
     this.failed = failed;
     this.value = value;

@@ -161,6 +161,32 @@ describe("stores the JS layer awaits itself", () => {
     }
   });
 
+  it("a thenable that calls back more than once is taken at its first answer", async () => {
+    const memory = new MemoryLockStore();
+    const twice = (first, second) => ({
+      then(resolve, reject) {
+        first(resolve, reject);
+        second(resolve, reject);
+      },
+    });
+    setLockStore({
+      acquire: (k, o, t) => {
+        const grant = memory.acquire(k, o, t);
+        return twice((resolve) => resolve(grant), (resolve) => resolve(false));
+      },
+      release: (k, o) => {
+        const released = memory.release(k, o);
+        return twice((resolve) => resolve(released), (_, reject) => reject(new Error("late")));
+      },
+      extend: (k, o, t) => memory.extend(k, o, t),
+      isLocked: (k) => memory.isLocked(k),
+      remainingTime: (k) => memory.remainingTime(k),
+    });
+    const key = fresh();
+    assert.deepEqual(await lock(key).run(() => "ran"), [true, "ran"]);
+    assert.equal(memory.isLocked(key), false);
+  });
+
   it("a store whose acquire answers synchronously works as well as one answering promises", async () => {
     const memory = new MemoryLockStore();
     setLockStore({
