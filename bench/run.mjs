@@ -130,23 +130,33 @@ async function inIsolate() {
   // Uncontended: one caller, sequential run()s on one key.
   const OPS = scale(20_000);
   const ROUNDS = QUICK ? 3 : 9;
-  const uncontended = async (c) => {
+  // OPS sequential run()s, run i on keyOf(i).
+  const sequential = (keyOf) => async (c) => {
     const lat = new Float64Array(OPS);
-    const key = "iso:uc";
     const t0 = performance.now();
     for (let i = 0; i < OPS; i++) {
       const s = performance.now();
-      const r = await c.run(key, fn);
+      const r = await c.run(keyOf(i), fn);
       lat[i] = performance.now() - s;
       if (Array.isArray(r) && r[0] !== true) throw new Error(`${c.name}: uncontended run() did not run`);
     }
     const ms = performance.now() - t0;
     return { opsPerSec: (OPS * 1000) / ms, lat };
   };
+  const uncontended = sequential(() => "iso:uc");
   log("(1) in-isolate uncontended: warm-up");
   for (const c of contenders) await uncontended(c);
   log(`(1) in-isolate uncontended: ${ROUNDS} rounds × ${OPS} ops`);
   const uc = await interleave(contenders, ROUNDS, uncontended);
+
+  // The same over many keys, as an application locking one entity at a time does: run i takes
+  // key i mod 1000 (a new handle per run; the reused handle has one key, so it sits this out).
+  const KEYS = Array.from({ length: 1000 }, (_, i) => `iso:entity:${i}`);
+  const manyKeys = sequential((i) => KEYS[i % KEYS.length]);
+  const mContenders = contenders.filter((c) => !c.uncontendedOnly);
+  for (const c of mContenders) await manyKeys(c);
+  log(`(1) in-isolate uncontended, ${KEYS.length} keys: ${ROUNDS} rounds × ${OPS} ops`);
+  const mk = await interleave(mContenders, ROUNDS, manyKeys);
 
   // Contended: N callers on one key, each doing K runs that wait (timeout), a critical section
   // that spans one macrotask (setImmediate), so the others really find the key held.
@@ -214,6 +224,7 @@ async function inIsolate() {
     });
   results.sections.inIsolate = {
     uncontended: { opsPerRound: OPS, rounds: ROUNDS, rows: table(uc, contenders) },
+    manyKeys: { keys: KEYS.length, opsPerRound: OPS, rounds: ROUNDS, rows: table(mk, mContenders) },
     contended: { callers: N, runsPerCaller: K, rounds: C_ROUNDS, criticalSection: "one setImmediate", timeoutMs: 10_000, rows: table(ct, cContenders) },
     ordered: {
       waiters: WAITERS,
@@ -765,6 +776,12 @@ function markdown() {
     L.push("", `#### 1. In-isolate run(), memory store, uncontended (${u.rounds} interleaved rounds × ${u.opsPerRound} sequential runs)`, "");
     L.push("| implementation | run()/s | p50 µs | p99 µs | keel ÷ this (ops/s) |", "|---|---:|---:|---:|---:|");
     for (const r of u.rows) L.push(`| ${r.impl} | ${r.opsPerSec} | ${r.p50us} | ${r.p99us} | ${r.keelOverThis} |`);
+    const mk = s.inIsolate.manyKeys;
+    if (mk) {
+      L.push("", `The same over ${mk.keys} keys (run i takes key i mod ${mk.keys}, a new handle each; ${mk.rounds} rounds × ${mk.opsPerRound} runs):`, "");
+      L.push("| implementation | run()/s | p50 µs | p99 µs | keel ÷ this (ops/s) |", "|---|---:|---:|---:|---:|");
+      for (const r of mk.rows) L.push(`| ${r.impl} | ${r.opsPerSec} | ${r.p50us} | ${r.p99us} | ${r.keelOverThis} |`);
+    }
     const c = s.inIsolate.contended;
     L.push("", `#### 1b. In-isolate, contended: ${c.callers} callers × ${c.runsPerCaller} waiting runs on one key, critical section = ${c.criticalSection} (${c.rounds} rounds)`, "");
     L.push("| implementation | completed run()/s | p50 ms (incl. wait) | p99 ms | keel ÷ this | timed out |", "|---|---:|---:|---:|---:|---:|");
