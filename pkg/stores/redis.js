@@ -24,7 +24,8 @@
 //
 //   acquire        EVALSHA <acquire script>    if the lock is absent and nobody queues: INCR the
 //                                              fence counter, SET the lock PX ttl, answer the
-//                                              fence — atomically
+//                                              fence — atomically (a lock found free with callers
+//                                              queued: the check script hands it over first)
 //   release        EVALSHA <release script>    compare owner, then DEL — atomically; a holder
 //                                              with callers queued behind it hands the key over
 //   extend         EVALSHA <extend script>     compare owner, then PEXPIRE — atomically
@@ -69,9 +70,13 @@
 // can hand out a fence again.
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
+
+// Every hand-over under prefix P is published on the channel P + CHANNEL.
+const CHANNEL = "keel-lock:handover";
 // Shared by the scripts below: the key layout of one lock (all in one hash slot) and the hand-over.
-// Lua creates a function each time execution passes its definition, so the acquire, enqueue and
-// release scripts place this after their uncontended path, which needs none of it.
+// Lua creates a function each time execution passes its definition, so the enqueue and release
+// scripts place this after their uncontended path, which needs none of it (the acquire script
+// has no use for it at all).
 const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that covers several locks sets it)
 -- K[1] lock (owner token, PX ttl; "\\0" .. owner while callers queue behind it)
 -- K[2] fence counter   K[3] queue (list of owners, oldest first)
@@ -163,25 +168,24 @@ redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])`;
 const nested = (text) => text.replace(/^(?=.)/gm, "  ");
 
 /**
- * Plain acquire. If the lock and the queue are both absent: INCR KEYS[2] (the fence counter), SET
- * KEYS[1] to ARGV[1] with a TTL of ARGV[2] ms, and answer the new counter value (the fence). If
- * the lock is held, or callers are queued for it, answer 0: a newcomer never overtakes the queue.
- * If the holder's TTL passed while callers queue, the key goes to the oldest live waiter (and
- * the answer is 0), or to this caller when nobody in the queue is still waiting.
+ * Plain acquire (KEYS: lock, fence counter, queue; ARGV: owner, ttl ms). If the lock and the
+ * queue are both absent: INCR KEYS[2] (the fence counter), SET KEYS[1] to ARGV[1] with a TTL of
+ * ARGV[2] ms, and answer the new counter value (the fence). If the lock is held, answer 0. If it
+ * is free but callers are queued for it (its holder's TTL passed while they waited), change
+ * nothing and answer -1: the store then runs CHECK_SCRIPT for the key, which hands it to the
+ * oldest live waiter, and tries once more — a newcomer never overtakes the queue.
  * A counter that would leave 1..2^53-1 is an error: it is put back as it was and no lock is
  * taken, so every later acquire of the key fails the same way.
- * EXISTS lists the queue twice, so one command tells the four cases apart: 0 free, 1 held,
- * 2 queued with no holder, 3 held with a queue.
+ * The script takes only the names its uncontended path reads (Redis parses every argument of
+ * every call); EXISTS lists the queue twice, so one command tells the four cases apart: 0 free,
+ * 1 held, 2 queued with no holder, 3 held with a queue.
  */
-export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobody queues, set it to ARGV[1] (the owner) for
--- ARGV[2] ms and answer the next fence from the counter KEYS[2]; otherwise answer 0
+export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobody queues (KEYS[3]), set it to ARGV[1] (the
+-- owner) for ARGV[2] ms and answer the next fence from the counter KEYS[2]; 0 while it is held;
+-- -1 when it is free with callers queued (the check script hands it over)
 local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
-if state == 2 then
-  -- the holder expired with callers queued: the prelude's functions are only needed here
-${nested(PRELUDE)}
-  if not grant_next(ARGV[3]) then state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3]) end
-end
 if state ~= 0 then
+  if state == 2 then return -1 end
   return 0
 end
 ${TAKE}
@@ -285,9 +289,11 @@ return {0}
 `;
 
 /**
- * Release (ARGV: owner, channel): deletes KEYS[1] only while ARGV[1] holds it and answers 1 or 0.
- * With nobody queued that is GET and DEL; a holder with callers queued behind it (its value is
- * marked) hands the key to the oldest live waiter in the same script.
+ * Release (KEYS: the lock's five names; ARGV: owner): deletes KEYS[1] only while ARGV[1] holds it
+ * and answers 1 or 0. With nobody queued that is GET and DEL; a holder with callers queued behind
+ * it (its value is marked) hands the key to the oldest live waiter in the same script. The
+ * hand-over's channel is the prefix — what precedes the first "{" of the lock's name, as the
+ * store escapes any "{" in it — followed by CHANNEL.
  */
 export const RELEASE_SCRIPT = `-- keel-lock release: delete the key only while ARGV[1] still holds it; hand it to the next waiter
 local v = redis.call("GET", KEYS[1])
@@ -298,7 +304,7 @@ if v ~= "\\0" .. ARGV[1] then
   return 0
 end
 ${PRELUDE}
-free(v, ARGV[2])
+free(v, string.sub(K[1], 1, string.find(K[1], "{", 1, true) - 1) .. "${CHANNEL}")
 return 1
 `;
 
@@ -327,9 +333,9 @@ return 0
 `;
 
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "0cc7b67bdc4f68cbe17fe5a846502bb9cdeda1df";
+export const ACQUIRE_SHA = "e10d4f3952a6f7398460146bfc33e25372110e8c";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "3a95ccb750de17af49b3d7428d696607bbbe2418";
+export const RELEASE_SHA = "a914215d28d7ec31b845abc66011c4d61084b9b7";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const EXTEND_SHA = "a64738b7daa6da2e5b5604faf596399fdb28ebd0";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
@@ -368,7 +374,7 @@ export function detectRedisClient(client) {
 function adapter(client, type) {
   switch (type) {
     case "ioredis": {
-      // Commands sent in one tick leave in one write (see corker).
+      // Commands sent in one tick share writes (see corker).
       const cork = corker(client);
       return {
         evalsha: (sha, keys, args) => (cork(), client.evalsha(sha, keys.length, ...keys, ...args)),
@@ -421,29 +427,40 @@ function adapter(client, type) {
 // what is written to it) and schedules the uncork with process.nextTick, which runs once the code
 // now running and its promise callbacks are done. So the commands sent in one tick — by this
 // store's concurrent callers, and anything else written to the client meanwhile — leave together,
-// before any timer or I/O callback runs; a lone command leaves at the end of its tick. Every
-// CORKED_COMMANDS commands the buffer is written out at once, so Redis can start on those while
-// the client is still sending the rest (with a whole tick in one write, client and server took
-// turns instead of working at the same time). Nothing is corked while the client is not ready
-// (ioredis then queues commands itself) or has no socket with cork().
+// before any timer or I/O callback runs. Every CORKED_COMMANDS commands the buffer is written out
+// at once, so Redis can start on those while the client is still sending the rest (with a whole
+// tick in one write, client and server took turns instead of working at the same time). When the
+// last tick that sent anything sent one command — a lone caller — the first command of this tick
+// is not corked: it leaves at once, and what its caller does after sending overlaps with Redis's
+// work instead of delaying the write; later commands of the tick are corked as above. Nothing is
+// corked while the client is not ready (ioredis then queues commands itself) or has no socket
+// with cork().
 const CORKED_COMMANDS = 8;
 function corker(client) {
   if (typeof globalThis.process?.nextTick !== "function") return () => {};
   let corked = null;
   let buffered = 0;
-  const uncork = () => {
+  let sent = 0; // commands sent this tick
+  let previous = 0; // commands sent in the last tick that sent any
+  const endOfTick = () => {
+    previous = sent;
+    sent = 0;
     const socket = corked;
+    if (socket === null) return;
     corked = null;
     socket.uncork();
   };
   return () => {
+    if (sent++ === 0) {
+      process.nextTick(endOfTick);
+      if (previous === 1) return;
+    }
     if (corked === null) {
       const socket = client.stream;
       if (client.status !== "ready" || typeof socket?.cork !== "function" || typeof socket.uncork !== "function") return;
       socket.cork();
       corked = socket;
       buffered = 0;
-      process.nextTick(uncork);
     } else if (buffered === CORKED_COMMANDS) {
       corked.uncork();
       corked.cork();
@@ -514,6 +531,8 @@ export function redisLockKeys(key, prefix = "") {
   return { lock, fence: `${lock}:fence` };
 }
 
+const isOne = (reply) => Number(reply) === 1;
+
 function fenceFrom(reply) {
   const value = typeof reply === "number" ? reply : typeof reply === "string" || typeof reply === "bigint" ? Number(reply) : NaN;
   if (value === 0) return false;
@@ -553,31 +572,41 @@ export function redisLockStore(client, options = {}) {
   const redis = adapter(client, clientType);
   const escapedPrefix = escapeName(prefix);
   const lockKey = (key) => `${escapedPrefix}{${NEEDS_ESCAPE.test(key) ? escapeName(key) : key}}`;
-  // Every name one lock uses, in the order the scripts take them as KEYS (a frozen array). The
-  // names of recently used keys are kept, so a release finds those its acquire built; the cache
-  // is emptied when it reaches NAMES_CACHED keys.
+  // Every name one lock uses, in the order the scripts take them as KEYS (a frozen array; its
+  // `take` is the first three, what the acquire script takes). The names of recently used keys
+  // are kept, so a release finds those its acquire built; the cache is emptied when it reaches
+  // NAMES_CACHED keys.
   const names = new Map();
   const lockKeys = (key) => {
     let all = names.get(key);
     if (all === undefined) {
       const lock = lockKey(key);
-      all = Object.freeze([lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`]);
+      all = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
+      all.take = Object.freeze(all.slice(0, 3));
+      Object.freeze(all);
       if (names.size >= NAMES_CACHED) names.clear();
       names.set(key, all);
     }
     return all;
   };
   // One channel per prefix: every hand-over under it is published there, key and owner inside.
-  const channel = `${escapedPrefix}keel-lock:handover`;
+  const channel = `${escapedPrefix}${CHANNEL}`;
 
-  // EVALSHA first (one round trip); on NOSCRIPT, EVAL the text (one more, and it re-caches the script).
-  async function runScript(sha, script, keys, args) {
+  // EVALSHA first (one round trip); on NOSCRIPT, EVAL the text (one more, and it re-caches the
+  // script). `answer`, if given, maps the reply. A plain promise chain rather than an async
+  // function: on the happy path it adds one promise to the client's (Promise.resolve hands a
+  // native promise back as it is).
+  function runScript(sha, script, keys, args, answer) {
+    let sent;
     try {
-      return await redis.evalsha(sha, keys, args);
+      sent = redis.evalsha(sha, keys, args);
     } catch (error) {
-      if (!isNoScript(error)) throw error;
-      return await redis.eval(script, keys, args);
+      return Promise.reject(error);
     }
+    return Promise.resolve(sent).then(answer, (error) => {
+      if (!isNoScript(error)) throw error;
+      return Promise.resolve(redis.eval(script, keys, args)).then(answer);
+    });
   }
 
   const checkOwner = (owner) => {
@@ -595,18 +624,37 @@ export function redisLockStore(client, options = {}) {
       return redisLockKeys(key, prefix);
     },
 
-    async acquire(key, owner, ttlMs) {
-      check.key(key);
-      checkOwner(owner);
-      check.ttl(ttlMs);
-      return fenceFrom(await runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, lockKeys(key), [owner, String(ttlMs), channel]));
+    acquire(key, owner, ttlMs) {
+      try {
+        check.key(key);
+        checkOwner(owner);
+        check.ttl(ttlMs);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      const all = lockKeys(key);
+      const args = [owner, String(ttlMs)];
+      // -1: the lock is free with callers queued (its holder expired). The check script hands it
+      // to the oldest live waiter, dropping those whose deadline passed; a second try then finds
+      // it held (false), or free with nobody left queued (taken). Still free with callers queued
+      // after the look — the fence counter is at its limit — answers false.
+      return runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, all.take, args, (reply) =>
+        Number(reply) !== -1
+          ? fenceFrom(reply)
+          : runScript(CHECK_SHA, CHECK_SCRIPT, all, [channel, "0"]).then(() =>
+              runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, all.take, args, (again) => fenceFrom(Number(again) === -1 ? 0 : again)),
+            ),
+      );
     },
 
-    async release(key, owner) {
-      check.key(key);
-      checkOwner(owner);
-      const reply = await runScript(RELEASE_SHA, RELEASE_SCRIPT, lockKeys(key), [owner, channel]);
-      return Number(reply) === 1;
+    release(key, owner) {
+      try {
+        check.key(key);
+        checkOwner(owner);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      return runScript(RELEASE_SHA, RELEASE_SCRIPT, lockKeys(key), [owner], isOne);
     },
 
     async extend(key, owner, ttlMs) {

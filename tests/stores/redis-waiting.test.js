@@ -17,6 +17,7 @@ import { createClient as createNodeRedis4 } from "redis4";
 import { Redis as Upstash } from "@upstash/redis";
 import * as redisModule from "../../pkg/stores/redis.js";
 import { redisLockStore, ACQUIRE_SCRIPT, CHECK_SCRIPT, CHECK_SHA, ENQUEUE_SCRIPT, ENQUEUE_SHA, RELEASE_SCRIPT } from "../../pkg/stores/redis.js";
+import { MAX_FENCE } from "../../pkg/stores/args.js";
 import { sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
 import { fenceLedger } from "./lib/sql-suite.js";
 
@@ -472,6 +473,50 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     await b.withdraw(key, w2);
     assert.equal(await a.isLocked(key), false);
     assert.deepEqual(await leftovers(admin, a, key), []);
+  });
+
+  test("a plain acquire that finds the lock free with callers queued changes nothing itself: the check script hands over, then it tries once more; at the fence limit it answers false", async () => {
+    const store = await storeOf();
+    const key = uniqueKey("queued-free");
+    const { lock } = store.keys(key);
+    const names = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
+    const enqueue = async (who) => (await admin.eval(ENQUEUE_SCRIPT, 5, ...names, who, String(LONG), "10000", "keel-lock:handover")).map(Number);
+    const scriptCalls = async () => {
+      const stats = await admin.info("commandstats");
+      return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0) + Number(/cmdstat_eval:calls=(\d+)/.exec(stats)?.[1] ?? 0);
+    };
+    const [holder, waiter, newcomer] = [owner("holder"), owner("waiter"), owner("newcomer")];
+
+    // The acquire script alone: -1, and nothing moved.
+    assert.equal((await enqueue(holder))[0], 1);
+    assert.equal((await enqueue(waiter))[0], 0);
+    await admin.del(lock); // as at the holder's expiry
+    const fence = await admin.get(names[1]);
+    assert.equal(await admin.eval(ACQUIRE_SCRIPT, 3, ...names.slice(0, 3), newcomer, String(LONG)), -1);
+    assert.equal(await admin.exists(lock), 0);
+    assert.equal(await admin.get(names[1]), fence);
+    assert.deepEqual(await queueOf(admin, store, key), [waiter]);
+
+    // Through the store: acquire, check, acquire — the waiter holds the key, the newcomer does not.
+    for (const script of [ACQUIRE_SCRIPT, CHECK_SCRIPT]) await admin.script("LOAD", script); // cached, as in steady state
+    await admin.config("RESETSTAT");
+    assert.equal(await store.acquire(key, newcomer, LONG), false);
+    assert.equal(await scriptCalls(), 3, "script calls for an acquire past a gone holder");
+    assert.equal(await admin.get(lock), waiter);
+    assert.equal(await store.release(key, waiter), true);
+
+    // The fence counter at its limit: nobody can be handed the key, and the newcomer still does
+    // not overtake the queue.
+    const stuck = owner("stuck");
+    assert.equal((await enqueue(holder))[0], 1);
+    assert.equal((await enqueue(stuck))[0], 0);
+    await admin.del(lock);
+    await admin.set(names[1], String(MAX_FENCE));
+    assert.equal(await store.acquire(key, newcomer, LONG), false);
+    assert.equal(await admin.exists(lock), 0);
+    assert.equal(await admin.get(names[1]), String(MAX_FENCE), "the counter moved");
+    assert.deepEqual(await queueOf(admin, store, key), [stuck]);
+    await admin.del(...names);
   });
 
   test("a holder that crashes (never releases) is succeeded at its expiry, not at the next poll", { timeout: 30_000 }, async () => {

@@ -453,7 +453,7 @@ describe("through keel-lock's lock() (the package installed in tests/stores)", (
     }));
 });
 
-describe("ioredis: the store's commands sent in one tick share writes, 8 to a write", () => {
+describe("ioredis: the store's commands sent in one tick share writes, 8 to a write; a lone caller's leave at once", () => {
   const IOREDIS = Object.entries(FLAVOURS).filter(([, flavour]) => flavour.type === "ioredis");
   const settle = () => new Promise((resolve) => setImmediate(resolve));
 
@@ -480,7 +480,7 @@ describe("ioredis: the store's commands sent in one tick share writes, 8 to a wr
   }
 
   for (const [name, flavour] of IOREDIS) {
-    test(`${name}: 16 acquires sent in one tick are two writes, then 16 releases two more; the socket is uncorked after`, async () => {
+    test(`${name}: 16 acquires sent in one tick after a lone caller's are three writes (the first at once, then 8 and 7), then 16 releases two more; a lone caller's command leaves at once; the socket is uncorked after`, async () => {
       const { client, close } = await flavour.connect();
       try {
         const store = redisLockStore(client);
@@ -488,16 +488,26 @@ describe("ioredis: the store's commands sent in one tick share writes, 8 to a wr
         const calls = Array.from({ length: 16 }, () => [ctx.key(), ctx.owner()]);
         const warm = [ctx.key(), ctx.owner()];
         await store.acquire(...warm, 60_000); // scripts cached, connection warm
-        await store.release(...warm);
+        await store.release(...warm); // the last tick that sent anything sent one command
         await settle();
         const writes = countWrites(client.stream);
         try {
           const got = await Promise.all(calls.map(([key, owner]) => store.acquire(key, owner, 60_000)));
           assert.ok(got.every((g) => g && Number.isInteger(g.fence)), "every acquire granted");
-          assert.deepEqual({ writes: writes.writes, chunks: writes.chunks }, { writes: 2, chunks: 16 });
+          assert.deepEqual({ writes: writes.writes, chunks: writes.chunks }, { writes: 3, chunks: 16 });
           const released = await Promise.all(calls.map(([key, owner]) => store.release(key, owner)));
           assert.ok(released.every((r) => r === true), "every release answered true");
-          assert.deepEqual({ writes: writes.writes, chunks: writes.chunks }, { writes: 4, chunks: 32 });
+          assert.deepEqual({ writes: writes.writes, chunks: writes.chunks }, { writes: 5, chunks: 32 });
+          // After a tick of 16, a lone command is corked (it leaves at the end of its tick); the
+          // one after it, a lone caller's again, leaves while the store is still sending it.
+          const lone = [ctx.key(), ctx.owner()];
+          const acquired = store.acquire(...lone, 60_000);
+          assert.equal(writes.writes, 5, "the command after a tick of 16 was written before the end of its tick");
+          assert.ok(fenceOf(await acquired));
+          assert.equal(writes.writes, 6);
+          const releasing = store.release(...lone);
+          assert.equal(writes.writes, 7, "a lone caller's command was held back to the end of the tick");
+          assert.equal(await releasing, true);
         } finally {
           writes.restore();
         }
