@@ -66,30 +66,29 @@ fn gave_up_after<S: LockStore<Error: std::fmt::Debug>>(
     gave_up.get()
 }
 
-#[test]
-fn a_polling_wait_ends_at_its_timeout_when_the_wall_clock_is_set_back_or_forward() {
+/// Asserts that `outcome(step)` is `expected` with the wall clock set back an hour, and forward.
+fn same_either_way<T: PartialEq + std::fmt::Debug>(expected: T, outcome: impl Fn(i64) -> T) {
     for step in [-HOUR, HOUR] {
-        let rt = VirtualRuntime::new();
-        let store = PollingStore(MemoryLockStore::new(rt.clone()));
-        assert_eq!(
-            gave_up_after(&rt, &store, step),
-            1_000,
-            "wall clock stepped {step} ms"
-        );
+        assert_eq!(outcome(step), expected, "wall clock stepped {step} ms");
     }
 }
 
 #[test]
+fn a_polling_wait_ends_at_its_timeout_when_the_wall_clock_is_set_back_or_forward() {
+    same_either_way(1_000, |step| {
+        let rt = VirtualRuntime::new();
+        let store = PollingStore(MemoryLockStore::new(rt.clone()));
+        gave_up_after(&rt, &store, step)
+    });
+}
+
+#[test]
 fn a_queued_wait_ends_at_its_timeout_when_the_wall_clock_is_set_back_or_forward() {
-    for step in [-HOUR, HOUR] {
+    same_either_way(1_000, |step| {
         let rt = VirtualRuntime::new();
         let store = MemoryLockStore::new(rt.clone());
-        assert_eq!(
-            gave_up_after(&rt, &store, step),
-            1_000,
-            "wall clock stepped {step} ms"
-        );
-    }
+        gave_up_after(&rt, &store, step)
+    });
 }
 
 #[test]
@@ -151,18 +150,12 @@ fn expired_around_the_ttl(step: i64) -> (bool, bool) {
 fn a_handle_knows_its_hold_expired_at_the_ttl_whatever_the_wall_clock_does() {
     // Set back, a wall-clock deadline would have kept the hold "alive" for another hour after
     // the store freed it; set forward, it would have called a live hold expired.
-    for step in [-HOUR, HOUR] {
-        assert_eq!(
-            expired_around_the_ttl(step),
-            (false, true),
-            "wall clock stepped {step} ms"
-        );
-    }
+    same_either_way((false, true), expired_around_the_ttl);
 }
 
 #[test]
 fn a_loss_signal_fires_at_the_ttl_whatever_the_wall_clock_does() {
-    for step in [-HOUR, HOUR] {
+    same_either_way(Some(500), |step| {
         let rt = VirtualRuntime::new();
         let store = MemoryLockStore::new(rt.clone());
         let holder = Lock::new(key("k"), ttl(500), &store, rt.clone());
@@ -184,8 +177,8 @@ fn a_loss_signal_fires_at_the_ttl_whatever_the_wall_clock_does() {
             rt.step_wall_clock(step);
         });
         rt.join_all(vec![run, stepper]);
-        assert_eq!(lost_after.get(), Some(500), "wall clock stepped {step} ms");
-    }
+        lost_after.get()
+    });
 }
 
 #[test]
