@@ -4,9 +4,9 @@
 //! * [`LockDurableObjectCore`] is the Durable Object's logic (workerd instantiates the JS class
 //!   `LockDurableObject`, which delegates to it). It keeps the rows of the keys routed to it in
 //!   its SQLite storage (`keel_locks(key, owner, expires_at)`), judges expiry by its own clock,
-//!   and deletes expired rows from an alarm set to the next expiry. Its handlers are thin:
-//!   decode and validate the arguments ([`crate::Key`], [`crate::OwnerToken`], [`crate::Ttl`]),
-//!   read the row, ask [`crate::rows`] what to do, write the answer.
+//!   and deletes expired rows from an alarm kept at or before the earliest expiry. Its handlers
+//!   are thin: decode and validate the arguments ([`crate::Key`], [`crate::OwnerToken`],
+//!   [`crate::Ttl`]), read the row, ask [`crate::rows`] what to do, write the answer.
 //! * [`DurableObjectLockStore`] is the [`crate::LockStore`] a Worker builds from its namespace
 //!   binding. It sends each key to its own object (`idFromName(key)`), one JS RPC call per
 //!   store operation.
@@ -33,3 +33,31 @@ pub use crate::js::JsRuntime as WorkersRuntime;
 
 // Value checks and error shapes are the JS bindings' own: one set of rules for every entry point.
 pub(crate) use crate::js::convert::{describe, type_error};
+
+use wasm_bindgen::prelude::*;
+
+#[wasm_bindgen]
+extern "C" {
+    /// A JS string, for `isWellFormed` (not bound by js-sys).
+    #[wasm_bindgen(extends = js_sys::JsString)]
+    type Text;
+    /// `String.prototype.isWellFormed`: whether the string has no lone surrogate.
+    #[wasm_bindgen(method, catch, js_name = isWellFormed)]
+    fn is_well_formed(this: &Text) -> Result<bool, JsValue>;
+}
+
+/// A key from JS, by the JS bindings' rules and with their errors
+/// ([`crate::js::convert::key`]), checked for lone surrogates with one `isWellFormed` call
+/// rather than a `charCodeAt` call per code unit: every call to the store and to the object
+/// checks its key. Anything but a well-formed valid key (or a runtime without `isWellFormed`)
+/// goes through the bindings' check, which says what is wrong.
+pub(crate) fn key(value: &JsValue) -> Result<crate::Key, JsValue> {
+    if let Some(js) = value.dyn_ref::<js_sys::JsString>() {
+        if let Ok(true) = js.unchecked_ref::<Text>().is_well_formed() {
+            if let Ok(key) = crate::Key::new(String::from(js)) {
+                return Ok(key);
+            }
+        }
+    }
+    crate::js::convert::key(value)
+}

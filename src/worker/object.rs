@@ -17,13 +17,14 @@ use std::task::Waker;
 
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::future_to_promise;
-use worker::{ScheduledTime, SqlStorageValue, State};
+use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use worker::worker_sys::DurableObjectStorage;
+use worker::{SqlStorage, SqlStorageValue, State};
 
-use super::{describe, type_error, WorkersRuntime};
+use super::{describe, key, type_error, WorkersRuntime};
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, ShowNumber, Ttl, MAX_WAIT_MS};
-use crate::js::convert::{fence_to_js, grant_to_js, key, object, owner, required_ttl as ttl};
+use crate::js::convert::{fence_to_js, grant_to_js, object, owner, required_ttl as ttl};
 use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
@@ -62,9 +63,20 @@ pub struct LockDurableObjectCore {
 
 struct Inner {
     state: State,
-    /// The alarm this instance last scheduled: `None` = unknown (fresh instance),
-    /// `Some(None)` = no alarm, `Some(Some(t))` = alarm at `t`.
+    /// `state.storage` and its `sql`, looked up once: every operation uses them.
+    storage: DurableObjectStorage,
+    sql: SqlStorage,
+    /// The alarm this instance last scheduled: `None` = unknown (fresh instance, or a
+    /// `setAlarm` that failed), `Some(None)` = no alarm, `Some(Some(t))` = alarm at `t`.
+    ///
+    /// The alarm is kept at or before the earliest `expires_at` in storage (expired rows
+    /// included), never necessarily at it: a release leaves it where it is, and a write whose
+    /// expiry is not earlier than it leaves it too. When it fires, the handler deletes what
+    /// expired and points it at the next expiry, or leaves none when no row remains.
     alarm_at: Cell<Option<Option<u64>>>,
+    /// The earliest expiry written since the alarm was last brought up to date
+    /// ([`Inner::cover_writes`]).
+    uncovered: Cell<Option<u64>>,
     /// Calls waiting for a key, oldest first. In memory only: gone with the instance.
     queues: RefCell<HashMap<String, VecDeque<Rc<Ticket>>>>,
 }
@@ -162,11 +174,7 @@ fn now() -> u64 {
 
 impl Inner {
     fn exec(&self, query: &str, args: Vec<JsValue>) -> Result<worker::SqlCursor, JsValue> {
-        self.state
-            .storage()
-            .sql()
-            .exec_raw(query, args)
-            .map_err(storage_error)
+        self.sql.exec_raw(query, args).map_err(storage_error)
     }
 
     fn row(&self, key: &Key) -> Result<Option<(String, u64)>, JsValue> {
@@ -199,6 +207,11 @@ impl Inner {
         match decision.change {
             Change::Keep => {}
             Change::Put { expires_at } => {
+                let earliest = self
+                    .uncovered
+                    .get()
+                    .map_or(expires_at, |e| e.min(expires_at));
+                self.uncovered.set(Some(earliest));
                 self.exec(
                     UPSERT,
                     vec![
@@ -228,18 +241,12 @@ impl Inner {
 
     /// Set-if-absent for `owner`, with the fence in the same synchronous turn as the row write.
     /// Does not look at the queue.
-    fn take(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Ttl,
-    ) -> Result<(Decision, Option<Grant>), JsValue> {
+    fn take(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<Option<Grant>, JsValue> {
         let d = self.decide(key, owner, |row, now| rows::acquire(row, now, ttl))?;
-        let grant = match d.granted {
+        Ok(match d.granted {
             true => Some(Grant::new(Some(self.next_fence(key)?))),
             false => None,
-        };
-        Ok((d, grant))
+        })
     }
 
     /// The expiry of `key`'s live hold, if any.
@@ -280,10 +287,8 @@ impl Inner {
         };
         let Some(ticket) = next else { return };
         let outcome = match self.take(key, &ticket.owner, ticket.ttl) {
-            Ok((_, Some(grant))) => {
-                Outcome::Granted(grant.waited(now.saturating_sub(ticket.since)))
-            }
-            Ok((_, None)) => Outcome::Failed(storage_error("a free key refused its hand-over")),
+            Ok(Some(grant)) => Outcome::Granted(grant.waited(now.saturating_sub(ticket.since))),
+            Ok(None) => Outcome::Failed(storage_error("a free key refused its hand-over")),
             Err(e) => Outcome::Failed(e),
         };
         ticket.settle(outcome);
@@ -325,7 +330,7 @@ impl Inner {
             let outcome = ticket.outcome.borrow_mut().take();
             match outcome {
                 Some(Outcome::Granted(grant)) => {
-                    self.clone().reschedule().await?;
+                    self.clone().alarm_written(self.cover_writes()?).await?;
                     return waited_grant_to_js(grant);
                 }
                 Some(Outcome::Withdrawn) => return Ok(JsValue::FALSE),
@@ -365,41 +370,71 @@ impl Inner {
         Ok(first.and_then(|row| row.first().and_then(as_ms)))
     }
 
-    /// Points the alarm at the next expiry (or removes it). The storage call is issued in the
-    /// same synchronous turn as the write that made it necessary, so alarm updates land in the
-    /// order of the writes.
-    async fn reschedule(self: Rc<Self>) -> Result<(), JsValue> {
-        let next = self.next_expiry()?;
-        if self.alarm_at.get() == Some(next) {
-            return Ok(());
-        }
-        self.alarm_at.set(Some(next));
-        let storage = self.state.storage();
-        match next {
-            Some(at) => {
-                let date = js_sys::Date::new(&JsValue::from_f64(at as f64));
-                storage.set_alarm(ScheduledTime::new(date)).await
+    /// Brings the alarm up to date with the rows written since it last was: when one of them
+    /// expires before the alarm (or there is none, or this instance does not know it), calls
+    /// `setAlarm` — synchronously, in the turn of the write, so alarm updates land in the order
+    /// of the writes — and answers its promise. Otherwise (steady use: the alarm is already due
+    /// at or before the new expiry) no storage call.
+    fn cover_writes(&self) -> Result<Option<Promise>, JsValue> {
+        let Some(written) = self.uncovered.take() else {
+            return Ok(None);
+        };
+        let at = match self.alarm_at.get() {
+            Some(Some(at)) if at <= written => return Ok(None),
+            // No alarm means no row but those just written (the alarm handler leaves none only
+            // then, and every write since was covered), so the earliest of them is the next
+            // expiry; an alarm later than a new expiry moves to it, which keeps it at or before
+            // every row's.
+            Some(_) => written,
+            // Unknown: whatever a previous instance scheduled, the next expiry is right.
+            None => match self.next_expiry() {
+                Ok(next) => next.map_or(written, |n| n.min(written)),
+                Err(e) => {
+                    self.uncovered.set(Some(written));
+                    return Err(e);
+                }
+            },
+        };
+        let date = js_sys::Date::new(&JsValue::from_f64(at as f64));
+        match self.storage.set_alarm(date, js_sys::Object::new()) {
+            Ok(promise) => {
+                self.alarm_at.set(Some(Some(at)));
+                Ok(Some(promise))
             }
-            None => storage.delete_alarm().await,
+            Err(e) => {
+                self.alarm_at.set(None);
+                self.uncovered.set(Some(written));
+                Err(storage_error(e))
+            }
         }
-        .map_err(storage_error)
     }
 
-    /// Answers `decision.granted`, after moving the alarm if the decision wrote.
-    fn answer(self: &Rc<Self>, decision: Decision) -> Promise {
-        self.answer_with(decision, JsValue::from_bool(decision.granted))
-    }
-
-    /// Answers `granted`, after moving the alarm if `decision` wrote.
-    fn answer_with(self: &Rc<Self>, decision: Decision, granted: JsValue) -> Promise {
-        if decision.change == Change::Keep {
-            return Promise::resolve(&granted);
-        }
-        let this = self.clone();
-        future_to_promise(async move {
-            this.reschedule().await?;
-            Ok(granted)
+    /// Awaits a `setAlarm` that [`Inner::cover_writes`] issued; when it fails, this instance no
+    /// longer knows the alarm, so the next write sets it again from the next expiry.
+    async fn alarm_written(self: Rc<Self>, set: Option<Promise>) -> Result<(), JsValue> {
+        let Some(set) = set else { return Ok(()) };
+        JsFuture::from(set).await.map(drop).map_err(|e| {
+            self.alarm_at.set(None);
+            storage_error(e)
         })
+    }
+
+    /// Answers `decision.granted`, after covering what this turn wrote with the alarm.
+    fn answer(self: &Rc<Self>, decision: Decision) -> Result<Promise, JsValue> {
+        self.answer_with(JsValue::from_bool(decision.granted))
+    }
+
+    /// Answers `granted`, after covering what this turn wrote with the alarm (at once when that
+    /// needs no alarm call).
+    fn answer_with(self: &Rc<Self>, granted: JsValue) -> Result<Promise, JsValue> {
+        let Some(set) = self.cover_writes()? else {
+            return Ok(Promise::resolve(&granted));
+        };
+        let this = self.clone();
+        Ok(future_to_promise(async move {
+            this.alarm_written(Some(set)).await?;
+            Ok(granted)
+        }))
     }
 }
 
@@ -424,9 +459,13 @@ impl LockDurableObjectCore {
             .into());
         }
         let state = State::from(ctx.unchecked_into::<worker::worker_sys::DurableObjectState>());
+        let sql = state.storage().sql();
         let inner = Rc::new(Inner {
             state,
+            storage: storage.unchecked_into(),
+            sql,
             alarm_at: Cell::new(None),
+            uncovered: Cell::new(None),
             queues: RefCell::new(HashMap::new()),
         });
         inner.exec(CREATE, vec![])?;
@@ -440,8 +479,8 @@ impl LockDurableObjectCore {
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
         self.inner.hand_over(&k);
-        let (d, grant) = self.inner.take(&k, &o, t)?;
-        Ok(self.inner.answer_with(d, grant_to_js(grant)?))
+        let grant = self.inner.take(&k, &o, t)?;
+        self.inner.answer_with(grant_to_js(grant)?)
     }
 
     /// Acquire now if the key is free and nobody is waiting for it (`{ fence }`); otherwise
@@ -459,9 +498,9 @@ impl LockDurableObjectCore {
         let (k, o, t, w) = (key(&k)?, owner(&o)?, ttl(&t)?, wait_ms("waitMs", &w)?);
         self.inner.hand_over(&k);
         if !self.inner.has_waiters(&k) {
-            let (d, grant) = self.inner.take(&k, &o, t)?;
+            let grant = self.inner.take(&k, &o, t)?;
             if grant.is_some() || w == 0 {
-                return Ok(self.inner.answer_with(d, grant_to_js(grant)?));
+                return self.inner.answer_with(grant_to_js(grant)?);
             }
         } else if w == 0 {
             return Ok(Promise::resolve(&JsValue::FALSE));
@@ -509,7 +548,7 @@ impl LockDurableObjectCore {
         if d.granted {
             self.inner.hand_over(&k);
         }
-        Ok(self.inner.answer(d))
+        self.inner.answer(d)
     }
 
     /// Frees the key whoever holds it (operators clearing a stuck lock): the row goes, or the
@@ -529,7 +568,7 @@ impl LockDurableObjectCore {
         if d.granted {
             self.inner.hand_over(&k);
         }
-        Ok(self.inner.answer(d))
+        self.inner.answer(d)
     }
 
     /// Compare-owner-and-reset-expiry to `ttlMs` from now; moves the alarm.
@@ -538,7 +577,7 @@ impl LockDurableObjectCore {
         let d = self
             .inner
             .decide(&k, &o, |row, now| rows::extend(row, now, &o, t))?;
-        Ok(self.inner.answer(d))
+        self.inner.answer(d)
     }
 
     /// Whether anyone holds the key now.
@@ -579,9 +618,22 @@ impl LockDurableObjectCore {
                 }
             }
             inner.exec(DELETE_EXPIRED, vec![JsValue::from_f64(now() as f64)])?;
-            // The alarm that just fired is spent.
+            // The alarm that just fired is spent (workerd drops it when this handler succeeds
+            // without setting another). The next expiry covers every row, those just handed
+            // over included.
+            let next = inner.next_expiry()?;
+            inner.uncovered.set(None);
             inner.alarm_at.set(Some(None));
-            inner.reschedule().await?;
+            let Some(at) = next else {
+                return Ok(JsValue::UNDEFINED);
+            };
+            let date = js_sys::Date::new(&JsValue::from_f64(at as f64));
+            let set = inner
+                .storage
+                .set_alarm(date, js_sys::Object::new())
+                .map_err(storage_error)?;
+            inner.alarm_at.set(Some(Some(at)));
+            inner.alarm_written(Some(set)).await?;
             Ok(JsValue::UNDEFINED)
         })
     }

@@ -9,17 +9,18 @@
 //! queue, and the object resolves it with the grant when it hands the key over.
 
 use std::rc::Rc;
+use std::thread::LocalKey;
 
-use js_sys::{Array, Function, Promise, Reflect};
+use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::{future_to_promise, JsFuture};
 
 use super::object::{wait_ms, waited_grant_to_js};
-use super::{describe, type_error, WorkersRuntime};
-use crate::error::{InputError, Operation};
+use super::{describe, key, type_error, WorkersRuntime};
+use crate::error::InputError;
 use crate::grant::Grant;
 use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS};
-use crate::js::convert::{grant_to_js, key, method_name, owner, required_ttl};
+use crate::js::convert::{owner, required_ttl};
 use crate::js::promises::grant_answer;
 use crate::js::store::answers;
 use crate::lock::Lock;
@@ -79,6 +80,9 @@ use crate::token::OwnerToken;
 #[derive(Clone)]
 pub struct DurableObjectLockStore {
     namespace: JsValue,
+    /// `namespace.idFromName` and `namespace.get`, looked up once rather than per call.
+    id_from_name: Function,
+    get: Function,
 }
 
 /// A [`Lock`] over a [`DurableObjectLockStore`], as [`DurableObjectLockStore::lock`] makes it.
@@ -94,11 +98,94 @@ fn method(target: &JsValue, name: &str) -> Result<Function, JsValue> {
         })
 }
 
+#[wasm_bindgen]
+extern "C" {
+    /// A `LockDurableObject` stub. Its methods are called as `stub.acquire(…)`, as a JS caller
+    /// would: no `Reflect`, no argument array. (Not `Function.prototype.call` either: on an RPC
+    /// stub, `.call` is itself a remote property.)
+    type Stub;
+    #[wasm_bindgen(method, catch, structural)]
+    fn acquire(this: &Stub, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural, js_name = acquireOrWait)]
+    fn acquire_or_wait(
+        this: &Stub,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        w: &JsValue,
+    ) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural)]
+    fn withdraw(this: &Stub, k: &JsValue, o: &JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural)]
+    fn release(this: &Stub, k: &JsValue, o: &JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural, js_name = forceRelease)]
+    fn force_release(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural)]
+    fn extend(this: &Stub, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural, js_name = isLocked)]
+    fn is_locked(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural, js_name = remainingTime)]
+    fn remaining_time(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
+}
+
+/// The object method an RPC call names.
+#[derive(Clone, Copy)]
+enum Rpc {
+    Acquire,
+    AcquireOrWait,
+    Withdraw,
+    Release,
+    ForceRelease,
+    Extend,
+    IsLocked,
+    RemainingTime,
+}
+
+impl Rpc {
+    fn name(self) -> &'static str {
+        match self {
+            Rpc::Acquire => "acquire",
+            Rpc::AcquireOrWait => "acquireOrWait",
+            Rpc::Withdraw => "withdraw",
+            Rpc::Release => "release",
+            Rpc::ForceRelease => "forceRelease",
+            Rpc::Extend => "extend",
+            Rpc::IsLocked => "isLocked",
+            Rpc::RemainingTime => "remainingTime",
+        }
+    }
+
+    /// How answer errors name the object's method.
+    fn method(self) -> &'static str {
+        match self {
+            Rpc::Acquire => "LockDurableObject.acquire()",
+            Rpc::AcquireOrWait => "LockDurableObject.acquireOrWait()",
+            Rpc::Withdraw => "LockDurableObject.withdraw()",
+            Rpc::Release => "LockDurableObject.release()",
+            Rpc::ForceRelease => "LockDurableObject.forceRelease()",
+            Rpc::Extend => "LockDurableObject.extend()",
+            Rpc::IsLocked => "LockDurableObject.isLocked()",
+            Rpc::RemainingTime => "LockDurableObject.remainingTime()",
+        }
+    }
+}
+
 impl DurableObjectLockStore {
     /// A store over a workers-rs namespace binding (`env.durable_object("LOCKS")?`).
     pub fn new(namespace: worker::ObjectNamespace) -> Self {
+        let namespace: JsValue = namespace.into();
+        // A workers-rs binding always has both; were one missing, the call through it would
+        // fail with a JS TypeError, not a panic.
+        let lookup = |name: &str| -> Function {
+            Reflect::get(&namespace, &JsValue::from_str(name))
+                .unwrap_or(JsValue::UNDEFINED)
+                .unchecked_into()
+        };
+        let (id_from_name, get) = (lookup("idFromName"), lookup("get"));
         DurableObjectLockStore {
-            namespace: namespace.into(),
+            namespace,
+            id_from_name,
+            get,
         }
     }
 
@@ -128,42 +215,49 @@ impl DurableObjectLockStore {
                 describe(&namespace)
             )));
         }
-        method(&namespace, "idFromName")?;
-        method(&namespace, "get")?;
-        Ok(DurableObjectLockStore { namespace })
+        let id_from_name = method(&namespace, "idFromName")?;
+        let get = method(&namespace, "get")?;
+        Ok(DurableObjectLockStore {
+            namespace,
+            id_from_name,
+            get,
+        })
     }
 
-    /// The stub of the object that owns `key`.
-    fn stub(&self, key: &Key) -> Result<JsValue, JsValue> {
-        let ns = &self.namespace;
-        let name = Array::of1(&JsValue::from_str(key.as_str()));
-        let id = Reflect::apply(&method(ns, "idFromName")?, ns, &name)?;
-        Reflect::apply(&method(ns, "get")?, ns, &Array::of1(&id))
+    /// The stub of the object that owns `key` (given as the JS string).
+    fn stub(&self, key: &JsValue) -> Result<JsValue, JsValue> {
+        let id = self.id_from_name.call1(&self.namespace, key)?;
+        self.get.call1(&self.namespace, &id)
     }
 
-    /// One RPC call: `stub[op](...args)`, awaited.
-    async fn call(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<JsValue, JsValue> {
-        self.call_method(key, method_name(op), args).await
+    /// Sends the RPC call `rpc` with `args` to the object of the key, which every call has as
+    /// its first argument; answers the stub and the call's answer.
+    fn send(&self, rpc: Rpc, args: &[JsValue]) -> Result<(JsValue, JsValue), JsValue> {
+        let wrong_args = || type_error(format!("{}: wrong arguments", rpc.method()));
+        let [k, rest @ ..] = args else {
+            return Err(wrong_args());
+        };
+        let stub: Stub = self.stub(k)?.unchecked_into();
+        let answer = match (rpc, rest) {
+            (Rpc::Acquire, [o, t]) => stub.acquire(k, o, t),
+            (Rpc::AcquireOrWait, [o, t, w]) => stub.acquire_or_wait(k, o, t, w),
+            (Rpc::Withdraw, [o]) => stub.withdraw(k, o),
+            (Rpc::Release, [o]) => stub.release(k, o),
+            (Rpc::ForceRelease, []) => stub.force_release(k),
+            (Rpc::Extend, [o, t]) => stub.extend(k, o, t),
+            (Rpc::IsLocked, []) => stub.is_locked(k),
+            (Rpc::RemainingTime, []) => stub.remaining_time(k),
+            _ => return Err(wrong_args()),
+        };
+        // A stub without the method (a namespace bound to some other class) says so.
+        let answer = answer.map_err(|e| method(&stub, rpc.name()).err().unwrap_or(e))?;
+        Ok((stub.into(), answer))
     }
 
-    /// One RPC call to the method `name`, awaited.
-    async fn call_method(
-        &self,
-        key: &Key,
-        name: &str,
-        args: &[JsValue],
-    ) -> Result<JsValue, JsValue> {
-        let (_, answer) = self.send(key, name, args)?;
+    /// One RPC call: `stub[rpc](...args)`, awaited.
+    async fn call(&self, rpc: Rpc, args: &[JsValue]) -> Result<JsValue, JsValue> {
+        let (_, answer) = self.send(rpc, args)?;
         JsFuture::from(Promise::resolve(&answer)).await
-    }
-
-    /// Sends the RPC call `name` to `key`'s object; answers the stub and the call's promise.
-    fn send(&self, key: &Key, name: &str, args: &[JsValue]) -> Result<(JsValue, JsValue), JsValue> {
-        let stub = self.stub(key)?;
-        let f = method(&stub, name)?;
-        // Reflect.apply, not f.call(...): on an RPC stub, `.call` is itself a remote property.
-        let answer = Reflect::apply(&f, &stub, &args.iter().collect::<Array>())?;
-        Ok((stub, answer))
     }
 
     /// An acquiring RPC call, awaited; a grant it answers after the caller gave up on it is
@@ -172,16 +266,16 @@ impl DurableObjectLockStore {
         &self,
         key: &Key,
         owner: &OwnerToken,
-        name: &str,
+        rpc: Rpc,
         args: &[JsValue],
     ) -> Result<JsValue, JsValue> {
-        let (stub, answer) = self.send(key, name, args)?;
+        let (stub, answer) = self.send(rpc, args)?;
         grant_answer(answer, &stub, key.as_str(), owner.as_str()).await
     }
 
-    async fn boolean(&self, key: &Key, op: Operation, args: &[JsValue]) -> Result<bool, JsValue> {
-        let answer = self.call(key, op, args).await?;
-        answers::boolean(&object_method(op), &answer)
+    async fn boolean(&self, rpc: Rpc, args: &[JsValue]) -> Result<bool, JsValue> {
+        let answer = self.call(rpc, args).await?;
+        answers::boolean(rpc.method(), &answer)
     }
 
     /// The safety net of [`LockStore::acquire_or_wait`] when the waiting call failed — most
@@ -219,16 +313,9 @@ impl DurableObjectLockStore {
     }
 }
 
-const ACQUIRE_OR_WAIT: &str = "LockDurableObject.acquireOrWait()";
-
 /// `acquireOrWait`'s answer, by the seam's rules (`false`, or `{ fence, waitedMs }`).
 fn waited_grant(answer: &JsValue) -> Result<Option<Grant>, JsValue> {
-    answers::waited(ACQUIRE_OR_WAIT, answer)
-}
-
-/// How answer errors name the object's method.
-fn object_method(op: Operation) -> String {
-    format!("LockDurableObject.{}()", method_name(op))
+    answers::waited(Rpc::AcquireOrWait.method(), answer)
 }
 
 fn args3(key: &Key, owner: &OwnerToken, ttl: Ttl) -> [JsValue; 3] {
@@ -253,32 +340,28 @@ impl LockStore for DurableObjectLockStore {
         ttl: Ttl,
     ) -> Result<Option<Grant>, JsValue> {
         let args = args3(key, owner, ttl);
-        let answer = self
-            .call_acquiring(key, owner, method_name(Operation::Acquire), &args)
-            .await?;
-        answers::acquire(&object_method(Operation::Acquire), &answer)
+        let answer = self.call_acquiring(key, owner, Rpc::Acquire, &args).await?;
+        answers::acquire(Rpc::Acquire.method(), &answer)
     }
 
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, JsValue> {
         let args = [key.as_str().into(), owner.as_str().into()];
-        self.boolean(key, Operation::Release, &args).await
+        self.boolean(Rpc::Release, &args).await
     }
 
     async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, JsValue> {
-        self.boolean(key, Operation::Extend, &args3(key, owner, ttl))
-            .await
+        self.boolean(Rpc::Extend, &args3(key, owner, ttl)).await
     }
 
     async fn is_locked(&self, key: &Key) -> Result<bool, JsValue> {
-        self.boolean(key, Operation::IsLocked, &[key.as_str().into()])
-            .await
+        self.boolean(Rpc::IsLocked, &[key.as_str().into()]).await
     }
 
     async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, JsValue> {
         let answer = self
-            .call(key, Operation::RemainingTime, &[key.as_str().into()])
+            .call(Rpc::RemainingTime, &[key.as_str().into()])
             .await?;
-        answers::remaining_time(&object_method(Operation::RemainingTime), &answer)
+        answers::remaining_time(Rpc::RemainingTime.method(), &answer)
     }
 
     fn hands_over(&self) -> bool {
@@ -299,7 +382,7 @@ impl LockStore for DurableObjectLockStore {
         let [k, o, t] = args3(key, owner, ttl);
         let args = [k, o, t, JsValue::from_f64(wait.wait_ms as f64)];
         match self
-            .call_acquiring(key, owner, "acquireOrWait", &args)
+            .call_acquiring(key, owner, Rpc::AcquireOrWait, &args)
             .await
         {
             Ok(answer) => waited_grant(&answer),
@@ -311,23 +394,21 @@ impl LockStore for DurableObjectLockStore {
     }
 
     async fn force_release(&self, key: &Key) -> Result<ForceRelease, JsValue> {
-        let answer = self
-            .call_method(key, "forceRelease", &[key.as_str().into()])
+        let freed = self
+            .boolean(Rpc::ForceRelease, &[key.as_str().into()])
             .await?;
-        Ok(
-            match answers::boolean("LockDurableObject.forceRelease()", &answer)? {
-                true => ForceRelease::Freed,
-                false => ForceRelease::WasFree,
-            },
-        )
+        Ok(match freed {
+            true => ForceRelease::Freed,
+            false => ForceRelease::WasFree,
+        })
     }
 
     /// One `withdraw` call: the object drops `owner` from the queue or releases its grant.
     /// When that call fails (the object restarted, and its queue is gone), a release.
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), JsValue> {
         let args = [key.as_str().into(), owner.as_str().into()];
-        match self.call_method(key, "withdraw", &args).await {
-            Ok(answer) => answers::boolean("LockDurableObject.withdraw()", &answer).map(drop),
+        match self.call(Rpc::Withdraw, &args).await {
+            Ok(answer) => answers::boolean(Rpc::Withdraw.method(), &answer).map(drop),
             Err(failure) => self
                 .release(key, owner)
                 .await
@@ -356,6 +437,88 @@ where
     future_to_promise(async move { Ok(op(store)?.await?.into()) })
 }
 
+#[wasm_bindgen]
+extern "C" {
+    /// A promise seen as having `then(step)` with a function kept across calls (js-sys's
+    /// `Promise::then` takes a closure, which would be one more per call).
+    #[wasm_bindgen(extends = Promise)]
+    type Then;
+    #[wasm_bindgen(method, js_name = then)]
+    fn then(this: &Then, step: &Function) -> Promise;
+}
+
+/// A function of one answer, made once per isolate and kept for its life: the `then` step of
+/// every call of one kind, so a call makes no closure of its own.
+fn answer_step(step: fn(JsValue) -> Result<JsValue, JsValue>) -> Function {
+    Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(step)
+        .into_js_value()
+        .unchecked_into()
+}
+
+thread_local! {
+    // A valid answer (`false`, `true`, or the object's `{ fence }`) is passed on as it is.
+    static ACQUIRED: Function = answer_step(|answer| {
+        answers::acquire(Rpc::Acquire.method(), &answer).map(|_| answer)
+    });
+    static RELEASED: Function = answer_step(|answer| {
+        answers::boolean(Rpc::Release.method(), &answer).map(JsValue::from_bool)
+    });
+    static EXTENDED: Function = answer_step(|answer| {
+        answers::boolean(Rpc::Extend.method(), &answer).map(JsValue::from_bool)
+    });
+    static LOCKED: Function = answer_step(|answer| {
+        answers::boolean(Rpc::IsLocked.method(), &answer).map(JsValue::from_bool)
+    });
+    static REMAINING: Function = answer_step(|answer| {
+        let ms = answers::remaining_time(Rpc::RemainingTime.method(), &answer)?;
+        Ok(ms.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
+    });
+}
+
+// The arguments of a call from JS, checked as the object checks them (a bad one rejects the
+// call before anything is sent) and passed on as the caller gave them: a valid key is
+// well-formed UTF-16 and a valid owner printable ASCII, so the strings are the ones the
+// checks read. The TTL goes as the whole milliseconds it stands for.
+
+fn checked1(k: JsValue) -> Result<[JsValue; 1], JsValue> {
+    key(&k)?;
+    Ok([k])
+}
+
+fn checked2(k: JsValue, o: JsValue) -> Result<[JsValue; 2], JsValue> {
+    key(&k)?;
+    owner(&o)?;
+    Ok([k, o])
+}
+
+fn checked3(k: JsValue, o: JsValue, t: JsValue) -> Result<[JsValue; 3], JsValue> {
+    key(&k)?;
+    owner(&o)?;
+    let t = JsValue::from_f64(required_ttl(&t)?.as_ms() as f64);
+    Ok([k, o, t])
+}
+
+impl JsDurableObjectLockStore {
+    /// One RPC call sent now, its answer judged by `step`: the promise of the checked answer.
+    /// Bad arguments (`sent` failed) or a failed send reject it. Nothing here awaits in Rust:
+    /// the call's own promise, then `step`, settle the answer.
+    fn answered<const N: usize>(
+        &self,
+        rpc: Rpc,
+        sent: Result<[JsValue; N], JsValue>,
+        step: &'static LocalKey<Function>,
+    ) -> Promise {
+        match sent.and_then(|args| self.inner.send(rpc, &args)) {
+            Ok((_, answer)) => step.with(|step| {
+                Promise::resolve(&answer)
+                    .unchecked_into::<Then>()
+                    .then(step)
+            }),
+            Err(e) => Promise::reject(&e),
+        }
+    }
+}
+
 #[wasm_bindgen(js_class = DurableObjectLockStore)]
 impl JsDurableObjectLockStore {
     /// A store over `namespace`, the Worker's `LockDurableObject` binding (`env.LOCKS`).
@@ -368,10 +531,8 @@ impl JsDurableObjectLockStore {
 
     /// Atomic set-if-absent, in the key's Durable Object: `{ fence }` or `false`.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
-        spawn(&self.inner, move |s| {
-            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
-            Ok(async move { grant_to_js(s.acquire(&k, &o, t).await?) })
-        })
+        let sent = checked3(k, o, t);
+        self.answered(Rpc::Acquire, sent, &ACQUIRED)
     }
 
     /// Acquire, or wait in the key's queue in its Durable Object for up to `waitMs`: `{ fence }`
@@ -427,38 +588,27 @@ impl JsDurableObjectLockStore {
 
     /// Compare-owner-and-delete.
     pub fn release(&self, k: JsValue, o: JsValue) -> Promise {
-        spawn(&self.inner, move |s| {
-            let (k, o) = (key(&k)?, owner(&o)?);
-            Ok(async move { s.release(&k, &o).await })
-        })
+        let sent = checked2(k, o);
+        self.answered(Rpc::Release, sent, &RELEASED)
     }
 
     /// Compare-owner-and-reset-expiry.
     pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
-        spawn(&self.inner, move |s| {
-            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
-            Ok(async move { s.extend(&k, &o, t).await })
-        })
+        let sent = checked3(k, o, t);
+        self.answered(Rpc::Extend, sent, &EXTENDED)
     }
 
     /// Whether anyone holds the key.
     #[wasm_bindgen(js_name = isLocked)]
     pub fn is_locked(&self, k: JsValue) -> Promise {
-        spawn(&self.inner, move |s| {
-            let k = key(&k)?;
-            Ok(async move { s.is_locked(&k).await })
-        })
+        let sent = checked1(k);
+        self.answered(Rpc::IsLocked, sent, &LOCKED)
     }
 
     /// Milliseconds until the key expires, or `null`.
     #[wasm_bindgen(js_name = remainingTime)]
     pub fn remaining_time(&self, k: JsValue) -> Promise {
-        spawn(&self.inner, move |s| {
-            let k = key(&k)?;
-            Ok(async move {
-                let ms = s.remaining_time(&k).await?;
-                Ok(ms.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
-            })
-        })
+        let sent = checked1(k);
+        self.answered(Rpc::RemainingTime, sent, &REMAINING)
     }
 }

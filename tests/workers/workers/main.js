@@ -170,6 +170,49 @@ const suite = {
     await throwsSync(() => new DurableObjectLockStore({}), TypeError, /namespace/, "store over {}");
     await throwsSync(() => new DurableObjectLockStore(undefined), TypeError, /namespace/, "store over undefined");
   },
+  async "the store's methods, called directly: answers, and bad input refused before any RPC"(env) {
+    const key = unique("store");
+    let routed = 0;
+    const store = new DurableObjectLockStore({
+      idFromName: (name) => (routed++, env.LOCKS.idFromName(name)),
+      get: (id) => env.LOCKS.get(id),
+    });
+    const owner = "owner-direct-1";
+    const grant = await store.acquire(key, owner, 5_000);
+    check(Number.isSafeInteger(grant?.fence) && grant.fence >= 1, `acquire answered ${JSON.stringify(grant)}`);
+    eq(await store.acquire(key, "owner-direct-2", 5_000), false, "acquire of a held key");
+    eq(await store.isLocked(key), true, "isLocked");
+    const left = await store.remainingTime(key);
+    check(Number.isSafeInteger(left) && left > 0 && left <= 5_000, `remainingTime ${left}`);
+    eq(await store.extend(key, owner, 10_000.5), true, "extend (a fractional TTL rounds up)");
+    check((await store.remainingTime(key)) > 5_000, "remainingTime after extend");
+    eq(await store.extend(key, "owner-direct-2", 10_000), false, "extend by another owner");
+    eq(await store.release(key, "owner-direct-2"), false, "release by another owner");
+    eq(await store.release(key, owner), true, "release");
+    eq(await store.isLocked(key), false, "isLocked after release");
+    eq(await store.remainingTime(key), null, "remainingTime after release");
+    eq(routed, 11, "one call to the namespace per store call");
+    await rejects(store.acquire(42, owner, 1000), TypeError, /key must be a string/, "number key");
+    await rejects(store.acquire("\uD800", owner, 1000), RangeError, /lone surrogate/, "lone surrogate key");
+    await rejects(store.acquire("k".repeat(600), owner, 1000), RangeError, /bytes/, "long key");
+    await rejects(store.acquire(key, "has space", 1000), RangeError, /owner token/, "bad owner");
+    await rejects(store.acquire(key, null, 1000), TypeError, /owner must be a string/, "null owner");
+    await rejects(store.acquire(key, owner), TypeError, /ttlMs is required/, "no TTL");
+    await rejects(store.acquire(key, owner, -5), RangeError, /ttlMs/, "negative TTL");
+    await rejects(store.release("", owner), RangeError, /non-empty/, "empty key");
+    await rejects(store.extend(key, owner, 1e12), RangeError, /ttlMs/, "huge TTL");
+    await rejects(store.isLocked(["x"]), TypeError, /key must be a string/, "array key");
+    await rejects(store.remainingTime(undefined), TypeError, /key must be a string/, "no key");
+    eq(routed, 11, "no bad call reached the namespace");
+    // A namespace whose stubs lack the methods (bound to some other class) is named as such.
+    const stubless = new DurableObjectLockStore({ idFromName: (n) => n, get: () => ({}) });
+    await rejects(stubless.acquire(key, owner, 1000), TypeError, /bound to LockDurableObject; it has no acquire\(\)/, "stub without acquire");
+    await rejects(stubless.release(key, owner), TypeError, /it has no release\(\)/, "stub without release");
+    // A stub answering outside the contract is a broken store, not a guess.
+    const odd = new DurableObjectLockStore({ idFromName: (n) => n, get: () => ({ acquire: async () => ({ fence: 0 }), isLocked: async () => "yes" }) });
+    await rejects(odd.acquire(key, owner, 1000), TypeError, /LockDurableObject\.acquire\(\) must answer/, "fence 0");
+    await rejects(odd.isLocked(key), TypeError, /LockDurableObject\.isLocked\(\) must answer a boolean/, "non-boolean isLocked");
+  },
   async "garbage RPC arguments are refused with a clear error"(env) {
     const key = unique("rpc");
     const stub = stubFor(env, key);
@@ -250,21 +293,58 @@ const suite = {
     eq(after.rows, [], "rows after the alarm");
     eq(after.alarm, null, "no alarm left");
   },
-  async "extend moves the alarm; release removes it"(env) {
+  async "the alarm is never later than the earliest expiry, and moves only to stay so"(env) {
     const key = unique("alarm-moves");
-    const l = lock(key, 2_000);
-    check(await l.acquire(), "acquire");
     const stub = stubFor(env, key);
+    const l = lock(key, 60_000);
+    check(await l.acquire(), "acquire");
     const first = await stub.inspect();
-    eq(first.alarm, first.rows[0].expiresAt, "alarm at first expiry");
-    await l.extend(60_000);
-    const moved = await stub.inspect();
-    eq(moved.alarm, moved.rows[0].expiresAt, "alarm at the extended expiry");
-    check(moved.alarm > first.alarm, `alarm did not move: ${first.alarm} -> ${moved.alarm}`);
+    eq(first.alarm, first.rows[0].expiresAt, "a new object's first write sets the alarm to its expiry");
+    await l.extend(120_000);
+    const later = await stub.inspect();
+    eq(later.alarm, first.alarm, "an extend to a later expiry leaves the alarm");
+    check(later.rows[0].expiresAt > later.alarm, `alarm ${later.alarm} not before the expiry ${later.rows[0].expiresAt}`);
+    await l.extend(1_000);
+    const earlier = await stub.inspect();
+    eq(earlier.alarm, earlier.rows[0].expiresAt, "an extend to an expiry before the alarm moves it there");
+    check(earlier.alarm < first.alarm, `alarm did not move earlier: ${first.alarm} -> ${earlier.alarm}`);
     check(await l.release(), "release");
-    const gone = await stub.inspect();
-    eq(gone.rows, [], "rows after release");
-    eq(gone.alarm, null, "alarm after release");
+    const released = await stub.inspect();
+    eq(released.rows, [], "rows after release");
+    eq(released.alarm, earlier.alarm, "a release leaves the alarm");
+    // Acquired again before the alarm fires: the alarm is already due before the new expiry.
+    const again = lock(key, 60_000);
+    check(await again.acquire(), "acquire again");
+    const held = await stub.inspect();
+    eq(held.alarm, earlier.alarm, "an acquire expiring after the alarm leaves it");
+    // It fires with the key held: the live row stays, the alarm moves to the holder's expiry.
+    let deadline = Date.now() + 15_000;
+    let fired = held;
+    while (fired.alarm === held.alarm && Date.now() < deadline) {
+      await sleep(50);
+      fired = await stub.inspect();
+    }
+    eq(fired.rows.length, 1, "rows after the alarm fired with the key held");
+    eq(fired.alarm, fired.rows[0].expiresAt, "the fired alarm points at the holder's expiry");
+    // Brought near, then released: the alarm fires once, finds nothing, and leaves no alarm.
+    await again.extend(300);
+    const near = await stub.inspect();
+    eq(near.alarm, near.rows[0].expiresAt, "an extend to an expiry before the alarm moves it there");
+    check(await again.release(), "release again");
+    deadline = Date.now() + 15_000;
+    let after = await stub.inspect();
+    while (after.alarm !== null && Date.now() < deadline) {
+      await sleep(50);
+      after = await stub.inspect();
+    }
+    eq(after.rows, [], "rows after the released key's alarm fired");
+    eq(after.alarm, null, "no alarm left after it fired");
+    // With no alarm, the next write sets one at its expiry.
+    const third = lock(key, 60_000);
+    check(await third.acquire(), "acquire after the alarm");
+    const set = await stub.inspect();
+    eq(set.alarm, set.rows[0].expiresAt, "the first write after no alarm sets it to its expiry");
+    check(await third.release(), "release the third hold");
   },
 };
 
