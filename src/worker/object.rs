@@ -419,6 +419,33 @@ impl Inner {
         })
     }
 
+    /// The alarm's work (see [`LockDurableObjectCore::alarm`]).
+    async fn fire(self: Rc<Self>) -> Result<(), JsValue> {
+        let waited_for: Vec<String> = self.queues.borrow().keys().cloned().collect();
+        for k in waited_for {
+            if let Ok(k) = Key::new(k) {
+                self.hand_over(&k);
+            }
+        }
+        self.exec(DELETE_EXPIRED, vec![JsValue::from_f64(now() as f64)])?;
+        // The alarm that just fired is spent (workerd drops it when this handler succeeds
+        // without setting another). The next expiry covers every row, those just handed over
+        // included.
+        let next = self.next_expiry()?;
+        self.uncovered.set(None);
+        self.alarm_at.set(Some(None));
+        let Some(at) = next else {
+            return Ok(());
+        };
+        let date = js_sys::Date::new(&JsValue::from_f64(at as f64));
+        let set = self
+            .storage
+            .set_alarm(date, js_sys::Object::new())
+            .map_err(storage_error)?;
+        self.alarm_at.set(Some(Some(at)));
+        self.alarm_written(Some(set)).await
+    }
+
     /// Answers `decision.granted`, after covering what this turn wrote with the alarm.
     fn answer(self: &Rc<Self>, decision: Decision) -> Result<Promise, JsValue> {
         self.answer_with(JsValue::from_bool(decision.granted))
@@ -607,34 +634,16 @@ impl LockDurableObjectCore {
     }
 
     /// The alarm handler: hands expired keys to their waiters, deletes the remaining expired
-    /// rows, then points the alarm at the next expiry.
+    /// rows, then points the alarm at the next expiry. When it fails (workerd retries it), this
+    /// instance no longer knows the alarm, so the next write sets it again from the next expiry.
     pub fn alarm(&self) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
-            let waited_for: Vec<String> = inner.queues.borrow().keys().cloned().collect();
-            for k in waited_for {
-                if let Ok(k) = Key::new(k) {
-                    inner.hand_over(&k);
-                }
+            let fired = inner.clone().fire().await;
+            if fired.is_err() {
+                inner.alarm_at.set(None);
             }
-            inner.exec(DELETE_EXPIRED, vec![JsValue::from_f64(now() as f64)])?;
-            // The alarm that just fired is spent (workerd drops it when this handler succeeds
-            // without setting another). The next expiry covers every row, those just handed
-            // over included.
-            let next = inner.next_expiry()?;
-            inner.uncovered.set(None);
-            inner.alarm_at.set(Some(None));
-            let Some(at) = next else {
-                return Ok(JsValue::UNDEFINED);
-            };
-            let date = js_sys::Date::new(&JsValue::from_f64(at as f64));
-            let set = inner
-                .storage
-                .set_alarm(date, js_sys::Object::new())
-                .map_err(storage_error)?;
-            inner.alarm_at.set(Some(Some(at)));
-            inner.alarm_written(Some(set)).await?;
-            Ok(JsValue::UNDEFINED)
+            fired.map(|()| JsValue::UNDEFINED)
         })
     }
 
