@@ -1,8 +1,9 @@
 // The Durable Object floor: the same lock semantics as keel-lock's LockDurableObject written in
 // plain JS for this bench (no wasm, no keel-lock import): one object per key (idFromName(key)),
 // a SQLite row key → (owner, expiresAt), expired = absent, owner-checked release; the client
-// polls like keel-lock (try, sleep retryDelay = 50 ms, try again until the timeout). It sets no
-// alarm (keel-lock's object schedules one per acquire to delete expired rows), so it is a floor.
+// polls like keel-lock (try, sleep retryDelay = 50 ms, try again until the timeout). It takes no
+// fence and sets no alarm (keel-lock's object keeps one at or before the earliest expiry, to
+// delete expired rows), so it is a floor.
 import { DurableObject } from "cloudflare:workers";
 import { contend, firstRun, rpcMeter, uncontended } from "./shared.js";
 
