@@ -162,8 +162,11 @@ async function inIsolate() {
   // that spans one macrotask (setImmediate), so the others really find the key held.
   const N = 16;
   const K = scale(10);
-  // 9 rounds: one round is ~1 ms of keel-lock or async-mutex work, so a median of 3 moved with the load.
-  const C_ROUNDS = QUICK ? 1 : 9;
+  // One round is ~1 ms of keel-lock or async-mutex work, which a GC pause or the load can move by
+  // half: 31 rounds of those two (9 moved the median between 0.2 and 0.6 from run to run); the
+  // polling floor takes ~0.7 s a round, so it is measured against keel-lock in 3 rounds of its own.
+  const C_ROUNDS = QUICK ? 1 : 31;
+  const FLOOR_ROUNDS = QUICK ? 1 : 3;
   const csFn = () => new Promise((r) => setImmediate(() => r(1)));
   const contended = async (c) => {
     const lat = [];
@@ -188,7 +191,9 @@ async function inIsolate() {
   log("(1) in-isolate contended: warm-up");
   for (const c of cContenders) await contended(c);
   log(`(1) in-isolate contended: ${C_ROUNDS} rounds × ${N} callers × ${K} runs`);
-  const ct = await interleave(cContenders, C_ROUNDS, contended);
+  const polls = (c) => c.name === "floor (plain JS)";
+  const ct = await interleave(cContenders.filter((c) => !polls(c)), C_ROUNDS, contended);
+  const ctFloor = await interleave(cContenders.filter((c) => c.name === "keel-lock" || polls(c)), FLOOR_ROUNDS, contended);
 
   // Contended, arrival order known: WAITERS one-shot waiters started ORDER_GAP_MS apart.
   const O_ROUNDS = QUICK ? 1 : 3;
@@ -225,7 +230,15 @@ async function inIsolate() {
   results.sections.inIsolate = {
     uncontended: { opsPerRound: OPS, rounds: ROUNDS, rows: table(uc, contenders) },
     manyKeys: { keys: KEYS.length, opsPerRound: OPS, rounds: ROUNDS, rows: table(mk, mContenders) },
-    contended: { callers: N, runsPerCaller: K, rounds: C_ROUNDS, criticalSection: "one setImmediate", timeoutMs: 10_000, rows: table(ct, cContenders) },
+    contended: {
+      callers: N,
+      runsPerCaller: K,
+      rounds: C_ROUNDS,
+      floorRounds: FLOOR_ROUNDS,
+      criticalSection: "one setImmediate",
+      timeoutMs: 10_000,
+      rows: cContenders.map((c) => table(polls(c) ? ctFloor : ct, [c])[0]),
+    },
     ordered: {
       waiters: WAITERS,
       gapMs: ORDER_GAP_MS,
@@ -793,7 +806,7 @@ function markdown() {
       for (const r of mk.rows) L.push(`| ${r.impl} | ${r.opsPerSec} | ${r.p50us} | ${r.p99us} | ${r.keelOverThis} |`);
     }
     const c = s.inIsolate.contended;
-    L.push("", `#### 1b. In-isolate, contended: ${c.callers} callers × ${c.runsPerCaller} waiting runs on one key, critical section = ${c.criticalSection} (${c.rounds} rounds)`, "");
+    L.push("", `#### 1b. In-isolate, contended: ${c.callers} callers × ${c.runsPerCaller} waiting runs on one key, critical section = ${c.criticalSection} (${c.rounds} rounds; the polling floor against keel-lock in ${c.floorRounds ?? c.rounds} rounds of its own)`, "");
     L.push("| implementation | completed run()/s | p50 ms (incl. wait) | p99 ms | keel ÷ this | timed out |", "|---|---:|---:|---:|---:|---:|");
     for (const r of c.rows) L.push(`| ${r.impl} | ${r.opsPerSec} | ${round(r.p50us / 1000, 2)} | ${round(r.p99us / 1000, 2)} | ${r.keelOverThis} | ${r.failed} |`);
     const o = s.inIsolate.ordered;
