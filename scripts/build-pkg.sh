@@ -53,8 +53,8 @@ bindgen() {
 }
 
 rm -rf pkg/dist
-# Node and browsers get opt-level 3: the lock's hot path is code, not bytes — measured 1.6× faster
-# per in-isolate run() than opt-level "z" for 2.5 KB more gzip (bench/README.md).
+# Node and browsers get opt-level 3: the lock's hot path is code, not bytes — measured 1.7× faster
+# per in-isolate run() than opt-level "z" for 4.3 KB more gzip ("s": slower than 3, and larger).
 CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-unknown --features js,talc
 bindgen nodejs pkg/dist/node
 bindgen web pkg/dist/web
