@@ -579,13 +579,16 @@ function lock(key, ttlMs) {
     if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store, null);
     const ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs);
     if (ttl === FAILED) throw w.__kError();
-    if (acceptedKeys.size >= ACCEPTED_KEYS) acceptedKeys.clear();
-    acceptedKeys.add(key);
-    acceptedTtlMs = ttlMs;
-    acceptedTtl = ttl;
-    return new Lock(internal, key, ttl, store, null);
+    if (ttl !== SLOW) {
+      if (acceptedKeys.size >= ACCEPTED_KEYS) acceptedKeys.clear();
+      acceptedKeys.add(key);
+      acceptedTtlMs = ttlMs;
+      acceptedTtl = ttl;
+      return new Lock(internal, key, ttl, store, null);
+    }
   }
-  // Anything else is judged (and, if wrong, reported) by the core.
+  // Anything else — or a key only its JS string can judge (SLOW) — is judged, and if wrong
+  // reported, by the core.
   return new Lock(internal, undefined, undefined, store, w.lock(key, ttlMs));
 }
 

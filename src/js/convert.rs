@@ -183,13 +183,31 @@ pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {
     };
     // Lone surrogates would become U+FFFD on the way to UTF-8 and make distinct keys collide
     // ("\uD800" and "\uDBFF" would be one lock), so they are refused.
-    if !js.is_valid_utf16() {
+    if !well_formed(js) {
         return Err(RangeError::new(
             "lock key must be well-formed UTF-16 (it contains a lone surrogate)",
         )
         .into());
     }
     Key::new(String::from(js)).map_err(input_to_js)
+}
+
+#[wasm_bindgen]
+extern "C" {
+    /// A JS string, for `isWellFormed` (not bound by js-sys).
+    #[wasm_bindgen(extends = js_sys::JsString)]
+    type Text;
+    /// `String.prototype.isWellFormed`: whether the string has no lone surrogate.
+    #[wasm_bindgen(method, catch, js_name = isWellFormed)]
+    fn is_well_formed(this: &Text) -> Result<bool, JsValue>;
+}
+
+/// Whether `js` has no lone surrogate: one `isWellFormed` call, or, on a runtime without it, a
+/// look at every code unit (a call into JS each).
+fn well_formed(js: &js_sys::JsString) -> bool {
+    js.unchecked_ref::<Text>()
+        .is_well_formed()
+        .unwrap_or_else(|_| js.is_valid_utf16())
 }
 
 /// An owner token handed in by a store caller (a JS `MemoryLockStore` user, a Durable Object RPC).

@@ -49,7 +49,8 @@ pub const CALL: f64 = -2.0;
 pub const SLEEP: f64 = -3.0;
 /// The store call went unanswered for `arg` ms: a `LockStoreTimeoutError`.
 pub const TIMED_OUT: f64 = -4.0;
-/// Take the full async path (the store hands keys over and a timeout was given).
+/// Take the full async path (the store hands keys over and a timeout was given; or, from
+/// [`check`], a key that must be judged as the JS string it is).
 pub const SLOW: f64 = -5.0;
 /// (Memory store) queue for the key: call [`wait`].
 pub const QUEUE: f64 = -6.0;
@@ -237,9 +238,16 @@ fn call(bound_ms: u64, owner: &OwnerToken) -> f64 {
 }
 
 /// A key and TTL checked as `lock()` checks them; answers the TTL in whole ms. `ttl` is `NaN`
-/// for "not given" (a NaN the caller passed never gets here).
+/// for "not given" (a NaN the caller passed never gets here). A key with U+FFFD in it answers
+/// [`SLOW`]: on the way in, a lone surrogate became U+FFFD, and only the JS string itself tells
+/// one from the other (`lock()` then judges it as a value, which refuses lone surrogates).
 #[wasm_bindgen(js_name = __kCheck, skip_typescript)]
 pub fn check(key: &str, ttl: f64) -> f64 {
+    // A byte scan: `str::contains` with a char pattern links a string searcher (9 KB raw).
+    const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
+    if key.as_bytes().windows(3).any(|b| b == REPLACEMENT) {
+        return SLOW;
+    }
     plain(
         Key::check(key)
             .map_err(input_to_js)

@@ -32,32 +32,4 @@ pub use store::{DurableObjectLock, DurableObjectLockStore, JsDurableObjectLockSt
 pub use crate::js::JsRuntime as WorkersRuntime;
 
 // Value checks and error shapes are the JS bindings' own: one set of rules for every entry point.
-pub(crate) use crate::js::convert::{describe, type_error};
-
-use wasm_bindgen::prelude::*;
-
-#[wasm_bindgen]
-extern "C" {
-    /// A JS string, for `isWellFormed` (not bound by js-sys).
-    #[wasm_bindgen(extends = js_sys::JsString)]
-    type Text;
-    /// `String.prototype.isWellFormed`: whether the string has no lone surrogate.
-    #[wasm_bindgen(method, catch, js_name = isWellFormed)]
-    fn is_well_formed(this: &Text) -> Result<bool, JsValue>;
-}
-
-/// A key from JS, by the JS bindings' rules and with their errors
-/// ([`crate::js::convert::key`]), checked for lone surrogates with one `isWellFormed` call
-/// rather than a `charCodeAt` call per code unit: every call to the store and to the object
-/// checks its key. Anything but a well-formed valid key (or a runtime without `isWellFormed`)
-/// goes through the bindings' check, which says what is wrong.
-pub(crate) fn key(value: &JsValue) -> Result<crate::Key, JsValue> {
-    if let Some(js) = value.dyn_ref::<js_sys::JsString>() {
-        if let Ok(true) = js.unchecked_ref::<Text>().is_well_formed() {
-            if let Ok(key) = crate::Key::new(String::from(js)) {
-                return Ok(key);
-            }
-        }
-    }
-    crate::js::convert::key(value)
-}
+pub(crate) use crate::js::convert::{describe, key, type_error};

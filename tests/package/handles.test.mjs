@@ -292,6 +292,22 @@ describe("what the JS layer keeps between calls into the wasm", () => {
     }
   });
 
+  it("lock() refuses keys with a lone surrogate, and keeps a real U+FFFD key apart from them", async () => {
+    setLockStore(new MemoryLockStore());
+    const key = fresh();
+    // On the way into the wasm a lone surrogate becomes U+FFFD: two such keys would be one lock.
+    for (const lone of ["\uD800", "\uDBFF", "\uDC00"]) {
+      assert.throws(() => lock(`${key}${lone}`), RangeError, JSON.stringify(lone));
+    }
+    const replacement = lock(`${key}\uFFFD`);
+    assert.equal(replacement.key, `${key}\uFFFD`);
+    assert.equal(await replacement.acquire(), true);
+    assert.equal(await lock(`${key}\uFFFD`).isLocked(), true);
+    assert.deepEqual(await lock(`${key}\uFFFD`).run(() => 1), [false, undefined]);
+    assert.equal(await replacement.release(), true);
+    assert.deepEqual(await lock(`${key}\uFFFD`).run(() => 2), [true, 2]);
+  });
+
   it("a new handle on the same key reuses nothing of a handle bound to another store or TTL", async () => {
     const first = recordingStore();
     setLockStore(first);
