@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the npm package's generated files into pkg/:
-#   dist/node     --features js, wasm-bindgen --target nodejs (Node, Bun, Deno: CommonJS, reads
-#                 the .wasm from disk)
+#   dist/node     --features js, wasm-bindgen --target nodejs (Node, Bun, Deno: reads the .wasm
+#                 from disk; the glue as CommonJS for require() and as an ES module for import)
 #   dist/web      --features js, --target web (browsers and bundlers: ESM)
 #   dist/workerd  --features worker, --target web (Cloudflare Workers: adds LockDurableObject and
 #                 DurableObjectLockStore; a separate build so Node/browser do not grow)
@@ -43,12 +43,13 @@ bindgen() {
     --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
     --strip-producers --strip-target-features \
     "$out/keel_lock_bg.wasm" -o "$out/keel_lock_bg.wasm"
-  # The package is ESM ("type": "module"), but wasm-bindgen's nodejs glue is CommonJS, and so
-  # are the JS snippets (src/js/*.js) it require()s once rewritten: Node's require() of an ES
-  # module goes through the ESM loader, ≈ 2.6 ms more import time.
+  # The package is ESM ("type": "module"), but wasm-bindgen's nodejs glue is CommonJS; the JS
+  # snippets (src/js/*.js) are inlined into it as CommonJS (one file to load; Node's require() of
+  # an ES module goes through the ESM loader). The Node build also gets the glue as an ES module
+  # (keel_lock.mjs) for the `import` entry. See scripts/node-glue.mjs.
   if [ "$target" = nodejs ]; then
     echo '{ "type": "commonjs" }' >"$out/package.json"
-    node scripts/cjs-snippets.mjs "$out/snippets"
+    if [ "$out" = pkg/dist/node ]; then node scripts/node-glue.mjs "$out" --esm; else node scripts/node-glue.mjs "$out"; fi
   fi
 }
 
