@@ -241,8 +241,11 @@ impl<R: Runtime> MemoryLockStore<R> {
     }
 
     /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting
-    /// and wakes it. Waiters that left are dropped from the queue; an emptied queue is removed.
+    /// and wakes it. Waiters that left are dropped from the queue, and so are those whose
+    /// deadline has passed by `now` even if the timekeeper's timer has not fired yet (a late
+    /// timer must not turn a wait that ran out into a grant); an emptied queue is removed.
     fn hand_over(&self, key: &Key, now: u64) {
+        let mut ran_out = Vec::new();
         let next = {
             let mut queues = self.queues.borrow_mut();
             let Some(queue) = queues.get_mut(key.as_str()) else {
@@ -257,11 +260,15 @@ impl<R: Runtime> MemoryLockStore<R> {
                 return;
             }
             let tickets = &mut queue.tickets;
-            while tickets
-                .front()
-                .is_some_and(|t| t.gone.get() || t.timed_out.get())
-            {
-                tickets.pop_front();
+            while let Some(front) = tickets.front() {
+                if front.gone.get() || front.timed_out.get() {
+                    tickets.pop_front();
+                } else if front.deadline <= now {
+                    front.timed_out.set(true);
+                    ran_out.extend(tickets.pop_front());
+                } else {
+                    break;
+                }
             }
             let next = tickets.pop_front();
             if tickets.is_empty() && queue.keeper.is_none() {
@@ -269,6 +276,8 @@ impl<R: Runtime> MemoryLockStore<R> {
             }
             next
         };
+        // Told with no store borrow held, as below.
+        ran_out.iter().for_each(|t| t.wake());
         let Some(ticket) = next else { return };
         let grant = self
             .take(key, &ticket.owner, ticket.ttl, now)

@@ -24,8 +24,23 @@ thread_local! {
 
 /// An owner token: 32 lowercase hex digits when minted here, or any 1–128 printable ASCII
 /// characters when it comes from outside.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Eq)]
 pub struct OwnerToken(Arc<str>);
+
+impl PartialEq for OwnerToken {
+    // A hold and the run or handle that took it share one token, so most comparisons are of a
+    // token with itself: settled by the pointer, before comparing text.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+impl std::hash::Hash for OwnerToken {
+    // The text, as equality compares it.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 impl OwnerToken {
     /// Mints a fresh token from the platform CSPRNG (`crypto.getRandomValues` in JS hosts).

@@ -137,6 +137,31 @@ fn a_waiter_whose_timeout_passes_leaves_the_queue() {
 }
 
 #[test]
+fn a_release_at_a_waiters_deadline_does_not_hand_it_the_key_before_its_timer_fires() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("k"), ttl(10_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let start = rt.now_ms();
+    // Both wake at +300; the release runs first, before the waiter's timer is acted on — as
+    // when a host runs a timer late.
+    let outcomes = rt.join_all::<std::pin::Pin<Box<dyn Future<Output = bool>>>>(vec![
+        Box::pin(async {
+            rt.sleep(300).await;
+            holder.release().await.unwrap()
+        }),
+        Box::pin(async { waiter.acquire(queued(300)).await.unwrap() }),
+    ]);
+    assert_eq!(outcomes, [true, false], "a wait that ran out was granted");
+    assert_eq!(rt.now_ms() - start, 300);
+    assert_eq!(store.waiting(), 0);
+    assert!(!rt.block_on(waiter.is_locked()).unwrap());
+}
+
+#[test]
 fn aborting_a_queued_waiter_leaves_no_trace_and_the_next_waiter_gets_the_key() {
     let rt = VirtualRuntime::new();
     let store = MemoryLockStore::new(rt.clone());

@@ -19,7 +19,14 @@ const SLOW = -5;
 const QUEUE = -6;
 const PENDING = -7;
 const FAILED = -100; // the error is w.__kError()
-const RELEASED_CLOSED = 3; // ending a hold: released, and the idle handle's slot closed
+// Ending a hold: released, and the now idle handle let go of its slot, which closed (or which
+// is now the spare).
+const RELEASED_CLOSED = 3;
+const RELEASED_SPARED = 4;
+// What became of a handle's slot (`__kClose`): the handle keeps it; it closed; it is the spare.
+const KEPT = 0;
+const CLOSED = 1;
+const SPARED = 2;
 
 const UNANSWERED = Symbol("unanswered");
 // What `acquire()` runs: nothing — the hold stays the handle's.
@@ -61,9 +68,10 @@ function ownerOf(id) {
   );
 }
 
-// The last idle slot closed, and the key, TTL and store of its handle: the core keeps that
-// slot's lock for the next handle on the same, which reopens it (`__kReopen`) instead of
-// passing the key again.
+// The spare: the last slot a handle let go of idle, which the core keeps open, and the key, TTL
+// and store of that handle. The next handle on the same takes that slot as it is, without a
+// call into the wasm or passing the key again; the core closes a spare not taken when the next
+// slot goes idle, so only the last one is ever named here.
 let spareId = 0;
 let spareKey;
 let spareTtl = 0;
@@ -166,7 +174,7 @@ function pending(answer) {
 
 /**
  * A JS store's answer to a release (within its `bound`), recorded by the core: RELEASED,
- * RELEASED_CLOSED or REFUSED (the hold was lost).
+ * RELEASED_CLOSED, RELEASED_SPARED or REFUSED (the hold was lost).
  */
 function released(id, answer, bound) {
   if (answer === UNANSWERED) throw w.__kTimeoutError(id, 1, bound);
@@ -174,6 +182,11 @@ function released(id, answer, bound) {
   const code = w.__kReleased(id, answer);
   if (code === FAILED) throw w.__kError();
   return code;
+}
+
+/** What ending a hold (`code`) did with the handle's slot. */
+function slotAfter(code) {
+  return code === RELEASED_SPARED ? SPARED : code === RELEASED_CLOSED ? CLOSED : KEPT;
 }
 
 /** What a run or an acquire answers when the key was not taken. */
@@ -227,12 +240,10 @@ export class Lock {
 
   #open() {
     if (spareId !== 0 && spareKey === this.#key && spareTtl === this.#ttl && spareStore === this.#store) {
-      const id = w.__kReopen(spareId);
+      const id = spareId;
       spareId = 0;
-      if (id !== 0) {
-        this.#slot = id;
-        return id;
-      }
+      this.#slot = id;
+      return id;
     }
     const id = w.__kOpen(this.#key, this.#ttl, this.#store.binding);
     if (id === FAILED) throw w.__kError();
@@ -258,18 +269,24 @@ export class Lock {
   }
 
   /**
-   * A fast operation is over: close the slot if the handle is idle (`closed`: the core already
-   * did), else keep it watched.
+   * A fast operation is over: let go of the slot if the handle is idle (`after`: what ending
+   * the hold already did with it, KEPT when nothing), else keep it watched.
    */
-  #done(closed) {
+  #done(after) {
     this.#busy = false;
-    if (closed) return this.#idle();
-    if (this.#core !== null) return this.#close(true);
-    if (w.__kClose(this.#slot, false)) this.#idle();
-    else if (!this.#registered) this.#settled(this.#slot);
+    if (after === KEPT) {
+      if (this.#core !== null) return this.#close(true);
+      after = w.__kClose(this.#slot, false);
+      if (after === KEPT) {
+        if (!this.#registered) this.#settled(this.#slot);
+        return;
+      }
+    }
+    if (after === SPARED) this.#idle();
+    else this.#settled(0);
   }
 
-  /** The slot closed with the handle idle: the next handle on the same may reopen it. */
+  /** The handle let go of its slot, idle: the slot is the spare, for the next handle on the same. */
   #idle() {
     spareId = this.#slot;
     spareKey = this.#key;
@@ -322,17 +339,17 @@ export class Lock {
       }
     }
     this.#busy = true;
-    const code = w.__kBegin(id, timeout, retryDelay);
+    const code = w.__kBegin(id, timeout, retryDelay, performance.now());
     if (code === FAILED) {
-      this.#done(false);
+      this.#done(KEPT);
       return Promise.reject(w.__kError());
     }
     if (code === REFUSED) {
-      this.#done(false);
+      this.#done(KEPT);
       return Promise.resolve(refused(fn));
     }
     if (code === SLOW) {
-      this.#done(false);
+      this.#done(KEPT);
       return this.#slow(fn, options);
     }
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
@@ -356,7 +373,7 @@ export class Lock {
 
   #afterWait(id, fn, code) {
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
-    this.#done(false);
+    this.#done(KEPT);
     return code === FAILED ? Promise.reject(w.__kError()) : Promise.resolve(refused(fn));
   }
 
@@ -368,7 +385,7 @@ export class Lock {
   /** `acquire()` took the key: the hold is the handle's, kept in its slot until released. */
   #kept(id) {
     w.__kKeep(id);
-    this.#done(false);
+    this.#done(KEPT);
     return true;
   }
 
@@ -396,7 +413,7 @@ export class Lock {
     LockContext.end(context);
     const code = w.__kEnd(id);
     const error = code === FAILED ? w.__kError() : undefined;
-    this.#done(code === RELEASED_CLOSED);
+    this.#done(slotAfter(code));
     if (failed) return Promise.reject(value);
     return code === FAILED ? Promise.reject(error) : Promise.resolve([true, value]);
   }
@@ -444,11 +461,11 @@ export class Lock {
         }
       }
     } catch (error) {
-      this.#done(false);
+      this.#done(KEPT);
       throw error;
     }
     if (code === REFUSED || code === SLOW) {
-      this.#done(false);
+      this.#done(KEPT);
       return code === REFUSED ? refused(fn) : this.#slow(fn, options);
     }
     if (fn === KEEP) return this.#kept(id);
@@ -465,7 +482,7 @@ export class Lock {
     LockContext.end(context);
     let releaseFailed = false;
     let releaseError;
-    let closed = false;
+    let after = KEPT;
     try {
       if (w.__kEnd(id) === FAILED) throw w.__kError();
       // The run's hold is the one its last acquire call was granted, under that call's token.
@@ -475,13 +492,13 @@ export class Lock {
       await null;
       if (p !== null) answer = p.done ? p.result : await p.later(bound);
       const code = released(id, answer, bound);
-      closed = code === RELEASED_CLOSED;
+      after = slotAfter(code);
     } catch (error) {
       w.__kForget(id);
       releaseFailed = true;
       releaseError = error;
     }
-    this.#done(closed);
+    this.#done(after);
     if (failed) throw value;
     if (releaseFailed) throw releaseError;
     return [true, value];
@@ -502,11 +519,11 @@ export class Lock {
     this.#busy = true;
     const code = w.__kRelease(id);
     if (code === FAILED) {
-      this.#done(false);
+      this.#done(KEPT);
       return Promise.reject(w.__kError());
     }
     if (code !== CALL) {
-      this.#done(code === RELEASED_CLOSED);
+      this.#done(slotAfter(code));
       return Promise.resolve(code !== REFUSED);
     }
     return this.#releaseOverStore(id);
@@ -527,7 +544,7 @@ export class Lock {
       w.__kForget(id);
       throw error;
     } finally {
-      this.#done(code === RELEASED_CLOSED);
+      this.#done(slotAfter(code));
     }
   }
 

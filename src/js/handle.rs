@@ -11,7 +11,8 @@
 //! (the memory store queues the caller: [`wait`]) and [`PENDING`] (still queued); [`SLOW`] (this
 //! needs the full async path: a JS store waits itself); [`FAILED`] (the error is [`error`]).
 //! `arg` is the first number JS reads from the step's numbers in wasm memory ([`out`]).
-//! Ending a hold answers [`RELEASED`], [`RELEASED_CLOSED`] or [`REFUSED`] (lost), or [`CALL`].
+//! Ending a hold answers [`RELEASED`], [`RELEASED_CLOSED`], [`RELEASED_SPARED`] or [`REFUSED`]
+//! (lost), or [`CALL`].
 //!
 //! Nothing here may panic on input: ids that name no slot (or a slot since reused) are
 //! `TypeError`s, and no borrow is held while JS code (a clock that user code replaced, a
@@ -58,8 +59,10 @@ pub const QUEUE: f64 = -6.0;
 pub const PENDING: f64 = -7.0;
 /// (Ending a run) released.
 pub const RELEASED: f64 = 1.0;
-/// (Ending a run) released, and the handle's slot closed: it is idle.
+/// (Ending a run) released, and the now idle handle let go of its slot, which closed.
 pub const RELEASED_CLOSED: f64 = 3.0;
+/// (Ending a run) released, and the now idle handle let go of its slot, now the spare.
+pub const RELEASED_SPARED: f64 = 4.0;
 /// The call failed: [`error`] has the JS error to throw. (The hot calls answer a plain number
 /// rather than a `Result`, which wasm-bindgen returns through memory.)
 pub const FAILED: f64 = -100.0;
@@ -115,10 +118,12 @@ thread_local! {
     /// is -1 and JS asks [`owner`]. The address is valid until the next call into the wasm.
     static OUT: [Cell<f64>; 3] = const { [Cell::new(0.0), Cell::new(0.0), Cell::new(0.0)] };
     static ERROR: RefCell<Option<JsValue>> = const { RefCell::new(None) };
-    /// The core lock of the last idle slot closed, and that slot's id: JS, which knows the key,
-    /// TTL and store of the slot it closed, reopens it with [`reopen`] for the next handle on
-    /// the same — `lock(key).run(fn)` in a loop then allocates nothing and passes no key.
-    static SPARE: RefCell<Option<(f64, Rc<CoreLock>)>> = const { RefCell::new(None) };
+    /// The id of the spare: the last slot that went idle, kept open rather than closed (0:
+    /// none). JS, which knows the key, TTL and store of the slot it let go, hands that very id
+    /// to the next handle on the same — `lock(key).run(fn)` in a loop then allocates nothing,
+    /// passes no key and makes no call to reopen. A call that starts work on the spare's id
+    /// ([`begin`], [`handle`]) takes it; the next slot to go idle closes a spare not taken.
+    static SPARE: Cell<f64> = const { Cell::new(0.0) };
 }
 
 /// A hot call's answer: its number, or [`FAILED`] with the error kept for [`error`].
@@ -197,15 +202,18 @@ fn insert(lock: Rc<CoreLock>) -> f64 {
     })
 }
 
-/// How many slots are open (for tests: an idle handle must not keep one).
+/// How many slots handles have open (for tests: an idle handle must not keep one). The spare
+/// is no handle's.
 #[wasm_bindgen(js_name = __kSlotsOpen, skip_typescript)]
 pub fn slots_open() -> u32 {
+    let spare = SPARE.with(Cell::get);
     SLOTS.with(|s| {
-        s.borrow()
-            .entries
-            .iter()
-            .filter(|(_, e)| e.is_some())
-            .count() as u32
+        let s = s.borrow();
+        let open = s.entries.iter().filter(|(_, e)| e.is_some()).count() as u32;
+        let spare_open = index_of(spare).is_some_and(|(index, generation)| {
+            matches!(s.entries.get(index), Some((g, Some(_))) if *g == generation)
+        });
+        open - u32::from(spare_open)
     })
 }
 
@@ -280,57 +288,77 @@ pub fn open(key: &str, ttl: f64, store: &StoreBinding) -> f64 {
     })())
 }
 
-/// A slot for a handle on the core lock of the idle slot `closed`, if it is the one kept (JS
-/// only asks for one it closed on the same key, TTL and store); 0 when it is not kept.
-#[wasm_bindgen(js_name = __kReopen, skip_typescript)]
-pub fn reopen(closed: f64) -> f64 {
-    let spare = SPARE.with(|s| {
-        let mut s = s.borrow_mut();
-        match &*s {
-            Some((id, _)) if *id == closed => s.take(),
-            _ => None,
+/// The spare is `id`'s from now on: it is no longer closed when another slot goes idle.
+fn take_spare(id: f64) {
+    SPARE.with(|s| {
+        if s.get() == id {
+            s.set(0.0);
         }
     });
-    spare.map_or(0.0, |(_, lock)| insert(lock))
 }
 
-/// Closes the slot if the handle is idle (holds nothing, knows of no lost hold, acquires
-/// nothing), or at once with `force` (the handle is gone). Answers whether it closed.
-#[wasm_bindgen(js_name = __kClose, skip_typescript)]
-pub fn close(id: f64, force: bool) -> bool {
-    let Some((index, generation)) = index_of(id) else {
-        return false;
-    };
-    let entry = SLOTS.with(|s| {
+/// Removes slot `id`'s entry, if `id` names one.
+fn remove(id: f64) -> Option<Entry> {
+    let (index, generation) = index_of(id)?;
+    SLOTS.with(|s| {
         let mut s = s.borrow_mut();
-        let idle = match s.entries.get(index) {
-            Some((g, Some(e))) if *g == generation => {
-                force
-                    || (e.attempt.is_none()
-                        && e.waiting.is_none()
-                        && e.run_owner.is_none()
-                        && e.lock.is_idle())
-            }
+        let entry = match s.entries.get_mut(index) {
+            Some((g, entry @ Some(_))) if *g == generation => entry.take(),
             _ => return None,
         };
-        if !idle {
-            return None;
-        }
         s.free.push(index);
-        s.entries[index].1.take()
+        entry
+    })
+}
+
+/// The handle keeps its slot: it is not idle.
+pub const KEPT: u32 = 0;
+/// The handle let go of its slot, which closed.
+pub const CLOSED: u32 = 1;
+/// The handle let go of its slot, idle, which is now the spare.
+pub const SPARED: u32 = 2;
+
+/// Lets the handle go of its slot if it is idle (holds nothing, knows of no lost hold, acquires
+/// nothing), or at once with `force` (the handle is gone). An idle slot whose core lock nothing
+/// else shares stays open as the spare (see `SPARE`), closing the spare before it; any other
+/// closes. Answers [`KEPT`], [`CLOSED`] or [`SPARED`].
+#[wasm_bindgen(js_name = __kClose, skip_typescript)]
+pub fn close(id: f64, force: bool) -> u32 {
+    let Some((index, generation)) = index_of(id) else {
+        return KEPT;
+    };
+    // None: the handle keeps the slot; Some(keep): it lets go, and the slot stays as the spare.
+    let keep = SLOTS.with(|s| match s.borrow().entries.get(index) {
+        Some((g, Some(e))) if *g == generation => {
+            let idle = e.attempt.is_none()
+                && e.waiting.is_none()
+                && e.run_owner.is_none()
+                && e.lock.is_idle();
+            (force || idle).then(|| !force && Rc::strong_count(&e.lock) == 1)
+        }
+        _ => None,
     });
+    let Some(keep) = keep else { return KEPT };
+    let closed = if keep {
+        let previous = SPARE.with(|s| s.replace(id));
+        (previous != id).then(|| remove(previous)).flatten()
+    } else {
+        take_spare(id);
+        remove(id)
+    };
     // Dropped with no borrow held: dropping a core lock may drop JS values.
-    let Some(entry) = entry else { return false };
-    if !force && Rc::strong_count(&entry.lock) == 1 {
-        let previous = SPARE.with(|s| s.borrow_mut().replace((id, entry.lock)));
-        drop(previous);
+    drop(closed);
+    if keep {
+        SPARED
+    } else {
+        CLOSED
     }
-    true
 }
 
 /// The `Lock` object the async path uses, sharing this slot's core lock (and so its hold).
 #[wasm_bindgen(js_name = __kLock, skip_typescript)]
 pub fn handle(id: f64) -> Result<JsLock, JsValue> {
+    take_spare(id);
     Ok(JsLock::from_core(lock_of(id)?))
 }
 
@@ -348,18 +376,19 @@ pub fn owner(id: f64) -> Result<String, JsValue> {
     })
 }
 
-/// Starts a run's acquisition: `timeout`/`retryDelay` in ms, `NaN` for "not given".
+/// Starts a run's acquisition: `timeout`/`retryDelay` in ms, `NaN` for "not given"; `now` is
+/// the monotonic clock as [`JsRuntime`] reads it (`performance.now()`), read by JS.
 #[wasm_bindgen(js_name = __kBegin, skip_typescript)]
-pub fn begin(id: f64, timeout: f64, retry_delay: f64) -> f64 {
-    plain(start(id, timeout, retry_delay))
+pub fn begin(id: f64, timeout: f64, retry_delay: f64, now: f64) -> f64 {
+    take_spare(id);
+    plain(start(id, timeout, retry_delay, now as u64))
 }
 
-fn start(id: f64, timeout: f64, retry_delay: f64) -> Result<f64, JsValue> {
+fn start(id: f64, timeout: f64, retry_delay: f64, mono: u64) -> Result<f64, JsValue> {
     let given = |v: f64| (!v.is_nan()).then_some(v);
     let options =
         AcquireOptions::from_f64(given(timeout), given(retry_delay)).map_err(input_to_js)?;
     let lock = lock_of(id)?;
-    let mono = JsRuntime.monotonic_ms();
     let (attempt, next) = Attempt::start(options, lock.ttl(), lock.store().hands_over(), mono)
         .map_err(|e| to_js(Error::from(e)))?;
     drive(id, &lock, attempt, next, mono)
@@ -582,8 +611,8 @@ pub fn timeout_error(id: f64, operation: u32, after_ms: f64) -> Result<JsValue, 
 }
 
 /// Ends the run's hold: on the memory store released here ([`RELEASED`], or
-/// [`RELEASED_CLOSED`] when the now idle handle's slot was closed too; [`REFUSED`]: the hold
-/// was lost); on a JS store [`CALL`]: JS calls `release(key, __kOwner(id))`, bounded by the TTL,
+/// [`RELEASED_CLOSED`] or [`RELEASED_SPARED`] when the now idle handle let go of its slot too;
+/// [`REFUSED`]: the hold was lost); on a JS store [`CALL`]: JS calls `release(key, __kOwner(id))`, bounded by the TTL,
 /// and reports with [`released`]. Stops the run's watcher.
 #[wasm_bindgen(js_name = __kEnd, skip_typescript)]
 pub fn end(id: f64) -> f64 {
@@ -646,15 +675,17 @@ pub fn release(id: f64) -> f64 {
 }
 
 /// The hold under `owner` ended — `released`, or refused (it was lost) — and is recorded so;
-/// the slot of a handle now idle closes: [`RELEASED`], [`RELEASED_CLOSED`] or [`REFUSED`].
+/// a handle now idle lets go of its slot: [`RELEASED`], [`RELEASED_CLOSED`],
+/// [`RELEASED_SPARED`] or [`REFUSED`].
 fn hold_ended(id: f64, lock: Rc<CoreLock>, owner: &OwnerToken, released: bool) -> f64 {
     lock.released(owner, released);
     // Dropped first: an idle slot goes to the spare only when nothing else shares its lock.
     drop(lock);
     match (released, close(id, false)) {
         (false, _) => REFUSED,
-        (true, false) => RELEASED,
-        (true, true) => RELEASED_CLOSED,
+        (true, KEPT) => RELEASED,
+        (true, SPARED) => RELEASED_SPARED,
+        (true, _) => RELEASED_CLOSED,
     }
 }
 
