@@ -22,10 +22,10 @@
 //
 // How each operation maps onto Redis (one round trip each on the happy path):
 //
-//   acquire        EVALSHA <acquire script>    if the lock is absent and nobody queues: INCR the
-//                                              fence counter, SET the lock PX ttl, answer the
-//                                              fence — atomically (a lock found free with callers
-//                                              queued: the check script hands it over first)
+//   acquire        EVALSHA <acquire script>    SET the lock NX PX ttl; if nobody queues, INCR the
+//                                              fence counter and answer the fence — atomically (a
+//                                              lock found free with callers queued is deleted
+//                                              again: the check script hands it over first)
 //   release        EVALSHA <release script>    compare owner, then DEL — atomically; a holder
 //                                              with callers queued behind it hands the key over
 //   extend         EVALSHA <extend script>     compare owner, then PEXPIRE — atomically
@@ -153,10 +153,10 @@ local function free(v, channel)
 end
 `;
 
-// Takes the free lock (ACQUIRE_SCRIPT, ENQUEUE_SCRIPT): INCR the fence counter KEYS[2], SET KEYS[1]
-// to ARGV[1] PX ARGV[2]; `fence` is then the new counter value. A counter that would leave
-// 1..MAX_FENCE is put back and the script answers an error. Uses nothing from PRELUDE, so the
-// uncontended path creates none of its functions.
+// Takes the free lock (ENQUEUE_SCRIPT): INCR the fence counter KEYS[2], SET KEYS[1] to ARGV[1]
+// PX ARGV[2]; `fence` is then the new counter value. A counter that would leave 1..MAX_FENCE is
+// put back and the script answers an error. Uses nothing from PRELUDE, so the uncontended path
+// creates none of its functions.
 const TAKE = `local fence = redis.call("INCR", KEYS[2])
 if fence < 1 or fence > ${MAX_FENCE} then
   redis.call("DECR", KEYS[2])
@@ -168,28 +168,39 @@ redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])`;
 const nested = (text) => text.replace(/^(?=.)/gm, "  ");
 
 /**
- * Plain acquire (KEYS: lock, fence counter, queue; ARGV: owner, ttl ms). If the lock and the
- * queue are both absent: INCR KEYS[2] (the fence counter), SET KEYS[1] to ARGV[1] with a TTL of
- * ARGV[2] ms, and answer the new counter value (the fence). If the lock is held, answer 0. If it
- * is free but callers are queued for it (its holder's TTL passed while they waited), change
- * nothing and answer -1: the store then runs CHECK_SCRIPT for the key, which hands it to the
- * oldest live waiter, and tries once more — a newcomer never overtakes the queue.
- * A counter that would leave 1..2^53-1 is an error: it is put back as it was and no lock is
- * taken, so every later acquire of the key fails the same way.
- * The script takes only the names its uncontended path reads (Redis parses every argument of
- * every call); EXISTS lists the queue twice, so one command tells the four cases apart: 0 free,
- * 1 held, 2 queued with no holder, 3 held with a queue.
+ * Plain acquire (KEYS: lock, fence counter, queue; ARGV: owner, ttl ms). SET KEYS[1] to ARGV[1]
+ * NX with a TTL of ARGV[2] ms; if it was held, answer 0. If callers are queued for it (KEYS[3]
+ * exists: its holder's TTL passed while they waited), delete it again and answer -1: the store
+ * then runs CHECK_SCRIPT for the key, which hands it to the oldest live waiter, and tries once
+ * more — a newcomer never overtakes the queue. Otherwise INCR KEYS[2] (the fence counter) and
+ * answer the new value (the fence).
+ * A counter that would leave 1..2^53-1, or that INCR refuses (not an integer), is an error: the
+ * counter is put back as it was and the lock deleted again, so every later acquire of the key
+ * fails the same way.
+ * The uncontended path is three commands — SET NX, a one-key EXISTS, INCR — and the script
+ * takes only the names that path reads (Redis parses every argument of every call); a held key
+ * costs the SET NX alone.
  */
 export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobody queues (KEYS[3]), set it to ARGV[1] (the
 -- owner) for ARGV[2] ms and answer the next fence from the counter KEYS[2]; 0 while it is held;
 -- -1 when it is free with callers queued (the check script hands it over)
-local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
-if state ~= 0 then
-  if state == 2 then return -1 end
+if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
   return 0
 end
-${TAKE}
-return fence
+if redis.call("EXISTS", KEYS[3]) == 1 then
+  redis.call("DEL", KEYS[1])
+  return -1
+end
+local fence = redis.pcall("INCR", KEYS[2])
+if type(fence) == "number" and fence >= 1 and fence <= ${MAX_FENCE} then
+  return fence
+end
+redis.call("DEL", KEYS[1])
+if type(fence) ~= "number" then
+  return fence
+end
+redis.call("DECR", KEYS[2])
+return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
 `;
 
 /**
@@ -333,7 +344,7 @@ return 0
 `;
 
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "e10d4f3952a6f7398460146bfc33e25372110e8c";
+export const ACQUIRE_SHA = "c63daa244b0ba5f38a0cdf96979f88f3c55d200e";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const RELEASE_SHA = "a914215d28d7ec31b845abc66011c4d61084b9b7";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
@@ -374,19 +385,20 @@ export function detectRedisClient(client) {
 function adapter(client, type) {
   switch (type) {
     case "ioredis": {
-      // Commands sent in one tick share writes (see corker).
+      // Commands sent in one tick share writes (see corker). ioredis flattens array arguments
+      // (one level), so keys and args go as the arrays they are, with no spread copy of them.
       const cork = corker(client);
       return {
-        evalsha: (sha, keys, args) => (cork(), client.evalsha(sha, keys.length, ...keys, ...args)),
-        eval: (script, keys, args) => (cork(), client.eval(script, keys.length, ...keys, ...args)),
+        evalsha: (sha, keys, args) => (cork(), client.evalsha(sha, String(keys.length), keys, args)),
+        eval: (script, keys, args) => (cork(), client.eval(script, String(keys.length), keys, args)),
         exists: (key) => (cork(), client.exists(key)),
         pttl: (key) => (cork(), client.pttl(key)),
       };
     }
     case "ioredis-cluster":
       return {
-        evalsha: (sha, keys, args) => client.evalsha(sha, keys.length, ...keys, ...args),
-        eval: (script, keys, args) => client.eval(script, keys.length, ...keys, ...args),
+        evalsha: (sha, keys, args) => client.evalsha(sha, String(keys.length), keys, args),
+        eval: (script, keys, args) => client.eval(script, String(keys.length), keys, args),
         exists: (key) => client.exists(key),
         pttl: (key) => client.pttl(key),
       };

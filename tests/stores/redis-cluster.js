@@ -219,7 +219,7 @@ describe("Redis Cluster (three masters, started here)", () => {
         await store.isLocked(key); // the client has learned the slot map
         const steps = [
           [() => store.acquire(key, a, 60_000), { evalsha: 1, exists: 1, incr: 1, set: 1 }],
-          [() => store.acquire(key, ctx.owner(), 60_000), { evalsha: 1, exists: 1 }],
+          [() => store.acquire(key, ctx.owner(), 60_000), { evalsha: 1, set: 1 }],
           [() => store.extend(key, a, 60_000), { evalsha: 1, get: 1, pexpire: 1 }],
           [() => store.isLocked(key), { exists: 1 }],
           [() => store.remainingTime(key), { pttl: 1 }],

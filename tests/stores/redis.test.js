@@ -265,7 +265,7 @@ for (const [name, flavour] of Object.entries(FLAVOURS)) {
       for (const script of [ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT]) await admin.script("LOAD", script);
       const steps = [
         [() => store.acquire(key, a, 60_000), { evalsha: 1, exists: 1, incr: 1, set: 1 }],
-        [() => store.acquire(key, ctx.owner(), 60_000), { evalsha: 1, exists: 1 }],
+        [() => store.acquire(key, ctx.owner(), 60_000), { evalsha: 1, set: 1 }],
         [() => store.extend(key, a, 60_000), { evalsha: 1, get: 1, pexpire: 1 }],
         [() => store.isLocked(key), { exists: 1 }],
         [() => store.remainingTime(key), { pttl: 1 }],
@@ -517,6 +517,34 @@ describe("ioredis: the store's commands sent in one tick share writes, 8 to a wr
         await client.set(ctx.key(), "x");
       } finally {
         await close();
+      }
+    });
+
+    test(`${name}: the store hands ioredis its keys and arguments as arrays; a client keyPrefix applies to every name, not to the arguments`, async () => {
+      const Ctor = name === "ioredis 6" ? (IORedis6.default ?? IORedis6) : IORedis;
+      const client = new Ctor({ port: redis.port, host: "127.0.0.1", lazyConnect: true, keyPrefix: "kp:" });
+      await client.connect();
+      try {
+        const store = redisLockStore(client);
+        const ctx = newContext([store], "key-prefix");
+        const [key, a, b] = [ctx.key(), ctx.owner(), ctx.owner()];
+        const names = store.keys(key);
+        const first = fenceOf(await store.acquire(key, a, 60_000));
+        assert.equal(await admin.get(`kp:${names.lock}`), a, "the lock, under the client's prefix, holds the owner");
+        assert.equal(await admin.get(`kp:${names.fence}`), String(first));
+        assert.equal(await admin.exists(names.lock, names.fence), 0, "a name without the prefix was written");
+        assert.ok((await admin.pttl(`kp:${names.lock}`)) > 50_000);
+        assert.equal(await store.acquire(key, b, 60_000), false);
+        assert.equal(await store.extend(key, a, 90_000), true);
+        assert.ok((await admin.pttl(`kp:${names.lock}`)) > 80_000);
+        assert.equal(await store.release(key, b), false);
+        assert.equal(await store.release(key, a), true);
+        assert.equal(await admin.exists(`kp:${names.lock}`), 0);
+        assert.equal(fenceOf(await store.acquire(key, b, 60_000)), first + 1);
+        assert.equal(await store.release(key, b), true);
+        await admin.del(`kp:${names.fence}`);
+      } finally {
+        client.disconnect();
       }
     });
 
