@@ -34,15 +34,19 @@ fi
 
 wasm=target/wasm32-unknown-unknown/release/keel_lock.wasm
 
-# bindgen TARGET OUT: wasm-bindgen the last cargo build for TARGET (nodejs|web) into OUT, then
-# shrink it with wasm-opt.
+# bindgen TARGET OUT [trim]: wasm-bindgen the last cargo build for TARGET (nodejs|web) into OUT,
+# then shrink it with wasm-opt. `trim` (the workerd build): scripts/trim-workerd-glue.mjs drops the
+# glue and the wasm exports the workerd entry cannot reach before wasm-opt (which then removes the
+# code only they reached), and after it the import functions the module no longer imports.
 bindgen() {
-  local target=$1 out=$2
+  local target=$1 out=$2 trim=${3:-}
   wasm-bindgen --target "$target" --out-dir "$out" --out-name keel_lock "$wasm"
+  [ -z "$trim" ] || node scripts/trim-workerd-glue.mjs exports "$out"
   pkg/node_modules/.bin/wasm-opt --flatten --rereloop -Oz -Oz --zero-filled-memory --enable-bulk-memory --enable-nontrapping-float-to-int \
     --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
     --strip-producers --strip-target-features \
     "$out/keel_lock_bg.wasm" -o "$out/keel_lock_bg.wasm"
+  [ -z "$trim" ] || node scripts/trim-workerd-glue.mjs imports "$out"
   # The package is ESM ("type": "module"), but wasm-bindgen's nodejs glue is CommonJS; the JS
   # snippets (src/js/*.js) are inlined into it as CommonJS (one file to load; Node's require() of
   # an ES module goes through the ESM loader). The Node build also gets the glue as an ES module
@@ -60,7 +64,7 @@ CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-
 bindgen nodejs pkg/dist/node
 bindgen web pkg/dist/web
 cargo build --release --target wasm32-unknown-unknown --features worker,talc
-bindgen web pkg/dist/workerd
+bindgen web pkg/dist/workerd trim
 cargo build --release --target wasm32-unknown-unknown --features js,testing,talc
 bindgen nodejs pkg/dist/testing/node
 bindgen web pkg/dist/testing/web
