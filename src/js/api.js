@@ -7,7 +7,7 @@
 // wasm-bindgen `Lock` that shares the handle's core lock.
 
 import { LockContext, installHolding } from "./holding.js";
-import { cancel, releaseLateGrant, timer } from "./promises.js";
+import { cancelTimer, releaseLateGrant, timer } from "./promises.js";
 
 // Step codes (src/js/handle.rs). A held step answers the fence (≥ 1) or HELD_UNFENCED.
 const REFUSED = 0;
@@ -157,13 +157,14 @@ class Pending {
 
   /** The answer once it comes, or UNANSWERED if `ms` pass first. */
   later(ms) {
-    return new Promise((resolve) => {
-      const t = timer(ms, () => resolve(this));
+    return new Promise((resolve, reject) => {
+      const t = timer(ms, () => resolve(UNANSWERED));
       this.wake = () => {
-        cancel(t);
-        resolve(this);
+        cancelTimer(t);
+        if (this.failed) reject(this.value);
+        else resolve(this.value);
       };
-    }).then((pending) => (pending.done ? pending.result : UNANSWERED));
+    });
   }
 }
 

@@ -17,19 +17,26 @@ export function watch(value, id) {
 }
 
 // Timers share one host timer, armed for the earliest deadline. Most of them are cancelled long
-// before they are due (the bound on every store call is the lock's TTL), so each costs a Map
-// entry instead of a setTimeout/clearTimeout pair. While nothing is due the host timer is
-// unref'd (Node, Bun, Deno), so a cancelled bound never keeps a process alive. In workerd a timer
-// belongs to the request that set it, so there every timer is its own host timer.
+// before they are due (the bound on every store call is the lock's TTL). The core's timers
+// (`sleep`, by id) are a Map entry each. JS's own (`timer`: the bound on a store call that has not
+// answered at once, a pause between attempts) queue by duration, since timers of one duration fall
+// due in the order they were set: starting one is a push, cancelling one marks it. While nothing
+// is due the host timer is unref'd (Node, Bun, Deno), so a cancelled bound never keeps a process
+// alive. In workerd a timer belongs to the request that set it, so there every timer is its own
+// host timer.
 const perRequest = globalThis.navigator?.userAgent === "Cloudflare-Workers";
 const deno = globalThis.Deno;
 const due = new Map(); // id -> deadline (performance.now() ms)
+const queues = new Map(); // duration ms -> { ms, items: [timer, …], head }: items[head] is live
+let queued = 0; // JS timers neither fired nor cancelled
 const MAX_DELAY = 2 ** 31 - 1;
 let armedAt = Infinity;
 let host;
+let refed = false; // whether `host` keeps the process alive
 
 function keepAlive(on) {
-  if (host === undefined) return;
+  if (host === undefined || on === refed) return;
+  refed = on;
   if (typeof host === "object") on ? host.ref?.() : host.unref?.();
   else if (deno?.refTimer) on ? deno.refTimer(host) : deno.unrefTimer(host);
 }
@@ -43,41 +50,94 @@ function arm(at) {
   armedAt = at;
   // A longer delay would overflow setTimeout (it then fires at once); the tick re-arms instead.
   host = setTimeout(tick, Math.min(MAX_DELAY, Math.max(0, Math.ceil(at - performance.now()))));
+  refed = true;
+}
+
+/** Nothing is due any more: the host timer, if armed, no longer keeps the process alive. */
+function idle() {
+  if (due.size === 0 && queued === 0) keepAlive(false);
+}
+
+/** Moves `q`'s head past timers that fired or were cancelled; an emptied queue starts over. */
+function advance(q) {
+  const items = q.items;
+  while (q.head < items.length && items[q.head].f === null) q.head++;
+  if (q.head === items.length) {
+    items.length = 0;
+    q.head = 0;
+    // Durations come and go with the TTLs and timeouts in use: keep a few queues, not all.
+    if (queues.size > 16) queues.delete(q.ms);
+  } else if (q.head > 64 && q.head * 2 > items.length) {
+    q.items = items.slice(q.head);
+    q.head = 0;
+  }
 }
 
 function tick() {
   armedAt = Infinity;
   host = undefined;
+  refed = false;
   const now = performance.now();
   const ready = [];
   for (const [id, at] of due) if (at <= now) ready.push([at, id]);
-  ready.sort((a, b) => a[0] - b[0]);
   for (const [, id] of ready) due.delete(id);
+  for (const q of queues.values()) {
+    for (let i = q.head; i < q.items.length && q.items[i].at <= now; i++) {
+      if (q.items[i].f !== null) ready.push([q.items[i].at, q.items[i]]);
+    }
+  }
+  ready.sort((a, b) => a[0] - b[0]);
   // Fired in deadline order; a callback may start or cancel timers meanwhile.
-  for (const [, id] of ready) fire(id);
+  for (const [, what] of ready) {
+    if (typeof what === "number") fire(what);
+    else fireTimer(what);
+  }
   let next = Infinity;
   for (const at of due.values()) if (at < next) next = at;
+  for (const q of queues.values()) if (q.head < q.items.length && q.items[q.head].at < next) next = q.items[q.head].at;
   if (next !== Infinity) arm(next);
 }
 
-// Timers set from JS (negative ids) call a function; the core's (positive ids) report through
-// `settled`.
-const callbacks = new Map();
-let lastTimer = 0;
-
 function fire(id) {
-  const f = callbacks.get(id);
-  if (f === undefined) return settled(id, true, undefined);
-  callbacks.delete(id);
+  settled(id, true, undefined);
+}
+
+function fireTimer(t) {
+  const f = t.f;
+  if (f === null) return; // cancelled by an earlier callback of this tick
+  t.f = null;
+  queued--;
+  if (t.q !== null) advance(t.q);
   f();
 }
 
-/** Calls `f()` after `ms`, on the shared host timer; answers an id for `cancel`. */
+/** Calls `f()` after `ms`, on the shared host timer; answers the timer, for `cancelTimer`. */
 export function timer(ms, f) {
-  const id = --lastTimer;
-  callbacks.set(id, f);
-  sleep(ms, id);
-  return id;
+  queued++;
+  if (perRequest) {
+    const t = { at: 0, f, q: null, host: undefined };
+    t.host = setTimeout(() => fireTimer(t), Math.min(ms, MAX_DELAY));
+    return t;
+  }
+  let q = queues.get(ms);
+  if (q === undefined) {
+    q = { ms, items: [], head: 0 };
+    queues.set(ms, q);
+  }
+  const t = { at: performance.now() + ms, f, q, host: undefined };
+  q.items.push(t);
+  arm(t.at);
+  return t;
+}
+
+/** Forgets timer `t` if it has not fired. */
+export function cancelTimer(t) {
+  if (t.f === null) return;
+  t.f = null;
+  queued--;
+  if (t.q === null) clearTimeout(t.host);
+  else advance(t.q);
+  idle();
 }
 
 /** Milliseconds on a clock that only moves forward: what waits and the memory store measure. */
@@ -115,9 +175,8 @@ export function onAbort(signal, id) {
 
 /** Forgets the event `id` (its timer, or its abort listener) if it has not fired. */
 export function cancel(id) {
-  callbacks.delete(id);
   if (due.delete(id)) {
-    if (due.size === 0) keepAlive(false);
+    idle();
     return;
   }
   const u = undo.get(id);

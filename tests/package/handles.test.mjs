@@ -275,6 +275,45 @@ describe("what the JS layer keeps between calls into the wasm", () => {
     );
   });
 
+  it("store calls that never answer end at their own bounds, earliest first; answered calls' bounds never fire", { timeout: 10_000 }, async () => {
+    setLockStore({
+      acquire: (key) => (key.endsWith(":late") ? new Promise((r) => setTimeout(() => r({ fence: 1 }), 20)) : new Promise(() => {})),
+      release: () => new Promise((r) => setTimeout(() => r(true), 1)),
+      extend: async () => false,
+      isLocked: async () => false,
+      remainingTime: async () => null,
+    });
+    const key = fresh();
+    const ended = [];
+    const runs = [120, 40, 80, 40].map((ttl, i) =>
+      lock(`${key}:${i}`, ttl).run(() => "ran").then(
+        (value) => ended.push(["ran", value]),
+        (e) => ended.push([e instanceof LockStoreTimeoutError && e.operation === "acquire" ? "bound" : "other", e.afterMs ?? e]),
+      ),
+    );
+    const late = lock(`${key}:late`, 60).run(() => "late");
+    await Promise.all(runs);
+    assert.deepEqual(ended, [["bound", 40], ["bound", 40], ["bound", 80], ["bound", 120]]);
+    assert.deepEqual(await late, [true, "late"]);
+  });
+
+  it("bounds of many different lengths, started and cancelled in turn, all end with their calls", async () => {
+    // Each TTL is the bound of its store calls, which answer a moment later (after a timer of
+    // their own), so every call starts a bound and cancels it.
+    setLockStore({
+      acquire: () => new Promise((r) => setTimeout(() => r({ fence: 1 }), 0)),
+      release: () => new Promise((r) => setTimeout(() => r(true), 0)),
+      extend: async () => false,
+      isLocked: async () => false,
+      remainingTime: async () => null,
+    });
+    const key = fresh();
+    for (let round = 0; round < 3; round++) {
+      const runs = Array.from({ length: 40 }, (_, i) => lock(`${key}:${i}`, 1_000 + i).run(() => i));
+      assert.deepEqual(await Promise.all(runs), Array.from({ length: 40 }, (_, i) => [true, i]));
+    }
+  });
+
   it("lock() remembers the keys the core accepted, never a TTL it refused or a key it did not see", async () => {
     setLockStore(new MemoryLockStore());
     const key = fresh();
