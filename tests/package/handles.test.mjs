@@ -97,6 +97,20 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(await other.release(), true);
     });
 
+    it("the next handle on a key reuses the last idle slot only when nothing else held on to it", async () => {
+      const key = fresh();
+      assert.deepEqual(await lock(key).run(() => 1), [true, 1]);
+      // This run's context watches its hold (its signal was read) ...
+      assert.deepEqual(await lock(key).run((ctx) => (ctx.signal.aborted ? 0 : 2)), [true, 2]);
+      for (let i = 0; i < 3; i++) assert.deepEqual(await lock(key).run(() => i), [true, i]);
+      // ... and this one's handle went on to the full API while it held the key.
+      const l = lock(key);
+      assert.deepEqual(await l.run(async () => ((await l.getRemainingTime()) > 0 ? 3 : 0)), [true, 3]);
+      for (let i = 0; i < 3; i++) assert.deepEqual(await lock(key).run(() => i), [true, i]);
+      assert.deepEqual(await l.run(() => 4), [true, 4]);
+      assert.equal(await lock(key).isLocked(), false);
+    });
+
     it("a handle that finished its runs can run again, and a reused handle gets a new fence each time", async () => {
       const l = lock(fresh());
       const fences = [];
