@@ -261,7 +261,7 @@ if (mode === "exports") {
   g.initSync({ module });
   const entry = readFileSync(entryPath, "utf8");
   const needed = new Set(wasmNames(entry));
-  for (const m of entry.matchAll(/export const \{([^}]*)\} = wasm\b/g)) m[1].split(",").forEach((n) => needed.add(n.trim()));
+  for (const m of entry.matchAll(/export const \{([^}]*)\} = wasm;/g)) m[1].split(",").forEach((n) => needed.add(n.trim()));
   for (const m of entry.matchAll(/import \{([^}]*)\} from "\.\.\/dist\/workerd\/keel_lock\.js"/g)) m[1].split(",").forEach((n) => needed.add(n.trim()));
   const apiPath = new URL("../src/js/api.js", import.meta.url);
   const fromEntry = needed.size;

@@ -5,8 +5,14 @@ import init, * as wasm from "../dist/web/keel_lock.js";
 
 await init({ module_or_path: new URL("../dist/web/keel_lock_bg.wasm", import.meta.url) });
 
-export const { lock, restoreLock, setLockStore, getLockStore, Lock } = wasm.__keelApi(wasm);
-export const { MemoryLockStore } = wasm;
-export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
-export const LockUnavailableError = wasm.__lockUnavailableErrorClass();
-export const LockStoreTimeoutError = wasm.__lockStoreTimeoutErrorClass();
+export const {
+  lock,
+  restoreLock,
+  setLockStore,
+  getLockStore,
+  Lock,
+  MemoryLockStore,
+  LockNotHeldError,
+  LockUnavailableError,
+  LockStoreTimeoutError,
+} = wasm.__keelApi(wasm);

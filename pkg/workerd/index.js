@@ -13,12 +13,18 @@ import * as wasm from "../dist/workerd/keel_lock.js";
 
 initSync({ module: wasmModule });
 
-export const { lock, restoreLock, setLockStore, getLockStore, Lock } = wasm.__keelApi(wasm);
-export const { MemoryLockStore } = wasm;
+export const {
+  lock,
+  restoreLock,
+  setLockStore,
+  getLockStore,
+  Lock,
+  MemoryLockStore,
+  LockNotHeldError,
+  LockUnavailableError,
+  LockStoreTimeoutError,
+} = wasm.__keelApi(wasm);
 export const { DurableObjectLockStore } = wasm;
-export const LockNotHeldError = wasm.__lockNotHeldErrorClass();
-export const LockUnavailableError = wasm.__lockUnavailableErrorClass();
-export const LockStoreTimeoutError = wasm.__lockStoreTimeoutErrorClass();
 
 /**
  * The Durable Object that holds lock rows. Re-export it from your Worker's entry module

@@ -624,10 +624,28 @@ function getLockStore() {
   return w.getLockStore();
 }
 
-/** The API over the wasm module's exports `glue` (called once by each package entry). */
+// What `api` answered: every entry of one instance gets the same objects.
+let exported = null;
+
+/**
+ * The package's exports over the wasm module's exports `glue`, built on the first call; later
+ * calls (the Node entries for `import` and `require` share one instance) answer the same.
+ */
 export function api(glue) {
+  if (exported !== null) return exported;
   w = glue;
   [memory, outAt] = w.__kOut();
   installHolding(Object.create(Lock.prototype));
-  return { lock, restoreLock, setLockStore, getLockStore, Lock };
+  exported = {
+    lock,
+    restoreLock,
+    setLockStore,
+    getLockStore,
+    Lock,
+    MemoryLockStore: w.MemoryLockStore,
+    LockNotHeldError: w.__lockNotHeldErrorClass(),
+    LockUnavailableError: w.__lockUnavailableErrorClass(),
+    LockStoreTimeoutError: w.__lockStoreTimeoutErrorClass(),
+  };
+  return exported;
 }

@@ -56,8 +56,9 @@ extern "C" {
     fn js_api(glue: &JsValue) -> JsValue;
 }
 
-/// The API the package exports — `lock`, `restoreLock`, `setLockStore`, `getLockStore`, `Lock`
-/// — as the JS layer (`src/js/api.js`) builds it over this module's exports (`glue`).
+/// The API the package exports — `lock`, `restoreLock`, `setLockStore`, `getLockStore`, `Lock`,
+/// `MemoryLockStore` and the error classes — as the JS layer (`src/js/api.js`) builds it over
+/// this module's exports (`glue`), once per instance.
 #[wasm_bindgen(js_name = __keelApi, skip_typescript)]
 pub fn keel_api(glue: JsValue) -> JsValue {
     js_api(&glue)
