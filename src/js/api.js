@@ -1,6 +1,6 @@
 // The Keel lock API as the package exports it. A `Lock` is a plain JS object; the core's
 // decisions stay in the wasm, reached through numeric exports (src/js/handle.rs): `run()` on
-// the memory store is three calls into the wasm, and over a JS store this layer awaits the
+// the memory store is two calls into the wasm, and over a JS store this layer awaits the
 // store's own promises and feeds the answers to the core's acquisition machine, which says what
 // to do next (call the store, pause, done). Everything else — waiting in a store's queue, an
 // abort signal, autoExtend, extend, serialize, … — goes to the async core through the

@@ -27,7 +27,7 @@ export function watch(value, id) {
 const perRequest = globalThis.navigator?.userAgent === "Cloudflare-Workers";
 const deno = globalThis.Deno;
 const due = new Map(); // id -> deadline (performance.now() ms)
-const queues = new Map(); // duration ms -> { ms, items: [timer, …], head }: items[head] is live
+const queues = new Map(); // duration ms -> { ms, items: [timer, …], head, dead }: items[head] is live
 let queued = 0; // JS timers neither fired nor cancelled
 const MAX_DELAY = 2 ** 31 - 1;
 let armedAt = Infinity;
@@ -58,15 +58,26 @@ function idle() {
   if (due.size === 0 && queued === 0) keepAlive(false);
 }
 
-/** Moves `q`'s head past timers that fired or were cancelled; an emptied queue starts over. */
+/**
+ * Moves `q`'s head past timers that fired or were cancelled; an emptied queue starts over. Timers
+ * cancelled behind a head that stays live (a store call that has not answered, for up to its
+ * bound) are dropped once they are most of the queue, so they never pile up.
+ */
 function advance(q) {
   const items = q.items;
-  while (q.head < items.length && items[q.head].f === null) q.head++;
+  while (q.head < items.length && items[q.head].f === null) {
+    q.head++;
+    q.dead--;
+  }
   if (q.head === items.length) {
     items.length = 0;
     q.head = 0;
     // Durations come and go with the TTLs and timeouts in use: keep a few queues, not all.
     if (queues.size > 16) queues.delete(q.ms);
+  } else if (q.dead > 64 && q.dead * 2 > items.length - q.head) {
+    q.items = items.filter((t, i) => i >= q.head && t.f !== null);
+    q.head = 0;
+    q.dead = 0;
   } else if (q.head > 64 && q.head * 2 > items.length) {
     q.items = items.slice(q.head);
     q.head = 0;
@@ -107,7 +118,10 @@ function fireTimer(t) {
   if (f === null) return; // cancelled by an earlier callback of this tick
   t.f = null;
   queued--;
-  if (t.q !== null) advance(t.q);
+  if (t.q !== null) {
+    t.q.dead++;
+    advance(t.q);
+  }
   f();
 }
 
@@ -121,7 +135,7 @@ export function timer(ms, f) {
   }
   let q = queues.get(ms);
   if (q === undefined) {
-    q = { ms, items: [], head: 0 };
+    q = { ms, items: [], head: 0, dead: 0 };
     queues.set(ms, q);
   }
   const t = { at: performance.now() + ms, f, q, host: undefined };
@@ -136,7 +150,10 @@ export function cancelTimer(t) {
   t.f = null;
   queued--;
   if (t.q === null) clearTimeout(t.host);
-  else advance(t.q);
+  else {
+    t.q.dead++;
+    advance(t.q);
+  }
   idle();
 }
 

@@ -438,4 +438,40 @@ describe("slots: a handle's core lock lives in the wasm only while it is used", 
     await collect();
     assert.equal(glue.__kSlotsOpen(), before);
   });
+
+  it("a store call that never answers does not keep the bounds of the calls after it", async () => {
+    // Every store call below is bounded by the same TTL, so their bounds queue behind the one that
+    // never answers; each is cancelled when its call answers and must not stay in memory.
+    const rows = new Map();
+    const later = (value) => new Promise((resolve) => setImmediate(() => resolve(value)));
+    let unstick;
+    setLockStore({
+      acquire(key, owner) {
+        if (key.endsWith(":stuck")) return new Promise((resolve) => (unstick = resolve));
+        if (rows.has(key)) return later(false);
+        rows.set(key, owner);
+        return later({ fence: 1 });
+      },
+      release(key, owner) {
+        const ok = rows.get(key) === owner;
+        if (ok) rows.delete(key);
+        return later(ok);
+      },
+      extend: () => later(false),
+      isLocked: (key) => later(rows.has(key)),
+      remainingTime: () => later(null),
+    });
+    const key = `slots:${process.pid}:bounds`;
+    const ttl = 600_000;
+    const stuck = lock(`${key}:stuck`, ttl).run(() => {});
+    await collect();
+    const before = process.memoryUsage().heapUsed;
+    for (let i = 0; i < 60_000; i++) await lock(`${key}:${i % 100}`, ttl).run(() => i);
+    await collect();
+    const grown = process.memoryUsage().heapUsed - before;
+    // Kept, they would be ≈ 170 bytes a run(): ≈ 10 MB here.
+    assert.ok(grown < 4e6, `the heap grew by ${(grown / 1e6).toFixed(1)} MB`);
+    unstick(false);
+    assert.deepEqual(await stuck, [false, undefined]);
+  });
 });
