@@ -22,6 +22,25 @@ test("require and import share one wasm instance (one default store)", async () 
   await held.release();
 });
 
+test("a second copy of the same build, at another path, is the same instance too", async () => {
+  // As when a package manager installs keel-lock twice, or one loader sees it through a symlink.
+  const { cpSync, mkdtempSync, rmSync } = require("node:fs");
+  const { join, dirname } = require("node:path");
+  const root = dirname(require.resolve("keel-lock/package.json"));
+  const copy = mkdtempSync(join(require("node:os").tmpdir(), "keel-lock-copy-"));
+  try {
+    for (const part of ["package.json", "node", "dist/node"]) cpSync(join(root, part), join(copy, part), { recursive: true });
+    const other = require(join(copy, "node/index.cjs"));
+    assert.equal(other.lock, keel.lock);
+    const held = other.lock("cjs:copy");
+    await held.acquire();
+    assert.equal(await keel.lock("cjs:copy").acquire(), false, "a lock taken through one copy holds for the other");
+    await held.release();
+  } finally {
+    rmSync(copy, { recursive: true, force: true });
+  }
+});
+
 test("require() loads the ESM-only entries (Node >= 20.19 loads ES modules from require)", async () => {
   const testing = require("keel-lock/testing");
   assert.equal(typeof testing.checkLockStore, "function");
