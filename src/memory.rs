@@ -232,7 +232,12 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Synchronous [`LockStore::release`]; a waiter, if any, holds the key when it returns.
     pub fn release_sync(&self, key: &Key, owner: &OwnerToken) -> bool {
-        let now = self.runtime.monotonic_ms();
+        self.release_at(key, owner, self.runtime.monotonic_ms())
+    }
+
+    /// [`MemoryLockStore::release_sync`] at `now` on the store's monotonic clock, read by the
+    /// caller (the JS binding reads it in JS, saving a call out of the wasm).
+    pub(crate) fn release_at(&self, key: &Key, owner: &OwnerToken, now: u64) -> bool {
         let released = self.decide(key, owner, |row| rows::release(row, now, owner));
         if released {
             self.hand_over(key, now);

@@ -412,7 +412,7 @@ export class Lock {
   /** Releases the run's hold on the memory store; the task's error wins over the release's. */
   #end(id, context, value, failed) {
     LockContext.end(context);
-    const code = w.__kEnd(id);
+    const code = w.__kEnd(id, performance.now());
     const error = code === FAILED ? w.__kError() : undefined;
     this.#done(slotAfter(code));
     if (failed) return Promise.reject(value);
@@ -485,7 +485,7 @@ export class Lock {
     let releaseError;
     let after = KEPT;
     try {
-      if (w.__kEnd(id) === FAILED) throw w.__kError();
+      if (w.__kEnd(id, NaN) === FAILED) throw w.__kError();
       // The run's hold is the one its last acquire call was granted, under that call's token.
       const bound = arg();
       let answer = store.release.call(store.object, this.#key, owner);
@@ -518,7 +518,7 @@ export class Lock {
     const id = this.#slot;
     if (id === 0) return Promise.resolve(false); // no slot: nothing held, nothing lost
     this.#busy = true;
-    const code = w.__kRelease(id);
+    const code = w.__kRelease(id, this.#store.memory ? performance.now() : NaN);
     if (code === FAILED) {
       this.#done(KEPT);
       return Promise.reject(w.__kError());

@@ -381,7 +381,7 @@ pub fn owner(id: f64) -> Result<String, JsValue> {
 #[wasm_bindgen(js_name = __kBegin, skip_typescript)]
 pub fn begin(id: f64, timeout: f64, retry_delay: f64, now: f64) -> f64 {
     take_spare(id);
-    plain(start(id, timeout, retry_delay, now as u64))
+    plain(start(id, timeout, retry_delay, mono(now)))
 }
 
 fn start(id: f64, timeout: f64, retry_delay: f64, mono: u64) -> Result<f64, JsValue> {
@@ -610,16 +610,27 @@ pub fn timeout_error(id: f64, operation: u32, after_ms: f64) -> Result<JsValue, 
     Ok(to_js(lock.store_timeout(operation, after_ms as u64)))
 }
 
-/// Ends the run's hold: on the memory store released here ([`RELEASED`], or
+/// Ends the run's hold: on the memory store released here, at `now` ([`RELEASED`], or
 /// [`RELEASED_CLOSED`] or [`RELEASED_SPARED`] when the now idle handle let go of its slot too;
-/// [`REFUSED`]: the hold was lost); on a JS store [`CALL`]: JS calls `release(key, __kOwner(id))`, bounded by the TTL,
-/// and reports with [`released`]. Stops the run's watcher.
+/// [`REFUSED`]: the hold was lost); on a JS store [`CALL`]: JS calls `release(key, owner)`,
+/// bounded by the TTL, and reports with [`released`]. Stops the run's watcher. `now` is the
+/// monotonic clock read by JS for the memory store (`NaN`: not read; see [`mono`]).
 #[wasm_bindgen(js_name = __kEnd, skip_typescript)]
-pub fn end(id: f64) -> f64 {
-    plain(end_run(id))
+pub fn end(id: f64, now: f64) -> f64 {
+    plain(end_run(id, now))
 }
 
-fn end_run(id: f64) -> Result<f64, JsValue> {
+/// The monotonic clock in whole ms: `now` as JS read it (`performance.now()`, as [`JsRuntime`]
+/// reads it), or, for `NaN`, read here.
+fn mono(now: f64) -> u64 {
+    if now.is_nan() {
+        JsRuntime.monotonic_ms()
+    } else {
+        now as u64
+    }
+}
+
+fn end_run(id: f64, now: f64) -> Result<f64, JsValue> {
     let (lock, owner, watching) = with_entry(id, |e| {
         (e.lock.clone(), e.run_owner.clone(), e.watching.take())
     })?;
@@ -631,7 +642,7 @@ fn end_run(id: f64) -> Result<f64, JsValue> {
     };
     match lock.store() {
         Backend::Memory(m) => {
-            let released = m.release_sync(lock.key(), &owner);
+            let released = m.release_at(lock.key(), &owner, mono(now));
             with_entry(id, |e| e.run_owner = None)?;
             Ok(hold_ended(id, lock, &owner, released))
         }
@@ -663,14 +674,14 @@ pub fn keep(id: f64) -> Result<(), JsValue> {
 /// `release()`: ends the handle's hold as [`end`] ends a run's ([`REFUSED`] when it holds
 /// nothing — never acquired, released, or known lost).
 #[wasm_bindgen(js_name = __kRelease, skip_typescript)]
-pub fn release(id: f64) -> f64 {
+pub fn release(id: f64, now: f64) -> f64 {
     plain((|| {
         let owner = lock_of(id)?.owner();
         if owner.is_none() {
             return Ok(REFUSED);
         }
         with_entry(id, |e| e.run_owner = owner)?;
-        end_run(id)
+        end_run(id, now)
     })())
 }
 
