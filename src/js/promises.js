@@ -100,17 +100,13 @@ function tick() {
   ready.sort((a, b) => a[0] - b[0]);
   // Fired in deadline order; a callback may start or cancel timers meanwhile.
   for (const [, what] of ready) {
-    if (typeof what === "number") fire(what);
+    if (typeof what === "number") settled(what, true, undefined);
     else fireTimer(what);
   }
   let next = Infinity;
   for (const at of due.values()) if (at < next) next = at;
   for (const q of queues.values()) if (q.head < q.items.length && q.items[q.head].at < next) next = q.items[q.head].at;
   if (next !== Infinity) arm(next);
-}
-
-function fire(id) {
-  settled(id, true, undefined);
 }
 
 function fireTimer(t) {
@@ -167,7 +163,7 @@ export function sleep(ms, id) {
   if (perRequest) {
     const host = setTimeout(() => {
       undo.delete(id);
-      fire(id);
+      settled(id, true, undefined);
     }, Math.min(ms, MAX_DELAY));
     undo.set(id, () => clearTimeout(host));
     return;
