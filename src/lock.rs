@@ -366,28 +366,49 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// that one holds a lock one does not is the bug this prevents.
     pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
         let ttl = ttl.unwrap_or(self.ttl);
-        let (owner, fence) = match &*self.hold.borrow() {
-            Hold::Held { owner, fence, .. } => (owner.clone(), *fence),
-            _ => return Err(self.not_held(HoldOperation::Extend)),
-        };
+        let owner = self.extending()?;
         let sent = self.runtime.monotonic_ms();
         let extended = self
             .call(Operation::Extend, self.store.extend(&self.key, &owner, ttl))
             .await?;
-        if extended {
-            self.record_outcome(
-                &owner,
-                Hold::Held {
-                    owner: owner.clone(),
-                    deadline: sent.saturating_add(ttl.as_ms()),
-                    fence,
-                },
-            );
-            Ok(())
-        } else {
-            self.record_outcome(&owner, Hold::Lost);
-            Err(self.not_held(HoldOperation::Extend))
+        self.extended(&owner, sent, ttl, extended)
+    }
+
+    /// The owner token an extend is made under: the hold's, or [`Error::NotHeld`] when there
+    /// is none.
+    pub(crate) fn extending(&self) -> LockResult<OwnerToken, S> {
+        match &*self.hold.borrow() {
+            Hold::Held { owner, .. } => Ok(owner.clone()),
+            _ => Err(self.not_held(HoldOperation::Extend)),
         }
+    }
+
+    /// Records the store's answer to an extend for `ttl` made under `owner`, sent at `sent`
+    /// (monotonic): the hold's deadline moves to `sent + ttl`, or — refused — the hold is known
+    /// lost, and that is [`Error::NotHeld`].
+    pub(crate) fn extended(
+        &self,
+        owner: &OwnerToken,
+        sent: u64,
+        ttl: Ttl,
+        extended: bool,
+    ) -> LockResult<(), S> {
+        if !extended {
+            self.record_outcome(owner, Hold::Lost);
+            return Err(self.not_held(HoldOperation::Extend));
+        }
+        let mut hold = self.hold.borrow_mut();
+        if let Hold::Held {
+            owner: current,
+            deadline,
+            ..
+        } = &mut *hold
+        {
+            if current == owner {
+                *deadline = sent.saturating_add(ttl.as_ms());
+            }
+        }
+        Ok(())
     }
 
     /// Records the outcome of a store call made with `owner`, unless a concurrent acquire on

@@ -2,9 +2,10 @@
 // decisions stay in the wasm, reached through numeric exports (src/js/handle.rs): `run()` on
 // the memory store is two calls into the wasm, and over a JS store this layer awaits the
 // store's own promises and feeds the answers to the core's acquisition machine, which says what
-// to do next (call the store, pause, done). Everything else — waiting in a store's queue, an
-// abort signal, autoExtend, extend, serialize, … — goes to the async core through the
-// wasm-bindgen `Lock` that shares the handle's core lock.
+// to do next (call the store, pause, done). `extend`, the inspections, `serialize` and
+// `restoreLock` work the same way (src/js/operations.rs). What is left — a JS store's own queue
+// (`acquireOrWait`), an abort signal, autoExtend, a second run of a handle at once — goes to the
+// async core through the wasm-bindgen `Lock` that shares the handle's core lock.
 
 import { LockContext, installHolding } from "./holding.js";
 import { cancelTimer, releaseLateGrant, timer } from "./promises.js";
@@ -18,6 +19,8 @@ const TIMED_OUT = -4;
 const SLOW = -5;
 const QUEUE = -6;
 const PENDING = -7;
+// `getRemainingTime()`: nobody holds the key.
+const NOBODY = -1;
 const FAILED = -100; // the error is w.__kError()
 // Ending a hold: released, and the now idle handle let go of its slot, which closed (or which
 // is now the spare).
@@ -28,6 +31,13 @@ const KEPT = 0;
 const CLOSED = 1;
 const SPARED = 2;
 
+// Store operations, as src/js/operations.rs numbers them.
+const IS_LOCKED = 3;
+const REMAINING_TIME = 4;
+const FORCE_RELEASE = 5;
+// What LockNotHeldError an operation on a handle holding nothing gets (`__kNotHeld`).
+const NOT_HELD_SERIALIZE = 1;
+
 const UNANSWERED = Symbol("unanswered");
 // What `acquire()` runs: nothing — the hold stays the handle's.
 const KEEP = Symbol("keep");
@@ -35,15 +45,15 @@ const KEEP = Symbol("keep");
 let w = null; // the wasm module's exports
 
 // The numbers a step hands over besides its code, read from wasm memory rather than asked for
-// (src/js/handle.rs, `OUT`): [arg, owner address, owner length]. Views of memory go stale
-// (length 0) when it grows.
+// (src/js/handle.rs, `OUT`): [arg, owner address, owner length, ttl, ticket]. Views of memory
+// go stale (length 0) when it grows.
 let memory = null;
 let outAt = 0;
 let out = new Float64Array(0);
 let bytes = new Uint8Array(0);
 
 function view() {
-  out = new Float64Array(memory.buffer, outAt, 3);
+  out = new Float64Array(memory.buffer, outAt, 5);
   bytes = new Uint8Array(memory.buffer);
 }
 
@@ -51,6 +61,12 @@ function view() {
 function arg() {
   if (out.length === 0) view();
   return out[0];
+}
+
+/** An extend's TTL and ticket, which its CALL step carries. */
+function extendTerms() {
+  if (out.length === 0) view();
+  return [out[3], out[4]];
 }
 
 /** The owner token of the store call the last CALL step is about (read before calling in). */
@@ -76,7 +92,7 @@ let spareId = 0;
 let spareKey;
 let spareTtl = 0;
 let spareStore = null;
-let current = null; // the store lock() binds to: { object, binding, memory, acquire, release }
+let current = null; // the store lock() binds to: { object, binding, memory, acquire, release, … }
 const internal = Symbol("keel-lock internal");
 
 // A handle dropped while its slot lives (it holds, or knows its hold lost) frees the slot.
@@ -90,7 +106,17 @@ function bind() {
   const binding = w.__kCurrent();
   current = binding.memory
     ? { object, binding, memory: true }
-    : { object, binding, memory: false, acquire: object.acquire, release: object.release };
+    : {
+        object,
+        binding,
+        memory: false,
+        acquire: object.acquire,
+        release: object.release,
+        extend: object.extend,
+        [IS_LOCKED]: object.isLocked,
+        [REMAINING_TIME]: object.remainingTime,
+        [FORCE_RELEASE]: object.forceRelease,
+      };
   return current;
 }
 
@@ -173,6 +199,13 @@ function pending(answer) {
   return isThenable(answer) ? new Pending(answer) : null;
 }
 
+/** What a store call answered (`answer`, as it returned), or UNANSWERED after `bound` ms. */
+async function settle(answer, bound) {
+  const p = pending(answer);
+  await null;
+  return p === null ? answer : p.done ? p.result : p.later(bound);
+}
+
 /**
  * A JS store's answer to a release (within its `bound`), recorded by the core: RELEASED,
  * RELEASED_CLOSED, RELEASED_SPARED or REFUSED (the hold was lost).
@@ -220,12 +253,14 @@ export class Lock {
   #busy = false;
   #registered = false;
 
-  constructor(token, key, ttl, store, core) {
+  constructor(token, key, ttl, store, core, slot = 0) {
     if (token !== internal) throw new TypeError("use lock(key, ttlMs) or restoreLock(serialized)");
     this.#key = key;
     this.#ttl = ttl;
     this.#store = store;
     this.#core = core;
+    // A restored handle holds from the start, in the slot restoreLock opened.
+    if (slot !== 0) this.#settled(slot);
   }
 
   /** The wasm-bindgen lock sharing this handle's core lock (made on first need). */
@@ -549,8 +584,52 @@ export class Lock {
     }
   }
 
+  /** Resets the expiry to `ttlMs` (default: the lock's TTL) from now, or rejects LockNotHeldError. */
   extend(ttlMs) {
-    return this.#coreLock().extend(ttlMs);
+    if (this.#core !== null) return this.#core.extend(ttlMs);
+    const given = ttlMs !== undefined;
+    if (given && typeof ttlMs !== "number") return Promise.reject(w.__kNotANumber("ttlMs", ttlMs));
+    const id = this.#slot;
+    // No slot: the handle holds nothing.
+    if (id === 0) return Promise.reject(w.__kExtendIdle(this.#key, given ? ttlMs : 0, given));
+    const code = w.__kExtend(id, given ? ttlMs : 0, given);
+    if (code === FAILED) return Promise.reject(w.__kError());
+    if (code !== CALL) return Promise.resolve();
+    return this.#extendOverStore(id);
+  }
+
+  /** A JS store's extend, its answer recorded by the core against the hold it was about. */
+  async #extendOverStore(id) {
+    const bound = arg();
+    const [ttl, ticket] = extendTerms();
+    const owner = ownerOf(id);
+    const store = this.#store;
+    let answer;
+    try {
+      answer = await settle(store.extend.call(store.object, this.#key, owner, ttl), bound);
+    } catch (error) {
+      w.__kExtendFailed(ticket);
+      throw error;
+    }
+    const unanswered = answer === UNANSWERED;
+    if (w.__kExtended(ticket, unanswered ? undefined : answer, unanswered) === FAILED) throw w.__kError();
+  }
+
+  /** A store call about the key alone (`op`): the core's answer code, after the store's if a JS one. */
+  #inspect(op) {
+    const code = w.__kInspect(this.#key, this.#store.binding, op, this.#ttl);
+    if (code === FAILED) return Promise.reject(w.__kError());
+    if (code !== CALL) return Promise.resolve(code);
+    return this.#inspectStore(op, arg());
+  }
+
+  async #inspectStore(op, bound) {
+    const store = this.#store;
+    const answer = await settle(store[op].call(store.object, this.#key), bound);
+    const unanswered = answer === UNANSWERED;
+    const code = w.__kInspected(this.#key, op, unanswered ? undefined : answer, unanswered, bound);
+    if (code === FAILED) throw w.__kError();
+    return code;
   }
 
   autoExtend(options) {
@@ -561,16 +640,23 @@ export class Lock {
     return this.#coreLock().stopAutoExtend();
   }
 
+  /** Frees the key whoever holds it; resolves whether anyone did. */
   forceRelease() {
-    return this.#coreLock().forceRelease();
+    if (this.#core !== null) return this.#core.forceRelease();
+    return this.#inspect(FORCE_RELEASE).then((code) => code === 1);
   }
 
+  /** The hold as a string for `restoreLock`, or throws LockNotHeldError. */
   serialize() {
-    return this.#coreLock().serialize();
+    if (this.#core !== null) return this.#core.serialize();
+    if (this.#slot === 0) throw w.__kNotHeld(this.#key, NOT_HELD_SERIALIZE);
+    return w.__kSerialize(this.#slot);
   }
 
+  /** Whether anyone (not necessarily this handle) holds the key. */
   isLocked() {
-    return this.#coreLock().isLocked();
+    if (this.#core !== null) return this.#core.isLocked();
+    return this.#inspect(IS_LOCKED).then((code) => code === 1);
   }
 
   isExpired() {
@@ -578,8 +664,10 @@ export class Lock {
     return Promise.resolve(this.#slot !== 0 && w.__kExpired(this.#slot));
   }
 
+  /** Milliseconds until the key's expiry, or null when nobody holds it. */
   getRemainingTime() {
-    return this.#coreLock().getRemainingTime();
+    if (this.#core !== null) return this.#core.getRemainingTime();
+    return this.#inspect(REMAINING_TIME).then((code) => (code === NOBODY ? null : code));
   }
 }
 
@@ -595,7 +683,11 @@ function lock(key, ttlMs) {
   const store = current ?? bind();
   if (typeof key === "string" && (ttlMs === undefined || (typeof ttlMs === "number" && ttlMs === ttlMs))) {
     if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store, null);
-    const ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs);
+    let ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, false);
+    // A U+FFFD the wasm saw is the key's own when the string has no lone surrogate.
+    if (ttl === SLOW && typeof key.isWellFormed === "function" && key.isWellFormed()) {
+      ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, true);
+    }
     if (ttl === FAILED) throw w.__kError();
     if (ttl !== SLOW) {
       if (acceptedKeys.size >= ACCEPTED_KEYS) acceptedKeys.clear();
@@ -612,7 +704,12 @@ function lock(key, ttlMs) {
 
 function restoreLock(serialized) {
   const store = current ?? bind();
-  return new Lock(internal, undefined, undefined, store, w.restoreLock(serialized));
+  if (typeof serialized !== "string") {
+    return new Lock(internal, undefined, undefined, store, w.restoreLock(serialized));
+  }
+  const id = w.__kRestore(serialized, store.binding);
+  if (id === FAILED) throw w.__kError();
+  return new Lock(internal, w.__kKeyOf(id), w.__kTtlOf(id), store, null, id);
 }
 
 function setLockStore(store) {

@@ -82,9 +82,16 @@ pub fn restore_lock(serialized: JsValue) -> Result<JsLock, JsValue> {
             "restoreLock() needs the string that serialize() returned",
         ));
     };
-    // Every way a string can be wrong — format, version, or a field that fails validation —
-    // is the same mistake from the caller's side: this is not what serialize() returned.
-    let parsed = SerializedLock::parse(&text).map_err(|e| {
+    let parsed = parse_serialized(&text)?;
+    let backend = with_current(|c| c.backend.clone());
+    Ok(JsLock::wrap(CoreLock::restore(parsed, backend, JsRuntime)))
+}
+
+/// What `restoreLock(text)` restores. Every way a string can be wrong — format, version, or a
+/// field that fails validation — is the same mistake from the caller's side: this is not what
+/// serialize() returned.
+pub(super) fn parse_serialized(text: &str) -> Result<SerializedLock, JsValue> {
+    SerializedLock::parse(text).map_err(|e| {
         type_error(
             [
                 "restoreLock: not a usable serialized keel-lock: ",
@@ -92,9 +99,7 @@ pub fn restore_lock(serialized: JsValue) -> Result<JsLock, JsValue> {
             ]
             .concat(),
         )
-    })?;
-    let backend = with_current(|c| c.backend.clone());
-    Ok(JsLock::wrap(CoreLock::restore(parsed, backend, JsRuntime)))
+    })
 }
 
 /// Makes `store` the store that `lock()` and `restoreLock()` use from now on.

@@ -235,7 +235,12 @@ fn number(what: &str, value: &JsValue) -> Result<Option<f64>, JsValue> {
     value
         .as_f64()
         .map(Some)
-        .ok_or_else(|| type_error([what, " must be a number, got ", &describe(value)].concat()))
+        .ok_or_else(|| not_a_number(what, value))
+}
+
+/// The `TypeError` for `what`, which must be a number, given as `value`.
+pub(crate) fn not_a_number(what: &str, value: &JsValue) -> JsValue {
+    type_error([what, " must be a number, got ", &describe(value)].concat())
 }
 
 /// `ttlMs`: `undefined` means `default`.

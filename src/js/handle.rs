@@ -86,6 +86,10 @@ impl StoreBinding {
     pub(crate) fn new(backend: Backend) -> Self {
         StoreBinding { backend }
     }
+
+    pub(super) fn backend(&self) -> &Backend {
+        &self.backend
+    }
 }
 
 struct Entry {
@@ -113,10 +117,11 @@ struct Slots {
 thread_local! {
     static SLOTS: RefCell<Slots> = RefCell::default();
     /// What a step hands JS besides its code, read by JS straight from wasm memory (no call):
-    /// `[arg, owner address, owner length]`. The owner is the token the store call a [`CALL`]
-    /// is about carries, when it is 32 ASCII bytes (every minted token); otherwise its length
-    /// is -1 and JS asks [`owner`]. The address is valid until the next call into the wasm.
-    static OUT: [Cell<f64>; 3] = const { [Cell::new(0.0), Cell::new(0.0), Cell::new(0.0)] };
+    /// `[arg, owner address, owner length, ttl, ticket]`. The owner is the token the store
+    /// call a [`CALL`] is about carries, when it is 32 ASCII bytes (every minted token);
+    /// otherwise its length is -1 and JS asks [`owner`]. The address is valid until the next
+    /// call into the wasm. The last two are an extend's (`operations.rs`).
+    static OUT: [Cell<f64>; 5] = const { [Cell::new(0.0), Cell::new(0.0), Cell::new(0.0), Cell::new(0.0), Cell::new(0.0)] };
     static ERROR: RefCell<Option<JsValue>> = const { RefCell::new(None) };
     /// The id of the spare: the last slot that went idle, kept open rather than closed (0:
     /// none). JS, which knows the key, TTL and store of the slot it let go, hands that very id
@@ -127,7 +132,7 @@ thread_local! {
 }
 
 /// A hot call's answer: its number, or [`FAILED`] with the error kept for [`error`].
-fn plain(answer: Result<f64, JsValue>) -> f64 {
+pub(super) fn plain(answer: Result<f64, JsValue>) -> f64 {
     match answer {
         Ok(value) => value,
         Err(error) => {
@@ -171,11 +176,11 @@ fn with_entry<T>(id: f64, f: impl FnOnce(&mut Entry) -> T) -> Result<T, JsValue>
     })
 }
 
-fn lock_of(id: f64) -> Result<Rc<CoreLock>, JsValue> {
+pub(super) fn lock_of(id: f64) -> Result<Rc<CoreLock>, JsValue> {
     with_entry(id, |e| e.lock.clone())
 }
 
-fn insert(lock: Rc<CoreLock>) -> f64 {
+pub(super) fn insert(lock: Rc<CoreLock>) -> f64 {
     let entry = Entry {
         lock,
         attempt: None,
@@ -225,13 +230,21 @@ pub fn out() -> js_sys::Array {
 }
 
 /// Sets the value a step code carries (a bound, a pause, a fence): JS reads it as `arg`.
-fn step(code: f64, value: f64) -> f64 {
+pub(super) fn step(code: f64, value: f64) -> f64 {
     OUT.with(|o| o[0].set(value));
     code
 }
 
+/// Sets the fourth and fifth numbers a step carries (see `OUT`).
+pub(super) fn set_extra(ttl: f64, ticket: f64) {
+    OUT.with(|o| {
+        o[3].set(ttl);
+        o[4].set(ticket);
+    });
+}
+
 /// A [`CALL`] about a store call made under `owner`, bounded by `bound_ms`.
-fn call(bound_ms: u64, owner: &OwnerToken) -> f64 {
+pub(super) fn call(bound_ms: u64, owner: &OwnerToken) -> f64 {
     let token = owner.as_str();
     OUT.with(|o| {
         o[0].set(bound_ms as f64);
@@ -248,12 +261,13 @@ fn call(bound_ms: u64, owner: &OwnerToken) -> f64 {
 /// A key and TTL checked as `lock()` checks them; answers the TTL in whole ms. `ttl` is `NaN`
 /// for "not given" (a NaN the caller passed never gets here). A key with U+FFFD in it answers
 /// [`SLOW`]: on the way in, a lone surrogate became U+FFFD, and only the JS string itself tells
-/// one from the other (`lock()` then judges it as a value, which refuses lone surrogates).
+/// one from the other (`lock()` then judges it as a value, which refuses lone surrogates) —
+/// unless `well_formed`: JS found no lone surrogate in it, so every U+FFFD is the key's own.
 #[wasm_bindgen(js_name = __kCheck, skip_typescript)]
-pub fn check(key: &str, ttl: f64) -> f64 {
+pub fn check(key: &str, ttl: f64, well_formed: bool) -> f64 {
     // A byte scan: `str::contains` with a char pattern links a string searcher (9 KB raw).
     const REPLACEMENT: &[u8] = "\u{FFFD}".as_bytes();
-    if key.as_bytes().windows(3).any(|b| b == REPLACEMENT) {
+    if !well_formed && key.as_bytes().windows(3).any(|b| b == REPLACEMENT) {
         return SLOW;
     }
     plain(

@@ -10,6 +10,7 @@ mod handle;
 mod ids;
 mod lock;
 mod memory;
+mod operations;
 pub(crate) mod promises;
 mod runtime;
 pub(crate) mod store;

@@ -77,6 +77,11 @@ impl JsLockStore {
         })
     }
 
+    /// Whether the store has a `forceRelease` method.
+    pub(crate) fn force_releases(&self) -> bool {
+        self.force_release.is_some()
+    }
+
     /// Calls a method; a thrown error comes back as the same JS value.
     fn invoke(&self, method: &Function, args: &[JsValue]) -> Result<JsValue, JsValue> {
         match args {
