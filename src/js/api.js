@@ -2,10 +2,11 @@
 // decisions stay in the wasm, reached through numeric exports (src/js/handle.rs): `run()` on
 // the memory store is two calls into the wasm, and over a JS store this layer awaits the
 // store's own promises and feeds the answers to the core's acquisition machine, which says what
-// to do next (call the store, pause, done). `extend`, the inspections, `serialize` and
-// `restoreLock` work the same way (src/js/operations.rs). What is left — a JS store's own queue
-// (`acquireOrWait`), an abort signal, autoExtend, a second run of a handle at once — goes to the
-// async core through the wasm-bindgen `Lock` that shares the handle's core lock.
+// to do next (call the store — a JS store's own queue, `acquireOrWait`, too —, pause, done).
+// `extend`, the inspections, `serialize` and `restoreLock` work the same way
+// (src/js/operations.rs). What is left — an abort signal, autoExtend, a second run of a handle
+// at once — goes to the async core through the wasm-bindgen `Lock` that shares the handle's
+// core lock.
 
 import { LockContext, installHolding } from "./holding.js";
 import { cancelTimer, releaseLateGrant, timer } from "./promises.js";
@@ -19,6 +20,7 @@ const TIMED_OUT = -4;
 const SLOW = -5;
 const QUEUE = -6;
 const PENDING = -7;
+const CALL_WAIT = -8;
 // `getRemainingTime()`: nobody holds the key.
 const NOBODY = -1;
 const FAILED = -100; // the error is w.__kError()
@@ -63,8 +65,8 @@ function arg() {
   return out[0];
 }
 
-/** An extend's TTL and ticket, which its CALL step carries. */
-function extendTerms() {
+/** The fourth and fifth numbers of a step: an extend's TTL and ticket, a wait's waitMs and pollMs. */
+function extras() {
   if (out.length === 0) view();
   return [out[3], out[4]];
 }
@@ -111,6 +113,7 @@ function bind() {
         binding,
         memory: false,
         acquire: object.acquire,
+        acquireOrWait: object.acquireOrWait,
         release: object.release,
         extend: object.extend,
         [IS_LOCKED]: object.isLocked,
@@ -354,7 +357,7 @@ export class Lock {
   run(fn, options) {
     const plain = this.#core === null && !this.#busy && typeof fn === "function" && plainOptions(options);
     if (!plain) return this.#coreLock().run(fn, options);
-    return this.#run(fn, plain[0], plain[1], options);
+    return this.#run(fn, plain[0], plain[1]);
   }
 
   /** `run(fn)` that never waits. */
@@ -362,10 +365,10 @@ export class Lock {
     if (this.#core !== null || this.#busy || typeof fn !== "function") {
       return this.#coreLock().runImmediately(fn);
     }
-    return this.#run(fn, NaN, NaN, undefined);
+    return this.#run(fn, NaN, NaN);
   }
 
-  #run(fn, timeout, retryDelay, options) {
+  #run(fn, timeout, retryDelay) {
     let id = this.#slot;
     if (id === 0) {
       try {
@@ -384,13 +387,9 @@ export class Lock {
       this.#done(KEPT);
       return Promise.resolve(refused(fn));
     }
-    if (code === SLOW) {
-      this.#done(KEPT);
-      return this.#slow(fn, options);
-    }
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
     if (code === QUEUE) return this.#queued(id, fn);
-    return this.#runOverStore(id, code, fn, options);
+    return this.#runOverStore(id, code, fn);
   }
 
   /** Waits in the memory store's queue; the hand-over calls `fn` in the microtask it wakes. */
@@ -411,11 +410,6 @@ export class Lock {
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
     this.#done(KEPT);
     return code === FAILED ? Promise.reject(w.__kError()) : Promise.resolve(refused(fn));
-  }
-
-  /** The async core's `run` (or, for `acquire()`, its `acquire`). */
-  #slow(fn, options) {
-    return fn === KEEP ? this.#coreLock().acquire(options) : this.#coreLock().run(fn, options);
   }
 
   /** `acquire()` took the key: the hold is the handle's, kept in its slot until released. */
@@ -458,18 +452,22 @@ export class Lock {
    * `run()` over a JS store, as one async function: the acquisition's steps (each store call
    * bounded as the core says), `fn`, and the release. The task's error wins over the release's.
    */
-  async #runOverStore(id, code, fn, options) {
+  async #runOverStore(id, code, fn) {
     const store = this.#store;
     let owner = "";
     try {
       for (;;) {
-        if (code === CALL) {
+        if (code === CALL || code === CALL_WAIT) {
           const bound = arg();
+          const waits = code === CALL_WAIT;
+          const [waitMs, pollMs] = waits ? extras() : [0, 0];
           owner = ownerOf(id);
           let sent;
           let answer;
           try {
-            answer = sent = store.acquire.call(store.object, this.#key, owner, this.#ttl);
+            answer = sent = waits
+              ? store.acquireOrWait.call(store.object, this.#key, owner, this.#ttl, waitMs, pollMs)
+              : store.acquire.call(store.object, this.#key, owner, this.#ttl);
             const p = pending(sent);
             await null;
             if (p !== null) answer = p.done ? p.result : await p.later(bound);
@@ -482,6 +480,8 @@ export class Lock {
             code = w.__kUnanswered(id);
           } else if (typeof answer === "boolean") {
             code = w.__kAnswered(id, answer ? 1 : 0, 0);
+          } else if (waits) {
+            code = w.__kAnsweredWaited(id, answer);
           } else if (answer !== null && typeof answer === "object" && typeof answer.fence === "number") {
             code = w.__kAnswered(id, 2, answer.fence);
           } else {
@@ -500,9 +500,9 @@ export class Lock {
       this.#done(KEPT);
       throw error;
     }
-    if (code === REFUSED || code === SLOW) {
+    if (code === REFUSED) {
       this.#done(KEPT);
-      return code === REFUSED ? refused(fn) : this.#slow(fn, options);
+      return refused(fn);
     }
     if (fn === KEEP) return this.#kept(id);
     const context = new LockContext(code >= 1 ? code : null, -id);
@@ -544,7 +544,7 @@ export class Lock {
   acquire(options) {
     const plain = this.#core === null && !this.#busy && plainOptions(options);
     if (!plain) return this.#coreLock().acquire(options);
-    return this.#run(KEEP, plain[0], plain[1], options);
+    return this.#run(KEEP, plain[0], plain[1]);
   }
 
   /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */
@@ -601,7 +601,7 @@ export class Lock {
   /** A JS store's extend, its answer recorded by the core against the hold it was about. */
   async #extendOverStore(id) {
     const bound = arg();
-    const [ttl, ticket] = extendTerms();
+    const [ttl, ticket] = extras();
     const owner = ownerOf(id);
     const store = this.#store;
     let answer;

@@ -6,10 +6,10 @@
 //! ("call the store", "sleep", "done" come back as step codes).
 //!
 //! Step codes (the `f64` answers): [`REFUSED`]; a fence ≥ 1 or [`HELD_UNFENCED`] (held);
-//! [`CALL`] (make the store call the step is about, bounded by `arg` ms); [`SLEEP`] (`arg`
-//! ms, then [`retry`]); [`TIMED_OUT`] (the call went unanswered for `arg` ms); [`QUEUE`]
-//! (the memory store queues the caller: [`wait`]) and [`PENDING`] (still queued); [`SLOW`] (this
-//! needs the full async path: a JS store waits itself); [`FAILED`] (the error is [`error`]).
+//! [`CALL`] (make the store call the step is about, bounded by `arg` ms); [`CALL_WAIT`] (the
+//! same with a JS store's `acquireOrWait`); [`SLEEP`] (`arg` ms, then [`retry`]);
+//! [`TIMED_OUT`] (the call went unanswered for `arg` ms); [`QUEUE`] (the memory store queues
+//! the caller: [`wait`]) and [`PENDING`] (still queued); [`FAILED`] (the error is [`error`]).
 //! `arg` is the first number JS reads from the step's numbers in wasm memory ([`out`]).
 //! Ending a hold answers [`RELEASED`], [`RELEASED_CLOSED`], [`RELEASED_SPARED`] or [`REFUSED`]
 //! (lost), or [`CALL`].
@@ -50,13 +50,15 @@ pub const CALL: f64 = -2.0;
 pub const SLEEP: f64 = -3.0;
 /// The store call went unanswered for `arg` ms: a `LockStoreTimeoutError`.
 pub const TIMED_OUT: f64 = -4.0;
-/// Take the full async path (the store hands keys over and a timeout was given; or, from
-/// [`check`], a key that must be judged as the JS string it is).
+/// (From [`check`]) a key that must be judged as the JS string it is.
 pub const SLOW: f64 = -5.0;
 /// (Memory store) queue for the key: call [`wait`].
 pub const QUEUE: f64 = -6.0;
 /// (Memory store) waiting in the key's queue; JS polls again when woken.
 pub const PENDING: f64 = -7.0;
+/// Call the JS store's `acquireOrWait` (it queues the caller and hands the key over), bounded
+/// by `arg` ms; its `waitMs` and `pollMs` are the step's fourth and fifth numbers.
+pub const CALL_WAIT: f64 = -8.0;
 /// (Ending a run) released.
 pub const RELEASED: f64 = 1.0;
 /// (Ending a run) released, and the now idle handle let go of its slot, which closed.
@@ -446,7 +448,12 @@ fn drive(
                     }
                 }
             }
-            (Next::AcquireOrWait { .. }, Backend::Js(_)) => return Ok(step(SLOW, 0.0)),
+            (Next::AcquireOrWait { wait, bound_ms }, Backend::Js(_)) => {
+                call(bound_ms, attempt.owner());
+                set_extra(wait.wait_ms as f64, wait.poll_ms as f64);
+                with_entry(id, |e| e.attempt = Some(attempt))?;
+                return Ok(CALL_WAIT);
+            }
             (Next::Acquire { bound_ms }, Backend::Js(_)) => {
                 let code = call(bound_ms, attempt.owner());
                 with_entry(id, |e| e.attempt = Some(attempt))?;
@@ -484,6 +491,13 @@ pub fn answered(id: f64, kind: u32, fence: f64) -> Result<f64, JsValue> {
 #[wasm_bindgen(js_name = __kAnsweredValue, skip_typescript)]
 pub fn answered_value(id: f64, value: JsValue) -> Result<f64, JsValue> {
     settle_answer(id, answers::acquire(ACQUIRE_ANSWER, &value))
+}
+
+/// A JS store's answer to the `acquireOrWait` in flight (not a boolean: those go to
+/// [`answered`]), judged by the seam's rules.
+#[wasm_bindgen(js_name = __kAnsweredWaited, skip_typescript)]
+pub fn answered_waited(id: f64, value: JsValue) -> Result<f64, JsValue> {
+    settle_answer(id, answers::waited("lock store's acquireOrWait()", &value))
 }
 
 /// Feeds a judged answer to the acquisition; one outside the contract ends it.

@@ -1,0 +1,237 @@
+// A JS store that hands keys over (`acquireOrWait` and `withdraw`, as the Durable Object store
+// does): waiting callers queue in the store, which grants a freed key to the oldest of them, and
+// the lock waits for that answer instead of polling `acquire`. These tests drive such a store
+// through the public API: the order of hand-overs, the arguments the store is given, what its
+// answers mean, and a store that does not answer.
+import { describe, it, beforeEach } from "node:test";
+import assert from "node:assert/strict";
+import { lock, setLockStore } from "keel-lock";
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let n = 0;
+const fresh = () => `handing-over:${process.pid}:${++n}`;
+
+/** A hand-over store: rows and per-key FIFO queues in Maps, every call recorded. */
+function queueStore() {
+  const rows = new Map();
+  const queues = new Map();
+  const calls = [];
+  let fence = 0;
+  const live = (key) => {
+    const row = rows.get(key);
+    if (row && row.expiresAt > Date.now()) return row;
+    rows.delete(key);
+    return undefined;
+  };
+  const grant = (key, owner, ttlMs) => {
+    rows.set(key, { owner, expiresAt: Date.now() + ttlMs });
+    return ++fence;
+  };
+  const handOver = (key) => {
+    const queue = queues.get(key) ?? [];
+    while (queue.length > 0 && !live(key)) {
+      const w = queue.shift();
+      clearTimeout(w.timer);
+      w.resolve({ fence: grant(key, w.owner, w.ttlMs), waitedMs: Date.now() - w.since });
+    }
+  };
+  const store = {
+    async acquire(key, owner, ttlMs) {
+      calls.push(["acquire", key, owner, ttlMs]);
+      if (live(key)) return false;
+      return { fence: grant(key, owner, ttlMs) };
+    },
+    acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
+      calls.push(["acquireOrWait", key, owner, ttlMs, waitMs, pollMs]);
+      if (!live(key) && !(queues.get(key)?.length > 0)) return Promise.resolve({ fence: grant(key, owner, ttlMs), waitedMs: 0 });
+      return new Promise((resolve) => {
+        const queue = queues.get(key) ?? [];
+        queues.set(key, queue);
+        const w = { owner, ttlMs, since: Date.now(), resolve };
+        w.timer = setTimeout(() => {
+          queue.splice(queue.indexOf(w), 1);
+          resolve(false);
+        }, waitMs);
+        queue.push(w);
+      });
+    },
+    async withdraw(key, owner) {
+      calls.push(["withdraw", key, owner]);
+    },
+    async release(key, owner) {
+      calls.push(["release", key, owner]);
+      if (live(key)?.owner !== owner) return false;
+      rows.delete(key);
+      handOver(key);
+      return true;
+    },
+    async extend(key, owner, ttlMs) {
+      const row = live(key);
+      if (row?.owner !== owner) return false;
+      row.expiresAt = Date.now() + ttlMs;
+      return true;
+    },
+    async isLocked(key) {
+      return live(key) !== undefined;
+    },
+    async remainingTime(key) {
+      const row = live(key);
+      return row ? row.expiresAt - Date.now() : null;
+    },
+  };
+  return { store, calls, queued: (key) => queues.get(key)?.length ?? 0 };
+}
+
+describe("a JS store that hands keys over", () => {
+  let s;
+  beforeEach(() => {
+    s = queueStore();
+    setLockStore(s.store);
+  });
+
+  it("waiting runs are handed the key in the order they asked, each with its grant's fence", async () => {
+    const key = fresh();
+    const order = [];
+    let release;
+    const first = lock(key, 5_000).run(
+      (ctx) =>
+        new Promise((resolve) => {
+          order.push(["first", ctx.fence]);
+          release = resolve;
+        }),
+    );
+    await sleep(5);
+    const waiting = ["second", "third", "fourth"].map((name) =>
+      lock(key, 5_000).run((ctx) => order.push([name, ctx.fence]), { timeout: 2_000, retryDelay: 50 }),
+    );
+    await sleep(20);
+    assert.equal(s.queued(key), 3, "the three wait in the store, not in a retry loop");
+    release();
+    assert.deepEqual(await first, [true, undefined]);
+    const results = await Promise.all(waiting);
+    assert.deepEqual(results.map((r) => r[0]), [true, true, true]);
+    assert.deepEqual(order.map((o) => o[0]), ["first", "second", "third", "fourth"]);
+    const fences = order.map((o) => o[1]);
+    assert.ok(fences.every((f, i) => i === 0 || f > fences[i - 1]), `fences increase: ${fences}`);
+    // Nobody polled acquire while waiting.
+    assert.equal(s.calls.filter((c) => c[0] === "acquire").length, 1);
+  });
+
+  it("acquireOrWait gets the key, the owner, the TTL, the timeout and the retry delay", async () => {
+    const key = fresh();
+    const l = lock(key, 1_234);
+    assert.equal(await l.acquire({ timeout: 700, retryDelay: 30 }), true);
+    const call = s.calls.find((c) => c[0] === "acquireOrWait");
+    assert.deepEqual([call[1], call[3], call[4], call[5]], [key, 1_234, 700, 30]);
+    assert.match(call[2], /^[0-9a-f]{32}$/);
+    assert.equal(l.fence, 1);
+    // The hold is the handle's: release() uses the same owner.
+    assert.equal(await l.release(), true);
+    assert.deepEqual(s.calls.at(-1), ["release", key, call[2]]);
+  });
+
+  it("without a timeout the store is asked once, with acquire", async () => {
+    const key = fresh();
+    assert.equal(await lock(key).acquire(), true);
+    assert.equal(await lock(key).acquire(), false);
+    assert.deepEqual(s.calls.map((c) => c[0]), ["acquire", "acquire"]);
+  });
+
+  it("a wait the store ends with false is a refusal", async () => {
+    const key = fresh();
+    assert.equal(await lock(key).acquire(), true);
+    const started = Date.now();
+    assert.deepEqual(await lock(key).run(() => "never", { timeout: 60, retryDelay: 10 }), [false, undefined]);
+    assert.ok(Date.now() - started >= 55, "it waited for the store to end the wait");
+    assert.equal(await lock(key).acquire({ timeout: 30 }), false);
+  });
+
+  it("a handed-over acquire() is released, and the next waiter gets the key", async () => {
+    const key = fresh();
+    const a = lock(key);
+    const b = lock(key);
+    assert.equal(await a.acquire(), true);
+    const bWaits = b.acquire({ timeout: 2_000 });
+    await sleep(10);
+    assert.equal(await a.release(), true);
+    assert.equal(await bWaits, true);
+    assert.equal(b.fence, 2);
+    assert.equal(await b.isLocked(), true);
+    assert.equal(await b.release(), true);
+    assert.equal(await b.isLocked(), false);
+  });
+});
+
+describe("what a hand-over store answers", () => {
+  const store = (acquireOrWait, extra = {}) => {
+    const s = queueStore();
+    s.store.acquireOrWait = acquireOrWait;
+    Object.assign(s.store, extra);
+    setLockStore(s.store);
+    return s;
+  };
+
+  it("{ fence: null, waitedMs } is an unfenced grant; true is one too", async () => {
+    store(async () => ({ fence: null, waitedMs: 5 }));
+    assert.deepEqual(await lock(fresh()).run((ctx) => ctx.fence, { timeout: 100 }), [true, null]);
+    store(async () => true);
+    assert.deepEqual(await lock(fresh()).run((ctx) => ctx.fence, { timeout: 100 }), [true, null]);
+    store(async () => ({ fence: 7 }));
+    assert.deepEqual(await lock(fresh()).run((ctx) => ctx.fence, { timeout: 100 }), [true, 7]);
+  });
+
+  for (const [what, answer] of [
+    ["a string", "yes"],
+    ["a number", 1],
+    ["null", null],
+    ["a negative waitedMs", { fence: 1, waitedMs: -1 }],
+    ["a fraction of a fence", { fence: 1.5, waitedMs: 0 }],
+    ["no fence at all", { waitedMs: 3 }],
+  ]) {
+    it(`${what} is a TypeError naming acquireOrWait()`, async () => {
+      store(async () => answer);
+      let ran = false;
+      await assert.rejects(
+        lock(fresh()).run(() => (ran = true), { timeout: 100 }),
+        (e) => e instanceof TypeError && e.message.includes("acquireOrWait()"),
+      );
+      assert.equal(ran, false);
+    });
+  }
+
+  it("a store that throws: the same error", async () => {
+    const boom = new Error("queue is down");
+    store(() => {
+      throw boom;
+    });
+    await assert.rejects(lock(fresh()).acquire({ timeout: 100 }), (e) => e === boom);
+    store(async () => {
+      throw boom;
+    });
+    await assert.rejects(lock(fresh()).run(() => 1, { timeout: 100 }), (e) => e === boom);
+  });
+
+  it("a store that does not answer: refused after the wait and one retry delay; a late grant is released", async () => {
+    let grantLate;
+    let asked;
+    const s = store(
+      (key, owner) =>
+        new Promise((resolve) => {
+          asked = owner;
+          grantLate = () => resolve({ fence: 9, waitedMs: 0 });
+        }),
+    );
+    const key = fresh();
+    const started = Date.now();
+    assert.deepEqual(await lock(key).run(() => "never", { timeout: 80, retryDelay: 40 }), [false, undefined]);
+    const took = Date.now() - started;
+    assert.ok(took >= 110 && took < 2_000, `gave up after the wait plus one retry delay (${took} ms)`);
+    grantLate();
+    await sleep(10);
+    assert.deepEqual(
+      s.calls.filter((c) => c[0] === "release"),
+      [["release", key, asked]],
+      "the grant that came too late is given back",
+    );
+  });
+});
