@@ -32,15 +32,20 @@ pub(crate) fn signal_option(options: &JsValue) -> Result<Option<Abort>, JsValue>
         && Reflect::get(&signal, &JsValue::from_str("aborted"))
             .is_ok_and(|a| a.as_bool().is_some());
     if !listens {
-        return Err(type_error(
-            [
-                "options.signal must be an AbortSignal, got ",
-                &describe(&signal),
-            ]
-            .concat(),
-        ));
+        return Err(not_a_signal(&signal));
     }
     Ok(Some(Abort { signal }))
+}
+
+/// The `TypeError` for an `options.signal` that is not an `AbortSignal`.
+pub(crate) fn not_a_signal(value: &JsValue) -> JsValue {
+    type_error(
+        [
+            "options.signal must be an AbortSignal, got ",
+            &describe(value),
+        ]
+        .concat(),
+    )
 }
 
 impl Abort {

@@ -2,11 +2,11 @@
 // decisions stay in the wasm, reached through numeric exports (src/js/handle.rs): `run()` on
 // the memory store is two calls into the wasm, and over a JS store this layer awaits the
 // store's own promises and feeds the answers to the core's acquisition machine, which says what
-// to do next (call the store — a JS store's own queue, `acquireOrWait`, too —, pause, done).
-// `extend`, the inspections, `serialize` and `restoreLock` work the same way
-// (src/js/operations.rs). What is left — an abort signal, autoExtend, a second run of a handle
-// at once — goes to the async core through the wasm-bindgen `Lock` that shares the handle's
-// core lock.
+// to do next (call the store — a JS store's own queue, `acquireOrWait`, too —, pause, done);
+// an abort signal ends a wait through the core too (`__kWithdraw`). `extend`, the inspections,
+// `serialize` and `restoreLock` work the same way (src/js/operations.rs). What is left —
+// autoExtend, a second run of a handle at once — goes to the async core through the
+// wasm-bindgen `Lock` that shares the handle's core lock.
 
 import { LockContext, installHolding } from "./holding.js";
 import { cancelTimer, releaseLateGrant, timer } from "./promises.js";
@@ -41,6 +41,7 @@ const FORCE_RELEASE = 5;
 const NOT_HELD_SERIALIZE = 1;
 
 const UNANSWERED = Symbol("unanswered");
+const ABORTED = Symbol("aborted");
 // What `acquire()` runs: nothing — the hold stays the handle's.
 const KEEP = Symbol("keep");
 
@@ -114,6 +115,7 @@ function bind() {
         memory: false,
         acquire: object.acquire,
         acquireOrWait: object.acquireOrWait,
+        withdraw: object.withdraw,
         release: object.release,
         extend: object.extend,
         [IS_LOCKED]: object.isLocked,
@@ -184,12 +186,22 @@ class Pending {
     return this.value;
   }
 
-  /** The answer once it comes, or UNANSWERED if `ms` pass first. */
-  later(ms) {
+  /** The answer once it comes, or UNANSWERED if `ms` pass first, or ABORTED if `signal` aborts. */
+  later(ms, signal) {
+    if (signal !== undefined && signal.aborted) return Promise.resolve(ABORTED);
     return new Promise((resolve, reject) => {
-      const t = timer(ms, () => resolve(UNANSWERED));
+      const stopListening = onAbort(signal, () => {
+        cancelTimer(t);
+        this.wake = null;
+        resolve(ABORTED);
+      });
+      const t = timer(ms, () => {
+        stopListening();
+        resolve(UNANSWERED);
+      });
       this.wake = () => {
         cancelTimer(t);
+        stopListening();
         if (this.failed) reject(this.value);
         else resolve(this.value);
       };
@@ -231,19 +243,59 @@ function refused(fn) {
   return fn === KEEP ? false : [false, undefined];
 }
 
-function pause(ms) {
-  return new Promise((resolve) => timer(ms, resolve));
+/** Resolves after `ms` (false), or as soon as `signal` (may be undefined) aborts (true). */
+function pause(ms, signal) {
+  if (signal === undefined) return new Promise((resolve) => timer(ms, () => resolve(false)));
+  if (signal.aborted) return Promise.resolve(true);
+  return new Promise((resolve) => {
+    const stopListening = onAbort(signal, () => {
+      cancelTimer(t);
+      resolve(true);
+    });
+    const t = timer(ms, () => {
+      stopListening();
+      resolve(false);
+    });
+  });
 }
 
-/** Run options this layer drives itself: `[timeout, retryDelay]` (NaN = not given), or null. */
+/**
+ * Run options this layer drives itself: `[timeout, retryDelay, signal]` (NaN, undefined = not
+ * given), or null.
+ */
 function plainOptions(options) {
-  if (options === undefined) return [NaN, NaN];
+  if (options === undefined) return [NaN, NaN, undefined];
   if (options === null || typeof options !== "object") return null;
-  if (options.signal !== undefined || options.autoExtend !== undefined) return null;
-  const { timeout, retryDelay } = options;
+  if (options.autoExtend !== undefined) return null;
+  const { timeout, retryDelay, signal } = options;
   const number = (v) => v === undefined || (typeof v === "number" && v === v);
   if (!number(timeout) || !number(retryDelay)) return null;
-  return [timeout ?? NaN, retryDelay ?? NaN];
+  return [timeout ?? NaN, retryDelay ?? NaN, signal];
+}
+
+/** Whether `signal` can be listened to as an AbortSignal. */
+function isAbortSignal(signal) {
+  return (
+    signal !== null &&
+    typeof signal === "object" &&
+    typeof signal.addEventListener === "function" &&
+    typeof signal.aborted === "boolean"
+  );
+}
+
+/** What an aborted wait rejects with: the signal's reason, or an AbortError when it has none. */
+function abortReason(signal) {
+  if (signal.reason !== undefined) return signal.reason;
+  const error = new Error("the operation was aborted");
+  error.name = "AbortError";
+  return error;
+}
+
+/** Calls `f` once if `signal` (may be undefined) aborts, until the returned function is called. */
+function onAbort(signal, f) {
+  if (signal === undefined) return () => {};
+  signal.addEventListener("abort", f, { once: true });
+  return () => signal.removeEventListener("abort", f);
 }
 
 /** A lock on one key. Created by `lock(key, ttlMs)` or `restoreLock(serialized)`. */
@@ -357,7 +409,7 @@ export class Lock {
   run(fn, options) {
     const plain = this.#core === null && !this.#busy && typeof fn === "function" && plainOptions(options);
     if (!plain) return this.#coreLock().run(fn, options);
-    return this.#run(fn, plain[0], plain[1]);
+    return this.#run(fn, plain[0], plain[1], plain[2]);
   }
 
   /** `run(fn)` that never waits. */
@@ -365,10 +417,16 @@ export class Lock {
     if (this.#core !== null || this.#busy || typeof fn !== "function") {
       return this.#coreLock().runImmediately(fn);
     }
-    return this.#run(fn, NaN, NaN);
+    return this.#run(fn, NaN, NaN, undefined);
   }
 
-  #run(fn, timeout, retryDelay) {
+  #run(fn, timeout, retryDelay, signal) {
+    if (signal !== undefined) {
+      // Checked as the options are, in order; an already aborted signal starts nothing.
+      if (w.__kCheckWait(timeout, retryDelay) === FAILED) return Promise.reject(w.__kError());
+      if (!isAbortSignal(signal)) return Promise.reject(w.__kSignalError(signal));
+      if (signal.aborted) return Promise.reject(abortReason(signal));
+    }
     let id = this.#slot;
     if (id === 0) {
       try {
@@ -388,12 +446,15 @@ export class Lock {
       return Promise.resolve(refused(fn));
     }
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
-    if (code === QUEUE) return this.#queued(id, fn);
-    return this.#runOverStore(id, code, fn);
+    if (code === QUEUE) return this.#queued(id, fn, signal);
+    return this.#runOverStore(id, code, fn, signal);
   }
 
-  /** Waits in the memory store's queue; the hand-over calls `fn` in the microtask it wakes. */
-  #queued(id, fn) {
+  /**
+   * Waits in the memory store's queue; the hand-over calls `fn` in the microtask it wakes. An
+   * abort leaves the queue (the core gives back a grant that raced it).
+   */
+  #queued(id, fn, signal) {
     const waiter = { scheduled: false, go: null };
     waiters.set(id, waiter);
     const first = w.__kWait(id);
@@ -402,7 +463,16 @@ export class Lock {
       return this.#afterWait(id, fn, first);
     }
     return new Promise((resolve, reject) => {
-      waiter.go = (code) => this.#afterWait(id, fn, code).then(resolve, reject);
+      const stopListening = onAbort(signal, () => {
+        waiters.delete(id);
+        w.__kWithdraw(id);
+        this.#done(KEPT);
+        reject(abortReason(signal));
+      });
+      waiter.go = (code) => {
+        stopListening();
+        this.#afterWait(id, fn, code).then(resolve, reject);
+      };
     });
   }
 
@@ -452,7 +522,7 @@ export class Lock {
    * `run()` over a JS store, as one async function: the acquisition's steps (each store call
    * bounded as the core says), `fn`, and the release. The task's error wins over the release's.
    */
-  async #runOverStore(id, code, fn) {
+  async #runOverStore(id, code, fn, signal) {
     const store = this.#store;
     let owner = "";
     try {
@@ -470,10 +540,15 @@ export class Lock {
               : store.acquire.call(store.object, this.#key, owner, this.#ttl);
             const p = pending(sent);
             await null;
-            if (p !== null) answer = p.done ? p.result : await p.later(bound);
+            if (p !== null) answer = p.done ? p.result : await p.later(bound, waits ? signal : undefined);
           } catch (error) {
             w.__kAbandon(id);
             throw error;
+          }
+          if (answer === ABORTED) {
+            releaseLateGrant(sent, store.object, this.#key, owner);
+            await this.#withdraw(id, owner);
+            throw abortReason(signal);
           }
           if (answer === UNANSWERED) {
             releaseLateGrant(sent, store.object, this.#key, owner);
@@ -488,7 +563,10 @@ export class Lock {
             code = w.__kAnsweredValue(id, answer);
           }
         } else if (code === SLEEP) {
-          await pause(arg());
+          if (await pause(arg(), signal)) {
+            w.__kAbandon(id);
+            throw abortReason(signal);
+          }
           code = w.__kRetry(id);
         } else if (code === TIMED_OUT) {
           throw w.__kTimeoutError(id, 0, arg());
@@ -503,6 +581,11 @@ export class Lock {
     if (code === REFUSED) {
       this.#done(KEPT);
       return refused(fn);
+    }
+    if (signal !== undefined && signal.aborted) {
+      // Granted as the signal aborted: the hold goes back before anything runs.
+      this.#done(await this.#releaseRun(id, owner));
+      throw abortReason(signal);
     }
     if (fn === KEEP) return this.#kept(id);
     const context = new LockContext(code >= 1 ? code : null, -id);
@@ -520,17 +603,8 @@ export class Lock {
     let releaseError;
     let after = KEPT;
     try {
-      if (w.__kEnd(id, NaN) === FAILED) throw w.__kError();
-      // The run's hold is the one its last acquire call was granted, under that call's token.
-      const bound = arg();
-      let answer = store.release.call(store.object, this.#key, owner);
-      const p = pending(answer);
-      await null;
-      if (p !== null) answer = p.done ? p.result : await p.later(bound);
-      const code = released(id, answer, bound);
-      after = slotAfter(code);
+      after = await this.#releaseRun(id, owner);
     } catch (error) {
-      w.__kForget(id);
       releaseFailed = true;
       releaseError = error;
     }
@@ -540,11 +614,44 @@ export class Lock {
     return [true, value];
   }
 
+  /**
+   * Ends the hold a run took from a JS store under `owner` (the token of the acquire call that
+   * was granted): what became of the slot, or the release's error (the run's hold forgotten).
+   */
+  async #releaseRun(id, owner) {
+    const store = this.#store;
+    try {
+      if (w.__kEnd(id, NaN) === FAILED) throw w.__kError();
+      const bound = arg();
+      let answer = store.release.call(store.object, this.#key, owner);
+      const p = pending(answer);
+      await null;
+      if (p !== null) answer = p.done ? p.result : await p.later(bound);
+      return slotAfter(released(id, answer, bound));
+    } catch (error) {
+      w.__kForget(id);
+      throw error;
+    }
+  }
+
+  /** An aborted caller leaves a JS store's queue: `withdraw(key, owner)`, or `release`. */
+  async #withdraw(id, owner) {
+    const code = w.__kWithdraw(id);
+    if (code === FAILED) throw w.__kError();
+    if (code !== CALL) return;
+    const bound = arg();
+    const store = this.#store;
+    const method = store.withdraw ?? store.release;
+    if ((await settle(method.call(store.object, this.#key, owner), bound)) === UNANSWERED) {
+      throw w.__kTimeoutError(id, 0, bound);
+    }
+  }
+
   /** Tries to take the lock; with `{ timeout }`, waits until then. Resolves a boolean. */
   acquire(options) {
     const plain = this.#core === null && !this.#busy && plainOptions(options);
     if (!plain) return this.#coreLock().acquire(options);
-    return this.#run(KEEP, plain[0], plain[1]);
+    return this.#run(KEEP, plain[0], plain[1], plain[2]);
   }
 
   /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */

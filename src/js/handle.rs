@@ -626,6 +626,42 @@ pub fn abandon(id: f64) -> Result<(), JsValue> {
     with_entry(id, |e| e.attempt = None)
 }
 
+/// The caller's abort signal fired while it waited: it stops waiting. On the memory store it
+/// leaves the key's queue here (a grant that raced the abort is released) and this answers
+/// [`REFUSED`]; on a JS store this answers [`CALL`] — JS calls the store's `withdraw(key,
+/// owner)` (or, without one, `release`), bounded by `arg` ms.
+#[wasm_bindgen(js_name = __kWithdraw, skip_typescript)]
+pub fn withdraw(id: f64) -> f64 {
+    plain((|| {
+        let (lock, attempt, waiting) =
+            with_entry(id, |e| (e.lock.clone(), e.attempt.take(), e.waiting.take()))?;
+        // Dropped with no borrow held: leaving the queue may hand the key to the next waiter.
+        drop(waiting);
+        Ok(match (lock.store(), attempt) {
+            (Backend::Js(_), Some(attempt)) => call(lock.ttl().as_ms(), attempt.owner()),
+            _ => REFUSED,
+        })
+    })())
+}
+
+/// Checks a wait's `timeout` and `retryDelay` as [`begin`] does (`NaN`: not given), without
+/// starting anything: 0, or [`FAILED`] with the error.
+#[wasm_bindgen(js_name = __kCheckWait, skip_typescript)]
+pub fn check_wait(timeout: f64, retry_delay: f64) -> f64 {
+    let given = |v: f64| (!v.is_nan()).then_some(v);
+    plain(
+        AcquireOptions::from_f64(given(timeout), given(retry_delay))
+            .map(|_| 0.0)
+            .map_err(input_to_js),
+    )
+}
+
+/// The `TypeError` for an `options.signal` that is not an `AbortSignal`.
+#[wasm_bindgen(js_name = __kSignalError, skip_typescript)]
+pub fn signal_error(value: JsValue) -> JsValue {
+    super::abort::not_a_signal(&value)
+}
+
 /// The `LockStoreTimeoutError` for a call of `operation` (0 acquire, 1 release) unanswered for
 /// `after_ms`.
 #[wasm_bindgen(js_name = __kTimeoutError, skip_typescript)]
