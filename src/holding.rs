@@ -50,6 +50,86 @@ pub struct KeepAlive {
     pub max_hold_ms: Option<u64>,
 }
 
+/// What a hold's watcher does next ([`Watch::next`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchStep {
+    /// The hold is lost, or presumed lost: signal the task, and stop watching.
+    Lost(LossReason),
+    /// Extend the hold (by the lock's TTL), then report with [`Watch::extended`].
+    Extend,
+    /// Look again after `ms` (at least 1).
+    Sleep {
+        /// The pause.
+        ms: u64,
+    },
+}
+
+/// A hold's watcher as a state machine that does no I/O: given the hold's local deadline and
+/// the time, it says whether the hold is lost, when to extend it (with [`KeepAlive`]), and how
+/// long to sleep. [`crate::Lock`] drives it with futures; the JS binding drives it from JS
+/// timers. Times are on the monotonic clock.
+#[derive(Debug, Clone)]
+pub struct Watch {
+    every: Option<u64>,
+    cap_at: Option<u64>,
+    next_extend: Option<u64>,
+}
+
+impl Watch {
+    /// Starts watching at `now` a hold of a lock whose TTL is `ttl_ms`: with `keep_alive`,
+    /// extending it every [`KeepAlive::every_ms`] (default a third of the TTL, within 1 ms and
+    /// the TTL) up to the [`KeepAlive::max_hold_ms`] cap; without, only watching its deadline.
+    pub fn new(ttl_ms: u64, keep_alive: Option<KeepAlive>, now: u64) -> Self {
+        let every = keep_alive.map(|k| k.every_ms.unwrap_or(ttl_ms / 3).clamp(1, ttl_ms));
+        Watch {
+            every,
+            cap_at: keep_alive
+                .and_then(|k| k.max_hold_ms)
+                .map(|cap| now.saturating_add(cap)),
+            next_extend: every.map(|e| now.saturating_add(e)),
+        }
+    }
+
+    /// What to do at `now` about the hold whose local deadline is `deadline` — `None` when the
+    /// hold ended some other way (an extend was refused, or the hold was replaced): that is
+    /// [`LossReason::Refused`].
+    pub fn next(&self, deadline: Option<u64>, now: u64) -> WatchStep {
+        let Some(deadline) = deadline else {
+            return WatchStep::Lost(LossReason::Refused);
+        };
+        if self.cap_at.is_some_and(|cap| now >= cap) {
+            return WatchStep::Lost(LossReason::HoldCapReached);
+        }
+        if now >= deadline {
+            return WatchStep::Lost(LossReason::Expired);
+        }
+        match self.next_extend {
+            Some(at) if now >= at => WatchStep::Extend,
+            _ => {
+                let wake_at = [Some(deadline), self.next_extend, self.cap_at]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    .unwrap_or(deadline);
+                WatchStep::Sleep {
+                    ms: wake_at.saturating_sub(now).max(1),
+                }
+            }
+        }
+    }
+
+    /// The extend [`WatchStep::Extend`] asked for finished at `now`: `ok`, or it failed. A
+    /// refusal needs no telling apart: it ended the hold, which [`Watch::next`] sees. A store
+    /// error is retried soon (a quarter of the interval, at least 10 ms), while the hold may
+    /// still be alive.
+    pub fn extended(&mut self, ok: bool, now: u64) {
+        self.next_extend = self.every.map(|e| match ok {
+            true => now.saturating_add(e),
+            false => now.saturating_add((e / 4).max(10)),
+        });
+    }
+}
+
 /// Called once with the reason a hold was lost.
 type LossListener = Box<dyn FnOnce(LossReason)>;
 
@@ -161,5 +241,80 @@ impl RunContext {
             Some(reason) => listener(reason),
             None => self.loss.listeners.borrow_mut().push(Box::new(listener)),
         }
+    }
+}
+
+#[cfg(test)]
+mod watch_tests {
+    use super::*;
+
+    #[test]
+    fn without_keep_alive_it_sleeps_until_the_deadline_then_reports_expiry() {
+        let watch = Watch::new(300, None, 1_000);
+        assert_eq!(watch.next(Some(1_300), 1_000), WatchStep::Sleep { ms: 300 });
+        assert_eq!(watch.next(Some(1_300), 1_299), WatchStep::Sleep { ms: 1 });
+        assert_eq!(
+            watch.next(Some(1_300), 1_300),
+            WatchStep::Lost(LossReason::Expired)
+        );
+        assert_eq!(
+            watch.next(None, 1_001),
+            WatchStep::Lost(LossReason::Refused)
+        );
+    }
+
+    #[test]
+    fn keep_alive_extends_every_third_of_the_ttl_and_paces_from_the_answer() {
+        let mut watch = Watch::new(300, Some(KeepAlive::default()), 0);
+        assert_eq!(watch.next(Some(300), 0), WatchStep::Sleep { ms: 100 });
+        assert_eq!(watch.next(Some(300), 100), WatchStep::Extend);
+        watch.extended(true, 105);
+        // The extend moved the deadline; the next one is an interval after the answer.
+        assert_eq!(watch.next(Some(400), 110), WatchStep::Sleep { ms: 95 });
+        assert_eq!(watch.next(Some(400), 205), WatchStep::Extend);
+        // A store error: try again after a quarter of the interval, not a whole one.
+        watch.extended(false, 206);
+        assert_eq!(watch.next(Some(400), 206), WatchStep::Sleep { ms: 25 });
+        assert_eq!(watch.next(Some(400), 231), WatchStep::Extend);
+        // A refused extend ended the hold: the deadline is gone.
+        watch.extended(false, 232);
+        assert_eq!(watch.next(None, 232), WatchStep::Lost(LossReason::Refused));
+    }
+
+    #[test]
+    fn the_cap_ends_the_hold_even_while_extends_succeed() {
+        let keep = KeepAlive {
+            every_ms: Some(50),
+            max_hold_ms: Some(120),
+        };
+        let mut watch = Watch::new(1_000, Some(keep), 0);
+        assert_eq!(watch.next(Some(1_000), 0), WatchStep::Sleep { ms: 50 });
+        watch.extended(true, 100);
+        assert_eq!(watch.next(Some(1_100), 101), WatchStep::Sleep { ms: 19 });
+        assert_eq!(
+            watch.next(Some(1_100), 120),
+            WatchStep::Lost(LossReason::HoldCapReached)
+        );
+    }
+
+    #[test]
+    fn every_is_kept_within_one_ms_and_the_ttl() {
+        let fast = KeepAlive {
+            every_ms: Some(0),
+            max_hold_ms: None,
+        };
+        assert_eq!(
+            Watch::new(10, Some(fast), 0).next(Some(10), 0),
+            WatchStep::Sleep { ms: 1 }
+        );
+        let slow = KeepAlive {
+            every_ms: Some(99),
+            max_hold_ms: None,
+        };
+        // Never later than the TTL: the deadline comes first.
+        assert_eq!(
+            Watch::new(10, Some(slow), 0).next(Some(10), 0),
+            WatchStep::Sleep { ms: 10 }
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::task::Poll;
 use crate::attempt::{Attempt, Held, Next};
 use crate::error::{Error, HoldOperation, Operation};
 use crate::grant::Fence;
-use crate::holding::{KeepAlive, LossReason, LossState, RunContext};
+use crate::holding::{KeepAlive, LossState, RunContext, Watch, WatchStep};
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::race::{race, Either};
 use crate::runtime::Runtime;
@@ -620,65 +620,31 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         loss: &LossState,
         extending: &Cell<bool>,
     ) {
-        let started = self.runtime.monotonic_ms();
-        let every = keep_alive.map(|k| {
-            k.every_ms
-                .unwrap_or(self.ttl.as_ms() / 3)
-                .clamp(1, self.ttl.as_ms())
-        });
-        let cap_at = keep_alive
-            .and_then(|k| k.max_hold_ms)
-            .map(|cap| started.saturating_add(cap));
-        let mut next_extend = every.map(|e| started.saturating_add(e));
+        let mut watch = Watch::new(self.ttl.as_ms(), keep_alive, self.runtime.monotonic_ms());
         if keep_alive.is_none() {
             // Only the deadline to watch: not worth a timer until someone asks about the loss.
             loss.observed().await;
         }
         loop {
-            let Some(deadline) = self.deadline_of(owner) else {
-                // The hold ended some other way (an extend from the task was refused).
-                loss.fire(LossReason::Refused);
-                return;
-            };
             let now = self.runtime.monotonic_ms();
-            if cap_at.is_some_and(|cap| now >= cap) {
-                loss.fire(LossReason::HoldCapReached);
-                return;
-            }
-            if now >= deadline {
-                loss.fire(LossReason::Expired);
-                return;
-            }
-            match next_extend {
-                Some(at) if now >= at => {
+            match watch.next(self.deadline_of(owner), now) {
+                WatchStep::Lost(reason) => {
+                    loss.fire(reason);
+                    return;
+                }
+                WatchStep::Extend => {
                     extending.set(true);
                     let extended = self.extend(None).await;
                     extending.set(false);
-                    let now = self.runtime.monotonic_ms();
-                    next_extend = match extended {
-                        Ok(()) => every.map(|e| now.saturating_add(e)),
-                        Err(Error::NotHeld { .. }) => {
-                            loss.fire(LossReason::Refused);
-                            return;
-                        }
-                        // A store error: try again soon, while the hold may still be alive.
-                        Err(_) => every.map(|e| now.saturating_add((e / 4).max(10))),
-                    };
+                    watch.extended(extended.is_ok(), self.runtime.monotonic_ms());
                 }
-                _ => {
-                    let wake_at = [Some(deadline), next_extend, cap_at]
-                        .into_iter()
-                        .flatten()
-                        .min()
-                        .unwrap_or(deadline);
-                    self.runtime.sleep(wake_at.saturating_sub(now).max(1)).await;
-                }
+                WatchStep::Sleep { ms } => self.runtime.sleep(ms).await,
             }
         }
     }
 
     /// The local deadline of the hold taken with `owner`, while this handle still has it.
-    fn deadline_of(&self, owner: &OwnerToken) -> Option<u64> {
+    pub(crate) fn deadline_of(&self, owner: &OwnerToken) -> Option<u64> {
         match &*self.hold.borrow() {
             Hold::Held {
                 owner: current,
