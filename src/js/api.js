@@ -8,7 +8,7 @@
 // autoExtend, a second run of a handle at once — goes to the async core through the
 // wasm-bindgen `Lock` that shares the handle's core lock.
 
-import { LockContext, installHolding } from "./holding.js";
+import { LockContext, installHolding, setRunObserver } from "./holding.js";
 import { cancelTimer, releaseLateGrant, timer } from "./promises.js";
 
 // Step codes (src/js/handle.rs). A held step answers the fence (≥ 1) or HELD_UNFENCED.
@@ -38,7 +38,12 @@ const IS_LOCKED = 3;
 const REMAINING_TIME = 4;
 const FORCE_RELEASE = 5;
 // What LockNotHeldError an operation on a handle holding nothing gets (`__kNotHeld`).
+const NOT_HELD_EXTEND = 0;
 const NOT_HELD_SERIALIZE = 1;
+// A watcher's steps (src/js/watching.rs): lost (`arg` says why; 0: it was stopped), extend, sleep.
+const WATCH_LOST = 0;
+const WATCH_EXTEND = -2;
+const WATCH_SLEEP = -3;
 
 const UNANSWERED = Symbol("unanswered");
 const ABORTED = Symbol("aborted");
@@ -259,18 +264,19 @@ function pause(ms, signal) {
   });
 }
 
+const NO_OPTIONS = [NaN, NaN, undefined, undefined];
+
 /**
- * Run options this layer drives itself: `[timeout, retryDelay, signal]` (NaN, undefined = not
- * given), or null.
+ * Run options this layer drives itself: `[timeout, retryDelay, signal, autoExtend]` (NaN,
+ * undefined = not given), or null.
  */
 function plainOptions(options) {
-  if (options === undefined) return [NaN, NaN, undefined];
+  if (options === undefined) return NO_OPTIONS;
   if (options === null || typeof options !== "object") return null;
-  if (options.autoExtend !== undefined) return null;
-  const { timeout, retryDelay, signal } = options;
+  const { timeout, retryDelay, signal, autoExtend } = options;
   const number = (v) => v === undefined || (typeof v === "number" && v === v);
   if (!number(timeout) || !number(retryDelay)) return null;
-  return [timeout ?? NaN, retryDelay ?? NaN, signal];
+  return [timeout ?? NaN, retryDelay ?? NaN, signal, autoExtend];
 }
 
 /** Whether `signal` can be listened to as an AbortSignal. */
@@ -307,6 +313,15 @@ export class Lock {
   #core = null;
   #busy = false;
   #registered = false;
+  // The run's `autoExtend` option while it acquires (undefined: none); the watcher of the run's
+  // hold (its context's signal was read, or it auto-extends); the one `autoExtend()` started.
+  #runKeep = undefined;
+  #runWatch = null;
+  #keeper = null;
+
+  static {
+    setRunObserver((handle, context) => handle.#observeRun(context));
+  }
 
   constructor(token, key, ttl, store, core, slot = 0) {
     if (token !== internal) throw new TypeError("use lock(key, ttlMs) or restoreLock(serialized)");
@@ -402,14 +417,15 @@ export class Lock {
   }
 
   get signal() {
-    return this.#core === null ? undefined : this.#core.signal;
+    if (this.#core !== null) return this.#core.signal;
+    return this.#keeper === null ? undefined : this.#keeper.context.signal;
   }
 
   /** Acquire, run `fn({ fence, signal })`, always release: `[true, result]` or `[false, undefined]`. */
   run(fn, options) {
     const plain = this.#core === null && !this.#busy && typeof fn === "function" && plainOptions(options);
     if (!plain) return this.#coreLock().run(fn, options);
-    return this.#run(fn, plain[0], plain[1], plain[2]);
+    return this.#run(fn, plain[0], plain[1], plain[2], plain[3]);
   }
 
   /** `run(fn)` that never waits. */
@@ -417,10 +433,13 @@ export class Lock {
     if (this.#core !== null || this.#busy || typeof fn !== "function") {
       return this.#coreLock().runImmediately(fn);
     }
-    return this.#run(fn, NaN, NaN, undefined);
+    return this.#run(fn, NaN, NaN, undefined, undefined);
   }
 
-  #run(fn, timeout, retryDelay, signal) {
+  #run(fn, timeout, retryDelay, signal, keep) {
+    if (keep === false) keep = undefined;
+    // Checked as the options are, in order: autoExtend first.
+    if (keep !== undefined && w.__kKeepAliveCheck(keep) === FAILED) return Promise.reject(w.__kError());
     if (signal !== undefined) {
       // Checked as the options are, in order; an already aborted signal starts nothing.
       if (w.__kCheckWait(timeout, retryDelay) === FAILED) return Promise.reject(w.__kError());
@@ -436,6 +455,7 @@ export class Lock {
       }
     }
     this.#busy = true;
+    this.#runKeep = keep;
     const code = w.__kBegin(id, timeout, retryDelay, performance.now());
     if (code === FAILED) {
       this.#done(KEPT);
@@ -492,7 +512,8 @@ export class Lock {
   /** Runs `fn` on the hold the run took from the memory store, then ends it. */
   #holding(id, fn, code) {
     if (fn === KEEP) return Promise.resolve(this.#kept(id));
-    const context = new LockContext(code >= 1 ? code : null, -id);
+    const context = new LockContext(code >= 1 ? code : null, -id, this);
+    if (this.#runKeep !== undefined) this.#keepRun(id, context);
     let out;
     try {
       out = fn(context);
@@ -511,6 +532,8 @@ export class Lock {
   /** Releases the run's hold on the memory store; the task's error wins over the release's. */
   #end(id, context, value, failed) {
     LockContext.end(context);
+    // The memory store extends inside the wasm: no extend can be in flight to wait for.
+    if (this.#runWatch !== null) this.#stopRunWatch();
     const code = w.__kEnd(id, performance.now());
     const error = code === FAILED ? w.__kError() : undefined;
     this.#done(slotAfter(code));
@@ -550,6 +573,11 @@ export class Lock {
             await this.#withdraw(id, owner);
             throw abortReason(signal);
           }
+          if (signal !== undefined && signal.aborted && answer !== UNANSWERED && answer !== false) {
+            // Granted as the signal aborted: given back before the core takes the hold.
+            await this.#withdraw(id, owner);
+            throw abortReason(signal);
+          }
           if (answer === UNANSWERED) {
             releaseLateGrant(sent, store.object, this.#key, owner);
             code = w.__kUnanswered(id);
@@ -582,13 +610,9 @@ export class Lock {
       this.#done(KEPT);
       return refused(fn);
     }
-    if (signal !== undefined && signal.aborted) {
-      // Granted as the signal aborted: the hold goes back before anything runs.
-      this.#done(await this.#releaseRun(id, owner));
-      throw abortReason(signal);
-    }
     if (fn === KEEP) return this.#kept(id);
-    const context = new LockContext(code >= 1 ? code : null, -id);
+    const context = new LockContext(code >= 1 ? code : null, -id, this);
+    if (this.#runKeep !== undefined) this.#keepRun(id, context);
     let value;
     let failed = false;
     try {
@@ -599,6 +623,8 @@ export class Lock {
       failed = true;
     }
     LockContext.end(context);
+    // An extend in flight finishes before the release.
+    if (this.#runWatch !== null) await this.#stopRunWatch();
     let releaseFailed = false;
     let releaseError;
     let after = KEPT;
@@ -641,10 +667,11 @@ export class Lock {
     if (code !== CALL) return;
     const bound = arg();
     const store = this.#store;
-    const method = store.withdraw ?? store.release;
-    if ((await settle(method.call(store.object, this.#key, owner), bound)) === UNANSWERED) {
-      throw w.__kTimeoutError(id, 0, bound);
-    }
+    const withdraws = store.withdraw !== undefined;
+    const method = withdraws ? store.withdraw : store.release;
+    const answer = await settle(method.call(store.object, this.#key, owner), bound);
+    if (answer === UNANSWERED) throw w.__kTimeoutError(id, 0, bound);
+    if (!withdraws && typeof answer !== "boolean") throw w.__kReleaseAnswerError(answer);
   }
 
   /** Tries to take the lock; with `{ timeout }`, waits until then. Resolves a boolean. */
@@ -656,6 +683,12 @@ export class Lock {
 
   /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */
   release() {
+    if (this.#keeper !== null) {
+      // autoExtend() stops first, and an extend in flight finishes, before the release.
+      const keeper = this.#keeper;
+      this.#keeper = null;
+      return keeper.stop().then(() => this.release());
+    }
     if (this.#core !== null || this.#busy) return this.#coreLock().release();
     const id = this.#slot;
     if (id === 0) return Promise.resolve(false); // no slot: nothing held, nothing lost
@@ -699,10 +732,14 @@ export class Lock {
     const id = this.#slot;
     // No slot: the handle holds nothing.
     if (id === 0) return Promise.reject(w.__kExtendIdle(this.#key, given ? ttlMs : 0, given));
-    const code = w.__kExtend(id, given ? ttlMs : 0, given);
+    return this.#extended(w.__kExtend(id, given ? ttlMs : 0, given));
+  }
+
+  /** What an extend step (`code`) comes to: done, an error, or a JS store's call to make. */
+  #extended(code) {
     if (code === FAILED) return Promise.reject(w.__kError());
     if (code !== CALL) return Promise.resolve();
-    return this.#extendOverStore(id);
+    return this.#extendOverStore(this.#slot);
   }
 
   /** A JS store's extend, its answer recorded by the core against the hold it was about. */
@@ -739,12 +776,105 @@ export class Lock {
     return code;
   }
 
+  /**
+   * Keeps extending the held lock until `release()` or `stopAutoExtend()`; returns the hold's
+   * context, whose signal aborts when the hold is lost. Again while it runs: the same context.
+   */
   autoExtend(options) {
-    return this.#coreLock().autoExtend(options);
+    if (this.#core !== null) return this.#core.autoExtend(options);
+    if (this.#keeper !== null) return this.#keeper.context;
+    if (options !== undefined && w.__kKeepAliveCheck(options) === FAILED) throw w.__kError();
+    if (this.#slot === 0) throw w.__kNotHeld(this.#key, NOT_HELD_EXTEND);
+    const ticket = w.__kWatch(this.#slot, true, options, performance.now());
+    if (ticket === FAILED) throw w.__kError();
+    this.#keeper = this.#watch(ticket, new LockContext(this.fence, 0));
+    return this.#keeper.context;
   }
 
+  /** Stops `autoExtend()`; resolves once no extend is in flight. The lock stays held. */
   stopAutoExtend() {
-    return this.#coreLock().stopAutoExtend();
+    if (this.#core !== null) return this.#core.stopAutoExtend();
+    const keeper = this.#keeper;
+    this.#keeper = null;
+    return keeper === null ? Promise.resolve() : keeper.stop().then(() => undefined);
+  }
+
+  /** The run's context had its signal read: watch the run's hold, and abort it when lost. */
+  #observeRun(context) {
+    if (this.#runWatch !== null || this.#slot === 0) return;
+    const ticket = w.__kWatch(this.#slot, false, undefined, performance.now());
+    if (ticket === FAILED) {
+      w.__kError(); // nothing held: nothing to watch
+      return;
+    }
+    this.#runWatch = this.#watch(ticket, context);
+  }
+
+  /** The run took the key with `autoExtend`: keep its hold alive while `fn` runs. */
+  #keepRun(id, context) {
+    const keep = this.#runKeep;
+    this.#runKeep = undefined;
+    const ticket = w.__kWatch(id, true, keep, performance.now());
+    if (ticket !== FAILED) this.#runWatch = this.#watch(ticket, context);
+    else w.__kError();
+  }
+
+  #stopRunWatch() {
+    const watch = this.#runWatch;
+    this.#runWatch = null;
+    return watch.stop();
+  }
+
+  /**
+   * Drives the core's watcher `ticket` from JS timers: sleeps, extends when told, and when the
+   * hold is lost aborts `context` with the core's LockNotHeldError. `stop()` ends it and
+   * resolves once no extend is in flight.
+   */
+  #watch(ticket, context) {
+    const key = this.#key;
+    let stopped = false;
+    let sleeping = null;
+    let wake = null;
+    const loop = (async () => {
+      while (!stopped) {
+        const code = w.__kWatchNext(ticket, performance.now());
+        if (code === WATCH_SLEEP) {
+          await new Promise((resolve) => {
+            wake = resolve;
+            sleeping = timer(arg(), resolve);
+          });
+          sleeping = null;
+        } else if (code === WATCH_EXTEND) {
+          let ok = true;
+          try {
+            await this.#extended(w.__kWatchExtend(ticket));
+          } catch {
+            ok = false;
+          }
+          w.__kWatchExtended(ticket, ok, performance.now());
+        } else {
+          // Lost: the core has let the watcher go.
+          const reason = arg();
+          if (reason !== 0) LockContext.lose(context, w.__kLostError(key, reason));
+          return;
+        }
+      }
+      w.__kWatchStop(ticket);
+    })();
+    return {
+      context,
+      stop() {
+        if (!stopped) {
+          stopped = true;
+          if (sleeping !== null) {
+            cancelTimer(sleeping);
+            sleeping = null;
+            wake();
+          }
+        }
+        return loop;
+      },
+    };
   }
 
   /** Frees the key whoever holds it; resolves whether anyone did. */

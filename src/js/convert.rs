@@ -5,6 +5,7 @@ use js_sys::{Object, RangeError, Reflect, TypeError};
 use wasm_bindgen::prelude::*;
 
 use crate::error::{Error, HoldOperation, InputError, Operation};
+use crate::holding::KeepAlive;
 use crate::input::{decimal, AcquireOptions, Key, ShowNumber, Ttl, WaitOption};
 use crate::token::OwnerToken;
 
@@ -307,4 +308,57 @@ pub(crate) async fn resolve_answer(answer: JsValue) -> Result<JsValue, JsValue> 
     } else {
         Ok(answer)
     }
+}
+
+/// `autoExtend`: `undefined`/`false` (off), `true` (every ttl/3, no cap), or
+/// `{ every?, maxHoldMs? }`.
+pub(crate) fn keep_alive_option(value: &JsValue) -> Result<Option<KeepAlive>, JsValue> {
+    if value.is_undefined() || value.as_bool() == Some(false) {
+        return Ok(None);
+    }
+    if value.as_bool() == Some(true) {
+        return Ok(Some(KeepAlive::default()));
+    }
+    if !value.is_object() || value.is_function() {
+        return Err(type_error(
+            [
+                "autoExtend must be true, false or { every, maxHoldMs }, got ",
+                &describe(value),
+            ]
+            .concat(),
+        ));
+    }
+    let ms = |name: &str| -> Result<Option<u64>, JsValue> {
+        let v = Reflect::get(value, &JsValue::from_str(name))?;
+        if v.is_undefined() {
+            return Ok(None);
+        }
+        let n = v.as_f64().ok_or_else(|| {
+            type_error(
+                [
+                    "autoExtend.",
+                    name,
+                    " must be a number, got ",
+                    &describe(&v),
+                ]
+                .concat(),
+            )
+        })?;
+        // Same range as a TTL: 1 ms to 2^31 - 1 ms, fractions rounding up.
+        Ttl::from_f64(n).map(|t| Some(t.as_ms())).map_err(|_| {
+            js_sys::RangeError::new(
+                &[
+                    "autoExtend.",
+                    name,
+                    " must be a finite number of milliseconds between 1 and 2147483647",
+                ]
+                .concat(),
+            )
+            .into()
+        })
+    };
+    Ok(Some(KeepAlive {
+        every_ms: ms("every")?,
+        max_hold_ms: ms("maxHoldMs")?,
+    }))
 }

@@ -28,7 +28,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use wasm_bindgen::prelude::*;
 
 use super::convert::{input_to_js, to_js, type_error};
-use super::lock::{observe_fast, CoreLock, Flag, JsLock};
+use super::lock::{CoreLock, JsLock};
 use super::runtime::JsRuntime;
 use super::store::{answers, Backend};
 use crate::attempt::{Attempt, Next};
@@ -100,8 +100,6 @@ struct Entry {
     attempt: Option<Attempt>,
     /// The owner token of the hold the handle's current `run` took.
     run_owner: Option<OwnerToken>,
-    /// Stops the watcher that a run's context started when its `signal` was read.
-    watching: Option<Rc<Flag>>,
     /// The wait in the memory store's queue, while there is one.
     waiting: Option<Waiting>,
 }
@@ -187,7 +185,6 @@ pub(super) fn insert(lock: Rc<CoreLock>) -> f64 {
         lock,
         attempt: None,
         run_owner: None,
-        watching: None,
         waiting: None,
     };
     SLOTS.with(|s| {
@@ -295,7 +292,6 @@ pub fn current() -> StoreBinding {
 /// A slot for a handle on `key` (checked again) with `ttl` ms, bound to `store`.
 #[wasm_bindgen(js_name = __kOpen, skip_typescript)]
 pub fn open(key: &str, ttl: f64, store: &StoreBinding) -> f64 {
-    super::lock::ensure_observer();
     plain((|| {
         let ttl = ttl_of(ttl)?;
         let key = Key::new(key).map_err(input_to_js)?;
@@ -686,7 +682,7 @@ pub fn end(id: f64, now: f64) -> f64 {
 
 /// The monotonic clock in whole ms: `now` as JS read it (`performance.now()`, as [`JsRuntime`]
 /// reads it), or, for `NaN`, read here.
-fn mono(now: f64) -> u64 {
+pub(super) fn mono(now: f64) -> u64 {
     if now.is_nan() {
         JsRuntime.monotonic_ms()
     } else {
@@ -695,12 +691,7 @@ fn mono(now: f64) -> u64 {
 }
 
 fn end_run(id: f64, now: f64) -> Result<f64, JsValue> {
-    let (lock, owner, watching) = with_entry(id, |e| {
-        (e.lock.clone(), e.run_owner.clone(), e.watching.take())
-    })?;
-    if let Some(stop) = watching {
-        stop.set();
-    }
+    let (lock, owner) = with_entry(id, |e| (e.lock.clone(), e.run_owner.clone()))?;
     let Some(owner) = owner else {
         return Ok(step(REFUSED, 0.0));
     };
@@ -790,17 +781,4 @@ pub fn release_answer_error(value: JsValue) -> JsValue {
 #[wasm_bindgen(js_name = __kForget, skip_typescript)]
 pub fn forget(id: f64) -> Result<(), JsValue> {
     with_entry(id, |e| e.run_owner = None)
-}
-
-/// The run's context had its `signal` read: watch the hold (its deadline) and abort the signal
-/// when it is lost, until the run ends.
-pub(crate) fn observe(id: f64, context: JsValue) {
-    let Ok((lock, fence, stop)) = with_entry(id, |e| {
-        let stop = Rc::new(Flag::default());
-        e.watching = Some(stop.clone());
-        (e.lock.clone(), e.lock.fence(), stop)
-    }) else {
-        return;
-    };
-    observe_fast(lock, fence, context, stop);
 }

@@ -10,16 +10,25 @@ export function setObserver(f) {
   observer = f;
 }
 
+// The same for runs the JS `Lock` class drives (negative ids): told the handle and the context.
+let runObserver = null;
+
+export function setRunObserver(f) {
+  runObserver = f;
+}
+
 /** What `run(fn)` passes to `fn`: the hold's fence, and a signal aborted when the hold is lost. */
 export class LockContext {
   #controller = null;
   #lost = undefined;
   #id;
+  #handle;
 
-  constructor(fence, id) {
+  constructor(fence, id, handle = null) {
     /** The hold's fencing token, or null when the store keeps no fences. */
     this.fence = fence;
     this.#id = id;
+    this.#handle = handle;
   }
 
   /** Aborted (with a LockNotHeldError) the moment the hold is known or presumed lost. */
@@ -27,6 +36,7 @@ export class LockContext {
     if (this.#controller === null) {
       this.#controller = new AbortController();
       if (this.#lost !== undefined) this.#controller.abort(this.#lost);
+      else if (this.#id < 0) runObserver?.(this.#handle, this);
       else if (this.#id !== 0) observer?.(this.#id, this);
     }
     return this.#controller.signal;

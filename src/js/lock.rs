@@ -17,14 +17,14 @@ use super::promises::promise_of;
 
 use super::abort::{cancellation, signal_option, Abort};
 use super::convert::{
-    acquire_options, describe, fence_to_js, get_prop, not_held_error, resolve_answer, to_js, ttl,
-    type_error,
+    acquire_options, describe, fence_to_js, get_prop, keep_alive_option, not_held_error,
+    resolve_answer, to_js, ttl, type_error,
 };
 use super::runtime::JsRuntime;
 use super::store::Backend;
 use crate::error::{Error, HoldOperation};
 use crate::holding::{KeepAlive, LossReason, RunContext};
-use crate::input::{AcquireOptions, Ttl};
+use crate::input::AcquireOptions;
 use crate::lock::{Lock, RunError};
 
 #[wasm_bindgen(module = "/src/js/holding.js")]
@@ -153,12 +153,9 @@ thread_local! {
     static UNOBSERVED: RefCell<(u32, IdMap<Unobserved>)> = RefCell::new((0, IdMap::default()));
 }
 
-/// Called from JS (through the observer set once) when a context's signal is first read. A
-/// negative id names the slot of a run the JS `Lock` class drives.
-fn observe(id: f64, js: JsValue) {
-    if id < 0.0 {
-        return super::handle::observe(-id, js);
-    }
+/// Called from JS (through the observer set once) when the signal of the context with `id` is
+/// first read. (The entry keeps the context itself.)
+fn observe(id: f64, _context: JsValue) {
     let id = id as u32;
     let entry = UNOBSERVED.with(|u| u.borrow_mut().1.remove(&id));
     if let Some(entry) = entry {
@@ -171,25 +168,10 @@ thread_local! {
 }
 
 /// Gives the JS side its way back in when a context's signal is first read (once per isolate).
-pub(crate) fn ensure_observer() {
+fn ensure_observer() {
     if !OBSERVER_SET.with(|o| o.replace(true)) {
         set_observer(&Closure::<dyn Fn(f64, JsValue)>::new(observe).into_js_value());
     }
-}
-
-/// Watches the hold of a run the JS `Lock` class drives, once its context's signal was read:
-/// the context's signal aborts when the hold is lost, until `stop` is set (the run ended).
-pub(crate) fn observe_fast(
-    lock: Rc<CoreLock>,
-    fence: Option<crate::grant::Fence>,
-    js: JsValue,
-    stop: Rc<Flag>,
-) {
-    let context = RunContext::new(fence, Rc::default());
-    hook_loss(&lock, &context, js);
-    spawn_local(async move {
-        lock.keep_alive(&context, None, stop.wait()).await;
-    });
 }
 
 /// Forgets a run's context when the run ends.
@@ -227,59 +209,6 @@ fn kept_context(lock: &Rc<CoreLock>, context: &RunContext) -> JsValue {
     let js = make_context(&fence_to_js(context.fence), 0);
     hook_loss(lock, context, js.clone());
     js
-}
-
-/// `autoExtend`: `undefined`/`false` (off), `true` (every ttl/3, no cap), or
-/// `{ every?, maxHoldMs? }`.
-fn keep_alive_option(value: &JsValue) -> Result<Option<KeepAlive>, JsValue> {
-    if value.is_undefined() || value.as_bool() == Some(false) {
-        return Ok(None);
-    }
-    if value.as_bool() == Some(true) {
-        return Ok(Some(KeepAlive::default()));
-    }
-    if !value.is_object() || value.is_function() {
-        return Err(type_error(
-            [
-                "autoExtend must be true, false or { every, maxHoldMs }, got ",
-                &describe(value),
-            ]
-            .concat(),
-        ));
-    }
-    let ms = |name: &str| -> Result<Option<u64>, JsValue> {
-        let v = Reflect::get(value, &JsValue::from_str(name))?;
-        if v.is_undefined() {
-            return Ok(None);
-        }
-        let n = v.as_f64().ok_or_else(|| {
-            type_error(
-                [
-                    "autoExtend.",
-                    name,
-                    " must be a number, got ",
-                    &describe(&v),
-                ]
-                .concat(),
-            )
-        })?;
-        // Same range as a TTL: 1 ms to 2^31 - 1 ms, fractions rounding up.
-        Ttl::from_f64(n).map(|t| Some(t.as_ms())).map_err(|_| {
-            js_sys::RangeError::new(
-                &[
-                    "autoExtend.",
-                    name,
-                    " must be a finite number of milliseconds between 1 and 2147483647",
-                ]
-                .concat(),
-            )
-            .into()
-        })
-    };
-    Ok(Some(KeepAlive {
-        every_ms: ms("every")?,
-        max_hold_ms: ms("maxHoldMs")?,
-    }))
 }
 
 /// A future of a JS value, boxed so that every async method (and `checkLockStore`) shares one

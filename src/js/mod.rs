@@ -16,6 +16,7 @@ mod runtime;
 pub(crate) mod store;
 #[cfg(feature = "testing")]
 mod testing;
+mod watching;
 
 pub use api::{get_lock_store, lock, restore_lock, set_lock_store};
 pub use lock::JsLock;

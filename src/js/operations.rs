@@ -79,34 +79,39 @@ pub fn extend(id: f64, ttl: f64, given: bool) -> f64 {
     plain((|| {
         let lock = lock_of(id)?;
         let ttl = extend_ttl(&lock, ttl, given)?;
-        let owner = lock.extending().map_err(to_js)?;
-        let sent = JsRuntime.monotonic_ms();
-        match lock.store() {
-            Backend::Memory(m) => {
-                let extended = m.extend_sync(lock.key(), &owner, ttl);
-                lock.extended(&owner, sent, ttl, extended).map_err(to_js)?;
-                Ok(EXTENDED)
-            }
-            Backend::Js(_) => {
-                let ticket = NEXT_TICKET.with(|n| {
-                    let t = n.get();
-                    n.set(t.wrapping_add(1));
-                    t
-                });
-                let bound = lock.ttl().as_ms();
-                let code = call(bound, &owner);
-                set_extra(ttl.as_ms() as f64, f64::from(ticket));
-                let extending = Extending {
-                    lock,
-                    owner,
-                    sent,
-                    ttl,
-                };
-                EXTENDING.with(|e| e.borrow_mut().insert(ticket, extending));
-                Ok(code)
-            }
-        }
+        extend_lock(lock, ttl)
     })())
+}
+
+/// [`extend`] of `lock`'s hold by `ttl`: [`EXTENDED`], or (a JS store) [`CALL`].
+pub(super) fn extend_lock(lock: Rc<CoreLock>, ttl: Ttl) -> Result<f64, JsValue> {
+    let owner = lock.extending().map_err(to_js)?;
+    let sent = JsRuntime.monotonic_ms();
+    match lock.store() {
+        Backend::Memory(m) => {
+            let extended = m.extend_sync(lock.key(), &owner, ttl);
+            lock.extended(&owner, sent, ttl, extended).map_err(to_js)?;
+            Ok(EXTENDED)
+        }
+        Backend::Js(_) => {
+            let ticket = NEXT_TICKET.with(|n| {
+                let t = n.get();
+                n.set(t.wrapping_add(1));
+                t
+            });
+            let bound = lock.ttl().as_ms();
+            let code = call(bound, &owner);
+            set_extra(ttl.as_ms() as f64, f64::from(ticket));
+            let extending = Extending {
+                lock,
+                owner,
+                sent,
+                ttl,
+            };
+            EXTENDING.with(|e| e.borrow_mut().insert(ticket, extending));
+            Ok(code)
+        }
+    }
 }
 
 /// `extend(ttlMs)` on a handle with no slot, which holds nothing: the TTL's error if it is

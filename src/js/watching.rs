@@ -1,0 +1,157 @@
+//! A hold's watcher on the numeric face: the core's [`Watch`] machine, driven from JS timers.
+//! It watches a run's hold once the run's context has its `signal` read, a run's hold with
+//! `autoExtend`, and the hold `autoExtend()` keeps alive. The core says when the hold is lost
+//! and when to extend it; JS sleeps, makes a JS store's extend call, and aborts the context.
+//!
+//! Each watcher has a ticket and holds its core lock, so it outlives the slot of the handle
+//! that started it.
+
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use wasm_bindgen::prelude::*;
+
+use super::convert::{keep_alive_option, not_held_error, to_js};
+use super::handle::{lock_of, mono, plain, step};
+use super::lock::CoreLock;
+use super::operations::extend_lock;
+use crate::holding::{KeepAlive, LossReason, Watch, WatchStep};
+use crate::token::OwnerToken;
+
+/// The hold is lost: `arg` is why (1 its TTL passed, 2 the store no longer records it, 3 its
+/// maximum hold time); the watcher is gone.
+pub const WATCH_LOST: f64 = 0.0;
+/// Extend the hold with [`watch_extend`], then report with [`watch_extended`].
+pub const WATCH_EXTEND: f64 = -2.0;
+/// Look again ([`watch_next`]) after `arg` ms.
+pub const WATCH_SLEEP: f64 = -3.0;
+
+struct Watching {
+    lock: Rc<CoreLock>,
+    owner: OwnerToken,
+    watch: Watch,
+}
+
+thread_local! {
+    static WATCHING: RefCell<HashMap<u32, Watching>> = RefCell::new(HashMap::new());
+    static NEXT_WATCH: Cell<u32> = const { Cell::new(1) };
+}
+
+fn reason_code(reason: LossReason) -> f64 {
+    match reason {
+        LossReason::Expired => 1.0,
+        LossReason::HoldCapReached => 3.0,
+        _ => 2.0,
+    }
+}
+
+fn reason_of(code: u32) -> LossReason {
+    match code {
+        1 => LossReason::Expired,
+        3 => LossReason::HoldCapReached,
+        _ => LossReason::Refused,
+    }
+}
+
+/// Checks an `autoExtend` option as `run()` and `autoExtend()` read it: 0, or `FAILED`
+/// (see `handle.rs`) with its `TypeError` or `RangeError`.
+#[wasm_bindgen(js_name = __kKeepAliveCheck, skip_typescript)]
+pub fn keep_alive_check(value: JsValue) -> f64 {
+    plain(keep_alive_option(&value).map(|_| 0.0))
+}
+
+/// Starts watching the hold of slot `id`'s lock at `now`: with `keeps`, extending it as
+/// `options` (`autoExtend`'s value: `undefined`, `true` or `{ every, maxHoldMs }`) says;
+/// otherwise only its deadline. Answers the watcher's ticket, or `FAILED` with the error (a
+/// `LockNotHeldError` when nothing is held).
+#[wasm_bindgen(js_name = __kWatch, skip_typescript)]
+pub fn watch(id: f64, keeps: bool, options: JsValue, now: f64) -> f64 {
+    plain((|| {
+        let keep_alive = match keeps {
+            true => Some(keep_alive_option(&options)?.unwrap_or_default()),
+            false => None::<KeepAlive>,
+        };
+        let lock = lock_of(id)?;
+        let owner = lock.extending().map_err(to_js)?;
+        let watching = Watching {
+            watch: Watch::new(lock.ttl().as_ms(), keep_alive, mono(now)),
+            lock,
+            owner,
+        };
+        let ticket = NEXT_WATCH.with(|n| {
+            let t = n.get();
+            n.set(t.wrapping_add(1).max(1));
+            t
+        });
+        WATCHING.with(|w| w.borrow_mut().insert(ticket, watching));
+        Ok(f64::from(ticket))
+    })())
+}
+
+/// What watcher `ticket` does at `now`: [`WATCH_SLEEP`], [`WATCH_EXTEND`] or [`WATCH_LOST`]
+/// (also for a ticket that names no watcher: it was stopped).
+#[wasm_bindgen(js_name = __kWatchNext, skip_typescript)]
+pub fn watch_next(ticket: u32, now: f64) -> f64 {
+    let next = WATCHING.with(|w| {
+        let w = w.borrow();
+        let watching = w.get(&ticket)?;
+        let deadline = watching.lock.deadline_of(&watching.owner);
+        Some(watching.watch.next(deadline, mono(now)))
+    });
+    match next {
+        Some(WatchStep::Extend) => WATCH_EXTEND,
+        Some(WatchStep::Sleep { ms }) => step(WATCH_SLEEP, ms as f64),
+        Some(WatchStep::Lost(reason)) => {
+            watch_stop(ticket);
+            step(WATCH_LOST, reason_code(reason))
+        }
+        None => step(WATCH_LOST, 0.0),
+    }
+}
+
+/// Extends the watched hold by the lock's TTL, as `extend()` does: `EXTENDED`, `CALL` (a JS
+/// store: JS makes the call and reports it as for `extend()`), or `FAILED`.
+#[wasm_bindgen(js_name = __kWatchExtend, skip_typescript)]
+pub fn watch_extend(ticket: u32) -> f64 {
+    plain((|| {
+        let lock = WATCHING.with(|w| w.borrow().get(&ticket).map(|x| x.lock.clone()));
+        let lock = lock.ok_or_else(|| {
+            super::convert::type_error("keel-lock: no such watcher (internal error)")
+        })?;
+        let ttl = lock.ttl();
+        extend_lock(lock, ttl)
+    })())
+}
+
+/// The extend [`WATCH_EXTEND`] asked for finished at `now`: `ok`, or it failed.
+#[wasm_bindgen(js_name = __kWatchExtended, skip_typescript)]
+pub fn watch_extended(ticket: u32, ok: bool, now: f64) {
+    WATCHING.with(|w| {
+        if let Some(watching) = w.borrow_mut().get_mut(&ticket) {
+            watching.watch.extended(ok, mono(now));
+        }
+    });
+}
+
+/// Stops watcher `ticket` (if it still runs).
+#[wasm_bindgen(js_name = __kWatchStop, skip_typescript)]
+pub fn watch_stop(ticket: u32) {
+    let gone = WATCHING.with(|w| w.borrow_mut().remove(&ticket));
+    // Dropped with no borrow held: it may hold the last reference to its core lock.
+    drop(gone);
+}
+
+/// The `LockNotHeldError` a lost hold's context is aborted with (`reason` as [`WATCH_LOST`]
+/// numbers it).
+#[wasm_bindgen(js_name = __kLostError, skip_typescript)]
+pub fn lost_error(key: &str, reason: u32) -> JsValue {
+    let reason = reason_of(reason).as_str();
+    not_held_error(key, &["lock \"", key, "\" was lost: ", reason].concat())
+}
+
+/// How many watchers run (for tests: none may outlive its hold's run or `stopAutoExtend`).
+#[wasm_bindgen(js_name = __kWatchers, skip_typescript)]
+pub fn watchers() -> u32 {
+    WATCHING.with(|w| w.borrow().len() as u32)
+}

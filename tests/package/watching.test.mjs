@@ -1,0 +1,152 @@
+// The hold's watcher, per store: what `autoExtend` (the run option and the method) does to a
+// hold, what a run's context signal reports and why, and that no watcher outlives what it
+// watches. The loss scenarios of holding.test.mjs (an outage, a force-release, no unhandled
+// rejection) are not repeated here.
+import { describe, it, beforeEach } from "node:test";
+import { createRequire } from "node:module";
+import assert from "node:assert/strict";
+import { lock, setLockStore, LockNotHeldError } from "keel-lock";
+import { STORES, recording } from "./stores.mjs";
+
+const require = createRequire(import.meta.url);
+const glue = require("./node_modules/keel-lock/dist/node/keel_lock.js");
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const aborted = (signal) => new Promise((r) => signal.addEventListener("abort", r, { once: true }));
+let n = 0;
+const fresh = () => `watching:${process.pid}:${++n}`;
+/** Watchers still running, when the build reports them (older builds watch inside the wasm). */
+const watchers = () => (typeof glue.__kWatchers === "function" ? glue.__kWatchers() : 0);
+
+for (const [storeName, makeStore] of Object.entries(STORES)) {
+  describe(`the hold's watcher on the ${storeName} store`, () => {
+    beforeEach(() => setLockStore(makeStore()));
+
+    it("without autoExtend, a context signal read in fn aborts when the TTL passes, saying so", async () => {
+      const key = fresh();
+      const before = watchers();
+      const [ran, reason] = await lock(key, 60).run(async (ctx) => {
+        const why = await aborted(ctx.signal).then(() => ctx.signal.reason);
+        return why;
+      });
+      assert.equal(ran, true);
+      assert.ok(reason instanceof LockNotHeldError);
+      assert.equal(reason.key, key);
+      assert.match(reason.message, /was lost: its TTL passed/);
+      assert.equal(watchers(), before, "the watcher went with the loss");
+    });
+
+    it("a signal never read watches nothing, and one read after fn returned is not aborted", async () => {
+      let late;
+      const before = watchers();
+      assert.deepEqual(await lock(fresh(), 40).run((ctx) => ((late = ctx), 1)), [true, 1]);
+      await sleep(80);
+      assert.equal(late.signal.aborted, false);
+      assert.equal(watchers(), before);
+    });
+
+    it("run({ autoExtend }) holds past the TTL, then the cap ends it with its own reason", async () => {
+      const key = fresh();
+      const [, out] = await lock(key, 60).run(
+        async (ctx) => {
+          await sleep(150); // 2.5 TTLs: only extends keep it
+          const heldMidway = await lock(key).isLocked();
+          const why = await aborted(ctx.signal).then(() => ctx.signal.reason);
+          return { heldMidway, message: why.message };
+        },
+        { autoExtend: { every: 20, maxHoldMs: 250 } },
+      );
+      assert.equal(out.heldMidway, true);
+      assert.match(out.message, /was lost: it was held for its maximum hold time/);
+      assert.equal(await lock(key).isLocked(), false, "released after the run");
+    });
+
+    it("run({ autoExtend }) stops extending when the run ends", async () => {
+      const key = fresh();
+      const before = watchers();
+      assert.deepEqual(await lock(key, 60).run(() => sleep(30).then(() => "done"), { autoExtend: true }), [true, "done"]);
+      assert.equal(watchers(), before);
+      assert.equal(await lock(key).isLocked(), false);
+    });
+
+    it("bad autoExtend values are rejected before anything is taken", async () => {
+      const key = fresh();
+      await assert.rejects(lock(key).run(() => 1, { autoExtend: "yes" }), TypeError);
+      await assert.rejects(lock(key).run(() => 1, { autoExtend: { every: -1 } }), RangeError);
+      await assert.rejects(lock(key).run(() => 1, { autoExtend: { maxHoldMs: "5" } }), TypeError);
+      assert.equal(await lock(key).isLocked(), false);
+      assert.deepEqual(await lock(key).run(() => 2, { autoExtend: false }), [true, 2]);
+    });
+
+    it("autoExtend(): checks, keeps the hold alive, answers one context, and stops", async () => {
+      const key = fresh();
+      const l = lock(key, 60);
+      assert.throws(() => l.autoExtend({ every: 0 }), RangeError, "options first");
+      assert.throws(() => l.autoExtend(), LockNotHeldError, "then the hold");
+      assert.equal(l.signal, undefined);
+      assert.equal(await l.acquire(), true);
+      const context = l.autoExtend({ every: 20 });
+      assert.equal(l.autoExtend(), context, "again while it runs: the same context");
+      assert.equal(l.signal, context.signal);
+      assert.equal(context.fence, l.fence);
+      await sleep(150);
+      assert.equal(await l.isExpired(), false);
+      assert.equal(await lock(key).acquire(), false, "still held after 2.5 TTLs");
+      await l.stopAutoExtend();
+      assert.equal(l.signal, undefined);
+      await sleep(100);
+      assert.equal(await l.isExpired(), true, "no extend after stopAutoExtend");
+      assert.equal(context.signal.aborted, false, "stopping is not a loss");
+    });
+
+    it("release() stops autoExtend first; the key is free afterwards", async () => {
+      const key = fresh();
+      const before = watchers();
+      const l = lock(key, 60);
+      await l.acquire();
+      l.autoExtend({ every: 10 });
+      await sleep(35);
+      assert.equal(await l.release(), true);
+      assert.equal(watchers(), before);
+      await sleep(40);
+      assert.equal(await lock(key).isLocked(), false, "nothing extended after the release");
+    });
+  });
+}
+
+describe("a force-release", () => {
+  it("aborts the kept hold's signal (memory store)", async () => {
+    setLockStore(STORES.memory());
+    const key = fresh();
+    const l = lock(key, 200);
+    await l.acquire();
+    const context = l.autoExtend({ every: 20 });
+    assert.equal(await lock(key).forceRelease(), true);
+    await aborted(context.signal);
+    assert.match(context.signal.reason.message, /was lost: the store no longer records this holder/);
+    assert.equal(await l.release(), false);
+  });
+});
+
+describe("an extend in flight during the watcher's stop", () => {
+  it("a run's release waits for it: the store sees the extend answered before the release", async () => {
+    const { store, calls } = recording(STORES["js (Map, async)"]());
+    const slowExtend = store.extend;
+    store.extend = async (...args) => {
+      await sleep(40);
+      return slowExtend(...args);
+    };
+    const answered = [];
+    const wrapped = {
+      ...store,
+      extend: (...args) => store.extend(...args).then((r) => (answered.push("extend"), r)),
+      release: (...args) => (answered.push("release"), store.release(...args)),
+    };
+    setLockStore(wrapped);
+    const key = fresh();
+    const [ran] = await lock(key, 90).run(() => sleep(45), { autoExtend: { every: 30 } });
+    assert.equal(ran, true);
+    assert.deepEqual(answered, ["extend", "release"]);
+    assert.ok(calls.some((c) => c.name === "extend"));
+    assert.equal(await lock(key).isLocked(), false);
+  });
+});
