@@ -271,8 +271,8 @@ const NO_OPTIONS = [NaN, NaN, undefined, undefined];
  * undefined = not given), or null.
  */
 function plainOptions(options) {
-  if (options === undefined) return NO_OPTIONS;
-  if (options === null || typeof options !== "object") return null;
+  if (options === undefined || options === null) return NO_OPTIONS;
+  if (typeof options !== "object") return null;
   const { timeout, retryDelay, signal, autoExtend } = options;
   const number = (v) => v === undefined || (typeof v === "number" && v === v);
   if (!number(timeout) || !number(retryDelay)) return null;
@@ -310,7 +310,6 @@ export class Lock {
   #ttl;
   #store;
   #slot = 0;
-  #core = null;
   #busy = false;
   #registered = false;
   // The run's `autoExtend` option while it acquires (undefined: none); the watcher of the run's
@@ -323,25 +322,24 @@ export class Lock {
     setRunObserver((handle, context) => handle.#observeRun(context));
   }
 
-  constructor(token, key, ttl, store, core, slot = 0) {
+  constructor(token, key, ttl, store, slot = 0) {
     if (token !== internal) throw new TypeError("use lock(key, ttlMs) or restoreLock(serialized)");
     this.#key = key;
     this.#ttl = ttl;
     this.#store = store;
-    this.#core = core;
-    // A restored handle holds from the start, in the slot restoreLock opened.
+    // A restored handle holds from the start, in the slot restoreLock opened; a twin (see
+    // `#twin`) starts on a second slot of its handle's core lock.
     if (slot !== 0) this.#settled(slot);
   }
 
-  /** The wasm-bindgen lock sharing this handle's core lock (made on first need). */
-  #coreLock() {
-    if (this.#core === null) {
-      const id = this.#slot !== 0 ? this.#slot : this.#open();
-      this.#core = w.__kLock(id);
-      // From now on the core lock is reached through it; a run in flight closes the slot.
-      if (!this.#busy) this.#close(true);
-    }
-    return this.#core;
+  /**
+   * For an operation that starts while this handle is busy with another: a handle of its own on
+   * a second slot of the same core lock (so the same hold), let go of when it is idle again.
+   */
+  #twin() {
+    const id = this.#slot !== 0 ? w.__kShare(this.#slot) : 0;
+    if (id === FAILED) throw w.__kError();
+    return new Lock(internal, this.#key, this.#ttl, this.#store, id);
   }
 
   #open() {
@@ -355,10 +353,6 @@ export class Lock {
     if (id === FAILED) throw w.__kError();
     this.#slot = id;
     return id;
-  }
-
-  #close(force) {
-    if (this.#slot !== 0 && w.__kClose(this.#slot, force)) this.#settled(0);
   }
 
   /** The slot is `id` (0: none) after an operation: a slot that outlives it is watched. */
@@ -381,7 +375,6 @@ export class Lock {
   #done(after) {
     this.#busy = false;
     if (after === KEPT) {
-      if (this.#core !== null) return this.#close(true);
       after = w.__kClose(this.#slot, false);
       if (after === KEPT) {
         if (!this.#registered) this.#settled(this.#slot);
@@ -402,37 +395,36 @@ export class Lock {
   }
 
   get key() {
-    return this.#core === null ? this.#key : this.#core.key;
+    return this.#key;
   }
 
   get ttlMs() {
-    return this.#core === null ? this.#ttl : this.#core.ttlMs;
+    return this.#ttl;
   }
 
   get fence() {
-    if (this.#core !== null) return this.#core.fence;
     if (this.#slot === 0) return null;
     const fence = w.__kFence(this.#slot);
     return fence === fence ? fence : null;
   }
 
   get signal() {
-    if (this.#core !== null) return this.#core.signal;
     return this.#keeper === null ? undefined : this.#keeper.context.signal;
   }
 
   /** Acquire, run `fn({ fence, signal })`, always release: `[true, result]` or `[false, undefined]`. */
   run(fn, options) {
-    const plain = this.#core === null && !this.#busy && typeof fn === "function" && plainOptions(options);
-    if (!plain) return this.#coreLock().run(fn, options);
+    const plain = plainOptions(options);
+    if (plain === null) return Promise.reject(w.__kOptionsError(options, true));
+    if (typeof fn !== "function") return Promise.reject(w.__kNotAFunction(fn));
+    if (this.#busy) return this.#twin().run(fn, options);
     return this.#run(fn, plain[0], plain[1], plain[2], plain[3]);
   }
 
   /** `run(fn)` that never waits. */
   runImmediately(fn) {
-    if (this.#core !== null || this.#busy || typeof fn !== "function") {
-      return this.#coreLock().runImmediately(fn);
-    }
+    if (typeof fn !== "function") return Promise.reject(w.__kNotAFunction(fn));
+    if (this.#busy) return this.#twin().runImmediately(fn);
     return this.#run(fn, NaN, NaN, undefined, undefined);
   }
 
@@ -676,9 +668,10 @@ export class Lock {
 
   /** Tries to take the lock; with `{ timeout }`, waits until then. Resolves a boolean. */
   acquire(options) {
-    const plain = this.#core === null && !this.#busy && plainOptions(options);
-    if (!plain) return this.#coreLock().acquire(options);
-    return this.#run(KEEP, plain[0], plain[1], plain[2]);
+    const plain = plainOptions(options);
+    if (plain === null) return Promise.reject(w.__kOptionsError(options, false));
+    if (this.#busy) return this.#twin().acquire(options);
+    return this.#run(KEEP, plain[0], plain[1], plain[2], undefined);
   }
 
   /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */
@@ -689,7 +682,7 @@ export class Lock {
       this.#keeper = null;
       return keeper.stop().then(() => this.release());
     }
-    if (this.#core !== null || this.#busy) return this.#coreLock().release();
+    if (this.#busy) return this.#twin().release();
     const id = this.#slot;
     if (id === 0) return Promise.resolve(false); // no slot: nothing held, nothing lost
     this.#busy = true;
@@ -726,7 +719,6 @@ export class Lock {
 
   /** Resets the expiry to `ttlMs` (default: the lock's TTL) from now, or rejects LockNotHeldError. */
   extend(ttlMs) {
-    if (this.#core !== null) return this.#core.extend(ttlMs);
     const given = ttlMs !== undefined;
     if (given && typeof ttlMs !== "number") return Promise.reject(w.__kNotANumber("ttlMs", ttlMs));
     const id = this.#slot;
@@ -781,7 +773,6 @@ export class Lock {
    * context, whose signal aborts when the hold is lost. Again while it runs: the same context.
    */
   autoExtend(options) {
-    if (this.#core !== null) return this.#core.autoExtend(options);
     if (this.#keeper !== null) return this.#keeper.context;
     if (options !== undefined && w.__kKeepAliveCheck(options) === FAILED) throw w.__kError();
     if (this.#slot === 0) throw w.__kNotHeld(this.#key, NOT_HELD_EXTEND);
@@ -793,7 +784,6 @@ export class Lock {
 
   /** Stops `autoExtend()`; resolves once no extend is in flight. The lock stays held. */
   stopAutoExtend() {
-    if (this.#core !== null) return this.#core.stopAutoExtend();
     const keeper = this.#keeper;
     this.#keeper = null;
     return keeper === null ? Promise.resolve() : keeper.stop().then(() => undefined);
@@ -879,31 +869,26 @@ export class Lock {
 
   /** Frees the key whoever holds it; resolves whether anyone did. */
   forceRelease() {
-    if (this.#core !== null) return this.#core.forceRelease();
     return this.#inspect(FORCE_RELEASE).then((code) => code === 1);
   }
 
   /** The hold as a string for `restoreLock`, or throws LockNotHeldError. */
   serialize() {
-    if (this.#core !== null) return this.#core.serialize();
     if (this.#slot === 0) throw w.__kNotHeld(this.#key, NOT_HELD_SERIALIZE);
     return w.__kSerialize(this.#slot);
   }
 
   /** Whether anyone (not necessarily this handle) holds the key. */
   isLocked() {
-    if (this.#core !== null) return this.#core.isLocked();
     return this.#inspect(IS_LOCKED).then((code) => code === 1);
   }
 
   isExpired() {
-    if (this.#core !== null) return this.#core.isExpired();
     return Promise.resolve(this.#slot !== 0 && w.__kExpired(this.#slot));
   }
 
   /** Milliseconds until the key's expiry, or null when nobody holds it. */
   getRemainingTime() {
-    if (this.#core !== null) return this.#core.getRemainingTime();
     return this.#inspect(REMAINING_TIME).then((code) => (code === NOBODY ? null : code));
   }
 }
@@ -919,7 +904,7 @@ let acceptedTtl = 0;
 function lock(key, ttlMs) {
   const store = current ?? bind();
   if (typeof key === "string" && (ttlMs === undefined || (typeof ttlMs === "number" && ttlMs === ttlMs))) {
-    if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store, null);
+    if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store);
     let ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, false);
     // A U+FFFD the wasm saw is the key's own when the string has no lone surrogate.
     if (ttl === SLOW && typeof key.isWellFormed === "function" && key.isWellFormed()) {
@@ -931,22 +916,24 @@ function lock(key, ttlMs) {
       acceptedKeys.add(key);
       acceptedTtlMs = ttlMs;
       acceptedTtl = ttl;
-      return new Lock(internal, key, ttl, store, null);
+      return new Lock(internal, key, ttl, store);
     }
   }
-  // Anything else — or a key only its JS string can judge (SLOW) — is judged, and if wrong
-  // reported, by the core.
-  return new Lock(internal, undefined, undefined, store, w.lock(key, ttlMs));
+  // Anything else is judged, and if wrong reported, by the core. A key only its JS string can
+  // judge (SLOW, where the runtime has no isWellFormed) is good when the core finds no fault.
+  const error = w.__kLockError(key, ttlMs);
+  if (error !== undefined) throw error;
+  const ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, true);
+  if (ttl === FAILED) throw w.__kError();
+  return new Lock(internal, key, ttl, store);
 }
 
 function restoreLock(serialized) {
   const store = current ?? bind();
-  if (typeof serialized !== "string") {
-    return new Lock(internal, undefined, undefined, store, w.restoreLock(serialized));
-  }
+  if (typeof serialized !== "string") throw w.__kNotSerialized();
   const id = w.__kRestore(serialized, store.binding);
   if (id === FAILED) throw w.__kError();
-  return new Lock(internal, w.__kKeyOf(id), w.__kTtlOf(id), store, null, id);
+  return new Lock(internal, w.__kKeyOf(id), w.__kTtlOf(id), store, id);
 }
 
 function setLockStore(store) {

@@ -74,6 +74,21 @@ pub fn lock(key_value: JsValue, ttl_ms: JsValue) -> Result<JsLock, JsValue> {
     Ok(JsLock::wrap(CoreLock::new(key, ttl, backend, JsRuntime)))
 }
 
+/// The error `lock(key, ttlMs)` throws for these arguments, or `undefined` when they are good.
+#[wasm_bindgen(js_name = __kLockError, skip_typescript)]
+pub fn lock_error(key_value: JsValue, ttl_ms: JsValue) -> JsValue {
+    match key(&key_value).and_then(|_| ttl(&ttl_ms, Ttl::default())) {
+        Ok(_) => JsValue::UNDEFINED,
+        Err(error) => error,
+    }
+}
+
+/// The `TypeError` `restoreLock(value)` throws for a value that is not a string.
+#[wasm_bindgen(js_name = __kNotSerialized, skip_typescript)]
+pub fn not_serialized() -> JsValue {
+    type_error("restoreLock() needs the string that serialize() returned")
+}
+
 /// Rebuilds a lock from `serialize()`, owner token and all, on the current store.
 #[wasm_bindgen(js_name = restoreLock)]
 pub fn restore_lock(serialized: JsValue) -> Result<JsLock, JsValue> {

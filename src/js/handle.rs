@@ -652,6 +652,41 @@ pub fn check_wait(timeout: f64, retry_delay: f64) -> f64 {
     )
 }
 
+/// The error of run or acquire options (`run`: `run()`'s, which add `autoExtend`) that JS does
+/// not drive itself — checked in the order the async path checks them — or `undefined` when
+/// they are good.
+#[wasm_bindgen(js_name = __kOptionsError, skip_typescript)]
+pub fn options_error(options: JsValue, run: bool) -> JsValue {
+    let checked = (|| -> Result<(), JsValue> {
+        if run && options.is_object() {
+            super::convert::keep_alive_option(&super::convert::get_prop!(&options, "autoExtend")?)?;
+        }
+        super::convert::acquire_options(&options)?;
+        super::abort::signal_option(&options)?;
+        Ok(())
+    })();
+    checked.err().unwrap_or(JsValue::UNDEFINED)
+}
+
+/// The `TypeError` for a `run(fn)` whose `fn` is `value`, not a function.
+#[wasm_bindgen(js_name = __kNotAFunction, skip_typescript)]
+pub fn not_a_function(value: JsValue) -> JsValue {
+    type_error(
+        [
+            "run() needs a function, got ",
+            &super::convert::describe(&value),
+        ]
+        .concat(),
+    )
+}
+
+/// A second slot on slot `id`'s core lock, for an operation that starts while the handle is
+/// busy with another (two runs of one handle at once, `release()` inside its own run).
+#[wasm_bindgen(js_name = __kShare, skip_typescript)]
+pub fn share(id: f64) -> f64 {
+    plain(lock_of(id).map(insert))
+}
+
 /// The `TypeError` for an `options.signal` that is not an `AbortSignal`.
 #[wasm_bindgen(js_name = __kSignalError, skip_typescript)]
 pub fn signal_error(value: JsValue) -> JsValue {
