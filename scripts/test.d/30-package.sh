@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The npm package and the crate as users get them: build, `npm pack`, lint the tarball (publint
 # --strict, attw under node16), install it into tests/package, then run it in Node ESM (the full
-# behaviour suite), Node CJS, the conformance kit (keel-lock/testing), tsc --strict, Deno, Bun
-# and a Vite bundle in headless Chromium; the Node files once more under
+# behaviour suite), Node CJS, the conformance kit (keel-lock/testing), tsc --strict, Deno, Bun,
+# a Vite bundle in headless Chromium, and the API tests that need nothing of Node bundled into
+# a page run in headless Chromium and headless Firefox (browsers.test.mjs); the Node files once more under
 # --no-experimental-detect-module (a Node that never guesses a file's module syntax); and
 # `cargo package`, which builds the crate from the packaged sources alone.
 set -euo pipefail
@@ -41,8 +42,8 @@ if npx tsc -p types/tsconfig.bad.json >/dev/null 2>&1; then
 fi
 
 node_files=(suite.test.mjs handles.test.mjs holding.test.mjs operations.test.mjs handing-over.test.mjs abort.test.mjs watching.test.mjs entries.test.mjs cjs.test.cjs testing.test.mjs package.test.mjs)
-echo "--- node --test (ESM suite, CJS, keel-lock/testing, package contents, Deno, Bun, Vite + Chromium)"
-node --test --test-reporter=spec "${node_files[@]}" runtimes.test.mjs vite.test.mjs
+echo "--- node --test (ESM suite, CJS, keel-lock/testing, package contents, Deno, Bun, Vite + Chromium, Chromium + Firefox)"
+node --test --test-reporter=spec "${node_files[@]}" runtimes.test.mjs vite.test.mjs browsers.test.mjs
 echo "--- the Node files again under node --no-experimental-detect-module"
 node --no-experimental-detect-module --test --test-reporter=dot "${node_files[@]}"
 
