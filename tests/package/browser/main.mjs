@@ -2,6 +2,7 @@
 // `node:assert/strict` and `node:module` replaced by the shims beside this file, and run in a
 // browser: the results land in `window.__keelResults`.
 import { run } from "./node-test.mjs";
+import "../suite.test.mjs";
 import "../operations.test.mjs";
 import "../handing-over.test.mjs";
 import "../abort.test.mjs";
