@@ -504,7 +504,7 @@ export class Lock {
   /** Runs `fn` on the hold the run took from the memory store, then ends it. */
   #holding(id, fn, code) {
     if (fn === KEEP) return Promise.resolve(this.#kept(id));
-    const context = new LockContext(code >= 1 ? code : null, -id, this);
+    const context = new LockContext(code >= 1 ? code : null, this);
     if (this.#runKeep !== undefined) this.#keepRun(id, context);
     let out;
     try {
@@ -603,7 +603,7 @@ export class Lock {
       return refused(fn);
     }
     if (fn === KEEP) return this.#kept(id);
-    const context = new LockContext(code >= 1 ? code : null, -id, this);
+    const context = new LockContext(code >= 1 ? code : null, this);
     if (this.#runKeep !== undefined) this.#keepRun(id, context);
     let value;
     let failed = false;
@@ -778,7 +778,7 @@ export class Lock {
     if (this.#slot === 0) throw w.__kNotHeld(this.#key, NOT_HELD_EXTEND);
     const ticket = w.__kWatch(this.#slot, true, options, performance.now());
     if (ticket === FAILED) throw w.__kError();
-    this.#keeper = this.#watch(ticket, new LockContext(this.fence, 0));
+    this.#keeper = this.#watch(ticket, new LockContext(this.fence));
     return this.#keeper.context;
   }
 

@@ -6,9 +6,7 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{key, ttl, type_error};
-use super::lock::{CoreLock, JsLock};
 use super::memory;
-use super::runtime::JsRuntime;
 use super::store::{Backend, JsLockStore};
 use crate::input::Ttl;
 use crate::serialized::SerializedLock;
@@ -64,16 +62,6 @@ pub fn keel_api(glue: JsValue) -> JsValue {
     js_api(&glue)
 }
 
-/// A lock on `key`, held for `ttlMs` (default 30 000) once acquired. Uses the store that is
-/// current now; later `setLockStore` calls do not move an existing lock.
-#[wasm_bindgen]
-pub fn lock(key_value: JsValue, ttl_ms: JsValue) -> Result<JsLock, JsValue> {
-    let key = key(&key_value)?;
-    let ttl = ttl(&ttl_ms, Ttl::default())?;
-    let backend = with_current(|c| c.backend.clone());
-    Ok(JsLock::wrap(CoreLock::new(key, ttl, backend, JsRuntime)))
-}
-
 /// The error `lock(key, ttlMs)` throws for these arguments, or `undefined` when they are good.
 #[wasm_bindgen(js_name = __kLockError, skip_typescript)]
 pub fn lock_error(key_value: JsValue, ttl_ms: JsValue) -> JsValue {
@@ -87,19 +75,6 @@ pub fn lock_error(key_value: JsValue, ttl_ms: JsValue) -> JsValue {
 #[wasm_bindgen(js_name = __kNotSerialized, skip_typescript)]
 pub fn not_serialized() -> JsValue {
     type_error("restoreLock() needs the string that serialize() returned")
-}
-
-/// Rebuilds a lock from `serialize()`, owner token and all, on the current store.
-#[wasm_bindgen(js_name = restoreLock)]
-pub fn restore_lock(serialized: JsValue) -> Result<JsLock, JsValue> {
-    let Some(text) = serialized.as_string() else {
-        return Err(type_error(
-            "restoreLock() needs the string that serialize() returned",
-        ));
-    };
-    let parsed = parse_serialized(&text)?;
-    let backend = with_current(|c| c.backend.clone());
-    Ok(JsLock::wrap(CoreLock::restore(parsed, backend, JsRuntime)))
 }
 
 /// What `restoreLock(text)` restores. Every way a string can be wrong — format, version, or a

@@ -28,7 +28,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use wasm_bindgen::prelude::*;
 
 use super::convert::{input_to_js, to_js, type_error};
-use super::lock::{CoreLock, JsLock};
+use super::lock::CoreLock;
 use super::runtime::JsRuntime;
 use super::store::{answers, Backend};
 use crate::attempt::{Attempt, Next};
@@ -367,13 +367,6 @@ pub fn close(id: f64, force: bool) -> u32 {
     }
 }
 
-/// The `Lock` object the async path uses, sharing this slot's core lock (and so its hold).
-#[wasm_bindgen(js_name = __kLock, skip_typescript)]
-pub fn handle(id: f64) -> Result<JsLock, JsValue> {
-    take_spare(id);
-    Ok(JsLock::from_core(lock_of(id)?))
-}
-
 /// The owner token of the acquisition in flight, or else of the run's hold.
 #[wasm_bindgen(js_name = __kOwner, skip_typescript)]
 pub fn owner(id: f64) -> Result<String, JsValue> {
@@ -662,7 +655,7 @@ pub fn options_error(options: JsValue, run: bool) -> JsValue {
             super::convert::keep_alive_option(&super::convert::get_prop!(&options, "autoExtend")?)?;
         }
         super::convert::acquire_options(&options)?;
-        super::abort::signal_option(&options)?;
+        super::abort::check_signal(&options)?;
         Ok(())
     })();
     checked.err().unwrap_or(JsValue::UNDEFINED)

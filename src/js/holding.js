@@ -2,15 +2,8 @@
 // `fn` (its `signal` is a real AbortSignal, created only when read), the error `hold()` throws,
 // and the `Symbol.asyncDispose` method that lets `await using` release a lock.
 
-// Told (by id) when a context's signal is first read, so the hold's deadline is only watched
-// for a `fn` that looks at its signal.
-let observer = null;
-
-export function setObserver(f) {
-  observer = f;
-}
-
-// The same for runs the JS `Lock` class drives (negative ids): told the handle and the context.
+// Told when a run's context has its signal first read, so the hold's deadline is only watched
+// for a `fn` that looks at its signal: `(handle, context)`.
 let runObserver = null;
 
 export function setRunObserver(f) {
@@ -21,13 +14,12 @@ export function setRunObserver(f) {
 export class LockContext {
   #controller = null;
   #lost = undefined;
-  #id;
   #handle;
 
-  constructor(fence, id, handle = null) {
+  /** `handle`: the Lock whose run this is, watched once `signal` is read (null: never). */
+  constructor(fence, handle = null) {
     /** The hold's fencing token, or null when the store keeps no fences. */
     this.fence = fence;
-    this.#id = id;
     this.#handle = handle;
   }
 
@@ -36,15 +28,14 @@ export class LockContext {
     if (this.#controller === null) {
       this.#controller = new AbortController();
       if (this.#lost !== undefined) this.#controller.abort(this.#lost);
-      else if (this.#id < 0) runObserver?.(this.#handle, this);
-      else if (this.#id !== 0) observer?.(this.#id, this);
+      else if (this.#handle !== null) runObserver?.(this.#handle, this);
     }
     return this.#controller.signal;
   }
 
   /** The run is over: reading `signal` from now on watches nothing. */
   static end(context) {
-    context.#id = 0;
+    context.#handle = null;
   }
 
   static lose(context, reason) {
@@ -52,14 +43,6 @@ export class LockContext {
     context.#lost = reason;
     context.#controller?.abort(reason);
   }
-}
-
-export function makeContext(fence, id) {
-  return new LockContext(fence, id);
-}
-
-export function loseContext(context, reason) {
-  LockContext.lose(context, reason);
 }
 
 /** Thrown by `hold()` when the lock could not be acquired within its timeout. */

@@ -18,8 +18,7 @@ pub(crate) mod store;
 mod testing;
 mod watching;
 
-pub use api::{get_lock_store, lock, restore_lock, set_lock_store};
-pub use lock::JsLock;
+pub use api::{get_lock_store, set_lock_store};
 pub use memory::JsMemoryLockStore;
 pub use runtime::JsRuntime;
 pub use store::{Backend, JsLockStore};

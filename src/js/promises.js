@@ -173,20 +173,10 @@ export function sleep(ms, id) {
   arm(at);
 }
 
-// What undoes a pending abort listener (or, in workerd, a timer), by id, until it fires.
+// What undoes a pending timer in workerd, by id, until it fires.
 const undo = new Map();
 
-/** Calls back `settled(id, true, undefined)` when `signal` aborts. */
-export function onAbort(signal, id) {
-  const listener = () => {
-    undo.delete(id);
-    settled(id, true, undefined);
-  };
-  signal.addEventListener("abort", listener, { once: true });
-  undo.set(id, () => signal.removeEventListener("abort", listener));
-}
-
-/** Forgets the event `id` (its timer, or its abort listener) if it has not fired. */
+/** Forgets the timer `id` if it has not fired. */
 export function cancel(id) {
   if (due.delete(id)) {
     idle();
@@ -210,7 +200,7 @@ export function releaseLateGrant(answer, target, key, owner) {
 
 const pending = new Map();
 
-/** A promise the core settles later with `settle(id, ok, value)`. */
+/** A promise the core settles later with `settle(id, ok, value)` (`checkLockStore`'s). */
 export function deferred(id) {
   return new Promise((resolve, reject) => pending.set(id, { resolve, reject }));
 }

@@ -9,8 +9,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
+#[cfg(feature = "testing")]
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
+#[cfg(feature = "testing")]
 use wasm_bindgen_futures::spawn_local;
 
 use super::ids::IdMap;
@@ -23,9 +25,9 @@ extern "C" {
     #[wasm_bindgen(js_name = sleep)]
     fn start_sleep(ms: f64, id: u32);
     fn cancel(id: u32);
+    #[cfg(feature = "testing")]
     fn deferred(id: u32) -> Promise;
-    #[wasm_bindgen(js_name = onAbort)]
-    fn on_abort(signal: &JsValue, id: u32);
+    #[cfg(feature = "testing")]
     fn settle(id: u32, ok: bool, value: &JsValue);
     #[wasm_bindgen(js_name = monotonicNow)]
     pub(crate) fn monotonic_now() -> f64;
@@ -151,8 +153,8 @@ pub(crate) async fn grant_answer(
     outcome
 }
 
-/// A one-shot JS event (a timer firing, a signal aborting) as a future; dropping it before the
-/// event clears the timer or removes the listener, so nothing outlives the wait.
+/// A one-shot JS event (a timer firing) as a future; dropping it before the event clears the
+/// timer, so nothing outlives the wait.
 pub(crate) struct Event {
     settled: Settled,
 }
@@ -189,16 +191,8 @@ pub(crate) fn sleep(ms: u64) -> Event {
     }
 }
 
-/// Completes when `signal` aborts.
-pub(crate) fn abort_watch(signal: &JsValue) -> Event {
-    let id = open_slot();
-    on_abort(signal, id);
-    Event {
-        settled: Settled { id },
-    }
-}
-
 /// A promise settled by `future`, which runs on wasm-bindgen's task queue.
+#[cfg(feature = "testing")]
 pub(crate) fn promise_of(
     future: impl Future<Output = Result<JsValue, JsValue>> + 'static,
 ) -> Promise {

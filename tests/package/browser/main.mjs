@@ -7,6 +7,7 @@ import "../operations.test.mjs";
 import "../handing-over.test.mjs";
 import "../abort.test.mjs";
 import "../watching.test.mjs";
+import "../tokens.test.mjs";
 
 // The tests name their keys after the process.
 globalThis.process ??= { pid: 0 };

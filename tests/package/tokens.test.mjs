@@ -1,0 +1,64 @@
+// Where a hold's terms come from: owner tokens drawn from the platform CSPRNG, and a handed-over
+// grant whose TTL runs from the hand-over, not from the request.
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { lock, setLockStore, MemoryLockStore } from "keel-lock";
+import { mapLockStore, recording } from "./stores.mjs";
+
+let n = 0;
+const fresh = (name) => `${name}:${globalThis.process?.pid ?? 0}:${++n}`;
+
+describe("owner tokens", () => {
+  it("are fresh, 128 bits as 32 hex digits, drawn from crypto.getRandomValues", async () => {
+    const { store, calls } = recording(mapLockStore());
+    setLockStore(store);
+    const crypto = globalThis.crypto;
+    const own = Object.prototype.hasOwnProperty.call(crypto, "getRandomValues");
+    const original = crypto.getRandomValues;
+    const spy = { calls: 0, bytes: 0 };
+    crypto.getRandomValues = function (array) {
+      spy.calls += 1;
+      spy.bytes += array.byteLength;
+      return original.call(crypto, array);
+    };
+    const N = 1000;
+    try {
+      for (let i = 0; i < N; i++) {
+        const l = lock(fresh("tokens"));
+        assert.equal(await l.acquire(), true);
+        assert.equal(await l.release(), true);
+      }
+    } finally {
+      if (own) crypto.getRandomValues = original;
+      else delete crypto.getRandomValues;
+      setLockStore(new MemoryLockStore());
+    }
+    const owners = calls.filter((c) => c.name === "acquire").map((c) => c.args[1]);
+    assert.equal(owners.length, N);
+    assert.equal(new Set(owners).size, N, "owner tokens repeated");
+    for (const owner of owners) assert.match(owner, /^[0-9a-f]{32}$/);
+    // Every token's 16 bytes came from the CSPRNG; the core may have drawn up to one pool's
+    // worth (256 bytes) before the spy was installed.
+    assert.ok(spy.calls >= 1, "crypto.getRandomValues was never called");
+    assert.ok(spy.bytes >= N * 16 - 256, `only ${spy.bytes} random bytes for ${N} tokens`);
+  });
+});
+
+describe("a handed-over grant", () => {
+  it("has its TTL counted from the hand-over (the store's waitedMs), not from the request", async () => {
+    // The store answers after 300 ms that the grant waited 290 ms in its queue; the TTL is
+    // 200 ms. Counted from the request the hold would already look expired; from the grant, not.
+    setLockStore({
+      ...mapLockStore(),
+      acquireOrWait: () => new Promise((r) => setTimeout(() => r({ fence: 7, waitedMs: 290 }), 300)),
+    });
+    try {
+      const l = lock(fresh("waited"), 200);
+      assert.equal(await l.acquire({ timeout: 5_000 }), true);
+      assert.equal(l.fence, 7);
+      assert.equal(await l.isExpired(), false, "waitedMs was ignored");
+    } finally {
+      setLockStore(new MemoryLockStore());
+    }
+  });
+});
