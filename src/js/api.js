@@ -317,6 +317,8 @@ export class Lock {
   #runKeep = undefined;
   #runWatch = null;
   #keeper = null;
+  // A twin's handle (see `#twin`), or null.
+  #parent = null;
 
   static {
     setRunObserver((handle, context) => handle.#observeRun(context));
@@ -339,7 +341,9 @@ export class Lock {
   #twin() {
     const id = this.#slot !== 0 ? w.__kShare(this.#slot) : 0;
     if (id === FAILED) throw w.__kError();
-    return new Lock(internal, this.#key, this.#ttl, this.#store, id);
+    const twin = new Lock(internal, this.#key, this.#ttl, this.#store, id);
+    twin.#parent = this;
+    return twin;
   }
 
   #open() {
@@ -376,6 +380,7 @@ export class Lock {
     this.#busy = false;
     if (after === KEPT) {
       after = w.__kClose(this.#slot, false);
+      if (after === KEPT && this.#parent !== null) return this.#handBack();
       if (after === KEPT) {
         if (!this.#registered) this.#settled(this.#slot);
         return;
@@ -383,6 +388,19 @@ export class Lock {
     }
     if (after === SPARED) this.#idle();
     else this.#settled(0);
+  }
+
+  /**
+   * A twin's operation is over and its slot outlives it: the core lock holds something (the
+   * hold this twin's `acquire()` took, or its handle's own). The handle keeps the core lock
+   * through its own slot, or, having let go of it meanwhile, takes this one.
+   */
+  #handBack() {
+    const id = this.#slot;
+    const parent = this.#parent;
+    this.#settled(0);
+    if (parent.#slot === 0) parent.#settled(id);
+    else w.__kClose(id, true);
   }
 
   /** The handle let go of its slot, idle: the slot is the spare, for the next handle on the same. */
@@ -416,7 +434,10 @@ export class Lock {
   run(fn, options) {
     const plain = plainOptions(options);
     if (plain === null) return Promise.reject(w.__kOptionsError(options, true));
-    if (typeof fn !== "function") return Promise.reject(w.__kNotAFunction(fn));
+    if (typeof fn !== "function") {
+      // Every option is checked before `fn`.
+      return Promise.reject(w.__kOptionsError(options, true) ?? w.__kNotAFunction(fn));
+    }
     if (this.#busy) return this.#twin().run(fn, options);
     return this.#run(fn, plain[0], plain[1], plain[2], plain[3]);
   }
@@ -842,6 +863,12 @@ export class Lock {
             ok = false;
           }
           w.__kWatchExtended(ticket, ok, performance.now());
+          if (stopped && w.__kWatchNext(ticket, performance.now()) === WATCH_LOST) {
+            // Stopped mid-extend, and that extend lost the hold: the context still hears of it.
+            const reason = arg();
+            if (reason !== 0) LockContext.lose(context, w.__kLostError(key, reason));
+            return;
+          }
         } else {
           // Lost: the core has let the watcher go.
           const reason = arg();

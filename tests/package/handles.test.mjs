@@ -60,6 +60,27 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(await lock(key).acquire(), true);
     });
 
+    it("acquire() and hold() started while the handle runs: the handle holds the key afterwards", async () => {
+      const key = fresh();
+      const l = lock(key, 10_000);
+      const running = l.run(() => sleep(30), { timeout: 2_000 });
+      assert.equal(await l.acquire({ timeout: 2_000 }), true);
+      assert.deepEqual(await running, [true, undefined]);
+      assert.equal(await l.isExpired(), false);
+      assert.equal(typeof l.serialize(), "string", "the handle holds: it serializes");
+      await l.extend();
+      assert.equal(await lock(key).acquire(), false, "nobody else gets in");
+      assert.equal(await l.release(), true);
+      assert.equal(await lock(key).isLocked(), false, "and it let go when released");
+      // The same with hold(), while the run is still inside fn.
+      const again = l.run(() => sleep(30), { timeout: 2_000 });
+      const held = await l.hold({ timeout: 2_000 });
+      assert.equal(held, l);
+      await again;
+      assert.equal(await l.release(), true);
+      assert.equal(await lock(key).isLocked(), false);
+    });
+
     it("two runs of one handle in flight: both run, one after the other", async () => {
       const l = lock(fresh());
       let inside = 0;
@@ -420,6 +441,25 @@ describe("slots: a handle's core lock lives in the wasm only while it is used", 
       }
       await Promise.all(Array.from({ length: 20 }, () => lock(key).run(() => sleep(1), { timeout: 5_000 })));
       assert.equal(glue.__kSlotsOpen(), before);
+    });
+
+    it(`operations started on a busy handle leave no slot behind (${storeName})`, async () => {
+      setLockStore(makeStore());
+      await collect();
+      const before = glue.__kSlotsOpen();
+      const key = fresh();
+      const l = lock(key);
+      await l.run(async () => {
+        // Refused (its own handle holds the key), without waiting.
+        for (let i = 0; i < 100; i++) assert.deepEqual(await l.runImmediately(() => 1), [false, undefined]);
+        // Waiting, then aborted.
+        const controller = new AbortController();
+        const waiting = l.run(() => 1, { timeout: 5_000, signal: controller.signal });
+        await sleep(10);
+        controller.abort(new Error("stop"));
+        await assert.rejects(waiting, /stop/);
+      });
+      assert.equal(glue.__kSlotsOpen(), before, "without waiting for the garbage collector");
     });
   }
 

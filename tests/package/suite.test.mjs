@@ -468,6 +468,9 @@ describe("bad input is a clear JS error, never a wasm trap", () => {
     await assert.rejects(l.acquire({ timeout: -1 }), RangeError);
     await assert.rejects(l.extend(-1), RangeError);
     for (const notFn of [undefined, null, 42, "fn", {}]) await assert.rejects(l.run(notFn), TypeError);
+    // Every option is checked before fn.
+    await assert.rejects(l.run(42, { timeout: -1 }), RangeError);
+    await assert.rejects(l.run(42, { autoExtend: { every: 0 } }), RangeError);
     // and the instance still works afterwards
     assert.deepEqual(await l.run(() => "still alive"), [true, "still alive"]);
   });

@@ -128,6 +128,28 @@ describe("a force-release", () => {
 });
 
 describe("an extend in flight during the watcher's stop", () => {
+  it("if that extend is refused, the kept hold's signal still aborts", async () => {
+    let refuse = false;
+    const inner = STORES["js (Map, async)"]();
+    setLockStore({
+      ...inner,
+      extend: async (...args) => {
+        await sleep(40);
+        return refuse ? false : inner.extend(...args);
+      },
+    });
+    const l = lock(fresh(), 300);
+    await l.acquire();
+    const context = l.autoExtend({ every: 10 });
+    await sleep(20); // the first extend is in flight
+    refuse = true;
+    await l.stopAutoExtend();
+    assert.equal(context.signal.aborted, true);
+    assert.match(context.signal.reason.message, /was lost/);
+    assert.equal(await l.release(), false);
+  });
+
+
   it("a run's release waits for it: the store sees the extend answered before the release", async () => {
     const { store, calls } = recording(STORES["js (Map, async)"]());
     const slowExtend = store.extend;
