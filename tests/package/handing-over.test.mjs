@@ -6,6 +6,7 @@
 import { describe, it, beforeEach } from "node:test";
 import assert from "node:assert/strict";
 import { lock, setLockStore } from "keel-lock";
+import { mapLockStore } from "./stores.mjs";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let n = 0;
@@ -14,6 +15,7 @@ const fresh = () => `handing-over:${process.pid}:${++n}`;
 /** A hand-over store: rows and per-key FIFO queues in Maps, every call recorded. */
 function queueStore() {
   const rows = new Map();
+  const base = mapLockStore(rows);
   const queues = new Map();
   const calls = [];
   let fence = 0;
@@ -65,19 +67,10 @@ function queueStore() {
       handOver(key);
       return true;
     },
-    async extend(key, owner, ttlMs) {
-      const row = live(key);
-      if (row?.owner !== owner) return false;
-      row.expiresAt = Date.now() + ttlMs;
-      return true;
-    },
-    async isLocked(key) {
-      return live(key) !== undefined;
-    },
-    async remainingTime(key) {
-      const row = live(key);
-      return row ? row.expiresAt - Date.now() : null;
-    },
+    // Extends and inspections as the Map store over the same rows.
+    extend: base.extend,
+    isLocked: base.isLocked,
+    remainingTime: base.remainingTime,
   };
   return { store, calls, queued: (key) => queues.get(key)?.length ?? 0 };
 }

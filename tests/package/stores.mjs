@@ -2,9 +2,11 @@
 // plugged in through setLockStore (the seam the Redis/database stores use).
 import { MemoryLockStore } from "keel-lock";
 
-/** A correct LockStore in plain JS: a Map, async methods, expiry by Date.now(). */
-export function mapLockStore() {
-  const rows = new Map();
+/**
+ * A correct LockStore in plain JS: a Map, async methods, expiry by Date.now(). `rows` (key →
+ * { owner, expiresAt }) may be shared with a store built on this one.
+ */
+export function mapLockStore(rows = new Map()) {
   const live = (key) => {
     const row = rows.get(key);
     if (row && row.expiresAt > Date.now()) return row;
