@@ -4,9 +4,10 @@
 // store's own promises and feeds the answers to the core's acquisition machine, which says what
 // to do next (call the store — a JS store's own queue, `acquireOrWait`, too —, pause, done);
 // an abort signal ends a wait through the core too (`__kWithdraw`). `extend`, the inspections,
-// `serialize` and `restoreLock` work the same way (src/js/operations.rs). What is left —
-// autoExtend, a second run of a handle at once — goes to the async core through the
-// wasm-bindgen `Lock` that shares the handle's core lock.
+// `serialize` and `restoreLock` work the same way (src/js/operations.rs), and so does the hold's
+// watcher (`autoExtend`, a run context's signal: src/js/watching.rs), driven from JS timers. An
+// operation started while the handle is busy with another runs on a twin: a second slot of the
+// same core lock.
 
 import { LockContext, installHolding, setRunObserver } from "./holding.js";
 import { cancelTimer, releaseLateGrant, timer } from "./promises.js";

@@ -646,8 +646,8 @@ pub fn check_wait(timeout: f64, retry_delay: f64) -> f64 {
 }
 
 /// The error of run or acquire options (`run`: `run()`'s, which add `autoExtend`) that JS does
-/// not drive itself — checked in the order the async path checks them — or `undefined` when
-/// they are good.
+/// not drive itself — `autoExtend` checked first, then `timeout` and `retryDelay`, then
+/// `signal` — or `undefined` when they are good.
 #[wasm_bindgen(js_name = __kOptionsError, skip_typescript)]
 pub fn options_error(options: JsValue, run: bool) -> JsValue {
     let checked = (|| -> Result<(), JsValue> {
