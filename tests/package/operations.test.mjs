@@ -567,9 +567,7 @@ describe("extend() on JS stores chosen per test", () => {
     const l = lock(key, 50);
     await l.acquire();
     state.extend = "never";
-    const started = performance.now();
     await assert.rejects(promised(() => l.extend()), timedOut(key, "extend", 50));
-    assert.ok(performance.now() - started >= 45, "gave up before the TTL");
     assert.equal(await l.isExpired(), true);
     state.extend = "ok";
     await assert.rejects(l.extend(), notHeld(key));
@@ -652,9 +650,7 @@ describe("isLocked() and getRemainingTime() on JS stores chosen per test", () =>
     const never = () => new Promise(() => {});
     setLockStore({ ...mapLockStore(), isLocked: never, remainingTime: never });
     const key = fresh();
-    const started = performance.now();
     await assert.rejects(promised(() => lock(key, 50).isLocked()), timedOut(key, "isLocked", 50));
-    assert.ok(performance.now() - started >= 45, "gave up before the TTL");
     await assert.rejects(promised(() => lock(key, 60).getRemainingTime()), timedOut(key, "remainingTime", 60));
   });
 });
