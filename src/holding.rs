@@ -80,7 +80,8 @@ impl Watch {
     /// extending it every [`KeepAlive::every_ms`] (default a third of the TTL, within 1 ms and
     /// the TTL) up to the [`KeepAlive::max_hold_ms`] cap; without, only watching its deadline.
     pub fn new(ttl_ms: u64, keep_alive: Option<KeepAlive>, now: u64) -> Self {
-        let every = keep_alive.map(|k| k.every_ms.unwrap_or(ttl_ms / 3).clamp(1, ttl_ms));
+        // `max(1)`: a TTL of 0 (never one from `Ttl`) must not make `clamp` panic.
+        let every = keep_alive.map(|k| k.every_ms.unwrap_or(ttl_ms / 3).clamp(1, ttl_ms.max(1)));
         Watch {
             every,
             cap_at: keep_alive
@@ -295,6 +296,12 @@ mod watch_tests {
             watch.next(Some(1_100), 120),
             WatchStep::Lost(LossReason::HoldCapReached)
         );
+    }
+
+    #[test]
+    fn a_zero_ttl_does_not_panic() {
+        let watch = Watch::new(0, Some(KeepAlive::default()), 5);
+        assert_eq!(watch.next(Some(5), 5), WatchStep::Lost(LossReason::Expired));
     }
 
     #[test]

@@ -28,7 +28,7 @@ pub(crate) fn check_signal(options: &JsValue) -> Result<(), JsValue> {
 }
 
 /// The `TypeError` for an `options.signal` that is not an `AbortSignal`.
-pub(crate) fn not_a_signal(value: &JsValue) -> JsValue {
+fn not_a_signal(value: &JsValue) -> JsValue {
     type_error(
         [
             "options.signal must be an AbortSignal, got ",

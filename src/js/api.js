@@ -280,16 +280,6 @@ function plainOptions(options) {
   return [timeout ?? NaN, retryDelay ?? NaN, signal, autoExtend];
 }
 
-/** Whether `signal` can be listened to as an AbortSignal. */
-function isAbortSignal(signal) {
-  return (
-    signal !== null &&
-    typeof signal === "object" &&
-    typeof signal.addEventListener === "function" &&
-    typeof signal.aborted === "boolean"
-  );
-}
-
 /** What an aborted wait rejects with: the signal's reason, or an AbortError when it has none. */
 function abortReason(signal) {
   if (signal.reason !== undefined) return signal.reason;
@@ -440,6 +430,11 @@ export class Lock {
       return Promise.reject(w.__kOptionsError(options, true) ?? w.__kNotAFunction(fn));
     }
     if (this.#busy) return this.#twin().run(fn, options);
+    if (plain[2] !== undefined || (plain[3] !== undefined && plain[3] !== false)) {
+      // A signal or autoExtend: the core checks every option, in order, before anything starts.
+      const error = w.__kOptionsError(options, true);
+      if (error !== undefined) return Promise.reject(error);
+    }
     return this.#run(fn, plain[0], plain[1], plain[2], plain[3]);
   }
 
@@ -450,16 +445,11 @@ export class Lock {
     return this.#run(fn, NaN, NaN, undefined, undefined);
   }
 
+  /** `signal` and `keep` (autoExtend) were checked by the caller, with the other options. */
   #run(fn, timeout, retryDelay, signal, keep) {
     if (keep === false) keep = undefined;
-    // Checked as the options are, in order: autoExtend first.
-    if (keep !== undefined && w.__kKeepAliveCheck(keep) === FAILED) return Promise.reject(w.__kError());
-    if (signal !== undefined) {
-      // Checked as the options are, in order; an already aborted signal starts nothing.
-      if (w.__kCheckWait(timeout, retryDelay) === FAILED) return Promise.reject(w.__kError());
-      if (!isAbortSignal(signal)) return Promise.reject(w.__kSignalError(signal));
-      if (signal.aborted) return Promise.reject(abortReason(signal));
-    }
+    // An already aborted signal starts nothing.
+    if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal));
     let id = this.#slot;
     if (id === 0) {
       try {
@@ -643,7 +633,13 @@ export class Lock {
     let releaseError;
     let after = KEPT;
     try {
-      after = await this.#releaseRun(id, owner);
+      // The run's hold is the one its last acquire call was granted, under that call's token.
+      if (w.__kEnd(id, NaN) === FAILED) {
+        const error = w.__kError();
+        w.__kForget(id);
+        throw error;
+      }
+      after = slotAfter(await this.#storeRelease(id, owner));
     } catch (error) {
       releaseFailed = true;
       releaseError = error;
@@ -655,19 +651,19 @@ export class Lock {
   }
 
   /**
-   * Ends the hold a run took from a JS store under `owner` (the token of the acquire call that
-   * was granted): what became of the slot, or the release's error (the run's hold forgotten).
+   * The JS store's `release(key, owner)` that a step answered CALL for (ending a run's hold, or
+   * `release()`), within the step's bound: the core's code for its answer (RELEASED…, or REFUSED:
+   * the hold was lost). On an error the hold is no longer tracked as the run's.
    */
-  async #releaseRun(id, owner) {
+  async #storeRelease(id, owner) {
     const store = this.#store;
     try {
-      if (w.__kEnd(id, NaN) === FAILED) throw w.__kError();
       const bound = arg();
       let answer = store.release.call(store.object, this.#key, owner);
       const p = pending(answer);
       await null;
       if (p !== null) answer = p.done ? p.result : await p.later(bound);
-      return slotAfter(released(id, answer, bound));
+      return released(id, answer, bound);
     } catch (error) {
       w.__kForget(id);
       throw error;
@@ -693,6 +689,10 @@ export class Lock {
     const plain = plainOptions(options);
     if (plain === null) return Promise.reject(w.__kOptionsError(options, false));
     if (this.#busy) return this.#twin().acquire(options);
+    if (plain[2] !== undefined) {
+      const error = w.__kOptionsError(options, false);
+      if (error !== undefined) return Promise.reject(error);
+    }
     return this.#run(KEEP, plain[0], plain[1], plain[2], undefined);
   }
 
@@ -717,26 +717,16 @@ export class Lock {
       this.#done(slotAfter(code));
       return Promise.resolve(code !== REFUSED);
     }
-    return this.#releaseOverStore(id);
-  }
-
-  async #releaseOverStore(id) {
-    const store = this.#store;
-    let code = REFUSED;
-    try {
-      const bound = arg();
-      let answer = store.release.call(store.object, this.#key, ownerOf(id));
-      const p = pending(answer);
-      await null;
-      if (p !== null) answer = p.done ? p.result : await p.later(bound);
-      code = released(id, answer, bound);
-      return code !== REFUSED;
-    } catch (error) {
-      w.__kForget(id);
-      throw error;
-    } finally {
-      this.#done(slotAfter(code));
-    }
+    return this.#storeRelease(id, ownerOf(id)).then(
+      (released) => {
+        this.#done(slotAfter(released));
+        return released !== REFUSED;
+      },
+      (error) => {
+        this.#done(KEPT);
+        throw error;
+      },
+    );
   }
 
   /** Resets the expiry to `ttlMs` (default: the lock's TTL) from now, or rejects LockNotHeldError. */

@@ -32,7 +32,7 @@ use super::lock::CoreLock;
 use super::runtime::JsRuntime;
 use super::store::{answers, Backend};
 use crate::attempt::{Attempt, Next};
-use crate::error::{Error, Operation};
+use crate::error::Error;
 use crate::grant::Grant;
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::lock::Lock;
@@ -633,18 +633,6 @@ pub fn withdraw(id: f64) -> f64 {
     })())
 }
 
-/// Checks a wait's `timeout` and `retryDelay` as [`begin`] does (`NaN`: not given), without
-/// starting anything: 0, or [`FAILED`] with the error.
-#[wasm_bindgen(js_name = __kCheckWait, skip_typescript)]
-pub fn check_wait(timeout: f64, retry_delay: f64) -> f64 {
-    let given = |v: f64| (!v.is_nan()).then_some(v);
-    plain(
-        AcquireOptions::from_f64(given(timeout), given(retry_delay))
-            .map(|_| 0.0)
-            .map_err(input_to_js),
-    )
-}
-
 /// The error of run or acquire options (`run`: `run()`'s, which add `autoExtend`) that JS does
 /// not drive itself — `autoExtend` checked first, then `timeout` and `retryDelay`, then
 /// `signal` — or `undefined` when they are good.
@@ -680,20 +668,12 @@ pub fn share(id: f64) -> f64 {
     plain(lock_of(id).map(insert))
 }
 
-/// The `TypeError` for an `options.signal` that is not an `AbortSignal`.
-#[wasm_bindgen(js_name = __kSignalError, skip_typescript)]
-pub fn signal_error(value: JsValue) -> JsValue {
-    super::abort::not_a_signal(&value)
-}
-
-/// The `LockStoreTimeoutError` for a call of `operation` (0 acquire, 1 release) unanswered for
-/// `after_ms`.
+/// The `LockStoreTimeoutError` for a call of `operation` (numbered as `operations.rs` numbers
+/// them: 0 acquire, 1 release, …) unanswered for `after_ms`.
 #[wasm_bindgen(js_name = __kTimeoutError, skip_typescript)]
 pub fn timeout_error(id: f64, operation: u32, after_ms: f64) -> Result<JsValue, JsValue> {
-    let operation = match operation {
-        0 => Operation::Acquire,
-        _ => Operation::Release,
-    };
+    let operation =
+        super::operations::operation(operation).ok_or_else(super::operations::bad_operation)?;
     let lock = lock_of(id)?;
     Ok(to_js(lock.store_timeout(operation, after_ms as u64)))
 }

@@ -44,7 +44,7 @@ thread_local! {
 }
 
 /// The operations besides `acquire`/`release`, as numbered for these exports.
-fn operation(op: u32) -> Option<Operation> {
+pub(super) fn operation(op: u32) -> Option<Operation> {
     Some(match op {
         0 => Operation::Acquire,
         1 => Operation::Release,
@@ -56,7 +56,7 @@ fn operation(op: u32) -> Option<Operation> {
     })
 }
 
-fn bad_operation() -> JsValue {
+pub(super) fn bad_operation() -> JsValue {
     type_error("keel-lock: no such store operation (internal error)")
 }
 
