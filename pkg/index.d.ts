@@ -174,9 +174,9 @@ export declare class Lock {
    * store cannot force-release.
    */
   forceRelease(): Promise<boolean>;
-  /** Reset expiry to `ttlMs` (default: the lock's TTL) from now. Rejects with `LockNotHeldError` if lost. */
+  /** Reset expiry to `ttlMs` (default: the lock's TTL) from now. Rejects with `LockNotHeldError` if lost or expired. */
   extend(ttlMs?: number): Promise<void>;
-  /** Key, TTL, owner token and fence as a string for `restoreLock()`. Throws `LockNotHeldError` if not held. */
+  /** Key, TTL, owner token and fence as a string for `restoreLock()`. Throws `LockNotHeldError` if not held or expired. */
   serialize(): string;
   /** Does anyone (not necessarily this handle) hold the key? */
   isLocked(): Promise<boolean>;

@@ -362,23 +362,27 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     }
 
     /// Resets the expiry to `ttl` (default: the lock's TTL) from now. Fails with
-    /// [`Error::NotHeld`] when the lock was lost or never acquired: carrying on in the belief
+    /// [`Error::NotHeld`] when the lock was lost, expired or never acquired: carrying on in the belief
     /// that one holds a lock one does not is the bug this prevents.
     pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
         let ttl = ttl.unwrap_or(self.ttl);
-        let owner = self.extending()?;
         let sent = self.runtime.monotonic_ms();
+        let owner = self.extending(sent)?;
         let extended = self
             .call(Operation::Extend, self.store.extend(&self.key, &owner, ttl))
             .await?;
         self.extended(&owner, sent, ttl, extended)
     }
 
-    /// The owner token an extend is made under: the hold's, or [`Error::NotHeld`] when there
-    /// is none.
-    pub(crate) fn extending(&self) -> LockResult<OwnerToken, S> {
+    /// The owner token an extend made at `now` (monotonic) is made under: the hold's, or
+    /// [`Error::NotHeld`] when there is none or its deadline has passed. An expired hold is
+    /// presumed lost (`is_expired` already says so, and the store may have handed the key on);
+    /// the store is not asked to revive it.
+    pub(crate) fn extending(&self, now: u64) -> LockResult<OwnerToken, S> {
         match &*self.hold.borrow() {
-            Hold::Held { owner, .. } => Ok(owner.clone()),
+            Hold::Held {
+                owner, deadline, ..
+            } if now < *deadline => Ok(owner.clone()),
             _ => Err(self.not_held(HoldOperation::Extend)),
         }
     }
@@ -703,7 +707,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
 
     /// Freezes key, TTL, owner token, fence and local deadline into a versioned string that
     /// [`SerializedLock::parse`] reads back. Fails with [`Error::NotHeld`] when there is no
-    /// hold to hand over.
+    /// hold to hand over, or it has expired (the restored lock could do nothing with it).
     pub fn serialize(&self) -> LockResult<String, S> {
         // Read before the hold is borrowed (see `is_expired`).
         let (wall, mono) = (self.runtime.now_ms(), self.runtime.monotonic_ms());
@@ -712,7 +716,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 owner,
                 deadline,
                 fence,
-            } => Ok(SerializedLock {
+            } if mono < *deadline => Ok(SerializedLock {
                 key: self.key.clone(),
                 ttl: self.ttl,
                 owner: owner.clone(),

@@ -25,7 +25,8 @@ fi
 npm install --no-save --no-audit --no-fund --loglevel=error "$tarball"
 
 # One file at a time: each starts its own servers, and the timing-based expiry checks are
-# steadier without the others competing for the CPU.
-node --test --test-concurrency=1 --test-reporter=spec \
+# steadier without the others competing for the CPU. --test-force-exit: a failed test that left
+# a client reconnecting to a server it stopped fails the run instead of hanging it.
+node --test --test-concurrency=1 --test-force-exit --test-reporter=spec \
   redis.test.js redis-waiting.test.js pg-failures.test.js sqlite.test.js postgres.test.js d1.test.js types.test.js \
   kit.test.js conformance.test.js two-process.test.js

@@ -85,8 +85,8 @@ pub fn extend(id: f64, ttl: f64, given: bool) -> f64 {
 
 /// [`extend`] of `lock`'s hold by `ttl`: [`EXTENDED`], or (a JS store) [`CALL`].
 pub(super) fn extend_lock(lock: Rc<CoreLock>, ttl: Ttl) -> Result<f64, JsValue> {
-    let owner = lock.extending().map_err(to_js)?;
     let sent = JsRuntime.monotonic_ms();
+    let owner = lock.extending(sent).map_err(to_js)?;
     match lock.store() {
         Backend::Memory(m) => {
             let extended = m.extend_sync(lock.key(), &owner, ttl);
@@ -135,7 +135,7 @@ pub fn not_held_error(key: &str, attempted: u32) -> JsValue {
     }
 }
 
-fn not_held(key: &str, attempted: HoldOperation) -> JsValue {
+pub(super) fn not_held(key: &str, attempted: HoldOperation) -> JsValue {
     to_js(Error::NotHeld {
         key: key.to_owned(),
         attempted,

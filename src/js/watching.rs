@@ -12,10 +12,11 @@ use std::rc::Rc;
 
 use wasm_bindgen::prelude::*;
 
-use super::convert::{keep_alive_option, not_held_error, to_js};
+use super::convert::{keep_alive_option, not_held_error};
 use super::handle::{lock_of, mono, plain, step};
 use super::lock::CoreLock;
-use super::operations::extend_lock;
+use super::operations::{extend_lock, not_held};
+use crate::error::HoldOperation;
 use crate::holding::{KeepAlive, LossReason, Watch, WatchStep};
 use crate::token::OwnerToken;
 
@@ -73,7 +74,9 @@ pub fn watch(id: f64, keeps: bool, options: JsValue, now: f64) -> f64 {
             false => None::<KeepAlive>,
         };
         let lock = lock_of(id)?;
-        let owner = lock.extending().map_err(to_js)?;
+        let owner = lock
+            .owner()
+            .ok_or_else(|| not_held(lock.key().as_str(), HoldOperation::Extend))?;
         let watching = Watching {
             watch: Watch::new(lock.ttl().as_ms(), keep_alive, mono(now)),
             lock,

@@ -175,8 +175,8 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       await assert.rejects(promised(() => a.extend()), notHeld(key));
       await assert.rejects(promised(() => a.extend(10_000)), notHeld(key));
       assert.equal(await a.isExpired(), true);
-      assert.equal(a.fence, null);
       assert.equal(await a.release(), false);
+      assert.equal(a.fence, null, "the store refused the release: the hold is known lost");
       const left = await b.getRemainingTime();
       assert.ok(left > 4_000 && left <= 5_000, `remaining ${left}`);
       if (fenced) assert.ok(b.fence >= 1);
@@ -326,15 +326,14 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(await lock(key).acquire(), true);
     });
 
-    it("current behaviour: a handle whose TTL passed unnoticed still serializes; the restored handle knows it expired", async () => {
-      // index.d.ts says serialize() "throws LockNotHeldError if not held"; here it answers.
+    it("a handle whose TTL passed unnoticed does not serialize; one serialized just before its TTL ran out restores as expired", async () => {
       const key = fresh();
       const a = lock(key, 30);
       await a.acquire();
+      const s = a.serialize();
       await sleep(70);
       assert.equal(await a.isExpired(), true);
-      const s = a.serialize();
-      assert.equal(typeof s, "string");
+      assert.throws(() => a.serialize(), notHeld(key, /cannot serialize/));
       const b = restoreLock(s);
       assert.equal(b.key, key);
       assert.equal(await b.isExpired(), true);
@@ -578,6 +577,23 @@ describe("extend() on JS stores chosen per test", () => {
     await m.acquire();
     state.extend = "never";
     await assert.rejects(promised(() => m.extend(300)), timedOut(key2, "extend", 50));
+  });
+
+  it("a hold past its TTL: extend() rejects LockNotHeldError and serialize() throws without asking the store; release() still asks it", async () => {
+    const rec = recording(mapLockStore());
+    setLockStore(rec.store);
+    const key = fresh();
+    const l = lock(key, 30);
+    await l.acquire();
+    await sleep(60);
+    assert.equal(await l.isExpired(), true);
+    const asked = rec.calls.length;
+    await assert.rejects(l.extend(), notHeld(key));
+    await assert.rejects(l.extend(5_000), notHeld(key));
+    assert.throws(() => l.serialize(), notHeld(key, /cannot serialize/));
+    assert.deepEqual(rec.calls.slice(asked), [], "the store was asked");
+    assert.equal(await l.release(), false);
+    assert.deepEqual(rec.calls.slice(asked).map((c) => c.name), ["release"]);
   });
 
   it("the store is asked with the key, the owner token and the TTL: the lock's, or ttlMs rounded up", async () => {

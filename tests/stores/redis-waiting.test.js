@@ -18,6 +18,7 @@ import { Redis as Upstash } from "@upstash/redis";
 import * as redisModule from "../../pkg/stores/redis.js";
 import { redisLockStore, ACQUIRE_SCRIPT, CHECK_SCRIPT, CHECK_SHA, ENQUEUE_SCRIPT, ENQUEUE_SHA, RELEASE_SCRIPT } from "../../pkg/stores/redis.js";
 import { MAX_FENCE } from "../../pkg/stores/args.js";
+import { monitorServer } from "./lib/redis-monitor.js";
 import { sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
 import { fenceLedger } from "./lib/sql-suite.js";
 
@@ -190,11 +191,10 @@ export async function batchedLookHandsOver({ stores, admin, monitors, keys = 3, 
   }
 }
 
-/** Records the owners each look request (the check script) lists; `stop()` ends it. */
+/** Records the owners each look request (the check script) to `client`'s server lists; `stop()` ends it. */
 async function watchLooks(client) {
-  const monitor = await client.monitor();
   const looks = [];
-  monitor.on("monitor", (time, args, source) => {
+  const monitor = await monitorServer(client.options, (args, source) => {
     if (source === "lua") return;
     const command = String(args[0]).toLowerCase();
     // The check script, or a variant of it sent with EVAL (its text starts the same way).
@@ -209,7 +209,7 @@ async function watchLooks(client) {
     }
     looks.push(listed);
   });
-  return { client, looks, stop: () => monitor.disconnect() };
+  return { client, looks, stop: monitor.stop };
 }
 
 // A client whose EVALSHA of the script `sha` runs a variant of it instead (ioredis API).
@@ -779,9 +779,8 @@ describe("through keel-lock (setLockStore(redisLockStore(…)), lock(k).run(fn, 
   // Every request a client sends, from MONITOR (commands run inside scripts are tagged "lua" there
   // and are not requests).
   async function countRequests(body) {
-    const monitor = await admin.monitor();
     const seen = [];
-    monitor.on("monitor", (time, args, source) => source !== "lua" && seen.push(args[0].toLowerCase()));
+    const monitor = await monitorServer(admin.options, (args, source) => source !== "lua" && seen.push(args[0].toLowerCase()));
     try {
       await body();
       await admin.ping("end of count");
@@ -791,7 +790,7 @@ describe("through keel-lock (setLockStore(redisLockStore(…)), lock(k).run(fn, 
         await sleep(5);
       }
     } finally {
-      monitor.disconnect();
+      monitor.stop();
     }
     return seen.slice(0, seen.lastIndexOf("ping"));
   }
