@@ -9,7 +9,7 @@ use std::task::Waker;
 
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl};
-use crate::race::{poll_until, race, Either};
+use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
 use crate::store::{ForceRelease, LockStore, Wait};
@@ -373,7 +373,8 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// The waiting half of [`MemoryLockStore::acquire_or_wait_ms`], for a caller whose
     /// `acquire_sync` was refused in this same turn (nothing can have changed since) and that
-    /// polls the returned future in that turn too.
+    /// polls the returned future in that turn too: [`MemoryLockStore::join`] and
+    /// [`MemoryLockStore::wait_step`] driven with the runtime's timer.
     pub(crate) async fn queue_for(
         &self,
         key: &Key,
@@ -381,15 +382,56 @@ impl<R: Runtime> MemoryLockStore<R> {
         ttl: Ttl,
         wait_ms: u64,
     ) -> Option<Grant> {
+        let parked = self.join(key, owner, ttl, wait_ms, self.runtime.monotonic_ms())?;
+        // Leaves the queue however this future ends: granted, timed out, or dropped by a
+        // caller that gave up (then a grant that already arrived is released).
+        let _leave = Leave {
+            store: self,
+            parked: &parked,
+        };
+        loop {
+            let now = self.runtime.monotonic_ms();
+            let until = match self.wait_step(&parked, now) {
+                WaitStep::Done(grant) => return grant,
+                WaitStep::Park { until } => until,
+            };
+            let woken = poll_until(|cx| {
+                parked.woken() || {
+                    parked.listen(cx.waker().clone());
+                    false
+                }
+            });
+            match until {
+                // Only the timekeeper sleeps; it acts for the whole queue when it wakes.
+                Some(until) => {
+                    let sleep = self.runtime.sleep(until.saturating_sub(now).max(1));
+                    race(woken, sleep).await;
+                }
+                None => woken.await,
+            }
+        }
+    }
+
+    /// Queues a caller refused at `now` behind `key`'s other waiters, for up to `wait_ms`
+    /// (`None` for 0: it does not wait). The caller then drives its wait with
+    /// [`MemoryLockStore::wait_step`] and must hand it to [`MemoryLockStore::leave`] however
+    /// the wait ends.
+    pub(crate) fn join(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait_ms: u64,
+        now: u64,
+    ) -> Option<Parked> {
         if wait_ms == 0 {
             return None;
         }
-        let since = self.runtime.monotonic_ms();
         let ticket = Rc::new(Ticket {
             owner: owner.clone(),
             ttl,
-            since,
-            deadline: since.saturating_add(wait_ms),
+            since: now,
+            deadline: now.saturating_add(wait_ms),
             grant: Cell::new(None),
             timed_out: Cell::new(false),
             poked: Cell::new(false),
@@ -409,40 +451,76 @@ impl<R: Runtime> MemoryLockStore<R> {
         if let Some(keeper) = keeper_to_poke {
             keeper.poke();
         }
-        // Leaves the queue however this future ends: granted, timed out, or dropped by a
-        // caller that gave up (then a grant that already arrived is released).
-        let _leave = Leave {
-            store: self,
-            key,
-            ticket: &ticket,
-        };
-        loop {
-            if let Some(grant) = ticket.grant.take() {
-                ticket.gone.set(true);
-                return Some(grant);
-            }
-            let now = self.runtime.monotonic_ms();
-            if ticket.timed_out.get() || now >= ticket.deadline {
-                return None;
-            }
-            ticket.poked.set(false);
-            let woken = poll_until(|cx| {
-                if ticket.grant_ready() || ticket.timed_out.get() || ticket.poked.get() {
-                    return true;
-                }
-                *ticket.waker.borrow_mut() = Some(cx.waker().clone());
-                false
+        Some(Parked {
+            key: key.clone(),
+            ticket,
+        })
+    }
+
+    /// Where a wait stands at `now`: over (the grant, or `None` when it ran out), or parked
+    /// until its waker is called ([`Parked::listen`]) — and, for the queue's timekeeper, no
+    /// later than `until`, when this step acts for every waiter of the key.
+    pub(crate) fn wait_step(&self, parked: &Parked, now: u64) -> WaitStep {
+        let ticket = &parked.ticket;
+        // A wake still registered is stale from here on.
+        drop(ticket.waker.borrow_mut().take());
+        let due = self
+            .queues
+            .borrow()
+            .get(parked.key.as_str())
+            .is_some_and(|q| {
+                q.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, ticket))
+                    && q.armed_until.is_some_and(|at| at <= now)
             });
-            match self.keep_time(key, &ticket, now) {
-                // Only the timekeeper sleeps; it acts for the whole queue when it wakes.
-                Some(until) => {
-                    let sleep = self.runtime.sleep(until.saturating_sub(now).max(1));
-                    if let Either::Second(()) = race(woken, sleep).await {
-                        self.tick(key, self.runtime.monotonic_ms());
-                    }
-                }
-                None => woken.await,
+        if due {
+            self.tick(&parked.key, now);
+        }
+        if let Some(grant) = ticket.grant.take() {
+            ticket.gone.set(true);
+            return WaitStep::Done(Some(grant));
+        }
+        if ticket.timed_out.get() || now >= ticket.deadline {
+            return WaitStep::Done(None);
+        }
+        ticket.poked.set(false);
+        WaitStep::Park {
+            until: self.keep_time(&parked.key, ticket, now),
+        }
+    }
+
+    /// Takes a wait out of its queue, however it ended. A grant the waiter never took (it gave
+    /// up first) is released, so the key passes on instead of staying held by nobody until its
+    /// TTL; a timekeeper leaving hands its timer to the newest waiter.
+    pub(crate) fn leave(&self, parked: &Parked) {
+        let (key, ticket) = (&parked.key, &parked.ticket);
+        ticket.gone.set(true);
+        drop(ticket.waker.borrow_mut().take());
+        if ticket.grant.take().is_some() {
+            self.release_sync(key, &ticket.owner);
+        }
+        let successor = {
+            let mut queues = self.queues.borrow_mut();
+            let Some(queue) = queues.get_mut(key.as_str()) else {
+                return;
+            };
+            queue.tickets.retain(|t| !Rc::ptr_eq(t, ticket));
+            let was_keeper = queue.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, ticket));
+            if was_keeper {
+                queue.keeper = None;
+                queue.armed_until = None;
             }
+            if queue.tickets.is_empty() {
+                queues.remove(key.as_str());
+                None
+            } else if was_keeper {
+                // The newest waiter will be waiting longest: it keeps the timer next.
+                queue.tickets.back().cloned()
+            } else {
+                None
+            }
+        };
+        if let Some(next) = successor {
+            next.poke();
         }
     }
 
@@ -480,46 +558,47 @@ impl Ticket {
     }
 }
 
-/// Takes a ticket out of its queue when its waiter stops waiting.
+/// A caller waiting in a key's queue, driven by [`MemoryLockStore::wait_step`] and ended by
+/// [`MemoryLockStore::leave`].
+pub(crate) struct Parked {
+    key: Key,
+    ticket: Rc<Ticket>,
+}
+
+impl Parked {
+    /// Registers the waker the next hand-over, time-out or poke of this wait calls (once).
+    pub(crate) fn listen(&self, waker: Waker) {
+        *self.ticket.waker.borrow_mut() = Some(waker);
+    }
+
+    /// Whether something happened since the last [`MemoryLockStore::wait_step`]: a grant, the
+    /// wait running out, or a poke to look again.
+    fn woken(&self) -> bool {
+        let t = &self.ticket;
+        t.grant_ready() || t.timed_out.get() || t.poked.get()
+    }
+}
+
+/// What a waiting caller does next (see [`MemoryLockStore::wait_step`]).
+pub(crate) enum WaitStep {
+    /// The wait is over: the grant, or `None` when it ran out.
+    Done(Option<Grant>),
+    /// Nothing until the waker is called — or, given `until` (the store's clock), until then.
+    Park {
+        /// When to step again even if nobody wakes the waiter.
+        until: Option<u64>,
+    },
+}
+
+/// Leaves the queue when the waiting future ends or is dropped.
 struct Leave<'a, R: Runtime> {
     store: &'a MemoryLockStore<R>,
-    key: &'a Key,
-    ticket: &'a Rc<Ticket>,
+    parked: &'a Parked,
 }
 
 impl<R: Runtime> Drop for Leave<'_, R> {
     fn drop(&mut self) {
-        let ticket = self.ticket;
-        ticket.gone.set(true);
-        // A grant the waiter never took (it was dropped first) is released, so the key passes
-        // on instead of staying held by nobody until its TTL.
-        if ticket.grant.take().is_some() {
-            self.store.release_sync(self.key, &ticket.owner);
-        }
-        let successor = {
-            let mut queues = self.store.queues.borrow_mut();
-            let Some(queue) = queues.get_mut(self.key.as_str()) else {
-                return;
-            };
-            queue.tickets.retain(|t| !Rc::ptr_eq(t, ticket));
-            let was_keeper = queue.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, ticket));
-            if was_keeper {
-                queue.keeper = None;
-                queue.armed_until = None;
-            }
-            if queue.tickets.is_empty() {
-                queues.remove(self.key.as_str());
-                None
-            } else if was_keeper {
-                // The newest waiter will be waiting longest: it keeps the timer next.
-                queue.tickets.back().cloned()
-            } else {
-                None
-            }
-        };
-        if let Some(next) = successor {
-            next.poke();
-        }
+        self.store.leave(self.parked);
     }
 }
 

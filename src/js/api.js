@@ -139,16 +139,34 @@ function isThenable(value) {
   );
 }
 
-// Callers waiting in the memory store's queue, by slot id: the wasm says when to poll one.
+// Callers waiting in the memory store's queue, by slot id: the wasm says when to step one —
+// woken (`wakeWaiter`), or after the time a PENDING step carries (the queue's timekeeper).
 const waiters = new Map();
+
+/** After a PENDING step of `waiter`: its timer as the step says (`arg()` ms, or none at -1). */
+function rearm(waiter, id) {
+  const ms = arg();
+  if (waiter.timer !== null) cancelTimer(waiter.timer);
+  waiter.timer = ms < 0 ? null : timer(ms, () => {
+    waiter.timer = null;
+    pollWaiter(id);
+  });
+}
+
+/** The waiter stops waiting: its timer goes too. */
+function forget(waiter, id) {
+  waiters.delete(id);
+  if (waiter.timer !== null) cancelTimer(waiter.timer);
+  waiter.timer = null;
+}
 
 function pollWaiter(id) {
   const waiter = waiters.get(id);
   if (waiter === undefined) return;
   waiter.scheduled = false;
   const code = w.__kPoll(id);
-  if (code === PENDING) return;
-  waiters.delete(id);
+  if (code === PENDING) return rearm(waiter, id);
+  forget(waiter, id);
   waiter.go(code);
 }
 
@@ -479,16 +497,17 @@ export class Lock {
    * abort leaves the queue (the core gives back a grant that raced it).
    */
   #queued(id, fn, signal) {
-    const waiter = { scheduled: false, go: null };
+    const waiter = { scheduled: false, go: null, timer: null };
     waiters.set(id, waiter);
     const first = w.__kWait(id);
     if (first !== PENDING) {
       waiters.delete(id);
       return this.#afterWait(id, fn, first);
     }
+    rearm(waiter, id);
     return new Promise((resolve, reject) => {
       const stopListening = onAbort(signal, () => {
-        waiters.delete(id);
+        forget(waiter, id);
         w.__kWithdraw(id);
         this.#done(KEPT);
         reject(abortReason(signal));

@@ -19,11 +19,9 @@
 //! store) could run.
 
 use std::cell::{Cell, RefCell};
-use std::future::Future;
-use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Wake, Waker};
 
 use wasm_bindgen::prelude::*;
 
@@ -36,6 +34,7 @@ use crate::error::Error;
 use crate::grant::Grant;
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::lock::Lock;
+use crate::memory::{MemoryLockStore, Parked, WaitStep};
 use crate::runtime::Runtime;
 use crate::store::LockStore;
 use crate::token::OwnerToken;
@@ -531,11 +530,21 @@ pub fn retry(id: f64) -> Result<f64, JsValue> {
     drive(id, &lock, attempt, next, mono)
 }
 
-/// A caller's wait in the memory store's queue: the store's own waiting future, polled from JS.
-type Waiting = Pin<Box<dyn Future<Output = Option<Grant>>>>;
+/// A caller's wait in the memory store's queue, stepped from JS; it leaves the queue when
+/// dropped, however the wait ended (a grant that arrived unclaimed is released).
+struct Waiting {
+    store: Rc<MemoryLockStore<JsRuntime>>,
+    parked: Parked,
+}
 
-/// Wakes a waiting slot by telling JS (`wakeWaiter`), which polls it ([`poll_wait`]) in a
-/// microtask and, once it is ready, calls the caller's `fn` right there: a hand-over costs one
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.store.leave(&self.parked);
+    }
+}
+
+/// Wakes a waiting slot by telling JS (`wakeWaiter`), which steps it ([`poll_wait`]) in a
+/// microtask and, once it is over, calls the caller's `fn` right there: a hand-over costs one
 /// microtask, as it does for a promise-queue mutex.
 struct WaiterWaker(f64);
 
@@ -555,8 +564,8 @@ extern "C" {
     fn wake_waiter(id: f64);
 }
 
-/// Joins the memory store's queue for the key, after [`QUEUE`], and polls once: [`PENDING`]
-/// (JS is told through `wakeWaiter` when to [`poll_wait`]), or the step that follows.
+/// Joins the memory store's queue for the key, after [`QUEUE`], and steps once: [`PENDING`],
+/// or the step that follows (see [`poll_wait`]).
 #[wasm_bindgen(js_name = __kWait, skip_typescript)]
 pub fn wait(id: f64) -> f64 {
     plain((|| {
@@ -567,42 +576,56 @@ pub fn wait(id: f64) -> f64 {
                 .and_then(|a| Some((a.wait()?, a.owner().clone())));
             (e.lock.clone(), terms)
         })?;
-        let (Backend::Memory(store), Some((wait, owner))) = (lock.store().clone(), terms) else {
+        let (Backend::Memory(store), Some((wait, owner))) = (lock.store(), terms) else {
             return Err(bad_id());
         };
-        let waiting: Waiting = Box::pin(async move {
-            // `begin` was refused this very turn, and the first poll below is in it too:
-            // straight into the queue, without taking again.
-            store
-                .queue_for(lock.key(), &owner, lock.ttl(), wait.wait_ms)
-                .await
-        });
+        // `begin` was refused this very turn: straight into the queue, without taking again.
+        let mono = JsRuntime.monotonic_ms();
+        let Some(parked) = store.join(lock.key(), &owner, lock.ttl(), wait.wait_ms, mono) else {
+            return answered_wait(id, None);
+        };
+        let waiting = Waiting {
+            store: store.clone(),
+            parked,
+        };
         with_entry(id, |e| e.waiting = Some(waiting))?;
         poll_slot(id)
     })())
 }
 
-/// Polls the slot's wait (see [`wait`]): [`PENDING`], or the step that follows. A wake that
-/// comes after the wait ended answers [`PENDING`] too; JS ignores it.
+/// Steps the slot's wait (see [`wait`]): [`PENDING`] — JS steps it again when `wakeWaiter`
+/// names the slot or, when `arg` is not -1, after `arg` ms (replacing any timer it set before)
+/// — or the step that follows. A wake that comes after the wait ended answers [`PENDING`]
+/// with no timer; JS ignores it.
 #[wasm_bindgen(js_name = __kPoll, skip_typescript)]
 pub fn poll_wait(id: f64) -> f64 {
     plain(poll_slot(id))
 }
 
 fn poll_slot(id: f64) -> Result<f64, JsValue> {
-    let Ok(Some(mut waiting)) = with_entry(id, |e| e.waiting.take()) else {
-        return Ok(PENDING);
+    let Ok(Some(waiting)) = with_entry(id, |e| e.waiting.take()) else {
+        return Ok(step(PENDING, -1.0));
     };
-    // Polled with the slot not borrowed: the store's future reads the clock and sets timers.
-    let waker = Waker::from(Arc::new(WaiterWaker(id)));
-    let grant = match waiting.as_mut().poll(&mut Context::from_waker(&waker)) {
-        Poll::Pending => {
+    // Stepped with the slot not borrowed: a hand-over wakes other waiters.
+    let mono = JsRuntime.monotonic_ms();
+    match waiting.store.wait_step(&waiting.parked, mono) {
+        WaitStep::Park { until } => {
+            waiting
+                .parked
+                .listen(Waker::from(Arc::new(WaiterWaker(id))));
             with_entry(id, |e| e.waiting = Some(waiting))?;
-            return Ok(PENDING);
+            let ms = until.map_or(-1.0, |at| at.saturating_sub(mono).max(1) as f64);
+            Ok(step(PENDING, ms))
         }
-        Poll::Ready(grant) => grant,
-    };
-    drop(waiting);
+        WaitStep::Done(grant) => {
+            drop(waiting);
+            answered_wait(id, grant)
+        }
+    }
+}
+
+/// The wait ended with `grant` (`None`: it ran out): the acquisition's next step.
+fn answered_wait(id: f64, grant: Option<Grant>) -> Result<f64, JsValue> {
     let (lock, mut attempt) = take_attempt(id)?;
     let mono = JsRuntime.monotonic_ms();
     let next = attempt.answered(grant, mono);

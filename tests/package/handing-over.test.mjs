@@ -5,7 +5,7 @@
 // answers mean, and a store that does not answer.
 import { describe, it, beforeEach } from "node:test";
 import assert from "node:assert/strict";
-import { lock, setLockStore } from "keel-lock";
+import { MemoryLockStore, lock, setLockStore } from "keel-lock";
 import { mapLockStore } from "./stores.mjs";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -231,5 +231,53 @@ describe("what a hand-over store answers", () => {
       [["release", key, asked]],
       "the grant that came too late is given back",
     );
+  });
+});
+
+// The memory store's own queue: one waiter per key keeps the queue's only timer, for the
+// earliest of the holder's expiry and every waiter's deadline. Each test here would hang until
+// its own timeout if that timer were lost or set too late.
+describe("the memory store's queue and its timer", () => {
+  beforeEach(() => setLockStore(new MemoryLockStore()));
+
+  it("a holder that never releases: at each TTL the oldest waiter takes the key, in arrival order", { timeout: 10_000 }, async () => {
+    const key = fresh();
+    assert.equal(await lock(key, 40).acquire(), true); // never released
+    const order = [];
+    const waiters = [0, 1, 2].map((i) =>
+      lock(key, 40)
+        .acquire({ timeout: 60_000 }) // kept until its own TTL passes
+        .then((ok) => order.push([i, ok])),
+    );
+    await Promise.all(waiters);
+    assert.deepEqual(order, [[0, true], [1, true], [2, true]]);
+    await sleep(60);
+    assert.equal(await lock(key).isLocked(), false);
+  });
+
+  it("a newcomer whose timeout ends before the timer is due times out on time, and the queue behind it still moves", { timeout: 10_000 }, async () => {
+    const key = fresh();
+    const holder = lock(key, 60_000);
+    assert.equal(await holder.acquire(), true);
+    const patient = lock(key).run(() => "patient", { timeout: 60_000 }); // keeps the timer, due in 60 s
+    await sleep(5);
+    assert.deepEqual(await lock(key).run(() => "hasty", { timeout: 30 }), [false, undefined]);
+    assert.equal(await holder.release(), true);
+    assert.deepEqual(await patient, [true, "patient"]);
+  });
+
+  it("the waiter keeping the timer leaves (aborted): the next one keeps it and takes the key at the holder's TTL", { timeout: 10_000 }, async () => {
+    const key = fresh();
+    assert.equal(await lock(key, 80).acquire(), true); // never released
+    const controller = new AbortController();
+    const first = lock(key).run(() => "first", { timeout: 60_000, signal: controller.signal });
+    await sleep(5);
+    const second = lock(key).run(() => "second", { timeout: 60_000 });
+    const third = lock(key).run(() => "third", { timeout: 60_000 });
+    await sleep(5);
+    controller.abort(new Error("gave up"));
+    await assert.rejects(first, /gave up/);
+    assert.deepEqual(await Promise.all([second, third]), [[true, "second"], [true, "third"]]);
+    assert.equal(await lock(key).isLocked(), false);
   });
 });

@@ -19,6 +19,22 @@ describe("timers", () => {
     assert.equal(child.status, 0, "the process ended on its own, before the 30 s kill");
   });
 
+  it("a process whose only work is a waiter queued in the memory store stays alive until the holder's TTL hands it the key", () => {
+    // The queue's timer is all that is pending: if it let the process go, the top-level await
+    // would never settle and Node would exit with code 13.
+    const script = `
+      import { lock } from "keel-lock";
+      await lock("k", 150).acquire(); // never released
+      console.log(JSON.stringify(await lock("k").run(() => "ran", { timeout: 60_000 })));`;
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+      cwd: fileURLToPath(new URL(".", import.meta.url)),
+      timeout: 30_000,
+    });
+    assert.equal(child.stderr.toString(), "");
+    assert.deepEqual(JSON.parse(child.stdout.toString()), [true, "ran"]);
+    assert.equal(child.status, 0);
+  });
+
   it("the longest wait's bound does not overflow setTimeout", () => {
     // timeout + retryDelay bounds a store's own wait: up to 2^32 ms, past setTimeout's limit
     // (Node then warns and fires at once, over and over).
