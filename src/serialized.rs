@@ -1,14 +1,19 @@
 //! The hand-over format of `serialize()` / `restoreLock()`:
 //!
 //! ```text
-//! keel-lock:2:<ttl ms>:<deadline, epoch ms>:<fence, or empty>:<owner, base64url>:<key, base64url>
+//! keel-lock:3:<ttl ms>:<deadline, epoch ms>:<fence, or empty>:<owner, base64url>:<key, base64url>:<check>
 //! ```
 //!
 //! Versioned so a later format can be told apart; base64url so any key survives queues, URLs
-//! and headers unchanged. Only the exact string [`SerializedLock::encode`] writes is read back:
-//! every field is re-validated, and a string that decodes but is not written the way `encode`
-//! writes it (`+5000`, `0005000`, a non-canonical base64url tail) is refused. Version 1 (the same
-//! without the fence field) is still read, as a lock without a fence.
+//! and headers unchanged. `<check>` is the 32-bit FNV-1a hash of everything before its `:`, in
+//! 8 lowercase hex digits: a string cut short anywhere (inside the key, the last field, too) or
+//! altered by accident is refused instead of read as a lock on another key. It guards against
+//! accidents, not against someone forging a string. Only the exact string
+//! [`SerializedLock::encode`] writes is read back: every field is re-validated, and a string
+//! that decodes but is not written the way `encode` writes it (`+5000`, `0005000`, a
+//! non-canonical base64url tail) is refused. Versions 2 (the same without the check) and 1
+//! (without the check and the fence) are still read; they cannot tell a key cut short at a
+//! base64url boundary from a shorter key.
 
 use crate::base64url;
 use crate::grant::Fence;
@@ -18,7 +23,7 @@ use crate::token::OwnerToken;
 const MAGIC: &str = "keel-lock";
 
 /// The format version this build writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Longest string `parse` will look at; real ones are well under 1 KiB.
 const MAX_SERIALIZED_BYTES: usize = 4096;
@@ -64,15 +69,41 @@ fn number(field: &str, what: &str) -> Result<u64, InputError> {
         .ok_or_else(|| malformed(["the ", what, " is not a whole number written plainly"].concat()))
 }
 
+/// The check of a version 3 string: FNV-1a (32 bits) of `body`, as 8 lowercase hex digits.
+fn check(body: &str) -> [u8; 8] {
+    let hash = body.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let mut digits = [0u8; 8];
+    for (i, d) in digits.iter_mut().enumerate() {
+        let nibble = (hash >> (28 - 4 * i)) as u8 & 0xf;
+        *d = if nibble < 10 {
+            b'0' + nibble
+        } else {
+            b'a' + nibble - 10
+        };
+    }
+    digits
+}
+
 impl SerializedLock {
     /// The string form.
     pub fn encode(&self) -> String {
+        let body = self.body("3");
+        let check = check(&body);
+        // Hex digits are ASCII: the conversion cannot fail.
+        let check = core::str::from_utf8(&check).unwrap_or_default();
+        [body.as_str(), ":", check].concat()
+    }
+
+    /// The fields of `version` 2 or 3 up to the key (version 3 adds the check).
+    fn body(&self, version: &str) -> String {
         // Concatenated, not format!ed: no core::fmt in the wasm builds for this.
         let fence = self.fence.map(|f| decimal(f.get())).unwrap_or_default();
         [
             MAGIC,
             ":",
-            &decimal(u64::from(FORMAT_VERSION)),
+            version,
             ":",
             &decimal(self.ttl.as_ms()),
             ":",
@@ -98,21 +129,36 @@ impl SerializedLock {
             return Err(malformed("it does not start with \"keel-lock:\""));
         }
         let (ttl, deadline, fence, owner, key) = match (fields.get(1).copied(), &fields[..]) {
+            (Some("3"), [_, _, ttl, deadline, fence, owner, key, sum]) => {
+                // The body is all but the check and its ':'.
+                let body = text.rsplit_once(':').map_or("", |(body, _)| body);
+                if sum.as_bytes() != check(body) {
+                    return Err(malformed(
+                        "it was cut short or altered: its check does not match",
+                    ));
+                }
+                (*ttl, *deadline, Some(*fence), *owner, *key)
+            }
             (Some("2"), [_, _, ttl, deadline, fence, owner, key]) => {
                 (*ttl, *deadline, Some(*fence), *owner, *key)
             }
             (Some("1"), [_, _, ttl, deadline, owner, key]) => (*ttl, *deadline, None, *owner, *key),
-            (Some(v @ ("1" | "2")), _) => {
+            (Some(v @ ("1" | "2" | "3")), _) => {
+                let expected = match v {
+                    "1" => " has 6",
+                    "2" => " has 7",
+                    _ => " has 8",
+                };
                 return Err(malformed(
                     [
                         "version ",
                         v,
-                        if v == "1" { " has 6" } else { " has 7" },
+                        expected,
                         " fields separated by ':', found ",
                         &decimal(fields.len() as u64),
                     ]
                     .concat(),
-                ))
+                ));
             }
             (Some(v), _) => {
                 return Err(InputError::UnsupportedSerializedVersion {
@@ -143,7 +189,12 @@ impl SerializedLock {
         };
         // What remains non-canonical after the field checks (a base64url tail with stray bits)
         // shows up as a difference from what `encode` writes.
-        if fields[1] == "2" && parsed.encode() != text {
+        let canonical = match fields[1] {
+            "3" => parsed.encode() == text,
+            "2" => parsed.body("2") == text,
+            _ => true,
+        };
+        if !canonical {
             return Err(malformed("it is not written the way serialize() writes it"));
         }
         Ok(parsed)
@@ -171,10 +222,55 @@ mod tests {
     }
 
     #[test]
+    fn writes_version_three_with_its_check() {
+        let text = sample().encode();
+        assert!(text.starts_with("keel-lock:3:"), "{text}");
+        let (body, sum) = text.rsplit_once(':').unwrap();
+        assert_eq!(sum.len(), 8);
+        assert!(sum
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)));
+        assert_eq!(sum.as_bytes(), check(body));
+        // FNV-1a 32 of known inputs.
+        assert_eq!(&check(""), b"811c9dc5");
+        assert_eq!(&check("a"), b"e40c292c");
+        assert_eq!(&check("foobar"), b"bf9cf968");
+    }
+
+    #[test]
+    fn refuses_a_string_cut_short_anywhere_or_altered() {
+        let text = sample().encode();
+        for cut in 0..text.len() {
+            assert!(
+                SerializedLock::parse(&text[..cut]).is_err(),
+                "cut at {cut} accepted"
+            );
+        }
+        // One character changed, wherever it is, for another the field allows.
+        let bytes = text.as_bytes();
+        for at in 0..bytes.len() {
+            let swapped = match bytes[at] {
+                b'0'..=b'8' | b'a'..=b'y' | b'A'..=b'Y' => bytes[at] + 1,
+                b'9' => b'0',
+                b'z' => b'a',
+                b'Z' => b'A',
+                _ => continue,
+            };
+            let mut edited = bytes.to_vec();
+            edited[at] = swapped;
+            let edited = String::from_utf8(edited).unwrap();
+            assert!(
+                SerializedLock::parse(&edited).is_err(),
+                "{edited:?} accepted"
+            );
+        }
+    }
+
+    #[test]
     fn refuses_other_versions_and_garbage() {
         let text = sample().encode();
         assert!(matches!(
-            SerializedLock::parse(&text.replacen(":2:", ":3:", 1)),
+            SerializedLock::parse(&text.replacen(":3:", ":4:", 1)),
             Err(InputError::UnsupportedSerializedVersion { .. })
         ));
         for bad in [
@@ -184,6 +280,8 @@ mod tests {
             "{\"key\":\"x\"}",
             "keel-lock:1:0:0:YQ:YQ",
             "keel-lock:2:5000:1:1:YQ:YQ",
+            "keel-lock:3:5000:1:1:YQ:YQ",
+            "keel-lock:3:5000:1:1:YQ:YQ:00000000",
         ] {
             assert!(SerializedLock::parse(bad).is_err(), "{bad:?} accepted");
         }
@@ -202,8 +300,11 @@ mod tests {
         let text = s.encode();
         let owner = base64url::encode(s.owner.as_str().as_bytes());
         let key = base64url::encode(s.key.as_str().as_bytes());
+        // Each written with a check that matches, so only the field itself is wrong.
         let with = |ttl: &str, deadline: &str, fence: &str, owner: &str| {
-            format!("keel-lock:2:{ttl}:{deadline}:{fence}:{owner}:{key}")
+            let body = format!("keel-lock:3:{ttl}:{deadline}:{fence}:{owner}:{key}");
+            let sum = String::from_utf8(check(&body).to_vec()).unwrap();
+            format!("{body}:{sum}")
         };
         assert_eq!(with("60000", "1700000060000", "41", &owner), text);
         let one_char_owner = base64url::encode(b"x");
@@ -222,6 +323,15 @@ mod tests {
         ] {
             assert!(SerializedLock::parse(&bad).is_err(), "{bad:?} accepted");
         }
+    }
+
+    #[test]
+    fn reads_version_two_canonical_only() {
+        let s = sample();
+        let v2 = s.body("2");
+        assert!(v2.starts_with("keel-lock:2:60000:1700000060000:41:"));
+        assert_eq!(SerializedLock::parse(&v2).unwrap(), s);
+        assert!(SerializedLock::parse(&v2.replacen(":60000:", ":060000:", 1)).is_err());
     }
 
     #[test]

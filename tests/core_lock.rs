@@ -835,7 +835,7 @@ fn a_restored_lock_can_extend_and_release_the_original_hold() {
     let original = Lock::new(key(k), ttl(2_000), &store, rt.clone());
     assert!(rt.block_on(original.acquire(now())).unwrap());
     let text = original.serialize().unwrap();
-    assert!(text.starts_with("keel-lock:2:"), "{text}");
+    assert!(text.starts_with("keel-lock:3:"), "{text}");
 
     let parsed = SerializedLock::parse(&text).unwrap();
     assert_eq!(parsed.fence, original.fence());

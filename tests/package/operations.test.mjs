@@ -255,7 +255,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       if (fenced) assert.ok(Number.isInteger(a.fence) && a.fence >= 1, `fence ${a.fence}`);
       else assert.equal(a.fence, null);
       const s = promisedNot(() => a.serialize());
-      assert.match(s, /^keel-lock:2:/);
+      assert.match(s, /^keel-lock:3:/);
       const b = restoreLock(s);
       assert.equal(b.key, key);
       assert.equal(b.ttlMs, 2_000);
@@ -681,13 +681,11 @@ describe("restoreLock() of strings serialize() did not write", () => {
     return l.serialize();
   }
 
-  it("malformed, empty, cut short before the key, or not a string: a TypeError, thrown synchronously", async () => {
+  it("malformed, empty, cut short anywhere, or not a string: a TypeError, thrown synchronously", async () => {
     const key = fresh("restore");
     const s = await serialized(key);
-    const keyStart = s.lastIndexOf(":") + 1;
-    const bad = ["", "keel-lock:", "keel-lock:2:", "keel-lock:2", "keel"];
-    // Every prefix of a real string that ends before its key's first base64 group.
-    for (let i = 0; i < keyStart + 2; i++) bad.push(s.slice(0, i));
+    const bad = ["", "keel-lock:", "keel-lock:3:", "keel-lock:3", "keel", `${s}:`, `${s}0`];
+    for (let i = 0; i < s.length; i++) bad.push(s.slice(0, i));
     for (const b of bad) {
       assert.throws(() => restoreLock(b), (e) => {
         assert.ok(e instanceof TypeError, `${JSON.stringify(b)}: ${e?.name}`);
@@ -704,7 +702,9 @@ describe("restoreLock() of strings serialize() did not write", () => {
     const s = await serialized(fresh("restore"));
     const base64url = (bytes) =>
       btoa(String.fromCharCode(...bytes)).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-    const withKey = (bytes) => s.replace(/:[^:]*$/, `:${base64url(bytes)}`);
+    // A version 2 string (no check), so that only the key field is wrong.
+    const v2 = s.replace(/^keel-lock:3:/, "keel-lock:2:").replace(/:[0-9a-f]{8}$/, "");
+    const withKey = (bytes) => v2.replace(/:[^:]*$/, `:${base64url(bytes)}`);
     for (const bytes of [[0x61, 0xff, 0x62], [0x61, 0xed, 0xa0, 0x80, 0x62], [0xed, 0xbf, 0xbf]]) {
       assert.throws(() => restoreLock(withKey(bytes)), (e) => e instanceof TypeError && /not UTF-8/.test(e.message), String(bytes));
     }
@@ -712,19 +712,29 @@ describe("restoreLock() of strings serialize() did not write", () => {
     assert.equal(restoreLock(withKey([0x61, 0xef, 0xbf, 0xbd, 0x62])).key, "a\uFFFDb");
   });
 
-  it("current behaviour: a string cut inside its key at a whole base64 group is accepted, as a lock on the shorter key", async () => {
-    // README: "truncated ... strings throw a TypeError". A cut that leaves the key field a valid
-    // base64url prefix ("trunc:" is exactly 8 base64 characters) restores a lock on "trunc:".
+  it("a string cut inside its key at a whole base64 group, or with one character changed, is a TypeError (its check does not match)", async () => {
+    // "trunc:" is exactly 8 base64 characters: cut there, the key field alone would read as a
+    // valid, shorter key.
     const key = `trunc:${process.pid}:${++n}`;
     const s = await serialized(key);
-    const keyStart = s.lastIndexOf(":") + 1;
-    const cut = s.slice(0, keyStart + 8);
-    const r = restoreLock(cut);
-    assert.equal(r.key, "trunc:");
-    assert.equal(r.ttlMs, 5_000);
-    assert.equal(await r.release(), false, "it holds nothing on the shorter key");
-    // A cut that leaves one base64 character of a group is refused.
-    assert.throws(() => restoreLock(s.slice(0, keyStart + 9)), TypeError);
+    const keyField = s.split(":").at(-2);
+    const keyStart = s.lastIndexOf(keyField);
+    assert.throws(() => restoreLock(s.slice(0, keyStart + 8)), (e) => e instanceof TypeError && /version 3 has 8 fields/.test(e.message));
+    const altered = `${s.slice(0, keyStart)}${keyField[0] === "A" ? "B" : "A"}${s.slice(keyStart + 1)}`;
+    assert.throws(() => restoreLock(altered), (e) => e instanceof TypeError && /cut short or altered/.test(e.message));
+  });
+
+  it("a version 2 string (no check) is still read; cut inside its key at a whole base64 group it reads as the shorter key", async () => {
+    const key = `trunc:${process.pid}:${++n}`;
+    const s = await serialized(key);
+    const v2 = s.replace(/^keel-lock:3:/, "keel-lock:2:").replace(/:[0-9a-f]{8}$/, "");
+    const whole = restoreLock(v2);
+    assert.equal(whole.key, key);
+    const keyStart = v2.lastIndexOf(":") + 1;
+    const cut = restoreLock(v2.slice(0, keyStart + 8));
+    assert.equal(cut.key, "trunc:");
+    assert.equal(await cut.release(), false, "it holds nothing on the shorter key");
+    assert.equal(await whole.release(), true);
   });
 });
 
