@@ -982,6 +982,36 @@ function getLockStore() {
   return w.getLockStore();
 }
 
+/**
+ * Puts the `LockStore` methods on `MemoryLockStore`'s prototype, as class methods would be:
+ * each is one call into the core's memory store (`__kMemoryCall`), which checks the arguments.
+ */
+function installMemoryStore(proto) {
+  const methods = {
+    acquire(key, owner, ttlMs) {
+      return w.__kMemoryCall(this, 0, key, owner, ttlMs);
+    },
+    release(key, owner) {
+      return w.__kMemoryCall(this, 1, key, owner, undefined);
+    },
+    extend(key, owner, ttlMs) {
+      return w.__kMemoryCall(this, 2, key, owner, ttlMs);
+    },
+    isLocked(key) {
+      return w.__kMemoryCall(this, 3, key, undefined, undefined);
+    },
+    remainingTime(key) {
+      return w.__kMemoryCall(this, 4, key, undefined, undefined);
+    },
+    forceRelease(key) {
+      return w.__kMemoryCall(this, 5, key, undefined, undefined);
+    },
+  };
+  for (const name of Object.keys(methods)) {
+    Object.defineProperty(proto, name, { value: methods[name], writable: true, configurable: true });
+  }
+}
+
 // What `api` answered: every entry of one instance gets the same objects.
 let exported = null;
 
@@ -994,6 +1024,7 @@ export function api(glue) {
   w = glue;
   [memory, outAt] = w.__kOut();
   installHolding(Object.create(Lock.prototype));
+  installMemoryStore(w.MemoryLockStore.prototype);
   exported = {
     lock,
     restoreLock,

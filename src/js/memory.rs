@@ -1,6 +1,7 @@
 //! `MemoryLockStore` for JS: the core's memory store behind a JS class. It is a complete
-//! `LockStore` object in its own right (its methods answer plain values), and `setLockStore`
-//! recognises it and drives it directly, without a JS call per store operation.
+//! `LockStore` object in its own right (its methods, which `src/js/api.js` defines over
+//! [`memory_call`], answer plain values), and `setLockStore` recognises it and drives it
+//! directly, without a JS call per store operation.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -9,6 +10,7 @@ use wasm_bindgen::prelude::*;
 
 use super::convert::{grant_to_js, key, owner, required_ttl};
 use super::runtime::JsRuntime;
+use crate::error::Operation;
 use crate::memory::MemoryLockStore;
 
 thread_local! {
@@ -40,47 +42,6 @@ impl JsMemoryLockStore {
         }
     }
 
-    /// Atomic set-if-absent: `{ fence }` when acquired, `false` when held.
-    #[wasm_bindgen(unchecked_return_type = "{ fence: number } | false")]
-    pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<JsValue, JsValue> {
-        let grant = self
-            .inner
-            .acquire_sync(&key(&k)?, &owner(&o)?, required_ttl(&t)?);
-        grant_to_js(grant)
-    }
-
-    /// Compare-owner-and-delete.
-    pub fn release(&self, k: JsValue, o: JsValue) -> Result<bool, JsValue> {
-        Ok(self.inner.release_sync(&key(&k)?, &owner(&o)?))
-    }
-
-    /// Compare-owner-and-reset-expiry.
-    pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<bool, JsValue> {
-        Ok(self
-            .inner
-            .extend_sync(&key(&k)?, &owner(&o)?, required_ttl(&t)?))
-    }
-
-    /// Whether anyone holds the key.
-    #[wasm_bindgen(js_name = isLocked)]
-    pub fn is_locked(&self, k: JsValue) -> Result<bool, JsValue> {
-        Ok(self.inner.remaining_time_sync(&key(&k)?).is_some())
-    }
-
-    /// Milliseconds until the key expires, or `null`.
-    #[wasm_bindgen(js_name = remainingTime)]
-    #[wasm_bindgen(unchecked_return_type = "number | null")]
-    pub fn remaining_time(&self, k: JsValue) -> Result<JsValue, JsValue> {
-        let remaining = self.inner.remaining_time_sync(&key(&k)?);
-        Ok(remaining.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
-    }
-
-    /// Frees the key whoever holds it; answers whether anyone did.
-    #[wasm_bindgen(js_name = forceRelease)]
-    pub fn force_release(&self, k: JsValue) -> Result<bool, JsValue> {
-        Ok(self.inner.force_release_sync(&key(&k)?))
-    }
-
     /// Rows held right now, expired ones not yet swept included.
     #[wasm_bindgen(getter)]
     pub fn size(&self) -> usize {
@@ -98,6 +59,36 @@ impl JsMemoryLockStore {
     pub fn attach(&self) {
         ATTACHING.with(|slot| *slot.borrow_mut() = Some(self.inner.clone()));
     }
+}
+
+/// A `MemoryLockStore` method (`src/js/api.js` puts them on the class's prototype), `op` as
+/// `operations.rs` numbers them: `acquire(key, owner, ttlMs)` (0) answers `{ fence }` or
+/// `false`; `release(key, owner)` (1), `extend(key, owner, ttlMs)` (2), `isLocked(key)` (3) and
+/// `forceRelease(key)` (5) a boolean; `remainingTime(key)` (4) the ms left or `null`. One export
+/// for all six: each of their own carried its copy of the argument checks.
+#[wasm_bindgen(js_name = __kMemoryCall, skip_typescript)]
+pub fn memory_call(
+    store: &JsMemoryLockStore,
+    op: u32,
+    k: JsValue,
+    o: JsValue,
+    t: JsValue,
+) -> Result<JsValue, JsValue> {
+    let m = &store.inner;
+    let op = super::operations::operation(op).ok_or_else(super::operations::bad_operation)?;
+    let k = key(&k)?;
+    Ok(match op {
+        Operation::Acquire => {
+            return grant_to_js(m.acquire_sync(&k, &owner(&o)?, required_ttl(&t)?))
+        }
+        Operation::Release => m.release_sync(&k, &owner(&o)?).into(),
+        Operation::Extend => m.extend_sync(&k, &owner(&o)?, required_ttl(&t)?).into(),
+        Operation::IsLocked => m.remaining_time_sync(&k).is_some().into(),
+        Operation::RemainingTime => m
+            .remaining_time_sync(&k)
+            .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)),
+        Operation::ForceRelease => m.force_release_sync(&k).into(),
+    })
 }
 
 /// The Rust store behind `value` if it is a plain `MemoryLockStore`. Anything derived from one

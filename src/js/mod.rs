@@ -19,7 +19,7 @@ mod testing;
 mod watching;
 
 pub use api::{get_lock_store, set_lock_store};
-pub use memory::JsMemoryLockStore;
+pub use memory::{memory_call, JsMemoryLockStore};
 pub use runtime::JsRuntime;
 pub use store::{Backend, JsLockStore};
 #[cfg(feature = "testing")]

@@ -329,6 +329,53 @@ describe("store registry", () => {
     await l.release();
   });
 
+  it("MemoryLockStore's own methods: the LockStore seam answered at once, arguments checked, methods as a class has them", () => {
+    const m = new MemoryLockStore();
+    const key = fresh("memory-methods");
+    const grant = m.acquire(key, "owner-1", 10_000);
+    assert.ok(Number.isInteger(grant.fence) && grant.fence >= 1, JSON.stringify(grant));
+    assert.equal(m.acquire(key, "owner-2", 10_000), false);
+    assert.equal(m.isLocked(key), true);
+    const left = m.remainingTime(key);
+    assert.ok(left > 0 && left <= 10_000, String(left));
+    assert.equal(m.release(key, "owner-2"), false, "a stranger's release");
+    assert.equal(m.extend(key, "owner-2", 5), false, "a stranger's extend");
+    assert.equal(m.extend(key, "owner-1", 20_000), true);
+    assert.ok(m.remainingTime(key) > 10_000);
+    assert.equal(m.release(key, "owner-1"), true);
+    assert.equal(m.isLocked(key), false);
+    assert.equal(m.remainingTime(key), null);
+    assert.ok(m.acquire(key, "owner-3", 10_000));
+    assert.equal(m.forceRelease(key), true);
+    assert.equal(m.forceRelease(key), false);
+
+    const typeError = (f, what) => assert.throws(f, TypeError, what);
+    const rangeError = (f, what) => assert.throws(f, RangeError, what);
+    rangeError(() => m.acquire("", "o", 100), "empty key");
+    typeError(() => m.acquire(1, "o", 100), "key 1");
+    typeError(() => m.acquire(key, 1, 100), "owner 1");
+    rangeError(() => m.acquire(key, "has space", 100), "owner with a space");
+    typeError(() => m.acquire(key, "o"), "no TTL");
+    rangeError(() => m.extend(key, "o", 0), "TTL 0");
+    typeError(() => m.release(key), "no owner");
+    typeError(() => m.isLocked(), "no key");
+    typeError(() => m.remainingTime(null), "key null");
+    typeError(() => m.forceRelease({}), "key {}");
+    // Called on something that is not a MemoryLockStore: an error, never a crash.
+    assert.throws(() => MemoryLockStore.prototype.acquire.call({}, key, "o", 100));
+    assert.equal(m.isLocked(key), false, "the instance still works");
+
+    const proto = MemoryLockStore.prototype;
+    const arity = { acquire: 3, release: 2, extend: 3, isLocked: 1, remainingTime: 1, forceRelease: 1 };
+    for (const [name, length] of Object.entries(arity)) {
+      const d = Object.getOwnPropertyDescriptor(proto, name);
+      assert.equal(typeof d.value, "function", name);
+      assert.equal(d.value.name, name);
+      assert.equal(d.value.length, length, name);
+      assert.equal(d.enumerable, false, name);
+    }
+  });
+
   it("MemoryLockStore does not grow without bound as keys expire", async () => {
     const m = new MemoryLockStore();
     setLockStore(m);
