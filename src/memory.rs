@@ -288,15 +288,20 @@ impl<R: Runtime> MemoryLockStore<R> {
             .take(key, &ticket.owner, ticket.ttl, now)
             .map(|g| g.waited(now.saturating_sub(ticket.since)));
         ticket.grant.set(grant);
+        // Woken with no store borrow held: a waker may poll its waiter right away.
+        ticket.wake();
         // The new holder may expire before the timekeeper's timer: make it look again.
-        let expires_at = now.saturating_add(ticket.ttl.as_ms());
+        self.keep_time_by(key, now.saturating_add(ticket.ttl.as_ms()));
+    }
+
+    /// Pokes `key`'s timekeeper if its timer is set for later than `at` (a holder's new
+    /// expiry), so it wakes in time to hand the key over.
+    fn keep_time_by(&self, key: &Key, at: u64) {
         let keeper = self.queues.borrow().get(key.as_str()).and_then(|q| {
             q.keeper
                 .clone()
-                .filter(|_| q.armed_until.is_some_and(|at| at > expires_at))
+                .filter(|_| q.armed_until.is_some_and(|armed| armed > at))
         });
-        // Woken with no store borrow held: a waker may poll its waiter right away.
-        ticket.wake();
         if let Some(keeper) = keeper {
             keeper.poke();
         }
@@ -490,7 +495,7 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Takes a wait out of its queue, however it ended. A grant the waiter never took (it gave
     /// up first) is released, so the key passes on instead of staying held by nobody until its
-    /// TTL; a timekeeper leaving hands its timer to the newest waiter.
+    /// TTL; a queue left without a timekeeper hands the timer to its newest waiter.
     pub(crate) fn leave(&self, parked: &Parked) {
         let (key, ticket) = (&parked.key, &parked.ticket);
         ticket.gone.set(true);
@@ -512,9 +517,16 @@ impl<R: Runtime> MemoryLockStore<R> {
             if queue.tickets.is_empty() {
                 queues.remove(key.as_str());
                 None
-            } else if was_keeper {
-                // The newest waiter will be waiting longest: it keeps the timer next.
-                queue.tickets.back().cloned()
+            } else if queue.keeper.is_none() {
+                // The newest waiter still waiting will be waiting longest: it keeps the timer
+                // next. Asked whoever leaves while nobody keeps it — the waiter told to take it
+                // over may itself have timed out, or been aborted, before it stepped.
+                queue
+                    .tickets
+                    .iter()
+                    .rev()
+                    .find(|t| !t.gone.get() && !t.timed_out.get())
+                    .cloned()
             } else {
                 None
             }
@@ -527,7 +539,12 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// Synchronous [`LockStore::extend`].
     pub fn extend_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
         let now = self.runtime.monotonic_ms();
-        self.decide(key, owner, |row| rows::extend(row, now, owner, ttl))
+        let extended = self.decide(key, owner, |row| rows::extend(row, now, owner, ttl));
+        if extended {
+            // A shorter TTL than before moves the expiry the waiters' timer was set for.
+            self.keep_time_by(key, now.saturating_add(ttl.as_ms()));
+        }
+        extended
     }
 
     /// Frees `key` whoever holds it (an operator clearing a stuck lock); the holder learns at its

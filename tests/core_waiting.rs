@@ -307,3 +307,71 @@ fn a_busy_queue_keeps_one_timer_not_one_per_waiter() {
     assert!(timers < 100 + 20, "{timers} timers for 100 waited runs");
     assert_eq!(store.waiting(), 0);
 }
+
+/// A holder that never releases; waiters joined at once in the order of `timeouts`. Answers
+/// when each waiter's wait ended (ms from the start) and whether it got the key.
+fn waits_behind_a_stuck_holder(holder_ttl: u64, timeouts: &[u64]) -> Vec<(u64, bool)> {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("stuck"), ttl(holder_ttl), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let start = rt.now_ms();
+    let tasks: Vec<_> = timeouts
+        .iter()
+        .map(|&timeout| {
+            let (store, rt) = (&store, rt.clone());
+            Box::pin(async move {
+                let l = Lock::new(key("stuck"), ttl(1_000), store, rt.clone());
+                let got = l.acquire(queued(timeout)).await.unwrap();
+                (rt.now_ms() - start, got)
+            })
+        })
+        .collect();
+    let ended = rt.join_all(tasks);
+    assert_eq!(store.waiting(), 0);
+    ended
+}
+
+#[test]
+fn the_queue_keeps_its_timer_when_the_waiter_keeping_it_and_the_one_told_to_take_it_over_both_time_out(
+) {
+    // The first waiter keeps the queue's timer; the last, poked to take it over as the first
+    // leaves, has timed out at the same moment: the one in the middle must still be timed.
+    assert_eq!(
+        waits_behind_a_stuck_holder(10_000, &[100, 1_000, 100]),
+        vec![(100, false), (1_000, false), (100, false)]
+    );
+    // ... and still be handed the key when the stuck holder's TTL runs out.
+    assert_eq!(
+        waits_behind_a_stuck_holder(10_000, &[100, 20_000, 100]),
+        vec![(100, false), (10_000, true), (100, false)]
+    );
+}
+
+#[test]
+fn a_holder_that_shortens_its_ttl_is_taken_over_at_the_new_expiry() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let holder = Lock::new(key("short"), ttl(10_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let start = rt.now_ms();
+    let took_over = Cell::new(None);
+    let waiter = async {
+        let l = Lock::new(key("short"), ttl(1_000), &store, rt.clone());
+        assert!(l.acquire(queued(60_000)).await.unwrap());
+        took_over.set(Some(rt.now_ms() - start));
+    };
+    let shorten = async {
+        rt.sleep(100).await; // the waiter keeps the queue's timer for the holder's 10 s by now
+        holder.extend(Some(ttl(200))).await.unwrap(); // then stops extending: expires at 300
+    };
+    rt.join_all(vec![
+        Box::pin(waiter) as std::pin::Pin<Box<dyn Future<Output = ()>>>,
+        Box::pin(shorten),
+    ]);
+    assert_eq!(took_over.get(), Some(300));
+}

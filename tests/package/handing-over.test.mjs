@@ -266,6 +266,23 @@ describe("the memory store's queue and its timer", () => {
     assert.deepEqual(await patient, [true, "patient"]);
   });
 
+  it("the waiter keeping the timer and the newest one time out together: the one between them keeps the timer and takes the key at the holder's TTL", { timeout: 10_000 }, async () => {
+    // The newest waiter, told to take the timer over as the first leaves, has timed out too
+    // (both deadlines fall in the same ms, as they do for calls made within one ms). On three
+    // keys at once, so a run whose deadlines happen to straddle a ms still checks the rest.
+    const one = async () => {
+      const key = fresh();
+      assert.equal(await lock(key, 300).acquire(), true); // never released
+      const first = lock(key).run(() => "first", { timeout: 50 });
+      const middle = lock(key).run(() => "middle", { timeout: 60_000 });
+      const last = lock(key).run(() => "last", { timeout: 50 });
+      return Promise.all([first, middle, last]);
+    };
+    for (const ended of await Promise.all([one(), one(), one()])) {
+      assert.deepEqual(ended, [[false, undefined], [true, "middle"], [false, undefined]]);
+    }
+  });
+
   it("the waiter keeping the timer leaves (aborted): the next one keeps it and takes the key at the holder's TTL", { timeout: 10_000 }, async () => {
     const key = fresh();
     assert.equal(await lock(key, 80).acquire(), true); // never released

@@ -789,6 +789,7 @@ describe("through keel-lock (setLockStore(redisLockStore(…)), lock(k).run(fn, 
         assert.ok(Date.now() < deadline, "MONITOR never saw the end marker");
         await sleep(5);
       }
+      assert.deepEqual(monitor.unparsed, [], "MONITOR lines that were not commands");
     } finally {
       monitor.stop();
     }

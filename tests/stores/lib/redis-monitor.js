@@ -9,13 +9,16 @@ import net from "node:net";
  * Starts MONITOR on the server at `host:port`; resolves once the server has confirmed it, so
  * every command sent after that is seen. `onCommand(args, source)` is called for each command:
  * `args` the command and its arguments as strings, `source` the client's address, or "lua"
- * for a call a script made. `stop()` closes the connection.
+ * for a call a script made. `stop()` closes the connection; `unparsed` lists the lines that were
+ * not a command (an error from the server, say), so a count built on `onCommand` can check that
+ * it missed nothing.
  */
 export function monitorServer({ host = "127.0.0.1", port }, onCommand) {
   return new Promise((resolve, reject) => {
     const socket = net.connect({ host, port });
     let confirmed = false;
     let pending = "";
+    const unparsed = [];
     const stop = () => socket.destroy();
     socket.setEncoding("latin1"); // the server escapes every byte that is not printable ASCII
     socket.on("connect", () => socket.write("MONITOR\r\n"));
@@ -38,11 +41,12 @@ export function monitorServer({ host = "127.0.0.1", port }, onCommand) {
             return;
           }
           confirmed = true;
-          resolve({ stop });
+          resolve({ stop, unparsed });
           continue;
         }
         const parsed = parseMonitorLine(line);
         if (parsed) onCommand(parsed.args, parsed.source);
+        else unparsed.push(line);
       }
     });
   });
@@ -55,7 +59,8 @@ const ESCAPES = { n: "\n", r: "\r", t: "\t", a: "\x07", b: "\b", '"': '"', "\\":
  * for anything else. Arguments are quoted with backslash escapes (`\"`, `\\`, `\n`, `\xHH`…).
  */
 export function parseMonitorLine(line) {
-  const header = /^\+\d+\.\d+ \[\d+ ([^\]]+)\] /.exec(line);
+  // The source may itself contain "]" (an IPv6 address, "[::1]:5000"); the arguments follow.
+  const header = /^\+\d+\.\d+ \[\d+ (.+?)\] (?=")/.exec(line);
   if (header === null) return null;
   const args = [];
   let at = header[0].length;
