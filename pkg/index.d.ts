@@ -76,7 +76,7 @@ export interface LockContext {
    * Aborted the moment the hold is known or presumed lost — an extend the store refused, the
    * conservative local deadline passing without a successful extend, or `maxHoldMs` — with a
    * `LockNotHeldError` (carrying the key) as its reason. Advisory: `fn` decides what to do;
-   * `run()` still releases afterwards.
+   * `run()` still releases afterwards. Not aborted when `fn` releases the hold itself.
    */
   readonly signal: LockAbortSignal;
 }

@@ -50,11 +50,27 @@ pub struct KeepAlive {
     pub max_hold_ms: Option<u64>,
 }
 
+/// Where a watched hold stands, as its lock knows it (what [`Watch::next`] is told).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoldState {
+    /// Still held, until this local deadline (monotonic ms).
+    Held {
+        /// The hold's conservative local deadline.
+        deadline: u64,
+    },
+    /// Its holder let it go: released (or replaced by a newer hold of the same handle).
+    Released,
+    /// Known lost: the store refused an extend or a release.
+    Lost,
+}
+
 /// What a hold's watcher does next ([`Watch::next`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WatchStep {
     /// The hold is lost, or presumed lost: signal the task, and stop watching.
     Lost(LossReason),
+    /// The holder released the hold itself: stop watching without signalling anything.
+    Ended,
     /// Extend the hold (by the lock's TTL), then report with [`Watch::extended`].
     Extend,
     /// Look again after `ms` (at least 1).
@@ -91,12 +107,13 @@ impl Watch {
         }
     }
 
-    /// What to do at `now` about the hold whose local deadline is `deadline` — `None` when the
-    /// hold ended some other way (an extend was refused, or the hold was replaced): that is
-    /// [`LossReason::Refused`].
-    pub fn next(&self, deadline: Option<u64>, now: u64) -> WatchStep {
-        let Some(deadline) = deadline else {
-            return WatchStep::Lost(LossReason::Refused);
+    /// What to do at `now` about the hold, which stands as `hold` says: a hold its holder
+    /// released ends the watch quietly; one known lost is [`LossReason::Refused`].
+    pub fn next(&self, hold: HoldState, now: u64) -> WatchStep {
+        let deadline = match hold {
+            HoldState::Held { deadline } => deadline,
+            HoldState::Released => return WatchStep::Ended,
+            HoldState::Lost => return WatchStep::Lost(LossReason::Refused),
         };
         if self.cap_at.is_some_and(|cap| now >= cap) {
             return WatchStep::Lost(LossReason::HoldCapReached);
@@ -249,17 +266,32 @@ impl RunContext {
 mod watch_tests {
     use super::*;
 
+    fn held(deadline: u64) -> HoldState {
+        HoldState::Held { deadline }
+    }
+
+    #[test]
+    fn a_hold_its_holder_released_ends_the_watch_quietly_whatever_the_time() {
+        let watch = Watch::new(300, Some(KeepAlive::default()), 1_000);
+        assert_eq!(watch.next(HoldState::Released, 1_001), WatchStep::Ended);
+        assert_eq!(watch.next(HoldState::Released, 5_000), WatchStep::Ended);
+        assert_eq!(
+            watch.next(HoldState::Lost, 1_001),
+            WatchStep::Lost(LossReason::Refused)
+        );
+    }
+
     #[test]
     fn without_keep_alive_it_sleeps_until_the_deadline_then_reports_expiry() {
         let watch = Watch::new(300, None, 1_000);
-        assert_eq!(watch.next(Some(1_300), 1_000), WatchStep::Sleep { ms: 300 });
-        assert_eq!(watch.next(Some(1_300), 1_299), WatchStep::Sleep { ms: 1 });
+        assert_eq!(watch.next(held(1_300), 1_000), WatchStep::Sleep { ms: 300 });
+        assert_eq!(watch.next(held(1_300), 1_299), WatchStep::Sleep { ms: 1 });
         assert_eq!(
-            watch.next(Some(1_300), 1_300),
+            watch.next(held(1_300), 1_300),
             WatchStep::Lost(LossReason::Expired)
         );
         assert_eq!(
-            watch.next(None, 1_001),
+            watch.next(HoldState::Lost, 1_001),
             WatchStep::Lost(LossReason::Refused)
         );
     }
@@ -267,19 +299,22 @@ mod watch_tests {
     #[test]
     fn keep_alive_extends_every_third_of_the_ttl_and_paces_from_the_answer() {
         let mut watch = Watch::new(300, Some(KeepAlive::default()), 0);
-        assert_eq!(watch.next(Some(300), 0), WatchStep::Sleep { ms: 100 });
-        assert_eq!(watch.next(Some(300), 100), WatchStep::Extend);
+        assert_eq!(watch.next(held(300), 0), WatchStep::Sleep { ms: 100 });
+        assert_eq!(watch.next(held(300), 100), WatchStep::Extend);
         watch.extended(true, 105);
         // The extend moved the deadline; the next one is an interval after the answer.
-        assert_eq!(watch.next(Some(400), 110), WatchStep::Sleep { ms: 95 });
-        assert_eq!(watch.next(Some(400), 205), WatchStep::Extend);
+        assert_eq!(watch.next(held(400), 110), WatchStep::Sleep { ms: 95 });
+        assert_eq!(watch.next(held(400), 205), WatchStep::Extend);
         // A store error: try again after a quarter of the interval, not a whole one.
         watch.extended(false, 206);
-        assert_eq!(watch.next(Some(400), 206), WatchStep::Sleep { ms: 25 });
-        assert_eq!(watch.next(Some(400), 231), WatchStep::Extend);
+        assert_eq!(watch.next(held(400), 206), WatchStep::Sleep { ms: 25 });
+        assert_eq!(watch.next(held(400), 231), WatchStep::Extend);
         // A refused extend ended the hold: the deadline is gone.
         watch.extended(false, 232);
-        assert_eq!(watch.next(None, 232), WatchStep::Lost(LossReason::Refused));
+        assert_eq!(
+            watch.next(HoldState::Lost, 232),
+            WatchStep::Lost(LossReason::Refused)
+        );
     }
 
     #[test]
@@ -289,11 +324,11 @@ mod watch_tests {
             max_hold_ms: Some(120),
         };
         let mut watch = Watch::new(1_000, Some(keep), 0);
-        assert_eq!(watch.next(Some(1_000), 0), WatchStep::Sleep { ms: 50 });
+        assert_eq!(watch.next(held(1_000), 0), WatchStep::Sleep { ms: 50 });
         watch.extended(true, 100);
-        assert_eq!(watch.next(Some(1_100), 101), WatchStep::Sleep { ms: 19 });
+        assert_eq!(watch.next(held(1_100), 101), WatchStep::Sleep { ms: 19 });
         assert_eq!(
-            watch.next(Some(1_100), 120),
+            watch.next(held(1_100), 120),
             WatchStep::Lost(LossReason::HoldCapReached)
         );
     }
@@ -301,7 +336,7 @@ mod watch_tests {
     #[test]
     fn a_zero_ttl_does_not_panic() {
         let watch = Watch::new(0, Some(KeepAlive::default()), 5);
-        assert_eq!(watch.next(Some(5), 5), WatchStep::Lost(LossReason::Expired));
+        assert_eq!(watch.next(held(5), 5), WatchStep::Lost(LossReason::Expired));
     }
 
     #[test]
@@ -311,7 +346,7 @@ mod watch_tests {
             max_hold_ms: None,
         };
         assert_eq!(
-            Watch::new(10, Some(fast), 0).next(Some(10), 0),
+            Watch::new(10, Some(fast), 0).next(held(10), 0),
             WatchStep::Sleep { ms: 1 }
         );
         let slow = KeepAlive {
@@ -320,7 +355,7 @@ mod watch_tests {
         };
         // Never later than the TTL: the deadline comes first.
         assert_eq!(
-            Watch::new(10, Some(slow), 0).next(Some(10), 0),
+            Watch::new(10, Some(slow), 0).next(held(10), 0),
             WatchStep::Sleep { ms: 10 }
         );
     }

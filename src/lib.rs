@@ -137,7 +137,7 @@ static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_all
 
 pub use error::{Error, HoldOperation, InputError, Operation, RandomError};
 pub use grant::{Fence, Grant, MAX_FENCE};
-pub use holding::{KeepAlive, LossReason, RunContext, Watch, WatchStep};
+pub use holding::{HoldState, KeepAlive, LossReason, RunContext, Watch, WatchStep};
 pub use input::{AcquireOptions, Key, Ttl};
 pub use lock::Lock;
 pub use memory::MemoryLockStore;

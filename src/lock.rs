@@ -12,7 +12,7 @@ use std::task::Poll;
 use crate::attempt::{Attempt, Held, Next};
 use crate::error::{Error, HoldOperation, Operation};
 use crate::grant::Fence;
-use crate::holding::{KeepAlive, LossState, RunContext, Watch, WatchStep};
+use crate::holding::{HoldState, KeepAlive, LossState, RunContext, Watch, WatchStep};
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::race::{race, Either};
 use crate::runtime::Runtime;
@@ -631,11 +631,12 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
         loop {
             let now = self.runtime.monotonic_ms();
-            match watch.next(self.deadline_of(owner), now) {
+            match watch.next(self.hold_state(owner), now) {
                 WatchStep::Lost(reason) => {
                     loss.fire(reason);
                     return;
                 }
+                WatchStep::Ended => return,
                 WatchStep::Extend => {
                     extending.set(true);
                     let extended = self.extend(None).await;
@@ -647,15 +648,19 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
     }
 
-    /// The local deadline of the hold taken with `owner`, while this handle still has it.
-    pub(crate) fn deadline_of(&self, owner: &OwnerToken) -> Option<u64> {
+    /// Where the hold taken with `owner` stands: held until its local deadline; released by
+    /// this handle (or replaced by a newer hold of it); or known lost.
+    pub(crate) fn hold_state(&self, owner: &OwnerToken) -> HoldState {
         match &*self.hold.borrow() {
             Hold::Held {
                 owner: current,
                 deadline,
                 ..
-            } if current == owner => Some(*deadline),
-            _ => None,
+            } if current == owner => HoldState::Held {
+                deadline: *deadline,
+            },
+            Hold::Lost => HoldState::Lost,
+            _ => HoldState::Released,
         }
     }
 

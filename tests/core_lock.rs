@@ -1392,3 +1392,29 @@ fn without_keep_alive_a_task_that_never_asks_about_the_loss_sets_no_deadline_tim
         "the watcher armed a timer nobody asked for"
     );
 }
+
+#[test]
+fn a_task_that_releases_its_own_hold_is_not_told_it_lost_it() {
+    for keep in [None, keep_alive(100, None)] {
+        let rt = VirtualRuntime::new();
+        let store = ScriptedStore::new(&rt);
+        let lock = Lock::new(key("let-go"), ttl(1_000), &store, rt.clone());
+        let told = Rc::new(Cell::new(None));
+        let seen = rt
+            .block_on(
+                lock.try_run_with(now(), std::future::pending(), keep, |context| {
+                    let (rt, told, lock) = (rt.clone(), told.clone(), &lock);
+                    async move {
+                        context.on_lost(move |reason| told.set(Some(reason)));
+                        assert!(lock.release().await.unwrap());
+                        rt.sleep(5_000).await; // well past the old deadline
+                        Ok::<_, ()>(context.lost())
+                    }
+                }),
+            )
+            .unwrap()
+            .expect("ran");
+        assert_eq!(seen, None, "keep-alive {keep:?}");
+        assert_eq!(told.get(), None, "keep-alive {keep:?}");
+    }
+}

@@ -20,8 +20,9 @@ use crate::error::HoldOperation;
 use crate::holding::{KeepAlive, LossReason, Watch, WatchStep};
 use crate::token::OwnerToken;
 
-/// The hold is lost: `arg` is why (1 its TTL passed, 2 the store no longer records it, 3 its
-/// maximum hold time); the watcher is gone.
+/// The watch is over and the watcher gone: `arg` is why the hold was lost (1 its TTL passed,
+/// 2 the store no longer records it, 3 its maximum hold time), or 0 — its holder released it,
+/// or the watcher was stopped — with nothing to tell.
 pub const WATCH_LOST: f64 = 0.0;
 /// Extend the hold with [`watch_extend`], then report with [`watch_extended`].
 pub const WATCH_EXTEND: f64 = -2.0;
@@ -99,8 +100,8 @@ pub fn watch_next(ticket: u32, now: f64) -> f64 {
     let next = WATCHING.with(|w| {
         let w = w.borrow();
         let watching = w.get(&ticket)?;
-        let deadline = watching.lock.deadline_of(&watching.owner);
-        Some(watching.watch.next(deadline, mono(now)))
+        let hold = watching.lock.hold_state(&watching.owner);
+        Some(watching.watch.next(hold, mono(now)))
     });
     match next {
         Some(WatchStep::Extend) => WATCH_EXTEND,
@@ -108,6 +109,11 @@ pub fn watch_next(ticket: u32, now: f64) -> f64 {
         Some(WatchStep::Lost(reason)) => {
             watch_stop(ticket);
             step(WATCH_LOST, reason_code(reason))
+        }
+        // Released by its holder: the watch ends with nothing to tell (reason 0).
+        Some(WatchStep::Ended) => {
+            watch_stop(ticket);
+            step(WATCH_LOST, 0.0)
         }
         None => step(WATCH_LOST, 0.0),
     }

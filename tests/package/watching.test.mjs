@@ -44,6 +44,22 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(watchers(), before);
     });
 
+    it("fn releasing its own hold: the signal is not aborted later, with or without autoExtend, and the watcher goes", async () => {
+      for (const options of [undefined, { autoExtend: { every: 20 } }]) {
+        const before = watchers();
+        const l = lock(fresh(), 60);
+        const [ran, signal] = await l.run(async (ctx) => {
+          const signal = ctx.signal;
+          assert.equal(await l.release(), true);
+          await sleep(150); // past the old deadline, and several extend intervals
+          return signal;
+        }, options);
+        assert.equal(ran, true);
+        assert.equal(signal.aborted, false, JSON.stringify(options));
+        assert.equal(watchers(), before, `the watcher went (${JSON.stringify(options)})`);
+      }
+    });
+
     it("run({ autoExtend }) holds past the TTL, then the cap ends it with its own reason", async () => {
       const key = fresh();
       const [, out] = await lock(key, 60).run(
