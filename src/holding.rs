@@ -58,9 +58,10 @@ pub enum HoldState {
         /// The hold's conservative local deadline.
         deadline: u64,
     },
-    /// Its holder let it go: released (or replaced by a newer hold of the same handle).
+    /// Its holder released it.
     Released,
-    /// Known lost: the store refused an extend or a release.
+    /// Known lost: the store refused an extend or a release, or the handle took a newer hold
+    /// after this one ended unreleased.
     Lost,
 }
 

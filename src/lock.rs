@@ -33,9 +33,42 @@ enum Hold {
         owner: OwnerToken,
         deadline: u64,
         fence: Option<Fence>,
+        /// Told how the hold ends, once a watcher asks ([`Lock::track`]): a watcher that looks
+        /// after several holds came and went still learns how *its* hold ended.
+        ending: Option<Rc<Cell<Ending>>>,
     },
     /// We held it and found out we lost it (a release or extend the store refused).
     Lost,
+}
+
+/// How a hold ended, as its watchers learn it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// It has not ended.
+    Holding,
+    /// This handle released it.
+    Released,
+    /// It was lost: refused by the store, or replaced by a newer hold it did not release.
+    Lost,
+}
+
+impl Hold {
+    /// Becomes `next`, telling the hold's watchers it ended so when it was held.
+    fn end(&mut self, next: Hold, ending: Ending) {
+        if let Hold::Held {
+            ending: Some(told), ..
+        } = self
+        {
+            told.set(ending);
+        }
+        *self = next;
+    }
+}
+
+/// One hold a watcher looks after: its owner token, and how it ended once it has.
+pub(crate) struct TrackedHold {
+    owner: OwnerToken,
+    ending: Rc<Cell<Ending>>,
 }
 
 /// `time` on one clock, whose reading now is `from_now`, as the time on another clock whose
@@ -129,6 +162,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             owner: serialized.owner,
             deadline: shift(serialized.deadline_ms, wall, mono),
             fence: serialized.fence,
+            ending: None,
         };
         lock
     }
@@ -322,11 +356,21 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
 
     /// Records a hold the store granted as this handle's.
     pub(crate) fn take_hold(&self, held: Held) {
-        *self.hold.borrow_mut() = Hold::Held {
-            owner: held.owner,
-            deadline: held.deadline,
-            fence: held.fence,
+        let mut hold = self.hold.borrow_mut();
+        // The same hold again keeps its watchers; another one replaces a hold that was lost.
+        let ending = match &mut *hold {
+            Hold::Held { owner, ending, .. } if *owner == held.owner => ending.take(),
+            _ => None,
         };
+        hold.end(
+            Hold::Held {
+                owner: held.owner,
+                deadline: held.deadline,
+                fence: held.fence,
+                ending,
+            },
+            Ending::Lost,
+        );
     }
 
     /// Frees the key if this handle still owns it. Answers `false`, without throwing, when the
@@ -352,7 +396,10 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// Records the store's answer to a release made with `owner`: the hold ends, or — refused —
     /// is known lost.
     pub(crate) fn released(&self, owner: &OwnerToken, released: bool) {
-        self.record_outcome(owner, if released { Hold::None } else { Hold::Lost });
+        match released {
+            true => self.record_outcome(owner, Hold::None, Ending::Released),
+            false => self.record_outcome(owner, Hold::Lost, Ending::Lost),
+        }
     }
 
     /// Whether this handle neither holds the key nor knows a hold of its lost.
@@ -398,7 +445,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         extended: bool,
     ) -> LockResult<(), S> {
         if !extended {
-            self.record_outcome(owner, Hold::Lost);
+            self.record_outcome(owner, Hold::Lost, Ending::Lost);
             return Err(self.not_held(HoldOperation::Extend));
         }
         let mut hold = self.hold.borrow_mut();
@@ -417,10 +464,10 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
 
     /// Records the outcome of a store call made with `owner`, unless a concurrent acquire on
     /// this handle has since replaced the hold (then that newer hold stands).
-    fn record_outcome(&self, owner: &OwnerToken, next: Hold) {
+    fn record_outcome(&self, owner: &OwnerToken, next: Hold, ending: Ending) {
         let mut hold = self.hold.borrow_mut();
         if matches!(&*hold, Hold::Held { owner: current, .. } if current == owner) {
-            *hold = next;
+            hold.end(next, ending);
         }
     }
 
@@ -625,13 +672,14 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         extending: &Cell<bool>,
     ) {
         let mut watch = Watch::new(self.ttl.as_ms(), keep_alive, self.runtime.monotonic_ms());
+        let tracked = self.track(owner);
         if keep_alive.is_none() {
             // Only the deadline to watch: not worth a timer until someone asks about the loss.
             loss.observed().await;
         }
         loop {
             let now = self.runtime.monotonic_ms();
-            match watch.next(self.hold_state(owner), now) {
+            match watch.next(self.hold_state(&tracked), now) {
                 WatchStep::Lost(reason) => {
                     loss.fire(reason);
                     return;
@@ -648,19 +696,40 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
     }
 
-    /// Where the hold taken with `owner` stands: held until its local deadline; released by
-    /// this handle (or replaced by a newer hold of it); or known lost.
-    pub(crate) fn hold_state(&self, owner: &OwnerToken) -> HoldState {
-        match &*self.hold.borrow() {
+    /// Starts tracking the hold taken with `owner`, for a watcher. A hold that has already
+    /// ended counts as released when this handle holds nothing, and as lost otherwise.
+    pub(crate) fn track(&self, owner: &OwnerToken) -> TrackedHold {
+        let mut hold = self.hold.borrow_mut();
+        let ending = match &mut *hold {
             Hold::Held {
                 owner: current,
-                deadline,
+                ending,
                 ..
-            } if current == owner => HoldState::Held {
+            } if current == owner => ending
+                .get_or_insert_with(|| Rc::new(Cell::new(Ending::Holding)))
+                .clone(),
+            Hold::None => Rc::new(Cell::new(Ending::Released)),
+            _ => Rc::new(Cell::new(Ending::Lost)),
+        };
+        TrackedHold {
+            owner: owner.clone(),
+            ending,
+        }
+    }
+
+    /// Where a tracked hold stands: held until its local deadline, released by this handle,
+    /// or lost (refused by the store, or replaced by a hold it never released).
+    pub(crate) fn hold_state(&self, tracked: &TrackedHold) -> HoldState {
+        match &*self.hold.borrow() {
+            Hold::Held {
+                owner, deadline, ..
+            } if *owner == tracked.owner => HoldState::Held {
                 deadline: *deadline,
             },
-            Hold::Lost => HoldState::Lost,
-            _ => HoldState::Released,
+            _ => match tracked.ending.get() {
+                Ending::Released => HoldState::Released,
+                Ending::Holding | Ending::Lost => HoldState::Lost,
+            },
         }
     }
 
@@ -721,6 +790,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 owner,
                 deadline,
                 fence,
+                ..
             } if mono < *deadline => Ok(SerializedLock {
                 key: self.key.clone(),
                 ttl: self.ttl,

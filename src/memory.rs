@@ -479,6 +479,10 @@ impl<R: Runtime> MemoryLockStore<R> {
             });
         if due {
             self.tick(&parked.key, now);
+        } else {
+            // A key that is free now goes to the oldest waiter, whoever steps: a waiter told
+            // to take the timer over after its holder expired has no timer of its own due.
+            self.hand_over(&parked.key, now);
         }
         if let Some(grant) = ticket.grant.take() {
             ticket.gone.set(true);
@@ -693,6 +697,58 @@ mod tests {
             peak = peak.max(store.stored_rows());
         }
         assert!(peak <= SWEEP_FLOOR, "peak {peak} rows for 1 live key");
+    }
+
+    fn parked_until(step: WaitStep) -> Option<u64> {
+        match step {
+            WaitStep::Park { until } => until,
+            WaitStep::Done(grant) => panic!("parked expected, the wait ended: {grant:?}"),
+        }
+    }
+
+    /// The timekeeper leaves (aborted) after the holder expired but before its timer stepped
+    /// it: the waiter told to keep time next finds the key free and takes it, rather than
+    /// parking until its own deadline with the key held by nobody.
+    #[test]
+    fn the_next_timekeeper_takes_a_key_its_holder_let_expire() {
+        let store = MemoryLockStore::new(VirtualRuntime::new());
+        let (key, ttl) = (Key::new("k").unwrap(), Ttl::from_ms(50).unwrap());
+        let holder = OwnerToken::mint().unwrap();
+        assert!(store.acquire_at(&key, &holder, ttl, 0).is_some());
+        let first = store
+            .join(&key, &OwnerToken::mint().unwrap(), ttl, 10_000, 0)
+            .unwrap();
+        let second = store
+            .join(&key, &OwnerToken::mint().unwrap(), ttl, 10_000, 1)
+            .unwrap();
+        assert_eq!(parked_until(store.wait_step(&first, 0)), Some(50));
+        assert_eq!(parked_until(store.wait_step(&second, 1)), None);
+        store.leave(&first);
+        assert!(matches!(
+            store.wait_step(&second, 60),
+            WaitStep::Done(Some(_))
+        ));
+        store.leave(&second);
+        assert_eq!(store.waiting(), 0);
+    }
+
+    /// Refused just before the holder's expiry and queued just after it (two clock reads): the
+    /// waiter's first step takes the key.
+    #[test]
+    fn a_waiter_queued_after_the_holders_expiry_takes_the_key_at_its_first_step() {
+        let store = MemoryLockStore::new(VirtualRuntime::new());
+        let (key, ttl) = (Key::new("k").unwrap(), Ttl::from_ms(50).unwrap());
+        let (holder, waiter) = (OwnerToken::mint().unwrap(), OwnerToken::mint().unwrap());
+        assert!(store.acquire_at(&key, &holder, ttl, 0).is_some());
+        assert!(store.acquire_at(&key, &waiter, ttl, 49).is_none());
+        let parked = store.join(&key, &waiter, ttl, 10_000, 50).unwrap();
+        assert!(matches!(
+            store.wait_step(&parked, 50),
+            WaitStep::Done(Some(_))
+        ));
+        store.leave(&parked);
+        assert!(!store.release_at(&key, &holder, 51));
+        assert!(store.release_at(&key, &waiter, 51));
     }
 
     #[test]

@@ -108,7 +108,9 @@ impl VirtualRuntime {
         let mut outputs: Vec<Option<F::Output>> = tasks.iter().map(|_| None).collect();
         loop {
             for (i, task) in tasks.iter_mut().enumerate() {
-                if outputs[i].is_some() || !flags[i].0.swap(false, Ordering::SeqCst) {
+                // Cleared even for a finished task, which a stale timer may still wake.
+                let woken = flags[i].0.swap(false, Ordering::SeqCst);
+                if outputs[i].is_some() || !woken {
                     continue;
                 }
                 let waker = Waker::from(flags[i].clone());

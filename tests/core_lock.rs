@@ -1418,3 +1418,74 @@ fn a_task_that_releases_its_own_hold_is_not_told_it_lost_it() {
         assert_eq!(told.get(), None, "keep-alive {keep:?}");
     }
 }
+
+/// Runs a task on `lock` that holds for 3 s and records what it is told, while `meanwhile`
+/// runs alongside it; answers the reason it was told, if any.
+fn told_while<'a>(
+    rt: &VirtualRuntime,
+    lock: &'a Lock<&'a MemoryLockStore<VirtualRuntime>, VirtualRuntime>,
+    keep: Option<keel_lock::KeepAlive>,
+    meanwhile: Task<'a>,
+) -> Option<keel_lock::LossReason> {
+    let told = Rc::new(Cell::new(None));
+    let run: Task = Box::pin({
+        let (rt, told) = (rt.clone(), told.clone());
+        async move {
+            lock.try_run_with(now(), std::future::pending(), keep, |context| async move {
+                context.on_lost(move |reason| told.set(Some(reason)));
+                rt.sleep(3_000).await;
+                Ok::<_, ()>(())
+            })
+            .await
+            .unwrap()
+            .expect("ran");
+        }
+    });
+    rt.join_all(vec![run, meanwhile]);
+    told.get()
+}
+
+#[test]
+fn a_hold_lost_and_replaced_by_a_newer_hold_of_the_same_handle_is_reported_lost() {
+    for keep in [None, keep_alive(100, None)] {
+        let rt = VirtualRuntime::new();
+        let store = MemoryLockStore::new(rt.clone());
+        let lock = Lock::new(key("twice"), ttl(1_000), &store, rt.clone());
+        let operator = Lock::new(key("twice"), ttl(1_000), &store, rt.clone());
+        let meanwhile: Task = Box::pin(async {
+            rt.sleep(50).await;
+            assert!(operator.force_release().await.unwrap());
+            rt.sleep(10).await;
+            // The same handle takes the key again: a newer hold, not the run's.
+            assert!(lock.acquire(now()).await.unwrap());
+        });
+        assert_eq!(
+            told_while(&rt, &lock, keep, meanwhile),
+            Some(keel_lock::LossReason::Refused),
+            "keep-alive {keep:?}"
+        );
+    }
+}
+
+#[test]
+fn a_run_that_released_its_hold_is_not_told_of_a_later_holds_loss() {
+    for keep in [None, keep_alive(100, None)] {
+        let rt = VirtualRuntime::new();
+        let store = MemoryLockStore::new(rt.clone());
+        let lock = Lock::new(key("after"), ttl(1_000), &store, rt.clone());
+        let operator = Lock::new(key("after"), ttl(1_000), &store, rt.clone());
+        let meanwhile: Task = Box::pin(async {
+            rt.sleep(10).await;
+            // The run's hold, released by its holder; then a newer hold, lost.
+            assert!(lock.release().await.unwrap());
+            assert!(lock.acquire(now()).await.unwrap());
+            assert!(operator.force_release().await.unwrap());
+            assert!(lock.extend(None).await.is_err());
+        });
+        assert_eq!(
+            told_while(&rt, &lock, keep, meanwhile),
+            None,
+            "keep-alive {keep:?}"
+        );
+    }
+}

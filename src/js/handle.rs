@@ -179,6 +179,11 @@ pub(super) fn lock_of(id: f64) -> Result<Rc<CoreLock>, JsValue> {
     with_entry(id, |e| e.lock.clone())
 }
 
+/// The owner token of the hold the slot's current `run` took, if a run holds one.
+pub(super) fn run_owner_of(id: f64) -> Result<Option<OwnerToken>, JsValue> {
+    with_entry(id, |e| e.run_owner.clone())
+}
+
 pub(super) fn insert(lock: Rc<CoreLock>) -> f64 {
     let entry = Entry {
         lock,

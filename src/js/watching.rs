@@ -13,12 +13,12 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{keep_alive_option, not_held_error};
-use super::handle::{lock_of, mono, plain, step};
+use super::handle::{lock_of, mono, plain, run_owner_of, step};
 use super::lock::CoreLock;
 use super::operations::{extend_lock, not_held};
 use crate::error::HoldOperation;
 use crate::holding::{KeepAlive, LossReason, Watch, WatchStep};
-use crate::token::OwnerToken;
+use crate::lock::TrackedHold;
 
 /// The watch is over and the watcher gone: `arg` is why the hold was lost (1 its TTL passed,
 /// 2 the store no longer records it, 3 its maximum hold time), or 0 — its holder released it,
@@ -31,7 +31,7 @@ pub const WATCH_SLEEP: f64 = -3.0;
 
 struct Watching {
     lock: Rc<CoreLock>,
-    owner: OwnerToken,
+    hold: TrackedHold,
     watch: Watch,
 }
 
@@ -63,9 +63,10 @@ pub fn keep_alive_check(value: JsValue) -> f64 {
     plain(keep_alive_option(&value).map(|_| 0.0))
 }
 
-/// Starts watching the hold of slot `id`'s lock at `now`: with `keeps`, extending it as
-/// `options` (`autoExtend`'s value: `undefined`, `true` or `{ every, maxHoldMs }`) says;
-/// otherwise only its deadline. Answers the watcher's ticket, or `FAILED` with the error (a
+/// Starts watching the hold of slot `id`'s lock at `now`: with `keeps`, the handle's hold,
+/// extending it as `options` (`autoExtend`'s value: `undefined`, `true` or `{ every,
+/// maxHoldMs }`) says; otherwise only the deadline of the hold the slot's run took (or else
+/// the handle's). Answers the watcher's ticket, or `FAILED` with the error (a
 /// `LockNotHeldError` when nothing is held).
 #[wasm_bindgen(js_name = __kWatch, skip_typescript)]
 pub fn watch(id: f64, keeps: bool, options: JsValue, now: f64) -> f64 {
@@ -75,13 +76,17 @@ pub fn watch(id: f64, keeps: bool, options: JsValue, now: f64) -> f64 {
             false => None::<KeepAlive>,
         };
         let lock = lock_of(id)?;
-        let owner = lock
-            .owner()
+        let run_owner = match keeps {
+            true => None,
+            false => run_owner_of(id)?,
+        };
+        let owner = run_owner
+            .or_else(|| lock.owner())
             .ok_or_else(|| not_held(lock.key().as_str(), HoldOperation::Extend))?;
         let watching = Watching {
             watch: Watch::new(lock.ttl().as_ms(), keep_alive, mono(now)),
+            hold: lock.track(&owner),
             lock,
-            owner,
         };
         let ticket = NEXT_WATCH.with(|n| {
             let t = n.get();
@@ -100,7 +105,7 @@ pub fn watch_next(ticket: u32, now: f64) -> f64 {
     let next = WATCHING.with(|w| {
         let w = w.borrow();
         let watching = w.get(&ticket)?;
-        let hold = watching.lock.hold_state(&watching.owner);
+        let hold = watching.lock.hold_state(&watching.hold);
         Some(watching.watch.next(hold, mono(now)))
     });
     match next {

@@ -297,4 +297,20 @@ describe("the memory store's queue and its timer", () => {
     assert.deepEqual(await Promise.all([second, third]), [[true, "second"], [true, "third"]]);
     assert.equal(await lock(key).isLocked(), false);
   });
+
+  it("the waiter keeping the timer leaves after the holder's TTL passed, before its timer ran: the next one takes the free key at once", { timeout: 10_000 }, async () => {
+    const key = fresh();
+    assert.equal(await lock(key, 50).acquire(), true); // never released
+    const controller = new AbortController();
+    const first = lock(key).run(() => "first", { timeout: 60_000, signal: controller.signal });
+    const second = lock(key).run(() => "second", { timeout: 60_000 });
+    await sleep(5);
+    // The holder's TTL passes while the event loop is busy, so the first waiter's timer has
+    // not run when it leaves.
+    const until = performance.now() + 80;
+    while (performance.now() < until);
+    controller.abort(new Error("gave up"));
+    await assert.rejects(first, /gave up/);
+    assert.deepEqual(await second, [true, "second"]);
+  });
 });

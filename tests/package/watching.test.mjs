@@ -5,7 +5,7 @@
 import { describe, it, beforeEach } from "node:test";
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
-import { lock, setLockStore, LockNotHeldError } from "keel-lock";
+import { lock, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
 import { STORES, recording } from "./stores.mjs";
 
 const require = createRequire(import.meta.url);
@@ -186,5 +186,30 @@ describe("an extend in flight during the watcher's stop", () => {
     assert.deepEqual(answered, ["extend", "release"]);
     assert.ok(calls.some((c) => c.name === "extend"));
     assert.equal(await lock(key).isLocked(), false);
+  });
+});
+
+describe("a run's hold that another hold of its handle replaced", () => {
+  it("a run's hold force-released and then taken by the same handle's next run is lost: the first run's signal aborts", async () => {
+    for (const options of [undefined, { autoExtend: { every: 50 } }]) {
+      setLockStore(new MemoryLockStore());
+      const key = fresh();
+      const l = lock(key, 200);
+      const first = l.run(async (ctx) => {
+        const signal = ctx.signal;
+        await sleep(300); // past the old deadline, and several extend intervals
+        return signal;
+      }, options);
+      await sleep(5);
+      // The handle is busy with the first run: this one waits in the store's queue.
+      const second = l.run(() => "second", { timeout: 5_000 });
+      await sleep(15);
+      assert.equal(await lock(key).forceRelease(), true);
+      assert.deepEqual(await second, [true, "second"]);
+      const [ran, signal] = await first;
+      assert.equal(ran, true);
+      assert.equal(signal.aborted, true, JSON.stringify(options));
+      assert.match(signal.reason.message, /was lost/);
+    }
   });
 });
