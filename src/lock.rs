@@ -66,9 +66,18 @@ impl Hold {
 }
 
 /// One hold a watcher looks after: its owner token, and how it ended once it has.
+#[derive(Clone)]
 pub(crate) struct TrackedHold {
     owner: OwnerToken,
     ending: Rc<Cell<Ending>>,
+}
+
+impl TrackedHold {
+    /// The hold's owner token.
+    #[cfg(all(feature = "js", target_arch = "wasm32"))]
+    pub(crate) fn owner(&self) -> &OwnerToken {
+        &self.owner
+    }
 }
 
 /// `time` on one clock, whose reading now is `from_now`, as the time on another clock whose
@@ -137,6 +146,9 @@ pub struct Lock<S, R> {
     store: S,
     runtime: R,
     hold: RefCell<Hold>,
+    /// The tracked hold the last acquire replaced, so a release of it answered afterwards
+    /// still tells its watchers it was released rather than lost.
+    replaced: RefCell<Option<TrackedHold>>,
 }
 
 type LockResult<T, S> = Result<T, Error<<S as LockStore>::Error>>;
@@ -150,6 +162,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             store,
             runtime,
             hold: RefCell::new(Hold::None),
+            replaced: RefCell::new(None),
         }
     }
 
@@ -357,9 +370,21 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// Records a hold the store granted as this handle's.
     pub(crate) fn take_hold(&self, held: Held) {
         let mut hold = self.hold.borrow_mut();
-        // The same hold again keeps its watchers; another one replaces a hold that was lost.
+        // The same hold again keeps its watchers; another one replaces a hold that was lost
+        // (unless a release of it in flight answers otherwise: `record_outcome`).
         let ending = match &mut *hold {
             Hold::Held { owner, ending, .. } if *owner == held.owner => ending.take(),
+            Hold::Held {
+                owner,
+                ending: Some(ending),
+                ..
+            } => {
+                *self.replaced.borrow_mut() = Some(TrackedHold {
+                    owner: owner.clone(),
+                    ending: ending.clone(),
+                });
+                None
+            }
             _ => None,
         };
         hold.end(
@@ -468,6 +493,12 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         let mut hold = self.hold.borrow_mut();
         if matches!(&*hold, Hold::Held { owner: current, .. } if current == owner) {
             hold.end(next, ending);
+        } else if let Some(replaced) = &*self.replaced.borrow() {
+            // Replaced while this call was in flight: its watchers learn how it ended (a
+            // release that freed it stands; a second one the store refuses changes nothing).
+            if replaced.owner == *owner && replaced.ending.get() != Ending::Released {
+                replaced.ending.set(ending);
+            }
         }
     }
 
@@ -585,11 +616,13 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             Hold::Held { owner, fence, .. } => (owner.clone(), *fence),
             _ => return Ok(None),
         };
+        // Tracked from the moment it is taken, however late its watcher starts.
+        let tracked = self.track(&owner);
         let loss = Rc::new(LossState::default());
         let outcome = self
             .watched(
                 task(RunContext::new(fence, loss.clone())),
-                &owner,
+                &tracked,
                 keep_alive,
                 &loss,
             )
@@ -621,22 +654,22 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         stop: impl Future<Output = ()>,
     ) {
         let Some(owner) = self.owner() else { return };
-        self.watched(stop, &owner, keep_alive, context.loss_state())
+        self.watched(stop, &self.track(&owner), keep_alive, context.loss_state())
             .await;
     }
 
-    /// Runs `task` while a watcher looks after the hold taken with `owner` (see
+    /// Runs `task` while a watcher looks after `hold` (see
     /// [`Lock::try_run_with`]). The watcher is an unstarted future until the task first waits.
     async fn watched<T>(
         &self,
         task: impl Future<Output = T>,
-        owner: &OwnerToken,
+        hold: &TrackedHold,
         keep_alive: Option<KeepAlive>,
         loss: &LossState,
     ) -> T {
         let extending = Cell::new(false);
         let mut task = std::pin::pin!(task);
-        let mut watcher = std::pin::pin!(self.watch(owner, keep_alive, loss, &extending));
+        let mut watcher = std::pin::pin!(self.watch(hold, keep_alive, loss, &extending));
         let mut watching = true;
         let out = std::future::poll_fn(|cx| {
             if let Poll::Ready(out) = task.as_mut().poll(cx) {
@@ -666,20 +699,19 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// until an extend is refused, the deadline passes without one succeeding, or the cap.
     async fn watch(
         &self,
-        owner: &OwnerToken,
+        hold: &TrackedHold,
         keep_alive: Option<KeepAlive>,
         loss: &LossState,
         extending: &Cell<bool>,
     ) {
         let mut watch = Watch::new(self.ttl.as_ms(), keep_alive, self.runtime.monotonic_ms());
-        let tracked = self.track(owner);
         if keep_alive.is_none() {
             // Only the deadline to watch: not worth a timer until someone asks about the loss.
             loss.observed().await;
         }
         loop {
             let now = self.runtime.monotonic_ms();
-            match watch.next(self.hold_state(&tracked), now) {
+            match watch.next(self.hold_state(hold), now) {
                 WatchStep::Lost(reason) => {
                     loss.fire(reason);
                     return;
@@ -699,6 +731,16 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// Starts tracking the hold taken with `owner`, for a watcher. A hold that has already
     /// ended counts as released when this handle holds nothing, and as lost otherwise.
     pub(crate) fn track(&self, owner: &OwnerToken) -> TrackedHold {
+        self.track_reusing(owner, None)
+    }
+
+    /// [`Lock::track`], reusing `spent`'s record when nothing else refers to it any more (a
+    /// binding that tracks every run's hold allocates once, not per run).
+    pub(crate) fn track_reusing(
+        &self,
+        owner: &OwnerToken,
+        spent: Option<TrackedHold>,
+    ) -> TrackedHold {
         let mut hold = self.hold.borrow_mut();
         let ending = match &mut *hold {
             Hold::Held {
@@ -706,7 +748,13 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 ending,
                 ..
             } if current == owner => ending
-                .get_or_insert_with(|| Rc::new(Cell::new(Ending::Holding)))
+                .get_or_insert_with(|| match spent {
+                    Some(spent) if Rc::strong_count(&spent.ending) == 1 => {
+                        spent.ending.set(Ending::Holding);
+                        spent.ending
+                    }
+                    _ => Rc::new(Cell::new(Ending::Holding)),
+                })
                 .clone(),
             Hold::None => Rc::new(Cell::new(Ending::Released)),
             _ => Rc::new(Cell::new(Ending::Lost)),

@@ -1489,3 +1489,134 @@ fn a_run_that_released_its_hold_is_not_told_of_a_later_holds_loss() {
         );
     }
 }
+
+#[test]
+fn a_run_that_released_and_took_the_key_again_before_anything_watched_is_not_told_it_lost() {
+    for keep in [None, keep_alive(100, None)] {
+        let rt = VirtualRuntime::new();
+        let store = MemoryLockStore::new(rt.clone());
+        let lock = Lock::new(key("again"), ttl(1_000), &store, rt.clone());
+        let told = Rc::new(Cell::new(None));
+        rt.block_on(
+            lock.try_run_with(now(), std::future::pending(), keep, |context| {
+                let (rt, told, lock) = (rt.clone(), told.clone(), &lock);
+                async move {
+                    // Before the task first waits, so before its watcher first looks.
+                    assert!(lock.release().await.unwrap());
+                    assert!(lock.acquire(now()).await.unwrap());
+                    context.on_lost(move |reason| told.set(Some(reason)));
+                    rt.sleep(3_000).await;
+                    Ok::<_, ()>(())
+                }
+            }),
+        )
+        .unwrap()
+        .expect("ran");
+        assert_eq!(told.get(), None, "keep-alive {keep:?}");
+    }
+}
+
+#[test]
+fn a_hold_lost_replaced_and_let_go_before_anyone_asked_is_still_reported_lost() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let lock = Lock::new(key("late"), ttl(1_000), &store, rt.clone());
+    let operator = Lock::new(key("late"), ttl(1_000), &store, rt.clone());
+    let told = Rc::new(Cell::new(None));
+    let run: Task = Box::pin(async {
+        lock.try_run_with(now(), std::future::pending(), None, |context| {
+            let (rt, told) = (rt.clone(), told.clone());
+            async move {
+                rt.sleep(100).await;
+                // Asked only now, after the newer hold came and went.
+                context.on_lost(move |reason| told.set(Some(reason)));
+                rt.sleep(100).await;
+                Ok::<_, ()>(())
+            }
+        })
+        .await
+        .unwrap()
+        .expect("ran");
+    });
+    let meanwhile: Task = Box::pin(async {
+        rt.sleep(50).await;
+        assert!(operator.force_release().await.unwrap());
+        assert!(lock.acquire(now()).await.unwrap());
+        assert!(lock.release().await.unwrap());
+    });
+    rt.join_all(vec![run, meanwhile]);
+    assert_eq!(told.get(), Some(keel_lock::LossReason::Refused));
+}
+
+/// A memory store whose release answers `delay_ms` after it freed the key, as a network store's
+/// answer can arrive after another connection's.
+struct LateReleaseStore {
+    inner: MemoryLockStore<VirtualRuntime>,
+    rt: VirtualRuntime,
+    delay_ms: u64,
+}
+
+impl LockStore for LateReleaseStore {
+    type Error = std::convert::Infallible;
+
+    fn name(&self) -> &'static str {
+        "late-release"
+    }
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<keel_lock::Grant>, Self::Error> {
+        Ok(self.inner.acquire_sync(key, owner, ttl))
+    }
+    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Self::Error> {
+        let released = self.inner.release_sync(key, owner);
+        self.rt.sleep(self.delay_ms).await;
+        Ok(released)
+    }
+    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Self::Error> {
+        Ok(self.inner.extend_sync(key, owner, ttl))
+    }
+    async fn is_locked(&self, key: &Key) -> Result<bool, Self::Error> {
+        Ok(self.inner.remaining_time_sync(key).is_some())
+    }
+    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Self::Error> {
+        Ok(self.inner.remaining_time_sync(key))
+    }
+}
+
+#[test]
+fn a_release_answered_after_the_handle_took_a_newer_hold_still_counts_as_released() {
+    let rt = VirtualRuntime::new();
+    let store = LateReleaseStore {
+        inner: MemoryLockStore::new(rt.clone()),
+        rt: rt.clone(),
+        delay_ms: 20,
+    };
+    let lock = Lock::new(key("answer"), ttl(1_000), &store, rt.clone());
+    let told = Rc::new(Cell::new(None));
+    let run: Task = Box::pin(async {
+        lock.try_run_with(now(), std::future::pending(), None, |context| {
+            let (rt, told) = (rt.clone(), told.clone());
+            async move {
+                context.on_lost(move |reason| told.set(Some(reason)));
+                rt.sleep(3_000).await; // past the released hold's deadline
+                Ok::<_, ()>(())
+            }
+        })
+        .await
+        .unwrap()
+        .expect("ran");
+    });
+    let releasing: Task = Box::pin(async {
+        rt.sleep(10).await;
+        assert!(lock.release().await.unwrap()); // freed at 10, answered at 30
+    });
+    let acquiring: Task = Box::pin(async {
+        rt.sleep(15).await;
+        assert!(lock.acquire(now()).await.unwrap()); // a newer hold, at 15
+    });
+    rt.join_all(vec![run, releasing, acquiring]);
+    assert_eq!(told.get(), None);
+}

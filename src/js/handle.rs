@@ -33,7 +33,7 @@ use crate::attempt::{Attempt, Next};
 use crate::error::Error;
 use crate::grant::Grant;
 use crate::input::{AcquireOptions, Key, Ttl};
-use crate::lock::Lock;
+use crate::lock::{Lock, TrackedHold};
 use crate::memory::{MemoryLockStore, Parked, WaitStep};
 use crate::runtime::Runtime;
 use crate::store::LockStore;
@@ -99,6 +99,8 @@ struct Entry {
     attempt: Option<Attempt>,
     /// The owner token of the hold the handle's current `run` took.
     run_owner: Option<OwnerToken>,
+    /// The last hold a run of this slot took, tracked from then on for its watcher.
+    run_hold: Option<TrackedHold>,
     /// The wait in the memory store's queue, while there is one.
     waiting: Option<Waiting>,
 }
@@ -179,9 +181,12 @@ pub(super) fn lock_of(id: f64) -> Result<Rc<CoreLock>, JsValue> {
     with_entry(id, |e| e.lock.clone())
 }
 
-/// The owner token of the hold the slot's current `run` took, if a run holds one.
-pub(super) fn run_owner_of(id: f64) -> Result<Option<OwnerToken>, JsValue> {
-    with_entry(id, |e| e.run_owner.clone())
+/// The hold the slot's current `run` took, tracked since it was taken, if a run holds one.
+pub(super) fn run_hold_of(id: f64) -> Result<Option<TrackedHold>, JsValue> {
+    with_entry(id, |e| match (&e.run_owner, &e.run_hold) {
+        (Some(owner), Some(hold)) if hold.owner() == owner => Some(hold.clone()),
+        _ => None,
+    })
 }
 
 pub(super) fn insert(lock: Rc<CoreLock>) -> f64 {
@@ -189,6 +194,7 @@ pub(super) fn insert(lock: Rc<CoreLock>) -> f64 {
         lock,
         attempt: None,
         run_owner: None,
+        run_hold: None,
         waiting: None,
     };
     SLOTS.with(|s| {
@@ -420,7 +426,11 @@ fn drive(
                 if let Some(held) = held {
                     let owner = held.owner.clone();
                     lock.take_hold(held);
-                    with_entry(id, |e| e.run_owner = Some(owner))?;
+                    with_entry(id, |e| {
+                        let spent = e.run_hold.take();
+                        e.run_hold = Some(lock.track_reusing(&owner, spent));
+                        e.run_owner = Some(owner);
+                    })?;
                 }
                 return Ok(fence.map_or(HELD_UNFENCED, |f| f.get() as f64));
             }

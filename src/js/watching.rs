@@ -13,7 +13,7 @@ use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{keep_alive_option, not_held_error};
-use super::handle::{lock_of, mono, plain, run_owner_of, step};
+use super::handle::{lock_of, mono, plain, run_hold_of, step};
 use super::lock::CoreLock;
 use super::operations::{extend_lock, not_held};
 use crate::error::HoldOperation;
@@ -76,16 +76,20 @@ pub fn watch(id: f64, keeps: bool, options: JsValue, now: f64) -> f64 {
             false => None::<KeepAlive>,
         };
         let lock = lock_of(id)?;
-        let run_owner = match keeps {
+        let run_hold = match keeps {
             true => None,
-            false => run_owner_of(id)?,
+            false => run_hold_of(id)?,
         };
-        let owner = run_owner
-            .or_else(|| lock.owner())
-            .ok_or_else(|| not_held(lock.key().as_str(), HoldOperation::Extend))?;
+        let hold = match run_hold {
+            Some(hold) => hold,
+            None => lock
+                .owner()
+                .map(|owner| lock.track(&owner))
+                .ok_or_else(|| not_held(lock.key().as_str(), HoldOperation::Extend))?,
+        };
         let watching = Watching {
             watch: Watch::new(lock.ttl().as_ms(), keep_alive, mono(now)),
-            hold: lock.track(&owner),
+            hold,
             lock,
         };
         let ticket = NEXT_WATCH.with(|n| {

@@ -212,4 +212,40 @@ describe("a run's hold that another hold of its handle replaced", () => {
       assert.match(signal.reason.message, /was lost/);
     }
   });
+
+  it("the same, with the signal read only after the newer hold came and went: aborted at once", async () => {
+    setLockStore(new MemoryLockStore());
+    const key = fresh();
+    const l = lock(key, 200);
+    let second;
+    const first = l.run(async (ctx) => {
+      await sleep(5);
+      second = l.run(() => "second", { timeout: 5_000 }); // waits in the store's queue
+      await sleep(15);
+      assert.equal(await lock(key).forceRelease(), true);
+      assert.deepEqual(await second, [true, "second"]);
+      return ctx.signal; // read now, when nothing of the handle holds the key
+    });
+    const [ran, signal] = await first;
+    assert.equal(ran, true);
+    assert.equal(signal.aborted, true);
+    assert.match(signal.reason.message, /was lost/);
+  });
+
+  it("fn releasing the run's hold and taking the key again before reading the signal: not aborted", async () => {
+    for (const [storeName, makeStore] of Object.entries(STORES)) {
+      setLockStore(makeStore());
+      const l = lock(fresh(), 200);
+      const [ran, signal] = await l.run(async (ctx) => {
+        assert.equal(await l.release(), true);
+        assert.equal(await l.acquire(), true);
+        const signal = ctx.signal;
+        await sleep(250); // past the released hold's deadline
+        return signal;
+      });
+      assert.equal(ran, true);
+      assert.equal(signal.aborted, false, storeName);
+      await l.release(); // the newer hold, expired by now too
+    }
+  });
 });
