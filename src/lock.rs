@@ -46,20 +46,23 @@ enum Hold {
 enum Ending {
     /// It has not ended.
     Holding,
-    /// This handle released it.
+    /// This handle released it, or asked the store to: final, whatever the store answers.
     Released,
     /// It was lost: refused by the store, or replaced by a newer hold it did not release.
     Lost,
 }
 
 impl Hold {
-    /// Becomes `next`, telling the hold's watchers it ended so when it was held.
+    /// Becomes `next`, telling the hold's watchers it ended so when it was held (a hold its
+    /// handle released stays released).
     fn end(&mut self, next: Hold, ending: Ending) {
         if let Hold::Held {
             ending: Some(told), ..
         } = self
         {
-            told.set(ending);
+            if told.get() != Ending::Released {
+                told.set(ending);
+            }
         }
         *self = next;
     }
@@ -146,9 +149,6 @@ pub struct Lock<S, R> {
     store: S,
     runtime: R,
     hold: RefCell<Hold>,
-    /// The tracked hold the last acquire replaced, so a release of it answered afterwards
-    /// still tells its watchers it was released rather than lost.
-    replaced: RefCell<Option<TrackedHold>>,
 }
 
 type LockResult<T, S> = Result<T, Error<<S as LockStore>::Error>>;
@@ -162,7 +162,6 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             store,
             runtime,
             hold: RefCell::new(Hold::None),
-            replaced: RefCell::new(None),
         }
     }
 
@@ -371,20 +370,9 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     pub(crate) fn take_hold(&self, held: Held) {
         let mut hold = self.hold.borrow_mut();
         // The same hold again keeps its watchers; another one replaces a hold that was lost
-        // (unless a release of it in flight answers otherwise: `record_outcome`).
+        // (or released: a release in flight has already said so).
         let ending = match &mut *hold {
             Hold::Held { owner, ending, .. } if *owner == held.owner => ending.take(),
-            Hold::Held {
-                owner,
-                ending: Some(ending),
-                ..
-            } => {
-                *self.replaced.borrow_mut() = Some(TrackedHold {
-                    owner: owner.clone(),
-                    ending: ending.clone(),
-                });
-                None
-            }
             _ => None,
         };
         hold.end(
@@ -411,6 +399,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// Releases the hold taken with `owner` (not whatever the handle holds by the time the
     /// store answers: a newer acquire on this handle keeps its own hold).
     async fn release_hold(&self, owner: &OwnerToken) -> LockResult<bool, S> {
+        self.releasing(owner);
         let released = self
             .call(Operation::Release, self.store.release(&self.key, owner))
             .await?;
@@ -418,13 +407,26 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         Ok(released)
     }
 
-    /// Records the store's answer to a release made with `owner`: the hold ends, or — refused —
-    /// is known lost.
-    pub(crate) fn released(&self, owner: &OwnerToken, released: bool) {
-        match released {
-            true => self.record_outcome(owner, Hold::None, Ending::Released),
-            false => self.record_outcome(owner, Hold::Lost, Ending::Lost),
+    /// A release of the hold taken with `owner` is being sent: for its watchers the hold is
+    /// released from now on, whatever the store answers and whatever this handle holds by then.
+    pub(crate) fn releasing(&self, owner: &OwnerToken) {
+        if let Hold::Held {
+            owner: current,
+            ending: Some(told),
+            ..
+        } = &*self.hold.borrow()
+        {
+            if current == owner {
+                told.set(Ending::Released);
+            }
         }
+    }
+
+    /// Records the store's answer to a release made with `owner`: the hold ends, or — refused —
+    /// is known lost to this handle (its watchers still count it released: its holder let go).
+    pub(crate) fn released(&self, owner: &OwnerToken, released: bool) {
+        let next = if released { Hold::None } else { Hold::Lost };
+        self.record_outcome(owner, next, Ending::Released);
     }
 
     /// Whether this handle neither holds the key nor knows a hold of its lost.
@@ -493,12 +495,6 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         let mut hold = self.hold.borrow_mut();
         if matches!(&*hold, Hold::Held { owner: current, .. } if current == owner) {
             hold.end(next, ending);
-        } else if let Some(replaced) = &*self.replaced.borrow() {
-            // Replaced while this call was in flight: its watchers learn how it ended (a
-            // release that freed it stands; a second one the store refuses changes nothing).
-            if replaced.owner == *owner && replaced.ending.get() != Ending::Released {
-                replaced.ending.set(ending);
-            }
         }
     }
 
@@ -765,19 +761,20 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
     }
 
-    /// Where a tracked hold stands: held until its local deadline, released by this handle,
-    /// or lost (refused by the store, or replaced by a hold it never released).
+    /// Where a tracked hold stands: released by this handle (or being released), held until
+    /// its local deadline, or lost (refused by the store, or replaced by a hold it never
+    /// released).
     pub(crate) fn hold_state(&self, tracked: &TrackedHold) -> HoldState {
+        if tracked.ending.get() == Ending::Released {
+            return HoldState::Released;
+        }
         match &*self.hold.borrow() {
             Hold::Held {
                 owner, deadline, ..
             } if *owner == tracked.owner => HoldState::Held {
                 deadline: *deadline,
             },
-            _ => match tracked.ending.get() {
-                Ending::Released => HoldState::Released,
-                Ending::Holding | Ending::Lost => HoldState::Lost,
-            },
+            _ => HoldState::Lost,
         }
     }
 

@@ -1620,3 +1620,114 @@ fn a_release_answered_after_the_handle_took_a_newer_hold_still_counts_as_release
     rt.join_all(vec![run, releasing, acquiring]);
     assert_eq!(told.get(), None);
 }
+
+/// A run on a [`LateReleaseStore`] (answers 20 ms late) whose task starts watching at
+/// `observe_at`; meanwhile the handle releases the run's hold at 10 (answered at 30) and takes
+/// a newer hold at 12 — through a run of its own, released at 14 (answered at 34), and a third
+/// hold at 16, when `twice`. Answers what the first run was told.
+fn told_around_a_late_release(
+    keep: Option<keel_lock::KeepAlive>,
+    observe_at: u64,
+    twice: bool,
+) -> Option<keel_lock::LossReason> {
+    let rt = VirtualRuntime::new();
+    let store = LateReleaseStore {
+        inner: MemoryLockStore::new(rt.clone()),
+        rt: rt.clone(),
+        delay_ms: 20,
+    };
+    let lock = Lock::new(key("in-flight"), ttl(1_000), &store, rt.clone());
+    let told = Rc::new(Cell::new(None));
+    let run: Task = Box::pin(async {
+        lock.try_run_with(now(), std::future::pending(), keep, |context| {
+            let (rt, told) = (rt.clone(), told.clone());
+            async move {
+                rt.sleep(observe_at).await;
+                context.on_lost(move |reason| told.set(Some(reason)));
+                rt.sleep(3_000).await;
+                Ok::<_, ()>(())
+            }
+        })
+        .await
+        .unwrap()
+        .expect("ran");
+    });
+    let releasing: Task = Box::pin(async {
+        rt.sleep(10).await;
+        assert!(lock.release().await.unwrap());
+    });
+    let replacing: Task = Box::pin(async {
+        rt.sleep(12).await;
+        if twice {
+            let rt = rt.clone();
+            let run = lock.try_run_with(now(), std::future::pending(), None, |_| async move {
+                rt.sleep(2).await;
+                Ok::<_, ()>(())
+            });
+            run.await.unwrap().expect("ran");
+        } else {
+            assert!(lock.acquire(now()).await.unwrap());
+        }
+    });
+    let third: Task = Box::pin(async {
+        if twice {
+            rt.sleep(16).await;
+            assert!(lock.acquire(now()).await.unwrap());
+        }
+    });
+    rt.join_all(vec![run, releasing, replacing, third]);
+    told.get()
+}
+
+#[test]
+fn a_hold_whose_release_is_in_flight_is_released_for_its_watchers_even_once_replaced() {
+    // Looked at before the answer: the signal read at 20, a keep-alive step at 25.
+    assert_eq!(told_around_a_late_release(None, 20, false), None);
+    assert_eq!(
+        told_around_a_late_release(keep_alive(25, None), 0, false),
+        None
+    );
+    // Two newer holds before the first release is answered.
+    assert_eq!(told_around_a_late_release(None, 0, true), None);
+}
+
+#[test]
+fn a_keep_alive_does_not_extend_a_hold_whose_release_is_in_flight() {
+    let rt = VirtualRuntime::new();
+    let store = LateReleaseStore {
+        inner: MemoryLockStore::new(rt.clone()),
+        rt: rt.clone(),
+        delay_ms: 20,
+    };
+    let lock = Lock::new(key("letting-go"), ttl(1_000), &store, rt.clone());
+    let told = Rc::new(Cell::new(None));
+    let run: Task = Box::pin(async {
+        lock.try_run_with(
+            now(),
+            std::future::pending(),
+            keep_alive(15, None),
+            |context| {
+                let (rt, told) = (rt.clone(), told.clone());
+                async move {
+                    context.on_lost(move |reason| told.set(Some(reason)));
+                    rt.sleep(3_000).await;
+                    Ok::<_, ()>(())
+                }
+            },
+        )
+        .await
+        .unwrap()
+        .expect("ran");
+    });
+    let releasing: Task = Box::pin(async {
+        rt.sleep(10).await;
+        // Freed at 10, answered at 30: an extend at 15 would be refused and the hold lost.
+        assert!(lock.release().await.unwrap());
+    });
+    rt.join_all(vec![run, releasing]);
+    assert_eq!(told.get(), None);
+    assert!(
+        !lock.is_expired(),
+        "released, yet the handle believes it lost a hold"
+    );
+}

@@ -747,7 +747,10 @@ fn end_run(id: f64, now: f64) -> Result<f64, JsValue> {
             with_entry(id, |e| e.run_owner = None)?;
             Ok(hold_ended(id, lock, &owner, released))
         }
-        Backend::Js(_) => Ok(call(lock.ttl().as_ms(), &owner)),
+        Backend::Js(_) => {
+            lock.releasing(&owner);
+            Ok(call(lock.ttl().as_ms(), &owner))
+        }
     }
 }
 

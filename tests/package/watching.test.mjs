@@ -6,7 +6,7 @@ import { describe, it, beforeEach } from "node:test";
 import { createRequire } from "node:module";
 import assert from "node:assert/strict";
 import { lock, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
-import { STORES, recording } from "./stores.mjs";
+import { STORES, recording, mapLockStore } from "./stores.mjs";
 
 const require = createRequire(import.meta.url);
 const glue = require("./node_modules/keel-lock/dist/node/keel_lock.js");
@@ -247,5 +247,32 @@ describe("a run's hold that another hold of its handle replaced", () => {
       assert.equal(signal.aborted, false, storeName);
       await l.release(); // the newer hold, expired by now too
     }
+  });
+
+  it("fn releasing the run's hold and taking the key again before the store answered the release: not aborted, nothing extended", async () => {
+    const store = mapLockStore();
+    const { release, extend } = store;
+    let extends_ = 0;
+    store.release = async (...args) => {
+      const released = await release(...args); // the key is free from here
+      await sleep(30);
+      return released;
+    };
+    store.extend = (...args) => (extends_++, extend(...args));
+    setLockStore(store);
+    const l = lock(fresh(), 200);
+    const [ran, signal] = await l.run(async (ctx) => {
+      const signal = ctx.signal;
+      const releasing = l.release();
+      await sleep(5);
+      assert.equal(await l.acquire(), true); // a newer hold, the release still unanswered
+      assert.equal(await releasing, true);
+      await sleep(60); // several extend intervals
+      return signal;
+    }, { autoExtend: { every: 20 } });
+    assert.equal(ran, true);
+    assert.equal(signal.aborted, false);
+    assert.equal(extends_, 0);
+    assert.equal(await l.release(), true);
   });
 });
