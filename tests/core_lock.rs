@@ -1419,19 +1419,26 @@ fn a_task_that_releases_its_own_hold_is_not_told_it_lost_it() {
     }
 }
 
-/// Runs a task on `lock` that holds for 3 s and records what it is told, while `meanwhile`
-/// runs alongside it; answers the reason it was told, if any.
-fn told_while<'a>(
+/// Runs a task on `lock` that starts listening for the loss of its hold at `observe_at` and
+/// holds until 3 s after that, while the `meanwhile` tasks run alongside it; answers what the
+/// task was told, if anything.
+fn told_while<'a, S>(
     rt: &VirtualRuntime,
-    lock: &'a Lock<&'a MemoryLockStore<VirtualRuntime>, VirtualRuntime>,
+    lock: &'a Lock<S, VirtualRuntime>,
     keep: Option<keel_lock::KeepAlive>,
-    meanwhile: Task<'a>,
-) -> Option<keel_lock::LossReason> {
+    observe_at: u64,
+    meanwhile: Vec<Task<'a>>,
+) -> Option<keel_lock::LossReason>
+where
+    S: LockStore + 'a,
+    S::Error: std::fmt::Debug,
+{
     let told = Rc::new(Cell::new(None));
     let run: Task = Box::pin({
         let (rt, told) = (rt.clone(), told.clone());
         async move {
             lock.try_run_with(now(), std::future::pending(), keep, |context| async move {
+                rt.sleep(observe_at).await;
                 context.on_lost(move |reason| told.set(Some(reason)));
                 rt.sleep(3_000).await;
                 Ok::<_, ()>(())
@@ -1441,7 +1448,7 @@ fn told_while<'a>(
             .expect("ran");
         }
     });
-    rt.join_all(vec![run, meanwhile]);
+    rt.join_all(std::iter::once(run).chain(meanwhile).collect());
     told.get()
 }
 
@@ -1460,7 +1467,7 @@ fn a_hold_lost_and_replaced_by_a_newer_hold_of_the_same_handle_is_reported_lost(
             assert!(lock.acquire(now()).await.unwrap());
         });
         assert_eq!(
-            told_while(&rt, &lock, keep, meanwhile),
+            told_while(&rt, &lock, keep, 0, vec![meanwhile]),
             Some(keel_lock::LossReason::Refused),
             "keep-alive {keep:?}"
         );
@@ -1483,7 +1490,7 @@ fn a_run_that_released_its_hold_is_not_told_of_a_later_holds_loss() {
             assert!(lock.extend(None).await.is_err());
         });
         assert_eq!(
-            told_while(&rt, &lock, keep, meanwhile),
+            told_while(&rt, &lock, keep, 0, vec![meanwhile]),
             None,
             "keep-alive {keep:?}"
         );
@@ -1522,30 +1529,17 @@ fn a_hold_lost_replaced_and_let_go_before_anyone_asked_is_still_reported_lost() 
     let store = MemoryLockStore::new(rt.clone());
     let lock = Lock::new(key("late"), ttl(1_000), &store, rt.clone());
     let operator = Lock::new(key("late"), ttl(1_000), &store, rt.clone());
-    let told = Rc::new(Cell::new(None));
-    let run: Task = Box::pin(async {
-        lock.try_run_with(now(), std::future::pending(), None, |context| {
-            let (rt, told) = (rt.clone(), told.clone());
-            async move {
-                rt.sleep(100).await;
-                // Asked only now, after the newer hold came and went.
-                context.on_lost(move |reason| told.set(Some(reason)));
-                rt.sleep(100).await;
-                Ok::<_, ()>(())
-            }
-        })
-        .await
-        .unwrap()
-        .expect("ran");
-    });
     let meanwhile: Task = Box::pin(async {
         rt.sleep(50).await;
         assert!(operator.force_release().await.unwrap());
         assert!(lock.acquire(now()).await.unwrap());
         assert!(lock.release().await.unwrap());
     });
-    rt.join_all(vec![run, meanwhile]);
-    assert_eq!(told.get(), Some(keel_lock::LossReason::Refused));
+    // Asked only at 100, after the newer hold came and went.
+    assert_eq!(
+        told_while(&rt, &lock, None, 100, vec![meanwhile]),
+        Some(keel_lock::LossReason::Refused)
+    );
 }
 
 /// A memory store whose release answers `delay_ms` after it freed the key, as a network store's
@@ -1554,6 +1548,16 @@ struct LateReleaseStore {
     inner: MemoryLockStore<VirtualRuntime>,
     rt: VirtualRuntime,
     delay_ms: u64,
+}
+
+impl LateReleaseStore {
+    fn new(rt: &VirtualRuntime, delay_ms: u64) -> Self {
+        LateReleaseStore {
+            inner: MemoryLockStore::new(rt.clone()),
+            rt: rt.clone(),
+            delay_ms,
+        }
+    }
 }
 
 impl LockStore for LateReleaseStore {
@@ -1586,72 +1590,18 @@ impl LockStore for LateReleaseStore {
     }
 }
 
-#[test]
-fn a_release_answered_after_the_handle_took_a_newer_hold_still_counts_as_released() {
-    let rt = VirtualRuntime::new();
-    let store = LateReleaseStore {
-        inner: MemoryLockStore::new(rt.clone()),
-        rt: rt.clone(),
-        delay_ms: 20,
-    };
-    let lock = Lock::new(key("answer"), ttl(1_000), &store, rt.clone());
-    let told = Rc::new(Cell::new(None));
-    let run: Task = Box::pin(async {
-        lock.try_run_with(now(), std::future::pending(), None, |context| {
-            let (rt, told) = (rt.clone(), told.clone());
-            async move {
-                context.on_lost(move |reason| told.set(Some(reason)));
-                rt.sleep(3_000).await; // past the released hold's deadline
-                Ok::<_, ()>(())
-            }
-        })
-        .await
-        .unwrap()
-        .expect("ran");
-    });
-    let releasing: Task = Box::pin(async {
-        rt.sleep(10).await;
-        assert!(lock.release().await.unwrap()); // freed at 10, answered at 30
-    });
-    let acquiring: Task = Box::pin(async {
-        rt.sleep(15).await;
-        assert!(lock.acquire(now()).await.unwrap()); // a newer hold, at 15
-    });
-    rt.join_all(vec![run, releasing, acquiring]);
-    assert_eq!(told.get(), None);
-}
-
-/// A run on a [`LateReleaseStore`] (answers 20 ms late) whose task starts watching at
-/// `observe_at`; meanwhile the handle releases the run's hold at 10 (answered at 30) and takes
-/// a newer hold at 12 — through a run of its own, released at 14 (answered at 34), and a third
-/// hold at 16, when `twice`. Answers what the first run was told.
+/// A run on a [`LateReleaseStore`] (answers 20 ms late) that starts listening at `observe_at`;
+/// meanwhile its handle releases the run's hold at 10 (answered at 30) and takes a newer hold
+/// at 12 — when `twice`, through a run of its own that releases it at 14 (answered at 34),
+/// followed by a third hold at 16. Answers what the first run was told.
 fn told_around_a_late_release(
     keep: Option<keel_lock::KeepAlive>,
     observe_at: u64,
     twice: bool,
 ) -> Option<keel_lock::LossReason> {
     let rt = VirtualRuntime::new();
-    let store = LateReleaseStore {
-        inner: MemoryLockStore::new(rt.clone()),
-        rt: rt.clone(),
-        delay_ms: 20,
-    };
+    let store = LateReleaseStore::new(&rt, 20);
     let lock = Lock::new(key("in-flight"), ttl(1_000), &store, rt.clone());
-    let told = Rc::new(Cell::new(None));
-    let run: Task = Box::pin(async {
-        lock.try_run_with(now(), std::future::pending(), keep, |context| {
-            let (rt, told) = (rt.clone(), told.clone());
-            async move {
-                rt.sleep(observe_at).await;
-                context.on_lost(move |reason| told.set(Some(reason)));
-                rt.sleep(3_000).await;
-                Ok::<_, ()>(())
-            }
-        })
-        .await
-        .unwrap()
-        .expect("ran");
-    });
     let releasing: Task = Box::pin(async {
         rt.sleep(10).await;
         assert!(lock.release().await.unwrap());
@@ -1659,28 +1609,25 @@ fn told_around_a_late_release(
     let replacing: Task = Box::pin(async {
         rt.sleep(12).await;
         if twice {
-            let rt = rt.clone();
+            let run_rt = rt.clone();
             let run = lock.try_run_with(now(), std::future::pending(), None, |_| async move {
-                rt.sleep(2).await;
+                run_rt.sleep(2).await;
                 Ok::<_, ()>(())
             });
             run.await.unwrap().expect("ran");
+            rt.sleep(2).await;
+            assert!(lock.acquire(now()).await.unwrap());
         } else {
             assert!(lock.acquire(now()).await.unwrap());
         }
     });
-    let third: Task = Box::pin(async {
-        if twice {
-            rt.sleep(16).await;
-            assert!(lock.acquire(now()).await.unwrap());
-        }
-    });
-    rt.join_all(vec![run, releasing, replacing, third]);
-    told.get()
+    told_while(&rt, &lock, keep, observe_at, vec![releasing, replacing])
 }
 
 #[test]
 fn a_hold_whose_release_is_in_flight_is_released_for_its_watchers_even_once_replaced() {
+    // Asked with no release in flight any more.
+    assert_eq!(told_around_a_late_release(None, 0, false), None);
     // Looked at before the answer: the signal read at 20, a keep-alive step at 25.
     assert_eq!(told_around_a_late_release(None, 20, false), None);
     assert_eq!(
@@ -1694,38 +1641,15 @@ fn a_hold_whose_release_is_in_flight_is_released_for_its_watchers_even_once_repl
 #[test]
 fn a_keep_alive_does_not_extend_a_hold_whose_release_is_in_flight() {
     let rt = VirtualRuntime::new();
-    let store = LateReleaseStore {
-        inner: MemoryLockStore::new(rt.clone()),
-        rt: rt.clone(),
-        delay_ms: 20,
-    };
+    let store = LateReleaseStore::new(&rt, 20);
     let lock = Lock::new(key("letting-go"), ttl(1_000), &store, rt.clone());
-    let told = Rc::new(Cell::new(None));
-    let run: Task = Box::pin(async {
-        lock.try_run_with(
-            now(),
-            std::future::pending(),
-            keep_alive(15, None),
-            |context| {
-                let (rt, told) = (rt.clone(), told.clone());
-                async move {
-                    context.on_lost(move |reason| told.set(Some(reason)));
-                    rt.sleep(3_000).await;
-                    Ok::<_, ()>(())
-                }
-            },
-        )
-        .await
-        .unwrap()
-        .expect("ran");
-    });
     let releasing: Task = Box::pin(async {
         rt.sleep(10).await;
         // Freed at 10, answered at 30: an extend at 15 would be refused and the hold lost.
         assert!(lock.release().await.unwrap());
     });
-    rt.join_all(vec![run, releasing]);
-    assert_eq!(told.get(), None);
+    let keep = keep_alive(15, None);
+    assert_eq!(told_while(&rt, &lock, keep, 0, vec![releasing]), None);
     assert!(
         !lock.is_expired(),
         "released, yet the handle believes it lost a hold"
