@@ -168,6 +168,9 @@ fn as_ms(value: &SqlStorageValue) -> Option<u64> {
     }
 }
 
+/// The object's clock. Each call reads it once and decides everything by that reading: workerd's
+/// clock can move within one synchronous turn, and a hand-over that saw the holder live a
+/// millisecond before a take saw the key free would let a plain acquire overtake the queue.
 fn now() -> u64 {
     js_sys::Date::now() as u64
 }
@@ -191,11 +194,12 @@ impl Inner {
         }
     }
 
-    /// Reads the row, decides with `rule`, writes the decision. Synchronous: atomic.
+    /// Reads the row, decides with `rule` at `now`, writes the decision. Synchronous: atomic.
     fn decide(
         &self,
         key: &Key,
         owner: &OwnerToken,
+        now: u64,
         rule: impl FnOnce(Option<RowView<'_>>, u64) -> Decision,
     ) -> Result<Decision, JsValue> {
         let row = self.row(key)?;
@@ -203,7 +207,7 @@ impl Inner {
             owner,
             expires_at: *expires_at,
         });
-        let decision = rule(view, now());
+        let decision = rule(view, now);
         match decision.change {
             Change::Keep => {}
             Change::Put { expires_at } => {
@@ -241,8 +245,14 @@ impl Inner {
 
     /// Set-if-absent for `owner`, with the fence in the same synchronous turn as the row write.
     /// Does not look at the queue.
-    fn take(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<Option<Grant>, JsValue> {
-        let d = self.decide(key, owner, |row, now| rows::acquire(row, now, ttl))?;
+    fn take(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        now: u64,
+    ) -> Result<Option<Grant>, JsValue> {
+        let d = self.decide(key, owner, now, |row, now| rows::acquire(row, now, ttl))?;
         Ok(match d.granted {
             true => Some(Grant::new(Some(self.next_fence(key)?))),
             false => None,
@@ -262,15 +272,14 @@ impl Inner {
         self.queues.borrow().values().map(VecDeque::len).sum()
     }
 
-    /// When `key` is free and has waiters, grants it to the oldest one: writes the row and the
+    /// When `key` is free at `now` and has waiters, grants it to the oldest one: writes the row and the
     /// fence, then settles the ticket (its call resolves on its next poll). A storage failure
     /// fails that waiter's call rather than the operation that freed the key; a failed read
     /// leaves the queue alone (the waiters' timers try again).
-    fn hand_over(&self, key: &Key) {
+    fn hand_over(&self, key: &Key, now: u64) {
         if !self.has_waiters(key) {
             return;
         }
-        let now = now();
         if !matches!(self.expiry(key, now), Ok(None)) {
             return;
         }
@@ -286,7 +295,7 @@ impl Inner {
             next
         };
         let Some(ticket) = next else { return };
-        let outcome = match self.take(key, &ticket.owner, ticket.ttl) {
+        let outcome = match self.take(key, &ticket.owner, ticket.ttl, now) {
             Ok(Some(grant)) => Outcome::Granted(grant.waited(now.saturating_sub(ticket.since))),
             Ok(None) => Outcome::Failed(storage_error("a free key refused its hand-over")),
             Err(e) => Outcome::Failed(e),
@@ -359,7 +368,7 @@ impl Inner {
             )
             .await;
             if !ticket.is_settled() {
-                self.hand_over(&key);
+                self.hand_over(&key, self::now());
             }
         }
     }
@@ -421,13 +430,14 @@ impl Inner {
 
     /// The alarm's work (see [`LockDurableObjectCore::alarm`]).
     async fn fire(self: Rc<Self>) -> Result<(), JsValue> {
+        let now = now();
         let waited_for: Vec<String> = self.queues.borrow().keys().cloned().collect();
         for k in waited_for {
             if let Ok(k) = Key::new(k) {
-                self.hand_over(&k);
+                self.hand_over(&k, now);
             }
         }
-        self.exec(DELETE_EXPIRED, vec![JsValue::from_f64(now() as f64)])?;
+        self.exec(DELETE_EXPIRED, vec![JsValue::from_f64(now as f64)])?;
         // The alarm that just fired is spent (workerd drops it when this handler succeeds
         // without setting another). The next expiry covers every row, those just handed over
         // included.
@@ -505,8 +515,9 @@ impl LockDurableObjectCore {
     /// oldest of them first.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        self.inner.hand_over(&k);
-        let grant = self.inner.take(&k, &o, t)?;
+        let now = now();
+        self.inner.hand_over(&k, now);
+        let grant = self.inner.take(&k, &o, t, now)?;
         self.inner.answer_with(grant_to_js(grant)?)
     }
 
@@ -523,16 +534,16 @@ impl LockDurableObjectCore {
         w: JsValue,
     ) -> Result<Promise, JsValue> {
         let (k, o, t, w) = (key(&k)?, owner(&o)?, ttl(&t)?, wait_ms("waitMs", &w)?);
-        self.inner.hand_over(&k);
+        let since = now();
+        self.inner.hand_over(&k, since);
         if !self.inner.has_waiters(&k) {
-            let grant = self.inner.take(&k, &o, t)?;
+            let grant = self.inner.take(&k, &o, t, since)?;
             if grant.is_some() || w == 0 {
                 return self.inner.answer_with(grant_to_js(grant)?);
             }
         } else if w == 0 {
             return Ok(Promise::resolve(&JsValue::FALSE));
         }
-        let since = now();
         let ticket = Rc::new(Ticket {
             owner: o,
             ttl: t,
@@ -569,11 +580,12 @@ impl LockDurableObjectCore {
     /// the oldest waiter, if any, holds the key when it resolves.
     pub fn release(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
         let (k, o) = (key(&k)?, owner(&o)?);
+        let now = now();
         let d = self
             .inner
-            .decide(&k, &o, |row, now| rows::release(row, now, &o))?;
+            .decide(&k, &o, now, |row, now| rows::release(row, now, &o))?;
         if d.granted {
-            self.inner.hand_over(&k);
+            self.inner.hand_over(&k, now);
         }
         self.inner.answer(d)
     }
@@ -584,16 +596,17 @@ impl LockDurableObjectCore {
     #[wasm_bindgen(js_name = forceRelease)]
     pub fn force_release(&self, k: JsValue) -> Result<Promise, JsValue> {
         let k = key(&k)?;
+        let now = now();
         let Some((holder, _)) = self.inner.row(&k)? else {
             return Ok(Promise::resolve(&JsValue::FALSE));
         };
         let holder = OwnerToken::parse(holder)
             .map_err(|_| storage_error("a lock row has a malformed owner"))?;
-        let d = self
-            .inner
-            .decide(&k, &holder, |row, now| rows::release(row, now, &holder))?;
+        let d = self.inner.decide(&k, &holder, now, |row, now| {
+            rows::release(row, now, &holder)
+        })?;
         if d.granted {
-            self.inner.hand_over(&k);
+            self.inner.hand_over(&k, now);
         }
         self.inner.answer(d)
     }
@@ -603,7 +616,7 @@ impl LockDurableObjectCore {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
         let d = self
             .inner
-            .decide(&k, &o, |row, now| rows::extend(row, now, &o, t))?;
+            .decide(&k, &o, now(), |row, now| rows::extend(row, now, &o, t))?;
         self.inner.answer(d)
     }
 

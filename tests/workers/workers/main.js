@@ -445,7 +445,8 @@ const waitingSuite = {
     const waiter = lock(key, 10_000);
     const waiting = waiter.acquire({ timeout: 20_000 });
     await untilQueued(env, key, 1);
-    // Plain attempts across the holder's expiry: every one must lose to the waiter.
+    // Plain attempts back to back across the holder's expiry, the moment one could slip in
+    // ahead of the waiter: every one must lose to it.
     let settled = false;
     waiting.then(() => (settled = true), () => (settled = true));
     let attempts = 0;
@@ -453,10 +454,10 @@ const waitingSuite = {
       const other = lock(key, 10_000);
       attempts += 1;
       check(!(await other.acquire()), `plain acquire ${attempts} overtook the queued waiter`);
-      await sleep(2);
     }
     check(await waiting, "the queued waiter got the key");
     check(attempts > 1, `only ${attempts} plain attempts`);
+    check(waiter.fence > holder.fence, `waiter's fence ${waiter.fence} after ${holder.fence}`);
     check(await waiter.release(), "waiter release");
   },
   async "a release racing a waiter's timeout never makes two holders"(env, { rounds = 30 } = {}) {
