@@ -6,7 +6,8 @@
 //! Waiting (`acquireOrWait`) keeps the call open in an in-memory FIFO queue per key. A grant to
 //! a waiter is decided and written (row and fence) in the synchronous turn that freed the key —
 //! a release, a plain acquire or withdraw that found it expired, the waiter's own timer at the
-//! holder's expiry, or the alarm — and only then is the waiting call resolved. The queue lives
+//! holder's expiry, or the alarm — and only then is the waiting call resolved. The key goes to
+//! the oldest waiter whose wait is not spent at that turn's clock reading. The queue lives
 //! in memory only: when the object is evicted or restarted, the waiting calls fail and their
 //! callers fall back to plain attempts (see `DurableObjectLockStore::acquire_or_wait`).
 
@@ -87,6 +88,8 @@ struct Ticket {
     ttl: Ttl,
     /// When it joined the queue, by the object's clock.
     since: u64,
+    /// When its wait is spent, by the object's clock: from then on it is never handed the key.
+    give_up_at: u64,
     /// How the wait ended, set once by whoever ended it; taken by the waiting call.
     outcome: RefCell<Option<Outcome>>,
     /// The waiting call's waker, woken when `outcome` is set.
@@ -98,6 +101,8 @@ enum Outcome {
     Granted(Grant),
     /// The caller withdrew.
     Withdrawn,
+    /// The wait was spent before the key came free.
+    Spent,
     /// The hand-over failed in storage.
     Failed(JsValue),
 }
@@ -272,8 +277,10 @@ impl Inner {
         self.queues.borrow().values().map(VecDeque::len).sum()
     }
 
-    /// When `key` is free at `now` and has waiters, grants it to the oldest one: writes the row and the
-    /// fence, then settles the ticket (its call resolves on its next poll). A storage failure
+    /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting:
+    /// writes the row and the fence, then settles the ticket (its call resolves on its next
+    /// poll). A waiter whose wait is spent by `now` (the object was busy when its timer was due)
+    /// is answered `false` and passed over, as if its timer had run first. A storage failure
     /// fails that waiter's call rather than the operation that freed the key; a failed read
     /// leaves the queue alone (the waiters' timers try again).
     fn hand_over(&self, key: &Key, now: u64) {
@@ -283,24 +290,30 @@ impl Inner {
         if !matches!(self.expiry(key, now), Ok(None)) {
             return;
         }
-        let next = {
-            let mut queues = self.queues.borrow_mut();
-            let Some(queue) = queues.get_mut(key.as_str()) else {
-                return;
-            };
-            let next = queue.pop_front();
-            if queue.is_empty() {
-                queues.remove(key.as_str());
+        while let Some(ticket) = self.pop_waiter(key) {
+            if ticket.give_up_at <= now {
+                ticket.settle(Outcome::Spent);
+                continue;
             }
-            next
-        };
-        let Some(ticket) = next else { return };
-        let outcome = match self.take(key, &ticket.owner, ticket.ttl, now) {
-            Ok(Some(grant)) => Outcome::Granted(grant.waited(now.saturating_sub(ticket.since))),
-            Ok(None) => Outcome::Failed(storage_error("a free key refused its hand-over")),
-            Err(e) => Outcome::Failed(e),
-        };
-        ticket.settle(outcome);
+            let outcome = match self.take(key, &ticket.owner, ticket.ttl, now) {
+                Ok(Some(grant)) => Outcome::Granted(grant.waited(now.saturating_sub(ticket.since))),
+                Ok(None) => Outcome::Failed(storage_error("a free key refused its hand-over")),
+                Err(e) => Outcome::Failed(e),
+            };
+            ticket.settle(outcome);
+            return;
+        }
+    }
+
+    /// Takes the oldest ticket out of `key`'s queue.
+    fn pop_waiter(&self, key: &Key) -> Option<Rc<Ticket>> {
+        let mut queues = self.queues.borrow_mut();
+        let queue = queues.get_mut(key.as_str())?;
+        let next = queue.pop_front();
+        if queue.is_empty() {
+            queues.remove(key.as_str());
+        }
+        next
     }
 
     /// Takes `ticket` out of `key`'s queue (a no-op when the hand-over already took it).
@@ -329,12 +342,7 @@ impl Inner {
     /// A queued call: resolves when the hand-over settles its ticket or its wait is spent.
     /// Until then it wakes at the holder's expiry to hand the key over itself (the holder may
     /// never release), and otherwise sleeps.
-    async fn wait(
-        self: Rc<Self>,
-        key: Key,
-        ticket: Rc<Ticket>,
-        give_up_at: u64,
-    ) -> Result<JsValue, JsValue> {
+    async fn wait(self: Rc<Self>, key: Key, ticket: Rc<Ticket>) -> Result<JsValue, JsValue> {
         loop {
             let outcome = ticket.outcome.borrow_mut().take();
             match outcome {
@@ -342,18 +350,26 @@ impl Inner {
                     self.clone().alarm_written(self.cover_writes()?).await?;
                     return waited_grant_to_js(grant);
                 }
-                Some(Outcome::Withdrawn) => return Ok(JsValue::FALSE),
+                Some(Outcome::Withdrawn | Outcome::Spent) => return Ok(JsValue::FALSE),
                 Some(Outcome::Failed(e)) => return Err(e),
                 None => {}
             }
             let now = now();
-            if now >= give_up_at {
+            if now >= ticket.give_up_at {
                 self.leave(&key, &ticket);
                 return Ok(JsValue::FALSE);
             }
             let until = match self.expiry(&key, now) {
-                Ok(Some(expiry)) => expiry.min(give_up_at),
-                _ => give_up_at,
+                Ok(Some(expiry)) => expiry.min(ticket.give_up_at),
+                // Free by this reading (the holder expired since the call queued): hand it over
+                // now rather than sleep until the alarm. The oldest waiter still waiting, this
+                // one or one before it, then holds the key, so the next look finds this ticket
+                // settled or the key held.
+                Ok(None) => {
+                    self.hand_over(&key, now);
+                    continue;
+                }
+                Err(_) => ticket.give_up_at,
             };
             let settled = poll_until(|cx| {
                 if ticket.is_settled() {
@@ -548,6 +564,7 @@ impl LockDurableObjectCore {
             owner: o,
             ttl: t,
             since,
+            give_up_at: since.saturating_add(w),
             outcome: RefCell::new(None),
             waker: RefCell::new(None),
         });
@@ -557,11 +574,7 @@ impl LockDurableObjectCore {
             .entry(k.as_str().to_owned())
             .or_default()
             .push_back(ticket.clone());
-        Ok(future_to_promise(self.inner.clone().wait(
-            k,
-            ticket,
-            since.saturating_add(w),
-        )))
+        Ok(future_to_promise(self.inner.clone().wait(k, ticket)))
     }
 
     /// The caller with `owner` stopped waiting for the key: a queued call leaves the queue and

@@ -105,7 +105,7 @@ describe("a runtime restart with calls waiting", { concurrency: false }, () => {
 
   it("the waiting calls fail, the holder keeps the key, and the next waiter gets it at its deadline", async () => {
     const key = `restart-wait:${uuid()}`;
-    const ttl = 8_000;
+    const ttl = 12_000; // the restart, queueing included, must fit inside it
     let w = await start({ persist: dir });
     let held;
     let deadline;

@@ -21,6 +21,17 @@ export class LockDurableObject extends PackagedLockDurableObject {
   crash() {
     this.ctx.abort(new Error("reset by the test"));
   }
+  /**
+   * Keeps the object busy for `ms` and then force-releases `key`, all in one synchronous turn:
+   * the release lands after timers that fell due meanwhile, before any of them runs.
+   */
+  stallThenForceRelease(key, ms) {
+    const started = Date.now();
+    for (let spins = 0; Date.now() - started < ms; spins++) {
+      if (spins > 2e9) throw new Error("the clock did not move while the object was busy");
+    }
+    return this.forceRelease(key);
+  }
 }
 
 export { Counter, Ledger };
@@ -440,7 +451,7 @@ const waitingSuite = {
   },
   async "a plain acquire never overtakes a queued waiter"(env) {
     const key = unique("overtake");
-    const holder = lock(key, 300);
+    const holder = lock(key, 1_000);
     check(await holder.acquire(), "holder acquire");
     const waiter = lock(key, 10_000);
     const waiting = waiter.acquire({ timeout: 20_000 });
@@ -459,6 +470,27 @@ const waitingSuite = {
     check(attempts > 1, `only ${attempts} plain attempts`);
     check(waiter.fence > holder.fence, `waiter's fence ${waiter.fence} after ${holder.fence}`);
     check(await waiter.release(), "waiter release");
+  },
+  async "a waiter whose wait ran out while the object was busy is passed over"(env) {
+    const key = unique("spent");
+    const holder = lock(key, 60_000);
+    check(await holder.acquire(), "holder acquire");
+    // A retry delay far longer than the wait: the waiter's call is bounded at 6 s (the wait
+    // plus one retry delay), so the object's own answer decides.
+    const spent = lock(key, 10_000);
+    const spentWaiting = spent.acquire({ timeout: 1_000, retryDelay: 5_000 });
+    await untilQueued(env, key, 1);
+    const next = lock(key, 10_000);
+    const nextWaiting = next.acquire({ timeout: 20_000 });
+    await untilQueued(env, key, 2);
+    // The first waiter's wait runs out 1 s after it queued; the key is freed later, while the
+    // object is still busy, before the waiter's timer could take it out of the queue.
+    eq(await stubFor(env, key).stallThenForceRelease(key, 1_500), true, "force-release");
+    eq(await spentWaiting, false, "the waiter whose wait ran out");
+    eq(await nextWaiting, true, "the next waiter still waiting");
+    check(next.fence > holder.fence, `next waiter's fence ${next.fence} after ${holder.fence}`);
+    eq((await stubFor(env, key).inspect()).waiting, 0, "calls queued");
+    check(await next.release(), "next waiter release");
   },
   async "a release racing a waiter's timeout never makes two holders"(env, { rounds = 30 } = {}) {
     const key = unique("race");
