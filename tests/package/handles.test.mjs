@@ -150,7 +150,8 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
     it("waiters arriving in order run in order; one whose timeout passes leaves with [false, undefined]", async () => {
       const key = fresh();
       const order = [];
-      const holder = lock(key).run(() => sleep(60));
+      let letGo;
+      const holder = lock(key).run(() => new Promise((resolve) => (letGo = resolve)));
       await sleep(5);
       const waiters = [];
       for (let i = 0; i < 6; i++) {
@@ -159,6 +160,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       }
       const impatient = lock(key).run(() => order.push("impatient"), { timeout: 10, retryDelay: 5 });
       assert.deepEqual(await impatient, [false, undefined]);
+      letGo();
       await holder;
       await Promise.all(waiters);
       if (storeName === "memory") assert.deepEqual(order, [0, 1, 2, 3, 4, 5]);

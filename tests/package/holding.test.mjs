@@ -118,11 +118,11 @@ describe("auto-extend", () => {
     setLockStore(new MemoryLockStore());
     const key = fresh("five");
     let rivalWon = false;
-    const [, lost] = await lock(key, 100).run(
+    const [, lost] = await lock(key, 200).run(
       async ({ signal }) => {
         for (let i = 0; i < 10; i++) {
           if (await lock(key).acquire()) rivalWon = true;
-          await sleep(50);
+          await sleep(100);
         }
         return signal.aborted;
       },

@@ -47,11 +47,11 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
     it("fn releasing its own hold: the signal is not aborted later, with or without autoExtend, and the watcher goes", async () => {
       for (const options of [undefined, { autoExtend: { every: 20 } }]) {
         const before = watchers();
-        const l = lock(fresh(), 60);
+        const l = lock(fresh(), 200);
         const [ran, signal] = await l.run(async (ctx) => {
           const signal = ctx.signal;
           assert.equal(await l.release(), true);
-          await sleep(150); // past the old deadline, and several extend intervals
+          await sleep(300); // past the old deadline, and several extend intervals
           return signal;
         }, options);
         assert.equal(ran, true);
@@ -62,14 +62,14 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("run({ autoExtend }) holds past the TTL, then the cap ends it with its own reason", async () => {
       const key = fresh();
-      const [, out] = await lock(key, 60).run(
+      const [, out] = await lock(key, 200).run(
         async (ctx) => {
-          await sleep(150); // 2.5 TTLs: only extends keep it
+          await sleep(500); // 2.5 TTLs: only extends keep it
           const heldMidway = await lock(key).isLocked();
           const why = await aborted(ctx.signal).then(() => ctx.signal.reason);
           return { heldMidway, message: why.message };
         },
-        { autoExtend: { every: 20, maxHoldMs: 250 } },
+        { autoExtend: { every: 20, maxHoldMs: 700 } },
       );
       assert.equal(out.heldMidway, true);
       assert.match(out.message, /was lost: it was held for its maximum hold time/);
@@ -95,7 +95,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("autoExtend(): checks, keeps the hold alive, answers one context, and stops", async () => {
       const key = fresh();
-      const l = lock(key, 60);
+      const l = lock(key, 200);
       assert.throws(() => l.autoExtend({ every: 0 }), RangeError, "options first");
       assert.throws(() => l.autoExtend(), LockNotHeldError, "then the hold");
       assert.equal(l.signal, undefined);
@@ -104,12 +104,12 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(l.autoExtend(), context, "again while it runs: the same context");
       assert.equal(l.signal, context.signal);
       assert.equal(context.fence, l.fence);
-      await sleep(150);
+      await sleep(500);
       assert.equal(await l.isExpired(), false);
       assert.equal(await lock(key).acquire(), false, "still held after 2.5 TTLs");
       await l.stopAutoExtend();
       assert.equal(l.signal, undefined);
-      await sleep(100);
+      await sleep(250);
       assert.equal(await l.isExpired(), true, "no extend after stopAutoExtend");
       assert.equal(context.signal.aborted, false, "stopping is not a loss");
     });
@@ -117,7 +117,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
     it("release() stops autoExtend first; the key is free afterwards", async () => {
       const key = fresh();
       const before = watchers();
-      const l = lock(key, 60);
+      const l = lock(key, 200);
       await l.acquire();
       l.autoExtend({ every: 10 });
       await sleep(35);
