@@ -737,7 +737,8 @@ export function redisLockStore(client, options = {}) {
       if (state === 1) return settle(wait, { ...fenceFrom(Number(reply[1])), waitedMs: 0 });
       const lock = wait.lock;
       const pttl = Number(reply[1]);
-      if (pttl > 0) expiryAt(lock, pttl);
+      // 0 is a key in its last millisecond: it is still held, and its expiry is the next look.
+      if (pttl >= 0) expiryAt(lock, pttl);
       wait.deadlineTimer = setTimeout(async () => {
         if (wait.settled) return;
         try {
@@ -864,7 +865,7 @@ export function redisLockStore(client, options = {}) {
         if (!wait.settled) settleFrom(wait, reply.slice(1 + 3 * i, 4 + 3 * i));
       });
       const pttl = Number(reply[0]);
-      if (pttl > 0 && waits.has(lock)) expiryAt(lock, pttl);
+      if (pttl >= 0 && waits.has(lock)) expiryAt(lock, pttl);
     }
 
     function onMessage(text) {
