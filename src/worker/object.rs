@@ -4,12 +4,14 @@
 //! can run between them and every operation is atomic.
 //!
 //! Waiting (`acquireOrWait`) keeps the call open in an in-memory FIFO queue per key. A grant to
-//! a waiter is decided and written (row and fence) in the synchronous turn that freed the key —
-//! a release, a plain acquire or withdraw that found it expired, the waiter's own timer at the
-//! holder's expiry, or the alarm — and only then is the waiting call resolved. The key goes to
-//! the oldest waiter whose wait is not spent at that turn's clock reading. The queue lives
-//! in memory only: when the object is evicted or restarted, the waiting calls fail and their
-//! callers fall back to plain attempts (see `DurableObjectLockStore::acquire_or_wait`).
+//! a waiter is decided and written (row and fence) in the synchronous turn that found the key
+//! free — a release or force-release, any acquire or `acquireOrWait` call arriving after the
+//! holder expired, a queued call's own look (when it queues, and its timer at the holder's
+//! expiry), or the alarm — and only then is the waiting call resolved. The key goes to the
+//! oldest waiter whose wait is not spent at that turn's clock reading, and never to a plain
+//! acquire while anyone waits. The queue lives in memory only: when the object is evicted or
+//! restarted, the waiting calls fail and their callers fall back to plain attempts (see
+//! `DurableObjectLockStore::acquire_or_wait`).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
@@ -282,15 +284,18 @@ impl Inner {
     /// poll). A waiter whose wait is spent by `now` (the object was busy when its timer was due)
     /// is answered `false` and passed over, as if its timer had run first. A storage failure
     /// fails that waiter's call rather than the operation that freed the key; a failed read
-    /// leaves the queue alone (the waiters' timers try again).
-    fn hand_over(&self, key: &Key, now: u64) {
+    /// leaves the queue alone (the waiters' timers try again). Answers whether it took any
+    /// waiter out of the queue.
+    fn hand_over(&self, key: &Key, now: u64) -> bool {
         if !self.has_waiters(key) {
-            return;
+            return false;
         }
         if !matches!(self.expiry(key, now), Ok(None)) {
-            return;
+            return false;
         }
+        let mut popped = false;
         while let Some(ticket) = self.pop_waiter(key) {
+            popped = true;
             if ticket.give_up_at <= now {
                 ticket.settle(Outcome::Spent);
                 continue;
@@ -301,8 +306,9 @@ impl Inner {
                 Err(e) => Outcome::Failed(e),
             };
             ticket.settle(outcome);
-            return;
+            break;
         }
+        popped
     }
 
     /// Takes the oldest ticket out of `key`'s queue.
@@ -340,8 +346,8 @@ impl Inner {
     }
 
     /// A queued call: resolves when the hand-over settles its ticket or its wait is spent.
-    /// Until then it wakes at the holder's expiry to hand the key over itself (the holder may
-    /// never release), and otherwise sleeps.
+    /// Whenever it finds the key free it hands it over at once, and otherwise it sleeps until
+    /// the holder's expiry (the holder may never release) or its own deadline.
     async fn wait(self: Rc<Self>, key: Key, ticket: Rc<Ticket>) -> Result<JsValue, JsValue> {
         loop {
             let outcome = ticket.outcome.borrow_mut().take();
@@ -362,14 +368,11 @@ impl Inner {
             let until = match self.expiry(&key, now) {
                 Ok(Some(expiry)) => expiry.min(ticket.give_up_at),
                 // Free by this reading (the holder expired since the call queued): hand it over
-                // now rather than sleep until the alarm. The oldest waiter still waiting, this
-                // one or one before it, then holds the key, so the next look finds this ticket
-                // settled or the key held.
-                Ok(None) => {
-                    self.hand_over(&key, now);
-                    continue;
-                }
-                Err(_) => ticket.give_up_at,
+                // now rather than sleep until the alarm. Each such pass takes at least one
+                // waiter out of the queue (this one, or one before it), so the loop ends; a pass
+                // that took none (a failed read) sleeps instead.
+                Ok(None) if self.hand_over(&key, now) => continue,
+                Ok(None) | Err(_) => ticket.give_up_at,
             };
             let settled = poll_until(|cx| {
                 if ticket.is_settled() {
@@ -527,17 +530,21 @@ impl LockDurableObjectCore {
     }
 
     /// Set-if-absent (an expired row counts as absent). Resolves `{ fence }` when acquired,
-    /// `false` otherwise. Never overtakes waiting calls: a free key with waiters goes to the
-    /// oldest of them first.
+    /// `false` otherwise. Never overtakes waiting calls: a free key goes to the oldest waiter
+    /// still waiting first, and while anyone is still queued (the hand-over to the one before
+    /// failed in storage) a plain acquire is refused.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
         let now = now();
         self.inner.hand_over(&k, now);
+        if self.inner.has_waiters(&k) {
+            return Ok(Promise::resolve(&JsValue::FALSE));
+        }
         let grant = self.inner.take(&k, &o, t, now)?;
         self.inner.answer_with(grant_to_js(grant)?)
     }
 
-    /// Acquire now if the key is free and nobody is waiting for it (`{ fence }`); otherwise
+    /// Acquire now if the key is free and nobody is still waiting for it (`{ fence }`); otherwise
     /// wait in the key's FIFO queue for up to `waitMs` for the object to hand it over on release
     /// or at the holder's expiry (`{ fence, waitedMs }`, the grant already in storage), or
     /// resolve `false` when the wait is spent. The call stays open while it waits.
@@ -590,7 +597,7 @@ impl LockDurableObjectCore {
     }
 
     /// Compare-owner-and-delete. Resolves `true` when this owner held the key and freed it;
-    /// the oldest waiter, if any, holds the key when it resolves.
+    /// the oldest waiter still waiting, if any, holds the key when it resolves.
     pub fn release(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
         let (k, o) = (key(&k)?, owner(&o)?);
         let now = now();
@@ -604,7 +611,7 @@ impl LockDurableObjectCore {
     }
 
     /// Frees the key whoever holds it (operators clearing a stuck lock): the row goes, or the
-    /// oldest waiter is handed the key, as on a release. Resolves whether anyone held it. The
+    /// oldest waiter still waiting is handed the key, as on a release. Resolves whether anyone held it. The
     /// holder learns at its next extend.
     #[wasm_bindgen(js_name = forceRelease)]
     pub fn force_release(&self, k: JsValue) -> Result<Promise, JsValue> {

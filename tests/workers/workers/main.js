@@ -22,13 +22,16 @@ export class LockDurableObject extends PackagedLockDurableObject {
     this.ctx.abort(new Error("reset by the test"));
   }
   /**
-   * Keeps the object busy for `ms` and then force-releases `key`, all in one synchronous turn:
-   * the release lands after timers that fell due meanwhile, before any of them runs.
+   * Checks that `waiting` calls are queued, then keeps the object busy for `ms` and
+   * force-releases `key`, all in one synchronous turn: the release lands after timers that fell
+   * due meanwhile, before any of them runs.
    */
-  stallThenForceRelease(key, ms) {
+  async stallThenForceRelease(key, ms, waiting) {
+    const seen = (await this.inspect()).waiting;
+    if (seen !== waiting) throw new Error(`${seen} calls queued before the stall, expected ${waiting}`);
     const started = Date.now();
-    for (let spins = 0; Date.now() - started < ms; spins++) {
-      if (spins > 2e9) throw new Error("the clock did not move while the object was busy");
+    for (let spins = 1; Date.now() - started < ms; spins++) {
+      if (spins % 1e6 === 0 && Date.now() === started) throw new Error("the clock does not move while the object is busy");
     }
     return this.forceRelease(key);
   }
@@ -475,17 +478,17 @@ const waitingSuite = {
     const key = unique("spent");
     const holder = lock(key, 60_000);
     check(await holder.acquire(), "holder acquire");
-    // A retry delay far longer than the wait: the waiter's call is bounded at 6 s (the wait
+    // A retry delay far longer than the wait: the waiter's call is bounded at 15 s (the wait
     // plus one retry delay), so the object's own answer decides.
     const spent = lock(key, 10_000);
-    const spentWaiting = spent.acquire({ timeout: 1_000, retryDelay: 5_000 });
+    const spentWaiting = spent.acquire({ timeout: 5_000, retryDelay: 10_000 });
     await untilQueued(env, key, 1);
     const next = lock(key, 10_000);
     const nextWaiting = next.acquire({ timeout: 20_000 });
     await untilQueued(env, key, 2);
-    // The first waiter's wait runs out 1 s after it queued; the key is freed later, while the
+    // The first waiter's wait runs out 5 s after it queued; the key is freed later, while the
     // object is still busy, before the waiter's timer could take it out of the queue.
-    eq(await stubFor(env, key).stallThenForceRelease(key, 1_500), true, "force-release");
+    eq(await stubFor(env, key).stallThenForceRelease(key, 5_500, 2), true, "force-release");
     eq(await spentWaiting, false, "the waiter whose wait ran out");
     eq(await nextWaiting, true, "the next waiter still waiting");
     check(next.fence > holder.fence, `next waiter's fence ${next.fence} after ${holder.fence}`);
