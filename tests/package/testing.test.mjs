@@ -10,7 +10,7 @@ import { mapLockStore } from "./stores.mjs";
 
 const { MemoryLockStore, lock, setLockStore } = keel;
 const { checkLockStore, lockStoreResults, LockStoreConformanceError } = testing;
-const FAST = { shortTtlMs: 60, settleMs: 60, contenders: 10 };
+const FAST = { shortTtlMs: 100, settleMs: 60, contenders: 10 };
 
 test("keel-lock does not export checkLockStore; keel-lock/testing exports the kit", () => {
   assert.equal("checkLockStore" in keel, false);

@@ -530,7 +530,7 @@ async fn memory_store_does_not_grow_without_bound() {
 
 async fn conformance(store: JsValue) -> Vec<(String, bool, String)> {
     let options = object(&[
-        ("shortTtlMs", num(40.0)),
+        ("shortTtlMs", num(100.0)),
         ("settleMs", num(60.0)),
         ("contenders", num(20.0)),
     ]);
