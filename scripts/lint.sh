@@ -10,6 +10,7 @@ cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 cargo fmt --check
+cargo fmt --check --manifest-path tests/component-host/Cargo.toml
 cargo clippy --all-targets -- -D warnings
 cargo clippy --lib -- -D warnings
 features=$(cargo metadata --no-deps --format-version 1 |

@@ -418,7 +418,12 @@ fn fences_increase_across_racing_instances() {
     let order = order.into_inner().unwrap();
     assert_eq!(order.len(), THREADS * TURNS);
     for pair in order.windows(2) {
-        assert!(pair[1] > pair[0], "fence {} after {} in hold order: {order:?}", pair[1], pair[0]);
+        assert!(
+            pair[1] > pair[0],
+            "fence {} after {} in hold order: {order:?}",
+            pair[1],
+            pair[0]
+        );
     }
 }
 
