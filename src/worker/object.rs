@@ -313,36 +313,38 @@ impl Inner {
 
     /// Takes the oldest ticket out of `key`'s queue.
     fn pop_waiter(&self, key: &Key) -> Option<Rc<Ticket>> {
+        self.remove_waiter(key, VecDeque::pop_front)
+    }
+
+    /// Takes the ticket `pick` chooses out of `key`'s queue; a queue left empty goes with it.
+    fn remove_waiter(
+        &self,
+        key: &Key,
+        pick: impl FnOnce(&mut VecDeque<Rc<Ticket>>) -> Option<Rc<Ticket>>,
+    ) -> Option<Rc<Ticket>> {
         let mut queues = self.queues.borrow_mut();
         let queue = queues.get_mut(key.as_str())?;
-        let next = queue.pop_front();
+        let picked = pick(queue);
         if queue.is_empty() {
             queues.remove(key.as_str());
         }
-        next
+        picked
     }
 
     /// Takes `ticket` out of `key`'s queue (a no-op when the hand-over already took it).
     fn leave(&self, key: &Key, ticket: &Rc<Ticket>) {
-        let mut queues = self.queues.borrow_mut();
-        if let Some(queue) = queues.get_mut(key.as_str()) {
-            queue.retain(|t| !Rc::ptr_eq(t, ticket));
-            if queue.is_empty() {
-                queues.remove(key.as_str());
-            }
-        }
+        self.remove_waiter(key, |queue| {
+            let at = queue.iter().position(|t| Rc::ptr_eq(t, ticket))?;
+            queue.remove(at)
+        });
     }
 
     /// Takes `owner`'s oldest ticket out of `key`'s queue, if it is queued.
     fn dequeue(&self, key: &Key, owner: &OwnerToken) -> Option<Rc<Ticket>> {
-        let mut queues = self.queues.borrow_mut();
-        let queue = queues.get_mut(key.as_str())?;
-        let at = queue.iter().position(|t| t.owner == *owner)?;
-        let ticket = queue.remove(at);
-        if queue.is_empty() {
-            queues.remove(key.as_str());
-        }
-        ticket
+        self.remove_waiter(key, |queue| {
+            let at = queue.iter().position(|t| t.owner == *owner)?;
+            queue.remove(at)
+        })
     }
 
     /// A queued call: resolves when the hand-over settles its ticket or its wait is spent.
@@ -381,14 +383,12 @@ impl Inner {
                 *ticket.waker.borrow_mut() = Some(cx.waker().clone());
                 false
             });
+            // Woken by the hand-over, or at `until`: the next pass looks again.
             race(
                 settled,
                 WorkersRuntime.sleep(until.saturating_sub(now).max(1)),
             )
             .await;
-            if !ticket.is_settled() {
-                self.hand_over(&key, self::now());
-            }
         }
     }
 
