@@ -18,7 +18,11 @@ export interface PropertyResult {
 export interface CheckOptions {
   /** Prefix for every key the check touches. Default "keel-lock-conformance:". */
   keyPrefix?: string;
-  /** Short TTL used by the expiry properties, ms. Default 150. */
+  /**
+   * Short TTL used by the expiry properties, ms. Default 150. An owner's extend must reach a lock
+   * with this TTL while it is live: a try in which the store took the whole short TTL to answer
+   * is repeated (three tries), then reported as too slow to judge.
+   */
   shortTtlMs?: number;
   /** Extra wait past that TTL before the key must be free, ms. Default 100. */
   settleMs?: number;

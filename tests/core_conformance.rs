@@ -160,13 +160,23 @@ struct Flaws {
     release_checks_owner: bool,
     extend_checks_owner: bool,
     fences: Fences,
+    /// The first this many extends reach the store [`LATE_MS`] after they were sent, as over a
+    /// stalled network: not a flaw, a slow store.
+    late_extends: u64,
+    /// Every extend answers false, live lock or not.
+    extend_refuses: bool,
 }
+
+/// How late a late extend arrives: longer than the default short TTL (150 ms).
+const LATE_MS: u64 = 400;
 
 const CORRECT: Flaws = Flaws {
     gap: Gap::None,
     release_checks_owner: true,
     extend_checks_owner: true,
     fences: Fences::Counter,
+    late_extends: 0,
+    extend_refuses: false,
 };
 
 struct RowStore {
@@ -174,6 +184,7 @@ struct RowStore {
     rows: RefCell<HashMap<String, (OwnerToken, u64)>>,
     flaws: Flaws,
     calls: Cell<u64>,
+    extends: Cell<u64>,
     last_fence: Cell<u64>,
 }
 
@@ -184,6 +195,7 @@ impl RowStore {
             rows: RefCell::new(HashMap::new()),
             flaws,
             calls: Cell::new(0),
+            extends: Cell::new(0),
             last_fence: Cell::new(0),
         }
     }
@@ -270,7 +282,13 @@ impl LockStore for RowStore {
         Ok(true)
     }
     async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
-        if !self.may_touch(key, owner, self.flaws.extend_checks_owner) {
+        let n = self.extends.get();
+        self.extends.set(n + 1);
+        if n < self.flaws.late_extends {
+            self.rt.sleep(LATE_MS).await;
+        }
+        if self.flaws.extend_refuses || !self.may_touch(key, owner, self.flaws.extend_checks_owner)
+        {
             return Ok(false);
         }
         let expires_at = self.rt.now_ms() + ttl.as_ms();
@@ -458,6 +476,7 @@ fn every_flaw_at_once_is_caught_by_all_the_relevant_properties() {
             release_checks_owner: false,
             extend_checks_owner: false,
             fences: Fences::ReusedAfterRelease,
+            ..CORRECT
         }),
         &[
             "concurrent_acquires_have_one_winner",
@@ -487,6 +506,113 @@ fn a_fence_reused_after_release_is_caught() {
         violation.message.contains("after release"),
         "{}",
         violation.message
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// (d) A store too slow for the short TTL
+// ---------------------------------------------------------------------------------------------
+
+/// Runs one of the two extend properties against a `RowStore` with `flaws`, with the default
+/// options; answers its result and how many extends the store saw.
+fn one_property(flaws: Flaws, property: &str) -> (PropertyResult, u64) {
+    let rt = VirtualRuntime::new();
+    let store = RowStore::new(&rt, flaws);
+    let options = ConformanceOptions::default();
+    let result = match property {
+        "extend_requires_owner" => {
+            rt.block_on(conformance::extend_requires_owner(&store, &rt, &options))
+        }
+        "extend_pushes_expiry_out" => {
+            rt.block_on(conformance::extend_pushes_expiry_out(&store, &rt, &options))
+        }
+        other => panic!("no such extend property: {other}"),
+    };
+    (result, store.extends.get())
+}
+
+/// An owner's extend that arrives after the short TTL ran out is rightly refused: the kit tries
+/// the property again with fresh keys instead of reporting a broken store.
+#[test]
+fn an_extend_refused_after_a_stall_longer_than_the_short_ttl_is_tried_again() {
+    let options = ConformanceOptions::default();
+    let slow = Flaws {
+        late_extends: 3,
+        ..CORRECT
+    };
+    // First try: the free key's, the stranger's and the owner's extends all arrive late.
+    let (result, extends) = one_property(slow, "extend_requires_owner");
+    assert_eq!(result, Ok(Verdict::Holds));
+    assert_eq!(extends, 6, "two tries of three extends each");
+    let slow = Flaws {
+        late_extends: 1,
+        ..CORRECT
+    };
+    let (result, extends) = one_property(slow, "extend_pushes_expiry_out");
+    assert_eq!(result, Ok(Verdict::Holds));
+    assert_eq!(extends, 2, "two tries of one extend each");
+    // And the whole run passes with the first few extends late.
+    let rt = VirtualRuntime::new();
+    let store = RowStore::new(
+        &rt,
+        Flaws {
+            late_extends: 4,
+            ..CORRECT
+        },
+    );
+    assert_caught(&run_kit(&store, &rt, &options), &[]);
+}
+
+/// A store that is slower than the short TTL every time cannot be judged, and the failure says
+/// so (and what to change) instead of calling the store broken.
+#[test]
+fn a_store_always_slower_than_the_short_ttl_fails_saying_it_was_too_slow() {
+    let always = Flaws {
+        late_extends: u64::MAX,
+        ..CORRECT
+    };
+    for (name, result, extends, per_try) in [
+        {
+            let (r, n) = one_property(always, "extend_requires_owner");
+            ("extend_requires_owner", r, n, 3)
+        },
+        {
+            let (r, n) = one_property(always, "extend_pushes_expiry_out");
+            ("extend_pushes_expiry_out", r, n, 1)
+        },
+    ] {
+        let violation = result.expect_err(name);
+        assert_eq!(violation.property, name);
+        assert!(
+            violation.message.contains("too slow to judge")
+                && violation.message.contains("3 tries")
+                && violation.message.contains("short TTL of 150 ms"),
+            "{name}: {}",
+            violation.message
+        );
+        assert_eq!(extends, 3 * per_try, "{name}: three tries");
+    }
+}
+
+/// An owner's extend refused while the lock is plainly live is a violation on the first try:
+/// the retry is only for answers that came too late to judge.
+#[test]
+fn an_extend_refused_inside_the_short_ttl_is_caught_at_once() {
+    let refuses = Flaws {
+        extend_refuses: true,
+        ..CORRECT
+    };
+    let (result, extends) = one_property(refuses, "extend_requires_owner");
+    let violation = result.expect_err("a store that never extends");
+    assert!(
+        violation.message.contains("inside the short TTL of 150 ms"),
+        "{}",
+        violation.message
+    );
+    assert_eq!(extends, 3, "one try");
+    assert_caught(
+        &check_flaws(refuses),
+        &["extend_requires_owner", "extend_pushes_expiry_out"],
     );
 }
 
