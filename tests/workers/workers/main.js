@@ -454,7 +454,8 @@ const waitingSuite = {
   },
   async "a plain acquire never overtakes a queued waiter"(env) {
     const key = unique("overtake");
-    const holder = lock(key, 1_000);
+    // Long enough that the waiter is queued before the holder expires, even on a stalled machine.
+    const holder = lock(key, 2_000);
     check(await holder.acquire(), "holder acquire");
     const waiter = lock(key, 10_000);
     const waiting = waiter.acquire({ timeout: 20_000 });
