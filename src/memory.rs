@@ -142,7 +142,11 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Deletes every expired row now and answers how many went.
     pub fn purge_expired(&self) -> usize {
-        let now = self.runtime.monotonic_ms();
+        self.purge_expired_at(self.runtime.monotonic_ms())
+    }
+
+    /// [`MemoryLockStore::purge_expired`] as of `now`, so that one decision reads the clock once.
+    fn purge_expired_at(&self, now: u64) -> usize {
         let mut rows = self.rows.borrow_mut();
         let before = rows.len();
         rows.retain(|_, row| row.expires_at > now);
@@ -206,7 +210,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         now: u64,
     ) -> Option<Grant> {
         if self.rows.borrow().len() >= self.next_sweep_at.get() {
-            self.purge_expired();
+            self.purge_expired_at(now);
         }
         // A key whose holder just expired goes to its oldest waiter first, not to this caller.
         self.hand_over(key, now);
