@@ -20,8 +20,9 @@ export interface CheckOptions {
   keyPrefix?: string;
   /**
    * Short TTL used by the expiry properties, ms. Default 150. An owner's extend must reach a lock
-   * with this TTL while it is live: a try in which the store took the whole short TTL to answer
-   * is repeated (three tries), then reported as too slow to judge.
+   * with this TTL while it is live: a try in which that extend was refused after the whole short
+   * TTL passed, with the key no longer held, is repeated (three tries), then reported as too slow
+   * to judge.
    */
   shortTtlMs?: number;
   /** Extra wait past that TTL before the key must be free, ms. Default 100. */

@@ -6,11 +6,12 @@
 //! against a shared, live store. Expiry properties really wait (by the runtime's clock) for a
 //! short TTL to pass.
 //!
-//! Two properties need an extend to reach the store while a short-TTL lock is still live. When
-//! the owner's extend is refused but the store took the whole short TTL to answer the acquire and
-//! the extend, the refusal proves nothing (the lock may really have expired in flight), so the
-//! property is tried again with fresh keys, up to [`TRIES_WITHIN_SHORT_TTL`] times. A store that
-//! is that slow every time fails with a message saying so, not with a false violation.
+//! Two properties need the owner's extend to reach the store while a short-TTL lock is still
+//! live. When that extend is refused, but the whole short TTL passed between sending the acquire
+//! and the extend's answer and the key no longer reads as held, the refusal proves nothing (the
+//! lock may really have expired in flight), so the property is tried again with fresh keys, up
+//! to [`TRIES_WITHIN_SHORT_TTL`] times. A store that is that slow every time fails with a message
+//! saying so, not with a false violation.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -59,7 +60,8 @@ const CLOCK_SLACK_MS: u64 = 2;
 enum Try {
     /// The store's answers could be judged, and kept the property.
     Judged,
-    /// The store took this many ms, the whole short TTL, to answer: the try proves nothing.
+    /// The owner's extend was refused this many ms after the acquire was sent, the whole short
+    /// TTL, and the key no longer reads as held: the try proves nothing.
     TooSlow(u64),
 }
 
@@ -154,16 +156,17 @@ where
             }
         }
         Err(self.fail(format!(
-            "the owner's extend answered false, but in each of {TRIES_WITHIN_SHORT_TTL} tries the \
-             store took {fastest} ms or more to answer the acquire and the extend, the whole \
-             short TTL of {} ms: too slow to judge; give the check a longer short TTL",
-            self.options.short_ttl_ms
+            "the owner's extend answered false, but in each of {TRIES_WITHIN_SHORT_TTL} tries \
+             {fastest} ms or more passed from sending the acquire to the extend's answer, the \
+             whole short TTL of {} ms: too slow to judge; give the check a longer short TTL",
+            self.short().as_ms()
         )))
     }
 
-    /// The owner's extend of a short-TTL lock taken after `started`: `Ok(None)` when it was
-    /// granted, a too-slow try when it was refused after the short TTL ran out, and a violation
-    /// when it was refused in time.
+    /// The owner's extend of its short-TTL lock on a fresh `key`, whose acquire was sent at
+    /// `started`: `Ok(None)` when granted. A refusal is a violation when it came inside the short
+    /// TTL, or when the key still reads as held after it (only this owner took the key);
+    /// otherwise the lock may have expired in flight, and the try is too slow to judge.
     async fn owner_extends(
         &self,
         key: &Key,
@@ -174,15 +177,21 @@ where
             return Ok(None);
         }
         let elapsed = self.runtime.monotonic_ms().saturating_sub(started);
-        if elapsed + CLOCK_SLACK_MS >= self.options.short_ttl_ms {
-            self.release(key, owner).await?;
+        let short = self.short().as_ms();
+        let violation = if elapsed + CLOCK_SLACK_MS < short {
+            format!(
+                "the owner's extend answered false {elapsed} ms after its acquire was sent, \
+                 inside the short TTL of {short} ms"
+            )
+        } else if self.is_locked(key).await? {
+            "the owner's extend answered false while its lock was still held (isLocked answered \
+             true after the refusal)"
+                .to_owned()
+        } else {
             return Ok(Some(Try::TooSlow(elapsed)));
-        }
-        Err(self.fail(format!(
-            "the owner's extend answered false {elapsed} ms after its acquire, inside the short \
-             TTL of {} ms",
-            self.options.short_ttl_ms
-        )))
+        };
+        self.release(key, owner).await?;
+        Err(self.fail(violation))
     }
 
     async fn outlive_short_ttl(&self) {

@@ -160,15 +160,17 @@ struct Flaws {
     release_checks_owner: bool,
     extend_checks_owner: bool,
     fences: Fences,
-    /// The first this many extends reach the store [`LATE_MS`] after they were sent, as over a
-    /// stalled network: not a flaw, a slow store.
+    /// The first this many extends reach the store `extend_late_ms` after they were sent, as
+    /// over a stalled network: not a flaw, a slow store.
     late_extends: u64,
+    extend_late_ms: u64,
+    /// A grant's answer comes back this long after the row was written: a slow store too.
+    acquire_answers_late_ms: u64,
     /// Every extend answers false, live lock or not.
     extend_refuses: bool,
+    /// Rows live this much longer than the TTL asked for.
+    holds_past_ttl_ms: u64,
 }
-
-/// How late a late extend arrives: longer than the default short TTL (150 ms).
-const LATE_MS: u64 = 400;
 
 const CORRECT: Flaws = Flaws {
     gap: Gap::None,
@@ -176,7 +178,11 @@ const CORRECT: Flaws = Flaws {
     extend_checks_owner: true,
     fences: Fences::Counter,
     late_extends: 0,
+    // Longer than the default short TTL (150 ms).
+    extend_late_ms: 400,
+    acquire_answers_late_ms: 0,
     extend_refuses: false,
+    holds_past_ttl_ms: 0,
 };
 
 struct RowStore {
@@ -261,15 +267,20 @@ impl LockStore for RowStore {
         }
         // With a gap, another acquirer can read "free" here too, and both then write.
         self.gap().await;
-        let expires_at = self.rt.now_ms() + ttl.as_ms();
+        let expires_at = self.rt.now_ms() + ttl.as_ms() + self.flaws.holds_past_ttl_ms;
         self.rows
             .borrow_mut()
             .insert(key.as_str().to_owned(), (owner.clone(), expires_at));
-        if self.flaws.fences == Fences::Absent {
-            return Ok(Some(Grant::unfenced()));
+        let grant = if self.flaws.fences == Fences::Absent {
+            Grant::unfenced()
+        } else {
+            self.last_fence.set(self.last_fence.get() + 1);
+            Grant::new(Fence::new(self.last_fence.get()).ok())
+        };
+        if self.flaws.acquire_answers_late_ms > 0 {
+            self.rt.sleep(self.flaws.acquire_answers_late_ms).await;
         }
-        self.last_fence.set(self.last_fence.get() + 1);
-        Ok(Some(Grant::new(Fence::new(self.last_fence.get()).ok())))
+        Ok(Some(grant))
     }
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Infallible> {
         if !self.may_touch(key, owner, self.flaws.release_checks_owner) {
@@ -285,13 +296,13 @@ impl LockStore for RowStore {
         let n = self.extends.get();
         self.extends.set(n + 1);
         if n < self.flaws.late_extends {
-            self.rt.sleep(LATE_MS).await;
+            self.rt.sleep(self.flaws.extend_late_ms).await;
         }
         if self.flaws.extend_refuses || !self.may_touch(key, owner, self.flaws.extend_checks_owner)
         {
             return Ok(false);
         }
-        let expires_at = self.rt.now_ms() + ttl.as_ms();
+        let expires_at = self.rt.now_ms() + ttl.as_ms() + self.flaws.holds_past_ttl_ms;
         if let Some(row) = self.rows.borrow_mut().get_mut(key.as_str()) {
             row.1 = expires_at;
         }
@@ -514,8 +525,8 @@ fn a_fence_reused_after_release_is_caught() {
 // ---------------------------------------------------------------------------------------------
 
 /// Runs one of the two extend properties against a `RowStore` with `flaws`, with the default
-/// options; answers its result and how many extends the store saw.
-fn one_property(flaws: Flaws, property: &str) -> (PropertyResult, u64) {
+/// options; answers its result, how many extends the store saw, and how many rows it left live.
+fn one_property(flaws: Flaws, property: &str) -> (PropertyResult, u64, usize) {
     let rt = VirtualRuntime::new();
     let store = RowStore::new(&rt, flaws);
     let options = ConformanceOptions::default();
@@ -528,7 +539,14 @@ fn one_property(flaws: Flaws, property: &str) -> (PropertyResult, u64) {
         }
         other => panic!("no such extend property: {other}"),
     };
-    (result, store.extends.get())
+    let now = rt.now_ms();
+    let live = store
+        .rows
+        .borrow()
+        .values()
+        .filter(|(_, at)| *at > now)
+        .count();
+    (result, store.extends.get(), live)
 }
 
 /// An owner's extend that arrives after the short TTL ran out is rightly refused: the kit tries
@@ -541,14 +559,14 @@ fn an_extend_refused_after_a_stall_longer_than_the_short_ttl_is_tried_again() {
         ..CORRECT
     };
     // First try: the free key's, the stranger's and the owner's extends all arrive late.
-    let (result, extends) = one_property(slow, "extend_requires_owner");
+    let (result, extends, _) = one_property(slow, "extend_requires_owner");
     assert_eq!(result, Ok(Verdict::Holds));
     assert_eq!(extends, 6, "two tries of three extends each");
     let slow = Flaws {
         late_extends: 1,
         ..CORRECT
     };
-    let (result, extends) = one_property(slow, "extend_pushes_expiry_out");
+    let (result, extends, _) = one_property(slow, "extend_pushes_expiry_out");
     assert_eq!(result, Ok(Verdict::Holds));
     assert_eq!(extends, 2, "two tries of one extend each");
     // And the whole run passes with the first few extends late.
@@ -573,11 +591,11 @@ fn a_store_always_slower_than_the_short_ttl_fails_saying_it_was_too_slow() {
     };
     for (name, result, extends, per_try) in [
         {
-            let (r, n) = one_property(always, "extend_requires_owner");
+            let (r, n, _) = one_property(always, "extend_requires_owner");
             ("extend_requires_owner", r, n, 3)
         },
         {
-            let (r, n) = one_property(always, "extend_pushes_expiry_out");
+            let (r, n, _) = one_property(always, "extend_pushes_expiry_out");
             ("extend_pushes_expiry_out", r, n, 1)
         },
     ] {
@@ -602,7 +620,7 @@ fn an_extend_refused_inside_the_short_ttl_is_caught_at_once() {
         extend_refuses: true,
         ..CORRECT
     };
-    let (result, extends) = one_property(refuses, "extend_requires_owner");
+    let (result, extends, _) = one_property(refuses, "extend_requires_owner");
     let violation = result.expect_err("a store that never extends");
     assert!(
         violation.message.contains("inside the short TTL of 150 ms"),
@@ -614,6 +632,64 @@ fn an_extend_refused_inside_the_short_ttl_is_caught_at_once() {
         &check_flaws(refuses),
         &["extend_requires_owner", "extend_pushes_expiry_out"],
     );
+}
+
+/// The short TTL is timed from before the acquire is sent: a grant that comes back 100 ms late,
+/// then an extend that arrives 60 ms after that, reaches a lock that expired at 150 ms. Timed
+/// from the grant's answer (60 ms) the refusal would look like a violation.
+#[test]
+fn the_short_ttl_is_timed_from_before_the_acquire_is_sent() {
+    let slow = Flaws {
+        acquire_answers_late_ms: 100,
+        late_extends: u64::MAX,
+        extend_late_ms: 60,
+        ..CORRECT
+    };
+    let (result, extends, live) = one_property(slow, "extend_pushes_expiry_out");
+    let violation = result.expect_err("a store this slow cannot pass");
+    assert!(
+        violation.message.contains("too slow to judge"),
+        "{}",
+        violation.message
+    );
+    assert_eq!(extends, 3, "three tries");
+    assert_eq!(live, 0, "no lock left held");
+}
+
+/// However slow the store, a refused extend of a lock that still reads as held afterwards is a
+/// violation (only the owner took that fresh key); and a slow try followed by a quick refusal is
+/// a violation too.
+#[test]
+fn a_refused_extend_of_a_lock_still_held_is_caught_however_slow() {
+    let refuses_while_held = Flaws {
+        extend_refuses: true,
+        late_extends: u64::MAX,
+        holds_past_ttl_ms: 10_000,
+        ..CORRECT
+    };
+    let (result, extends, live) = one_property(refuses_while_held, "extend_requires_owner");
+    let violation = result.expect_err("a store that refuses its holder's extend");
+    assert!(
+        violation.message.contains("while its lock was still held"),
+        "{}",
+        violation.message
+    );
+    assert_eq!(extends, 3, "one try");
+    assert_eq!(live, 0, "the kit released the lock it judged");
+
+    let slow_then_quick = Flaws {
+        extend_refuses: true,
+        late_extends: 3,
+        ..CORRECT
+    };
+    let (result, extends, _) = one_property(slow_then_quick, "extend_requires_owner");
+    let violation = result.expect_err("a store that never extends");
+    assert!(
+        violation.message.contains("inside the short TTL"),
+        "{}",
+        violation.message
+    );
+    assert_eq!(extends, 6, "a slow try, then a quick refusal");
 }
 
 #[test]
