@@ -549,26 +549,40 @@ fn one_property(flaws: Flaws, property: &str) -> (PropertyResult, u64, usize) {
     (result, store.extends.get(), live)
 }
 
+/// Runs `property` as [`one_property`] does and asserts it failed, filed under its own name,
+/// with a message containing every one of `texts`; answers the extends the store saw and the
+/// rows left live.
+fn fails_saying(flaws: Flaws, property: &str, texts: &[&str]) -> (u64, usize) {
+    let (result, extends, live) = one_property(flaws, property);
+    let violation = result.expect_err(property);
+    assert_eq!(violation.property, property);
+    assert!(
+        texts.iter().all(|text| violation.message.contains(text)),
+        "{property}: {}",
+        violation.message
+    );
+    (extends, live)
+}
+
 /// An owner's extend that arrives after the short TTL ran out is rightly refused: the kit tries
 /// the property again with fresh keys instead of reporting a broken store.
 #[test]
 fn an_extend_refused_after_a_stall_longer_than_the_short_ttl_is_tried_again() {
     let options = ConformanceOptions::default();
-    let slow = Flaws {
-        late_extends: 3,
-        ..CORRECT
-    };
-    // First try: the free key's, the stranger's and the owner's extends all arrive late.
-    let (result, extends, _) = one_property(slow, "extend_requires_owner");
-    assert_eq!(result, Ok(Verdict::Holds));
-    assert_eq!(extends, 6, "two tries of three extends each");
-    let slow = Flaws {
-        late_extends: 1,
-        ..CORRECT
-    };
-    let (result, extends, _) = one_property(slow, "extend_pushes_expiry_out");
-    assert_eq!(result, Ok(Verdict::Holds));
-    assert_eq!(extends, 2, "two tries of one extend each");
+    // Every extend of the first try arrives late: the free key's, the stranger's and the
+    // owner's in one property, the owner's in the other.
+    for (property, per_try) in [
+        ("extend_requires_owner", 3),
+        ("extend_pushes_expiry_out", 1),
+    ] {
+        let slow = Flaws {
+            late_extends: per_try,
+            ..CORRECT
+        };
+        let (result, extends, _) = one_property(slow, property);
+        assert_eq!(result, Ok(Verdict::Holds), "{property}");
+        assert_eq!(extends, 2 * per_try, "{property}: two tries");
+    }
     // And the whole run passes with the first few extends late.
     let rt = VirtualRuntime::new();
     let store = RowStore::new(
@@ -589,26 +603,17 @@ fn a_store_always_slower_than_the_short_ttl_fails_saying_it_was_too_slow() {
         late_extends: u64::MAX,
         ..CORRECT
     };
-    for (name, result, extends, per_try) in [
-        {
-            let (r, n, _) = one_property(always, "extend_requires_owner");
-            ("extend_requires_owner", r, n, 3)
-        },
-        {
-            let (r, n, _) = one_property(always, "extend_pushes_expiry_out");
-            ("extend_pushes_expiry_out", r, n, 1)
-        },
+    let too_slow = [
+        "too slow to judge; give the check a longer short TTL",
+        "in each of 3 tries",
+        "short TTL of 150 ms",
+    ];
+    for (property, per_try) in [
+        ("extend_requires_owner", 3),
+        ("extend_pushes_expiry_out", 1),
     ] {
-        let violation = result.expect_err(name);
-        assert_eq!(violation.property, name);
-        assert!(
-            violation.message.contains("too slow to judge")
-                && violation.message.contains("3 tries")
-                && violation.message.contains("short TTL of 150 ms"),
-            "{name}: {}",
-            violation.message
-        );
-        assert_eq!(extends, 3 * per_try, "{name}: three tries");
+        let (extends, _) = fails_saying(always, property, &too_slow);
+        assert_eq!(extends, 3 * per_try, "{property}: three tries");
     }
 }
 
@@ -620,12 +625,10 @@ fn an_extend_refused_inside_the_short_ttl_is_caught_at_once() {
         extend_refuses: true,
         ..CORRECT
     };
-    let (result, extends, _) = one_property(refuses, "extend_requires_owner");
-    let violation = result.expect_err("a store that never extends");
-    assert!(
-        violation.message.contains("inside the short TTL of 150 ms"),
-        "{}",
-        violation.message
+    let (extends, _) = fails_saying(
+        refuses,
+        "extend_requires_owner",
+        &["inside the short TTL of 150 ms"],
     );
     assert_eq!(extends, 3, "one try");
     assert_caught(
@@ -645,13 +648,7 @@ fn the_short_ttl_is_timed_from_before_the_acquire_is_sent() {
         extend_late_ms: 60,
         ..CORRECT
     };
-    let (result, extends, live) = one_property(slow, "extend_pushes_expiry_out");
-    let violation = result.expect_err("a store this slow cannot pass");
-    assert!(
-        violation.message.contains("too slow to judge"),
-        "{}",
-        violation.message
-    );
+    let (extends, live) = fails_saying(slow, "extend_pushes_expiry_out", &["too slow to judge"]);
     assert_eq!(extends, 3, "three tries");
     assert_eq!(live, 0, "no lock left held");
 }
@@ -667,27 +664,22 @@ fn a_refused_extend_of_a_lock_still_held_is_caught_however_slow() {
         holds_past_ttl_ms: 10_000,
         ..CORRECT
     };
-    let (result, extends, live) = one_property(refuses_while_held, "extend_requires_owner");
-    let violation = result.expect_err("a store that refuses its holder's extend");
-    assert!(
-        violation.message.contains("while its lock was still held"),
-        "{}",
-        violation.message
+    let (extends, live) = fails_saying(
+        refuses_while_held,
+        "extend_requires_owner",
+        &["while its lock was still held"],
     );
     assert_eq!(extends, 3, "one try");
     assert_eq!(live, 0, "the kit released the lock it judged");
-
     let slow_then_quick = Flaws {
         extend_refuses: true,
         late_extends: 3,
         ..CORRECT
     };
-    let (result, extends, _) = one_property(slow_then_quick, "extend_requires_owner");
-    let violation = result.expect_err("a store that never extends");
-    assert!(
-        violation.message.contains("inside the short TTL"),
-        "{}",
-        violation.message
+    let (extends, _) = fails_saying(
+        slow_then_quick,
+        "extend_requires_owner",
+        &["inside the short TTL"],
     );
     assert_eq!(extends, 6, "a slow try, then a quick refusal");
 }
