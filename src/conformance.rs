@@ -190,7 +190,8 @@ where
         } else {
             return Ok(Some(Try::TooSlow(elapsed)));
         };
-        self.release(key, owner).await?;
+        // Best effort: the refused extend is what gets reported, even if this release fails too.
+        let _ = self.release(key, owner).await;
         Err(self.fail(violation))
     }
 

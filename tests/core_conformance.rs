@@ -7,7 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::convert::Infallible;
+use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -17,11 +17,14 @@ use keel_lock::conformance::{self, check_all, ConformanceOptions, PropertyResult
 use keel_lock::virtual_time::VirtualRuntime;
 use keel_lock::{Fence, Grant, Key, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl};
 
-fn run_kit<S: LockStore<Error = Infallible>>(
+fn run_kit<S: LockStore>(
     store: &S,
     rt: &VirtualRuntime,
     options: &ConformanceOptions,
-) -> Vec<(&'static str, PropertyResult)> {
+) -> Vec<(&'static str, PropertyResult)>
+where
+    S::Error: Debug,
+{
     rt.block_on(check_all(store, rt, options))
 }
 
@@ -170,6 +173,8 @@ struct Flaws {
     extend_refuses: bool,
     /// Rows live this much longer than the TTL asked for.
     holds_past_ttl_ms: u64,
+    /// Every release fails with a store error.
+    release_fails: bool,
 }
 
 const CORRECT: Flaws = Flaws {
@@ -183,6 +188,7 @@ const CORRECT: Flaws = Flaws {
     acquire_answers_late_ms: 0,
     extend_refuses: false,
     holds_past_ttl_ms: 0,
+    release_fails: false,
 };
 
 struct RowStore {
@@ -250,8 +256,12 @@ impl Future for YieldOnce {
     }
 }
 
+/// The error `RowStore` answers when a flaw makes a call fail.
+#[derive(Debug)]
+struct RowStoreDown;
+
 impl LockStore for RowStore {
-    type Error = Infallible;
+    type Error = RowStoreDown;
 
     fn name(&self) -> &'static str {
         "row"
@@ -261,7 +271,7 @@ impl LockStore for RowStore {
         key: &Key,
         owner: &OwnerToken,
         ttl: Ttl,
-    ) -> Result<Option<Grant>, Infallible> {
+    ) -> Result<Option<Grant>, RowStoreDown> {
         if self.live_owner(key).is_some() {
             return Ok(None);
         }
@@ -282,7 +292,10 @@ impl LockStore for RowStore {
         }
         Ok(Some(grant))
     }
-    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Infallible> {
+    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, RowStoreDown> {
+        if self.flaws.release_fails {
+            return Err(RowStoreDown);
+        }
         if !self.may_touch(key, owner, self.flaws.release_checks_owner) {
             return Ok(false);
         }
@@ -292,7 +305,7 @@ impl LockStore for RowStore {
         }
         Ok(true)
     }
-    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
+    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, RowStoreDown> {
         let n = self.extends.get();
         self.extends.set(n + 1);
         if n < self.flaws.late_extends {
@@ -308,10 +321,10 @@ impl LockStore for RowStore {
         }
         Ok(true)
     }
-    async fn is_locked(&self, key: &Key) -> Result<bool, Infallible> {
+    async fn is_locked(&self, key: &Key) -> Result<bool, RowStoreDown> {
         Ok(self.live_owner(key).is_some())
     }
-    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Infallible> {
+    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, RowStoreDown> {
         let now = self.rt.now_ms();
         Ok(self
             .rows
@@ -682,6 +695,24 @@ fn a_refused_extend_of_a_lock_still_held_is_caught_however_slow() {
         &["inside the short TTL"],
     );
     assert_eq!(extends, 6, "a slow try, then a quick refusal");
+}
+
+/// The kit lets go of the lock it judged before reporting; when that release fails too, the
+/// report is still the refused extend, not the release's error.
+#[test]
+fn a_refused_extend_is_reported_even_when_the_cleanup_release_fails() {
+    let refuses_and_cannot_release = Flaws {
+        extend_refuses: true,
+        release_fails: true,
+        ..CORRECT
+    };
+    for property in ["extend_requires_owner", "extend_pushes_expiry_out"] {
+        fails_saying(
+            refuses_and_cannot_release,
+            property,
+            &["the owner's extend answered false", "inside the short TTL"],
+        );
+    }
 }
 
 #[test]
