@@ -18,10 +18,15 @@ export class LockStoreConformanceError extends Error {
     const lines = failures.map((f) => `  - ${f.property}: ${String(f.message ?? "failed").replace(/\n/g, "\n    ")}`);
     super(`the store is not a lock: ${count} failed\n${lines.join("\n")}`);
     this.name = "LockStoreConformanceError";
-    /** The failed properties, `[{ property, ok: false, message }]`. */
-    this.failures = failures;
-    /** Every property's outcome, passed ones included. */
-    this.results = results;
+    // Read-only and not enumerable, so that printing the error (a test runner's report,
+    // `util.inspect`) shows the message, which already names every failure, rather than ending
+    // in a dump of every property's result.
+    Object.defineProperties(this, {
+      /** The failed properties, `[{ property, ok: false, message }]`. */
+      failures: { value: failures },
+      /** Every property's outcome, passed ones included. */
+      results: { value: results },
+    });
   }
 }
 
