@@ -20,11 +20,11 @@ use std::task::Waker;
 
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use wasm_bindgen_futures::JsFuture;
 use worker::worker_sys::DurableObjectStorage;
 use worker::{SqlStorage, SqlStorageValue, State};
 
-use super::{describe, key, type_error, WorkersRuntime};
+use super::{describe, key, promise, type_error, WorkersRuntime};
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, ShowNumber, Ttl, MAX_WAIT_MS};
 use crate::js::convert::{fence_to_js, grant_to_js, object, owner, required_ttl as ttl};
@@ -487,7 +487,7 @@ impl Inner {
             return Ok(Promise::resolve(&granted));
         };
         let this = self.clone();
-        Ok(future_to_promise(async move {
+        Ok(promise(async move {
             this.alarm_written(Some(set)).await?;
             Ok(granted)
         }))
@@ -581,7 +581,7 @@ impl LockDurableObjectCore {
             .entry(k.as_str().to_owned())
             .or_default()
             .push_back(ticket.clone());
-        Ok(future_to_promise(self.inner.clone().wait(k, ticket)))
+        Ok(promise(self.inner.clone().wait(k, ticket)))
     }
 
     /// The caller with `owner` stopped waiting for the key: a queued call leaves the queue and
@@ -671,7 +671,7 @@ impl LockDurableObjectCore {
     /// instance no longer knows the alarm, so the next write sets it again from the next expiry.
     pub fn alarm(&self) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move {
+        promise(async move {
             let fired = inner.clone().fire().await;
             if fired.is_err() {
                 inner.alarm_at.set(None);
@@ -685,7 +685,7 @@ impl LockDurableObjectCore {
     /// this instance has queued. Owner tokens are never exposed.
     pub fn inspect(&self) -> Promise {
         let inner = self.inner.clone();
-        future_to_promise(async move {
+        promise(async move {
             let rows = Array::new();
             for row in inner.exec(LIST, vec![])?.raw() {
                 let row = row.map_err(storage_error)?;

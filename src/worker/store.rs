@@ -13,10 +13,10 @@ use std::thread::LocalKey;
 
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::{future_to_promise, JsFuture};
+use wasm_bindgen_futures::JsFuture;
 
 use super::object::{wait_ms, waited_grant_to_js};
-use super::{describe, key, type_error, WorkersRuntime};
+use super::{describe, key, promise, type_error, WorkersRuntime};
 use crate::error::InputError;
 use crate::grant::Grant;
 use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS};
@@ -434,7 +434,7 @@ where
     T: Into<JsValue>,
 {
     let store = store.clone();
-    future_to_promise(async move { Ok(op(store)?.await?.into()) })
+    promise(async move { Ok(op(store)?.await?.into()) })
 }
 
 #[wasm_bindgen]
