@@ -28,7 +28,7 @@ import { AsyncMapStore, FloorLock, FloorLockAsync, FloorStore } from "./lib/floo
 import { median, summarize, round } from "./lib/stats.mjs";
 import { startRedis, commandStats, statsDelta } from "./lib/redis-server.mjs";
 import { startPostgres } from "./lib/postgres.mjs";
-import { buildWorkers, startWorkers } from "./lib/workerd.mjs";
+import { buildWorkers, startWorkerd, startWorkers } from "./lib/workerd.mjs";
 import { staggered, orderStats } from "./lib/contention.mjs";
 import { durableObjectUncontended, durableObjectUncontendedMarkdown } from "./lib/durable-object-uncontended.mjs";
 
@@ -711,36 +711,61 @@ function startup() {
   };
 }
 
-// (4b) Start-up in workerd: a fresh Miniflare (new workerd process, the bundle's modules loaded —
-// for keel-lock that compiles and instantiates the wasm) → ready, then the first request, which
-// does lock(key).run(fn) on the Durable Object store (a new object for a fresh key), then warm
+// (4b) Start-up in workerd, two ways: through Miniflare (a fresh `new Miniflare` → ready; Node
+// sends each request with dispatchFetch), and in workerd itself (`workerd serve` on its own
+// config → the socket listens; requests over HTTP) — what a deployed Worker pays, without
+// Miniflare's work in Node on the bundle. Either way workerd loads the bundle's modules before it
+// is ready (for keel-lock that compiles and instantiates the wasm); then the first request does
+// lock(key).run(fn) on the Durable Object store (a new object for a fresh key), then warm
 // requests doing the same on fresh keys. Same for the plain-JS Durable Object floor.
-async function workerdStartup() {
+const STARTUP_HOSTS = {
+  miniflare: {
+    start: async (worker) => {
+      const w = await startWorkers([worker]);
+      return { call: (body) => w.call(worker, "/first", body), dispose: () => w.dispose() };
+    },
+    readyLabel: "new Miniflare → ready ms",
+    title: "Start-up in workerd (Miniflare)",
+    note: "Every request is a Node → workerd `dispatchFetch`; a fresh key means a new Durable Object (and its SQLite database), which dominates the warm fresh-key request for both.",
+  },
+  workerd: {
+    start: async (worker) => {
+      const w = await startWorkerd(worker);
+      return { call: (body) => w.fetch("/first", body), dispose: () => w.dispose() };
+    },
+    readyLabel: "workerd serve → listening ms",
+    title: "Start-up in workerd itself (`workerd serve`, no Miniflare)",
+    note: "workerd listens once it has loaded the Worker's modules; requests are plain HTTP from Node. A fresh key means a new Durable Object (and its SQLite database).",
+  },
+};
+
+async function workerdStartup(host) {
   const N = QUICK ? 2 : 5;
   const WARM = QUICK ? 5 : 20;
+  const how = STARTUP_HOSTS[host];
   buildWorkers();
   const per = Object.fromEntries(DO_CONTENDERS.map((c) => [c.name, []]));
-  log(`(4b) workerd start-up: ${N} fresh Miniflare instances each, ${WARM} warm requests after the first`);
+  log(`(4b) ${how.title}: ${N} fresh instances each, ${WARM} warm requests after the first`);
   for (let i = 0; i < N; i++) {
     for (let k = 0; k < DO_CONTENDERS.length; k++) {
       const c = DO_CONTENDERS[(i + k) % DO_CONTENDERS.length];
       await settle();
       const t0 = performance.now();
-      const w = await startWorkers([c.worker]);
+      const w = await how.start(c.worker);
       try {
         const t1 = performance.now();
-        await w.call(c.worker, "/first");
+        await w.call();
         const t2 = performance.now();
         const warm = [];
         for (let j = 0; j < WARM; j++) {
           const s = performance.now();
-          await w.call(c.worker, "/first");
+          await w.call();
           warm.push(performance.now() - s);
         }
         const sameKey = [];
         for (let j = 0; j < WARM; j++) {
           const s = performance.now();
-          await w.call(c.worker, "/first", { key: "startup:warm" });
+          await w.call({ key: "startup:warm" });
           if (j > 0) sameKey.push(performance.now() - s); // j = 0 creates that key's object
         }
         per[c.name].push({ readyMs: t1 - t0, firstMs: t2 - t1, warmMs: median(warm), warmSameKeyMs: median(sameKey) });
@@ -751,11 +776,12 @@ async function workerdStartup() {
       }
     }
   }
-  results.sections.startup.workerd = {
+  results.sections.startup[host === "miniflare" ? "workerd" : "workerdDirect"] = {
     measured: true,
+    host,
     instances: N,
     warmRequests: WARM,
-    measuredHow: "Node-side wall times: new Miniflare(...) → ready (spawns workerd, loads the bundle; keel-lock's wasm is compiled and instantiated at module load), first dispatchFetch doing lock(freshKey).run(fn) on the Durable Object store (creates that key's object), median of warm requests doing the same on fresh keys, and median of warm requests on one already-created key (no object creation); medians over instances",
+    measuredHow: `Node-side wall times: ${how.readyLabel.replace(/ ms$/, "")} (workerd loads the bundle's modules first; keel-lock's wasm is compiled and instantiated at module load), the first request doing lock(freshKey).run(fn) on the Durable Object store (creates that key's object), median of warm requests doing the same on fresh keys, and median of warm requests on one already-created key (no object creation); medians over instances`,
     rows: DO_CONTENDERS.map((c) => {
       const recs = per[c.name];
       const first = median(recs.map((r) => r.firstMs));
@@ -861,12 +887,14 @@ function markdown() {
     L.push("| implementation | import ms | first run() ms | import + first run() ms | process wall ms |", "|---|---:|---:|---:|---:|");
     for (const r of s.startup.rows) L.push(`| ${r.impl} | ${r.importMs} | ${r.firstRunMs} | ${r.importPlusFirstRunMs} | ${r.processWallMs} |`);
   }
-  if (s.startup?.workerd?.measured) {
-    const w = s.startup.workerd;
-    L.push("", `Start-up in workerd (Miniflare), median of ${w.instances} fresh instances each; first vs warm request (median of ${w.warmRequests}), each doing lock(freshKey).run(fn) on the Durable Object store:`, "");
-    L.push("| implementation | new Miniflare → ready ms | first request ms | warm request ms (fresh key) | first ÷ warm | warm request ms (existing key's object) | ready + first request ms | keel ÷ this (ready + first) |", "|---|---:|---:|---:|---:|---:|---:|---:|");
+  for (const [field, host] of [["workerd", "miniflare"], ["workerdDirect", "workerd"]]) {
+    const w = s.startup?.[field];
+    if (!w?.measured) continue;
+    const how = STARTUP_HOSTS[host];
+    L.push("", `${how.title}, median of ${w.instances} fresh instances each; first vs warm request (median of ${w.warmRequests}), each doing lock(freshKey).run(fn) on the Durable Object store:`, "");
+    L.push(`| implementation | ${how.readyLabel} | first request ms | warm request ms (fresh key) | first ÷ warm | warm request ms (existing key's object) | ready + first request ms | keel ÷ this (ready + first) |`, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for (const r of w.rows) L.push(`| ${r.impl} | ${r.readyMs} | ${r.firstRequestMs} | ${r.warmRequestMs} | ${r.firstOverWarm} | ${r.warmSameKeyRequestMs} | ${r.readyPlusFirstMs} | ${r.keelOverThisReadyPlusFirst} |`);
-    L.push("", "Every request is a Node → workerd `dispatchFetch`; a fresh key means a new Durable Object (and its SQLite database), which dominates the warm fresh-key request for both.");
+    L.push("", how.note);
   }
   return L.join("\n") + "\n";
 }
@@ -914,7 +942,8 @@ try {
   if (ONLY.includes(4)) {
     sizes();
     startup();
-    await workerdStartup();
+    await workerdStartup("miniflare");
+    await workerdStartup("workerd");
   }
 } finally {
   await conns?.close();

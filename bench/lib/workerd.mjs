@@ -3,8 +3,8 @@
 // temporary project, bundle bench/workers/*.js with wrangler (`deploy --dry-run`, which honours the
 // package's `workerd` export condition) and run the bundles in Miniflare. Every Miniflare started
 // here is disposed by its caller; anything still open is disposed on exit/signal as a fallback.
-import { execFileSync } from "node:child_process";
-import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { cpSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -102,5 +102,91 @@ export async function startWorkers(names) {
       open.delete(mf);
       await mf.dispose();
     },
+  };
+}
+
+const WORKERD_BIN = join(BENCH, "node_modules", ".bin", "workerd");
+// workerd processes still running when this process exits are killed with it.
+const children = new Set();
+process.on("exit", () => {
+  for (const child of children) child.kill("SIGKILL");
+});
+const CLASSES = { keel: ["LockDurableObject", "LOCKS"], floor: ["FloorLockObject", "FLOOR_LOCKS"] };
+
+/**
+ * workerd's own config (capnp text) for a bench Worker's bundle in `dir`: its modules (the
+ * entry first), its Durable Object class on SQLite storage in `disk`, and one HTTP socket whose
+ * address the command line sets.
+ */
+function workerdConfig(name, dir, disk) {
+  const files = readdirSync(dir).filter((f) => /\.(m?js|wasm)$/.test(f));
+  const entry = `${name}.js`;
+  files.sort((a, b) => (b === entry) - (a === entry));
+  const modules = files.map((f) => `(name = "${f}", ${f.endsWith(".wasm") ? "wasm" : "esModule"} = embed "${f}")`);
+  const [className, binding] = CLASSES[name];
+  return `using Workerd = import "/workerd/workerd.capnp";
+const config :Workerd.Config = (
+  services = [ (name = "main", worker = .bench), (name = "disk", disk = (path = "${disk}", writable = true)) ],
+  sockets = [ (name = "http", address = "127.0.0.1:0", http = (), service = "main") ],
+);
+const bench :Workerd.Worker = (
+  modules = [ ${modules.join(", ")} ],
+  compatibilityDate = "${COMPAT_DATE}",
+  durableObjectNamespaces = [ (className = "${className}", uniqueKey = "bench-${name}", enableSql = true) ],
+  durableObjectStorage = (localDisk = "disk"),
+  bindings = [ (name = "${binding}", durableObjectNamespace = (className = "${className}")) ],
+);
+`;
+}
+
+/**
+ * Starts the named bench Worker in workerd itself, without Miniflare: a `workerd serve` process
+ * on its own config, its storage in a fresh directory. Resolves once workerd reports (on its
+ * control fd) that the socket listens, which it does after loading the Worker's modules;
+ * `fetch(path, body)` sends a request (a POST of `body` as JSON when given), `dispose()` stops the
+ * process.
+ */
+export async function startWorkerd(name) {
+  const dir = buildWorkers()[name];
+  const disk = mkdtempSync(join(tmpdir(), "keel-bench-workerd-"));
+  const config = join(dir, "workerd.capnp");
+  writeFileSync(config, workerdConfig(name, dir, disk));
+  const child = spawn(WORKERD_BIN, ["serve", config, "--control-fd=3"], { stdio: ["ignore", "ignore", "pipe", "pipe"], env });
+  let stderr = "";
+  child.stderr.on("data", (d) => (stderr += d));
+  const stop = async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      child.kill("SIGKILL");
+      await exited;
+    }
+    rmSync(disk, { recursive: true, force: true });
+  };
+  children.add(child);
+  child.once("exit", () => children.delete(child));
+  const port = await new Promise((resolve, reject) => {
+    let buffered = "";
+    child.stdio[3].on("data", (d) => {
+      buffered += d;
+      for (const line of buffered.split("\n").slice(0, -1)) {
+        const event = JSON.parse(line);
+        if (event.event === "listen" && event.socket === "http") resolve(event.port);
+      }
+      buffered = buffered.slice(buffered.lastIndexOf("\n") + 1);
+    });
+    child.once("exit", (code) => reject(new Error(`workerd (${name}) exited with ${code} before listening: ${stderr}`)));
+  }).catch(async (e) => {
+    await stop();
+    throw e;
+  });
+  return {
+    async fetch(path, body) {
+      const init = body === undefined ? undefined : { method: "POST", body: JSON.stringify(body) };
+      const res = await fetch(`http://127.0.0.1:${port}${path}`, init);
+      const json = await res.json();
+      if (res.status !== 200) throw new Error(`${name} ${path}: ${json.error ?? res.status}`);
+      return json;
+    },
+    dispose: stop,
   };
 }
