@@ -2,11 +2,6 @@
 //! JS clock. JS's `Lock` class (`src/js/api.js`) keeps it in a slot (`handle.rs`) while it is in
 //! use.
 
-#[cfg(feature = "testing")]
-use std::future::Future;
-#[cfg(feature = "testing")]
-use std::pin::Pin;
-
 use wasm_bindgen::prelude::*;
 
 use super::runtime::JsRuntime;
@@ -20,7 +15,3 @@ extern "C" {
 }
 
 pub(crate) type CoreLock = Lock<Backend, JsRuntime>;
-
-/// A future of a JS value (`checkLockStore`'s), boxed.
-#[cfg(feature = "testing")]
-pub(crate) type JsFuture = Pin<Box<dyn Future<Output = Result<JsValue, JsValue>>>>;

@@ -9,10 +9,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 
-#[cfg(feature = "testing")]
+#[cfg(any(feature = "testing", feature = "worker"))]
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
-#[cfg(feature = "testing")]
+#[cfg(any(feature = "testing", feature = "worker"))]
 use wasm_bindgen_futures::spawn_local;
 
 use super::ids::IdMap;
@@ -25,9 +25,9 @@ extern "C" {
     #[wasm_bindgen(js_name = sleep)]
     fn start_sleep(ms: f64, id: u32);
     fn cancel(id: u32);
-    #[cfg(feature = "testing")]
+    #[cfg(any(feature = "testing", feature = "worker"))]
     fn deferred(id: u32) -> Promise;
-    #[cfg(feature = "testing")]
+    #[cfg(any(feature = "testing", feature = "worker"))]
     fn settle(id: u32, ok: bool, value: &JsValue);
     #[wasm_bindgen(js_name = monotonicNow)]
     pub(crate) fn monotonic_now() -> f64;
@@ -191,11 +191,14 @@ pub(crate) fn sleep(ms: u64) -> Event {
     }
 }
 
-/// A promise settled by `future`, which runs on wasm-bindgen's task queue.
-#[cfg(feature = "testing")]
-pub(crate) fn promise_of(
-    future: impl Future<Output = Result<JsValue, JsValue>> + 'static,
-) -> Promise {
+/// A future of a JS value, boxed: what [`promise_of`] takes, so that it is in the wasm once.
+#[cfg(any(feature = "testing", feature = "worker"))]
+pub(crate) type JsFuture = Pin<Box<dyn Future<Output = Result<JsValue, JsValue>>>>;
+
+/// A promise settled by `future`, which runs on wasm-bindgen's task queue (`checkLockStore`'s,
+/// and every promise the Durable Object code hands JS).
+#[cfg(any(feature = "testing", feature = "worker"))]
+pub(crate) fn promise_of(future: JsFuture) -> Promise {
     let id = open_slot();
     // The slot is only used for its id here: the promise is settled through `settle`.
     SLOTS.with(|s| s.borrow_mut().slots.remove(&id));

@@ -7,7 +7,7 @@ use wasm_bindgen::prelude::*;
 
 use super::api::backend_for;
 use super::convert::{object, type_error};
-use super::lock::JsFuture;
+use super::promises::JsFuture;
 use super::runtime::JsRuntime;
 use crate::conformance::{check_all, ConformanceOptions, Verdict};
 use crate::history::{check, CheckOptions, Event, EventKind, Micros, Op, Stamp, Violation};
@@ -57,7 +57,7 @@ fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
 #[wasm_bindgen(js_name = checkLockStore)]
 pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
     let prepared = backend_for(store).and_then(|b| Ok((b, options(&opts)?)));
-    // Boxed: shares the one `promise_of` instance with the `Lock` methods.
+    // Boxed, as `promise_of` takes it.
     let run: JsFuture = Box::pin(async move {
         let (backend, options) = prepared?;
         let results = Array::new();

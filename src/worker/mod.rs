@@ -34,22 +34,11 @@ pub use crate::js::JsRuntime as WorkersRuntime;
 // Value checks and error shapes are the JS bindings' own: one set of rules for every entry point.
 pub(crate) use crate::js::convert::{describe, key, type_error};
 
-use std::future::Future;
-use std::pin::Pin;
-
-/// `future` as a JS promise. Every promise this module hands JS goes through the one boxed
-/// [`wasm_bindgen_futures::future_to_promise`] below, so its executor glue is in the wasm once
-/// rather than once per future type.
+/// `future` as a JS promise, through the JS bindings' one [`crate::js::promises::promise_of`]
+/// (boxed, so its glue is in the wasm once rather than once per future type).
 pub(crate) fn promise(
-    future: impl Future<Output = Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue>> + 'static,
+    future: impl std::future::Future<Output = Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue>>
+        + 'static,
 ) -> js_sys::Promise {
-    boxed_promise(Box::pin(future))
-}
-
-type BoxedJsFuture =
-    Pin<Box<dyn Future<Output = Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue>>>>;
-
-#[inline(never)]
-fn boxed_promise(future: BoxedJsFuture) -> js_sys::Promise {
-    wasm_bindgen_futures::future_to_promise(future)
+    crate::js::promises::promise_of(Box::pin(future))
 }
