@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the npm package's generated files into pkg/:
-#   dist/node     --features js, wasm-bindgen --target nodejs (Node, Bun, Deno: reads the .wasm
+#   dist/node     --no-default-features --features js,panic-trap (no std: its panic machinery
+#                 stays out), wasm-bindgen --target nodejs (Node, Bun, Deno: reads the .wasm
 #                 from disk; the glue as CommonJS for require() and as an ES module for import)
-#   dist/web      --features js, --target web (browsers and bundlers: ESM)
+#   dist/web      the same build, --target web (browsers and bundlers: ESM)
 #   dist/workerd  --features worker, --target web (Cloudflare Workers: adds LockDurableObject and
 #                 DurableObjectLockStore; a separate build so Node/browser do not grow)
 #   dist/testing/{node,web}  --features js,testing: `checkLockStore` for keel-lock/testing only,
@@ -60,8 +61,14 @@ bindgen() {
 rm -rf pkg/dist
 # Node and browsers get opt-level 3: the lock's hot path is code, not bytes — measured 1.7× faster
 # per in-isolate run() than opt-level "z" for 4.3 KB more gzip ("s": slower than 3, and larger).
-CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-unknown --features js,talc
+CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-unknown \
+  --no-default-features --features js,talc,panic-trap
 bindgen nodejs pkg/dist/node
+# Without std nothing of std is linked: its panic handler would leave its source paths in the data.
+if grep -q -a 'library/std/' pkg/dist/node/keel_lock_bg.wasm; then
+  echo "build-pkg: the Node/browser wasm links std (its panic paths are in the data section)" >&2
+  exit 1
+fi
 bindgen web pkg/dist/web
 cargo build --release --target wasm32-unknown-unknown --features worker,talc
 bindgen web pkg/dist/workerd trim

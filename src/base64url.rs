@@ -3,6 +3,7 @@
 //! strict — no padding, no other alphabet, no non-zero trailing bits — so each byte string has
 //! exactly one accepted text. Tests check both directions against the `base64` crate.
 
+use crate::prelude::*;
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 /// Encodes without padding.

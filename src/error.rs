@@ -1,7 +1,8 @@
 //! Errors. Input mistakes, a lost lock and a failing store are different things to a caller,
 //! so they are different variants, each carrying what is needed to say what went wrong.
 
-use std::fmt;
+use crate::prelude::*;
+use core::fmt;
 
 pub use crate::input::InputError;
 

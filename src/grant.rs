@@ -1,6 +1,6 @@
 //! What a successful acquire hands back: a [`Grant`], carrying the acquisition's [`Fence`].
 
-use std::fmt;
+use core::fmt;
 
 use crate::input::InputError;
 

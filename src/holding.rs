@@ -1,11 +1,12 @@
 //! Holding a lock safely: the loss signal a running task is handed, and the keep-alive (auto-
 //! extend) options that keep a long task's hold from expiring under it.
 
-use std::cell::{Cell, RefCell};
-use std::fmt;
-use std::future::Future;
-use std::rc::Rc;
-use std::task::{Poll, Waker};
+use crate::prelude::*;
+use alloc::rc::Rc;
+use core::cell::{Cell, RefCell};
+use core::fmt;
+use core::future::Future;
+use core::task::{Poll, Waker};
 
 use crate::grant::Fence;
 
@@ -176,7 +177,7 @@ impl LossState {
 
     /// Completes once the loss has been asked about.
     pub(crate) fn observed(&self) -> impl Future<Output = ()> + '_ {
-        std::future::poll_fn(move |cx| {
+        core::future::poll_fn(move |cx| {
             if self.observed.get() {
                 return Poll::Ready(());
             }
@@ -192,9 +193,9 @@ impl LossState {
             return;
         }
         self.reason.set(Some(reason));
-        let wakers = std::mem::take(&mut *self.wakers.borrow_mut());
+        let wakers = core::mem::take(&mut *self.wakers.borrow_mut());
         wakers.into_iter().for_each(Waker::wake);
-        let listeners = std::mem::take(&mut *self.listeners.borrow_mut());
+        let listeners = core::mem::take(&mut *self.listeners.borrow_mut());
         for listener in listeners {
             listener(reason);
         }
@@ -244,7 +245,7 @@ impl RunContext {
     /// Completes with the reason when the hold is lost (never, if the task finishes first).
     pub fn when_lost(&self) -> impl Future<Output = LossReason> + '_ {
         self.loss.observe();
-        std::future::poll_fn(move |cx| match self.loss.reason.get() {
+        core::future::poll_fn(move |cx| match self.loss.reason.get() {
             Some(reason) => Poll::Ready(reason),
             None => {
                 self.loss.wakers.borrow_mut().push(cx.waker().clone());

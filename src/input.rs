@@ -1,8 +1,9 @@
 //! Validated inputs. Every value from outside (JS, WIT, a serialized string) passes through
 //! these constructors, so the rest of the core works with values that are known to be sane.
 
-use std::fmt;
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::sync::Arc;
+use core::fmt;
 
 /// Shows a JS number in error messages the way JS would for the values that matter (integers,
 /// NaN, ±Infinity, three decimals otherwise) without `{f64}` formatting, whose code would add
@@ -22,10 +23,10 @@ impl ShowNumber {
             return (if v > 0.0 { "Infinity" } else { "-Infinity" }).into();
         }
         let sign = if v < 0.0 { "-" } else { "" };
-        if v.fract() == 0.0 && v.abs() < EXACT {
+        if crate::float::fract(v) == 0.0 && v.abs() < EXACT {
             return [sign, &decimal(v.abs() as u64)].concat();
         }
-        let thousandths = (v * 1000.0).round();
+        let thousandths = crate::float::round(v * 1000.0);
         if thousandths.abs() < EXACT {
             let t = thousandths as i64;
             let sign = if t < 0 { "-" } else { "" };
@@ -182,7 +183,7 @@ impl fmt::Display for InputError {
     }
 }
 
-impl std::error::Error for InputError {}
+impl core::error::Error for InputError {}
 
 /// A wait option, named in [`InputError::InvalidWait`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -230,7 +231,7 @@ pub const DEFAULT_RETRY_DELAY_MS: u64 = 50;
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Key(Arc<str>);
 
-impl std::borrow::Borrow<str> for Key {
+impl core::borrow::Borrow<str> for Key {
     fn borrow(&self) -> &str {
         &self.0
     }
@@ -276,10 +277,10 @@ impl Ttl {
             value: ms,
             max: MAX_TTL_MS,
         };
-        if !ms.is_finite() || ms <= 0.0 || ms.ceil() > MAX_TTL_MS as f64 {
+        if !ms.is_finite() || ms <= 0.0 || crate::float::ceil(ms) > MAX_TTL_MS as f64 {
             return Err(bad);
         }
-        Ok(Ttl(ms.ceil() as u64))
+        Ok(Ttl(crate::float::ceil(ms) as u64))
     }
 
     /// Checks a TTL given as whole milliseconds.
@@ -370,14 +371,14 @@ impl AcquireOptions {
 }
 
 fn wait_ms(option: WaitOption, value: f64) -> Result<u64, InputError> {
-    if !value.is_finite() || value < 0.0 || value.ceil() > MAX_WAIT_MS as f64 {
+    if !value.is_finite() || value < 0.0 || crate::float::ceil(value) > MAX_WAIT_MS as f64 {
         return Err(InputError::InvalidWait {
             option,
             value,
             max: MAX_WAIT_MS,
         });
     }
-    Ok(value.ceil() as u64)
+    Ok(crate::float::ceil(value) as u64)
 }
 
 #[cfg(test)]

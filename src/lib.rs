@@ -88,20 +88,44 @@
 //! The class and its rows are the same as the npm package's, so JS and Rust Workers bound to one
 //! namespace exclude each other. A complete Worker, its `wrangler.toml` and its tests in workerd:
 //! `examples/workers-rs` in the repository.
+//!
+//! ## Without std
+//!
+//! With default features off (no `std`), the crate is `no_std` + `alloc` and builds for wasm32
+//! without threads only. The npm package's Node/browser wasm is built so, with `talc` as the
+//! allocator and `panic-trap` as the panic handler, to leave std's panic machinery out.
+#![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 #![warn(rustdoc::broken_intra_doc_links)]
 #![cfg_attr(
-    not(all(feature = "component", target_arch = "wasm32")),
+    all(
+        feature = "std",
+        not(all(feature = "component", target_arch = "wasm32"))
+    ),
     forbid(unsafe_code)
 )]
-// The component build's wit-bindgen glue is unsafe; only that generated module may allow it.
-#![cfg_attr(all(feature = "component", target_arch = "wasm32"), deny(unsafe_code))]
+// The component build's wit-bindgen glue is unsafe, and so is the single-threaded `static`
+// behind `per_thread!` without std; only those modules may allow it.
+#![cfg_attr(
+    any(
+        not(feature = "std"),
+        all(feature = "component", target_arch = "wasm32")
+    ),
+    deny(unsafe_code)
+)]
+
+extern crate alloc;
+
+#[macro_use]
+mod per_thread;
+mod prelude;
 
 pub mod attempt;
 mod base64url;
 #[cfg(feature = "testing")]
 pub mod conformance;
 pub mod error;
+mod float;
 pub mod grant;
 #[cfg(feature = "testing")]
 pub mod history;
@@ -134,6 +158,16 @@ pub mod worker;
 ))]
 #[global_allocator]
 static ALLOCATOR: talc::wasm::WasmDynamicTalc = talc::wasm::new_wasm_dynamic_allocator();
+
+/// The panic handler of a `no_std` wasm build (feature `panic-trap`): a trap, with nothing
+/// formatted. A panic here is a bug (bad input gets an error, never a panic), and it ends in the
+/// same trap with std, whose handler first formats the message and its location only to write
+/// them to wasm32-unknown-unknown's stderr, which discards them.
+#[cfg(all(feature = "panic-trap", not(feature = "std"), target_arch = "wasm32"))]
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    core::arch::wasm32::unreachable()
+}
 
 pub use error::{Error, HoldOperation, InputError, Operation, RandomError};
 pub use grant::{Fence, Grant, MAX_FENCE};

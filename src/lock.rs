@@ -3,11 +3,12 @@
 //! its own critical section (`extend()` within `run()`), so state is borrowed only between
 //! awaits, never across one.
 
-use std::cell::{Cell, RefCell};
-use std::fmt;
-use std::future::Future;
-use std::rc::Rc;
-use std::task::Poll;
+use crate::prelude::*;
+use alloc::rc::Rc;
+use core::cell::{Cell, RefCell};
+use core::fmt;
+use core::future::Future;
+use core::task::Poll;
 
 use crate::attempt::{Attempt, Held, Next};
 use crate::error::{Error, HoldOperation, Operation};
@@ -93,8 +94,8 @@ fn shift(time: u64, from_now: u64, to_now: u64) -> u64 {
 }
 
 /// Whether `future` has completed, polled once without registering interest.
-fn is_done(future: std::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+fn is_done(future: core::pin::Pin<&mut impl Future<Output = ()>>) -> bool {
+    let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
     future.poll(&mut cx).is_ready()
 }
 
@@ -228,14 +229,14 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         call: impl Future<Output = T>,
         ms: impl FnOnce() -> u64,
     ) -> Option<T> {
-        let mut call = std::pin::pin!(call);
+        let mut call = core::pin::pin!(call);
         if self.store.always_answers() {
             return Some(call.await);
         }
         let mut ms = Some(ms);
         // Boxed and type-erased, so that one copy of the timer code serves every call site.
         let mut timer: Option<crate::race::LocalFuture<'_, ()>> = None;
-        std::future::poll_fn(move |cx| {
+        core::future::poll_fn(move |cx| {
             if let Poll::Ready(out) = call.as_mut().poll(cx) {
                 return Poll::Ready(Some(out));
             }
@@ -288,7 +289,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// while the timeout lasts. Without a timeout, the one attempt is bounded by the TTL and
     /// fails with [`Error::StoreTimeout`].
     pub async fn acquire(&self, options: AcquireOptions) -> LockResult<bool, S> {
-        self.acquire_until(options, std::future::pending()).await
+        self.acquire_until(options, core::future::pending()).await
     }
 
     /// [`Lock::acquire`] that gives up when `cancel` completes first: the caller leaves the
@@ -299,7 +300,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         options: AcquireOptions,
         cancel: impl Future<Output = ()>,
     ) -> LockResult<bool, S> {
-        let mut cancel = std::pin::pin!(cancel);
+        let mut cancel = core::pin::pin!(cancel);
         let (mut attempt, mut next) = Attempt::start(
             options,
             self.ttl,
@@ -540,7 +541,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     {
         match self
             .try_run(options, |context| async {
-                Ok::<T, std::convert::Infallible>(task(context).await)
+                Ok::<T, core::convert::Infallible>(task(context).await)
             })
             .await
         {
@@ -561,7 +562,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = Result<T, U>>,
     {
-        self.try_run_until(options, std::future::pending(), task)
+        self.try_run_until(options, core::future::pending(), task)
             .await
     }
 
@@ -664,10 +665,10 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         loss: &LossState,
     ) -> T {
         let extending = Cell::new(false);
-        let mut task = std::pin::pin!(task);
-        let mut watcher = std::pin::pin!(self.watch(hold, keep_alive, loss, &extending));
+        let mut task = core::pin::pin!(task);
+        let mut watcher = core::pin::pin!(self.watch(hold, keep_alive, loss, &extending));
         let mut watching = true;
-        let out = std::future::poll_fn(|cx| {
+        let out = core::future::poll_fn(|cx| {
             if let Poll::Ready(out) = task.as_mut().poll(cx) {
                 return Poll::Ready(out);
             }
@@ -679,7 +680,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         .await;
         // An extend in flight finishes before the release that follows.
         if watching && extending.get() {
-            std::future::poll_fn(|cx| {
+            core::future::poll_fn(|cx| {
                 if !extending.get() || watcher.as_mut().poll(cx).is_ready() {
                     Poll::Ready(())
                 } else {

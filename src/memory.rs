@@ -1,11 +1,15 @@
 //! The in-process store: a map from key to (owner, expiry). Per-isolate: it coordinates the
 //! callers that share it and nothing more — right for tests and single-process apps.
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
-use std::convert::Infallible;
-use std::rc::Rc;
-use std::task::Waker;
+use crate::prelude::*;
+use alloc::collections::VecDeque;
+use core::cell::{Cell, RefCell};
+use core::hash::BuildHasher;
+
+use alloc::rc::Rc;
+use core::convert::Infallible;
+use core::task::Waker;
+use hashbrown::hash_map::{Entry, HashMap};
 
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl};
@@ -19,6 +23,26 @@ use crate::token::OwnerToken;
 /// doubles the size left by the previous sweep: amortised O(1) per acquire, and the map never
 /// holds more than about twice the live keys (plus this floor), however many keys expire.
 const SWEEP_FLOOR: usize = 64;
+
+/// Hashes the store's keys with SipHash under keys drawn at random, so that callers who choose
+/// lock keys (an application may take them from its users) cannot choose colliding ones. The
+/// keys are drawn on the first hash, never at construction: Workers forbid randomness at module
+/// load. If the platform has no randomness, the keys stay zero — and no token can be minted either.
+#[derive(Default)]
+struct KeyHasher(core::cell::OnceCell<(u64, u64)>);
+
+impl BuildHasher for KeyHasher {
+    #[allow(deprecated)] // `SipHasher` is SipHash-2-4, deprecated only in favour of std's hasher.
+    type Hasher = core::hash::SipHasher;
+
+    #[allow(deprecated)]
+    fn build_hasher(&self) -> Self::Hasher {
+        let (k0, k1) = *self
+            .0
+            .get_or_init(|| crate::token::random_pair().unwrap_or((0, 0)));
+        core::hash::SipHasher::new_with_keys(k0, k1)
+    }
+}
 
 struct Row {
     owner: OwnerToken,
@@ -111,8 +135,8 @@ struct Queue {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MemoryLockStore<R: Runtime> {
-    rows: RefCell<HashMap<Key, Row>>,
-    queues: RefCell<HashMap<Key, Queue>>,
+    rows: RefCell<HashMap<Key, Row, KeyHasher>>,
+    queues: RefCell<HashMap<Key, Queue, KeyHasher>>,
     next_sweep_at: Cell<usize>,
     last_fence: Cell<Option<Fence>>,
     runtime: R,
@@ -122,8 +146,8 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// An empty store whose expiry is judged by `runtime`'s clock.
     pub fn new(runtime: R) -> Self {
         MemoryLockStore {
-            rows: RefCell::new(HashMap::new()),
-            queues: RefCell::new(HashMap::new()),
+            rows: RefCell::new(HashMap::with_hasher(KeyHasher::default())),
+            queues: RefCell::new(HashMap::with_hasher(KeyHasher::default())),
             next_sweep_at: Cell::new(SWEEP_FLOOR),
             last_fence: Cell::new(None),
             runtime,
@@ -162,7 +186,6 @@ impl<R: Runtime> MemoryLockStore<R> {
         owner: &OwnerToken,
         rule: impl FnOnce(Option<RowView<'_>>) -> Decision,
     ) -> bool {
-        use std::collections::hash_map::Entry;
         // One hash of the key per decision: the entry is read and changed in place.
         let mut rows = self.rows.borrow_mut();
         match rows.entry(key.clone()) {

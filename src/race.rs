@@ -2,9 +2,10 @@
 //! store answered" or "the caller gave up", whichever comes first, the same way natively, in
 //! wasm and in a component.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
+use crate::prelude::*;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
 
 /// Which of two raced futures finished first.
 pub(crate) enum Either<A, B> {
@@ -19,9 +20,9 @@ pub(crate) async fn race<A: Future, B: Future>(
     first: A,
     second: B,
 ) -> Either<A::Output, B::Output> {
-    let mut first = std::pin::pin!(first);
-    let mut second = std::pin::pin!(second);
-    std::future::poll_fn(move |cx: &mut Context<'_>| {
+    let mut first = core::pin::pin!(first);
+    let mut second = core::pin::pin!(second);
+    core::future::poll_fn(move |cx: &mut Context<'_>| {
         if let Poll::Ready(a) = first.as_mut().poll(cx) {
             return Poll::Ready(Either::First(a));
         }
@@ -38,7 +39,7 @@ pub(crate) async fn race<A: Future, B: Future>(
 pub(crate) fn poll_until<F: FnMut(&mut Context<'_>) -> bool>(
     mut ready: F,
 ) -> impl Future<Output = ()> {
-    std::future::poll_fn(move |cx| {
+    core::future::poll_fn(move |cx| {
         if ready(cx) {
             Poll::Ready(())
         } else {

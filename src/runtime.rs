@@ -2,8 +2,8 @@
 //! bindings supply a [`Runtime`] (JS: `Date.now()` and `setTimeout`), tests supply
 //! `virtual_time::VirtualRuntime` (feature `testing`).
 
-use std::future::Future;
-use std::rc::Rc;
+use alloc::rc::Rc;
+use core::future::Future;
 
 /// Clock and timer for the lock's own bookkeeping: retry pacing, the wait deadline, and the
 /// conservative local deadline behind `isExpired()`. Stores that decide expiry (Redis, a

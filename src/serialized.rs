@@ -18,6 +18,7 @@
 use crate::base64url;
 use crate::grant::Fence;
 use crate::input::{decimal, InputError, Key, Ttl};
+use crate::prelude::*;
 use crate::token::OwnerToken;
 
 const MAGIC: &str = "keel-lock";

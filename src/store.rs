@@ -2,7 +2,7 @@
 //! set-if-absent and make `release`/`extend` conditional on the owner token. A store that
 //! cannot do both is a suggestion, not a lock — the conformance kit (`conformance`, feature `testing`) checks for it.
 
-use std::rc::Rc;
+use alloc::rc::Rc;
 
 use crate::grant::Grant;
 use crate::input::{Key, Ttl};

@@ -1,8 +1,9 @@
 //! Owner tokens: the random value that makes release and extend conditional on ownership.
 
-use std::cell::RefCell;
-use std::fmt;
-use std::sync::Arc;
+use crate::prelude::*;
+use alloc::sync::Arc;
+use core::cell::RefCell;
+use core::fmt;
 
 use crate::error::RandomError;
 use crate::input::InputError;
@@ -18,8 +19,43 @@ const TOKEN_BYTES: usize = 16;
 /// amortises it.
 const POOL_BYTES: usize = TOKEN_BYTES * 256;
 
-thread_local! {
+per_thread! {
     static POOL: RefCell<(Vec<u8>, usize)> = const { RefCell::new((Vec::new(), 0)) };
+}
+
+/// Takes 16 bytes from the token pool (refilling it if needed) as two `u64`s: random keys for
+/// a hash, drawn where tokens are so that they cost no extra call to the platform's CSPRNG.
+pub(crate) fn random_pair() -> Result<(u64, u64), RandomError> {
+    let mut bytes = [0u8; TOKEN_BYTES];
+    take_random(&mut bytes)?;
+    let (k0, k1) = bytes.split_at(8);
+    let word = |half: &[u8]| half.iter().fold(0u64, |w, &b| w << 8 | u64::from(b));
+    Ok((word(k0), word(k1)))
+}
+
+/// Fills `out` (at most [`TOKEN_BYTES`] long) from the pool, refilling it first if it has fewer
+/// bytes left, and wipes what it took.
+fn take_random(out: &mut [u8; TOKEN_BYTES]) -> Result<(), RandomError> {
+    let empty = POOL.with(|pool| {
+        let (bytes, used) = &*pool.borrow();
+        bytes.is_empty() || used + TOKEN_BYTES > bytes.len()
+    });
+    if empty {
+        // Filled with the pool not borrowed: in JS this calls `crypto.getRandomValues`,
+        // which user code could replace with something that mints a token itself.
+        let mut fresh = vec![0; POOL_BYTES];
+        getrandom::fill(&mut fresh).map_err(RandomError::from_getrandom)?;
+        POOL.with(|pool| *pool.borrow_mut() = (fresh, 0));
+    }
+    POOL.with(|pool| {
+        let (bytes, used) = &mut *pool.borrow_mut();
+        let taken = &mut bytes[*used..*used + TOKEN_BYTES];
+        out.copy_from_slice(taken);
+        // Spent bytes are wiped so a later heap read cannot recover earlier tokens.
+        taken.fill(0);
+        *used += TOKEN_BYTES;
+    });
+    Ok(())
 }
 
 /// An owner token: 32 lowercase hex digits when minted here, or any 1–128 printable ASCII
@@ -35,9 +71,9 @@ impl PartialEq for OwnerToken {
     }
 }
 
-impl std::hash::Hash for OwnerToken {
+impl core::hash::Hash for OwnerToken {
     // The text, as equality compares it.
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
         self.0.hash(state);
     }
 }
@@ -46,32 +82,18 @@ impl OwnerToken {
     /// Mints a fresh token from the platform CSPRNG (`crypto.getRandomValues` in JS hosts).
     /// Called lazily on the first acquire, never at module load: Workers forbid randomness there.
     pub fn mint() -> Result<Self, RandomError> {
-        let empty = POOL.with(|pool| {
-            let (bytes, used) = &*pool.borrow();
-            bytes.is_empty() || used + TOKEN_BYTES > bytes.len()
-        });
-        if empty {
-            // Filled with the pool not borrowed: in JS this calls `crypto.getRandomValues`,
-            // which user code could replace with something that mints a token itself.
-            let mut fresh = vec![0; POOL_BYTES];
-            getrandom::fill(&mut fresh).map_err(RandomError::from_getrandom)?;
-            POOL.with(|pool| *pool.borrow_mut() = (fresh, 0));
+        let mut bytes = [0u8; TOKEN_BYTES];
+        take_random(&mut bytes)?;
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut hex = [0u8; TOKEN_BYTES * 2];
+        for (i, b) in bytes.iter().enumerate() {
+            hex[2 * i] = HEX[usize::from(b >> 4)];
+            hex[2 * i + 1] = HEX[usize::from(b & 0xf)];
         }
-        POOL.with(|pool| {
-            let (bytes, used) = &mut *pool.borrow_mut();
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            let mut hex = [0u8; TOKEN_BYTES * 2];
-            for (i, b) in bytes[*used..*used + TOKEN_BYTES].iter().enumerate() {
-                hex[2 * i] = HEX[usize::from(b >> 4)];
-                hex[2 * i + 1] = HEX[usize::from(b & 0xf)];
-            }
-            // Spent bytes are wiped so a later heap read cannot recover earlier tokens.
-            bytes[*used..*used + TOKEN_BYTES].fill(0);
-            *used += TOKEN_BYTES;
-            // Every byte is an ASCII hex digit, so this never fails.
-            let text = std::str::from_utf8(&hex).map_err(|e| RandomError(e.to_string()))?;
-            Ok(OwnerToken(Arc::from(text)))
-        })
+        // Every byte is an ASCII hex digit, so this never fails.
+        let text = core::str::from_utf8(&hex)
+            .map_err(|_| RandomError(String::from("a minted token is not ASCII")))?;
+        Ok(OwnerToken(Arc::from(text)))
     }
 
     /// Accepts a token from outside: 1–128 printable ASCII characters, no spaces.

@@ -1,7 +1,7 @@
 //! The module-level functions: `lock`, `restoreLock`, `setLockStore`, `getLockStore`.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use alloc::rc::Rc;
+use core::cell::RefCell;
 
 use wasm_bindgen::prelude::*;
 
@@ -17,7 +17,7 @@ struct Current {
     backend: Backend,
 }
 
-thread_local! {
+per_thread! {
     // Created on first use, not at module load: nothing random or stateful runs at import.
     static CURRENT: RefCell<Option<Current>> = const { RefCell::new(None) };
 }

@@ -1,6 +1,7 @@
 //! JS value → validated core value, and core error → JS error. Wrong types are `TypeError`s,
 //! values of the right type outside their range are `RangeError`s.
 
+use crate::prelude::*;
 use js_sys::{Object, RangeError, Reflect, TypeError};
 use wasm_bindgen::prelude::*;
 
@@ -25,7 +26,9 @@ extern "C" {
 /// not decoded from wasm memory on every call.
 macro_rules! get_prop {
     ($target:expr, $name:literal) => {{
-        ::std::thread_local!(static NAME: ::wasm_bindgen::JsValue = ::wasm_bindgen::JsValue::from_str($name));
+        per_thread! {
+            static NAME: ::wasm_bindgen::JsValue = ::wasm_bindgen::JsValue::from_str($name);
+        }
         NAME.with(|name| ::js_sys::Reflect::get($target, name))
     }};
 }

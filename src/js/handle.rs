@@ -18,10 +18,12 @@
 //! `TypeError`s, and no borrow is held while JS code (a clock that user code replaced, a
 //! store) could run.
 
-use std::cell::{Cell, RefCell};
-use std::rc::Rc;
-use std::sync::Arc;
-use std::task::{Wake, Waker};
+use crate::prelude::*;
+use alloc::rc::Rc;
+use alloc::sync::Arc;
+use alloc::task::Wake;
+use core::cell::{Cell, RefCell};
+use core::task::Waker;
 
 use wasm_bindgen::prelude::*;
 
@@ -109,14 +111,15 @@ struct Entry {
 /// nothing, even once the index is reused.
 const INDEX_BITS: f64 = 16_777_216.0;
 
-#[derive(Default)]
 struct Slots {
     entries: Vec<(u32, Option<Entry>)>,
     free: Vec<usize>,
 }
 
-thread_local! {
-    static SLOTS: RefCell<Slots> = RefCell::default();
+per_thread! {
+    static SLOTS: RefCell<Slots> = const {
+        RefCell::new(Slots { entries: Vec::new(), free: Vec::new() })
+    };
     /// What a step hands JS besides its code, read by JS straight from wasm memory (no call):
     /// `[arg, owner address, owner length, ttl, ticket]`. The owner is the token the store
     /// call a [`CALL`] is about carries, when it is 32 ASCII bytes (every minted token);
@@ -152,11 +155,12 @@ pub fn error() -> JsValue {
 }
 
 fn index_of(id: f64) -> Option<(usize, u32)> {
-    if !(id >= 1.0 && id.fract() == 0.0 && id <= 9_007_199_254_740_991.0) {
+    if !(id >= 1.0 && crate::float::fract(id) == 0.0 && id <= 9_007_199_254_740_991.0) {
         return None;
     }
     let raw = id - 1.0;
-    let generation = (raw / INDEX_BITS).floor();
+    // `raw` is not negative, so its whole part rounds down.
+    let generation = crate::float::trunc(raw / INDEX_BITS);
     let index = raw - generation * INDEX_BITS;
     Some((index as usize, generation as u32))
 }

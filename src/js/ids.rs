@@ -3,11 +3,16 @@
 //! constant spreads consecutive ids over hashbrown's buckets and tags, and costs a fraction of
 //! SipHash, which showed up in the profile of every hand-over.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use core::hash::{BuildHasherDefault, Hasher};
+use hashbrown::HashMap;
 
 /// A `HashMap` keyed by an internal `u32` id.
 pub(crate) type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
+/// An empty [`IdMap`], in a `const` context.
+pub(crate) const fn id_map<V>() -> IdMap<V> {
+    HashMap::with_hasher(BuildHasherDefault::new())
+}
 
 /// Fibonacci hashing of one `u32`.
 #[derive(Default, Clone, Copy)]

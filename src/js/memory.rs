@@ -3,8 +3,8 @@
 //! [`memory_call`], answer plain values), and `setLockStore` recognises it and drives it
 //! directly, without a JS call per store operation.
 
-use std::cell::RefCell;
-use std::rc::Rc;
+use alloc::rc::Rc;
+use core::cell::RefCell;
 
 use wasm_bindgen::prelude::*;
 
@@ -13,7 +13,7 @@ use super::runtime::JsRuntime;
 use crate::error::Operation;
 use crate::memory::MemoryLockStore;
 
-thread_local! {
+per_thread! {
     /// Hand-off slot used by `setLockStore` to recognise a `MemoryLockStore` object without
     /// taking it away from JS (wasm-bindgen offers no borrow-from-JsValue for exported types).
     static ATTACHING: RefCell<Option<Rc<MemoryLockStore<JsRuntime>>>> = const { RefCell::new(None) };

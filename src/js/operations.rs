@@ -4,15 +4,16 @@
 //! store's answer means, when a hold is lost — and JS only makes a JS store's call and hands the
 //! answer back. On the memory store each operation is one call into the wasm.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::rc::Rc;
+use crate::prelude::*;
+use alloc::rc::Rc;
+use core::cell::{Cell, RefCell};
 
 use wasm_bindgen::prelude::*;
 
 use super::api::parse_serialized;
 use super::convert::{input_to_js, method_name, to_js, type_error};
 use super::handle::{call, insert, lock_of, plain, set_extra, step, StoreBinding, CALL};
+use super::ids::{id_map, IdMap};
 use super::lock::CoreLock;
 use super::runtime::JsRuntime;
 use super::store::{answers, Backend};
@@ -36,10 +37,10 @@ struct Extending {
     ttl: Ttl,
 }
 
-thread_local! {
+per_thread! {
     /// Extends in flight over a JS store, by ticket. Kept apart from the handle's slot: the
     /// answer belongs to the core lock, which outlives a slot let go of meanwhile.
-    static EXTENDING: RefCell<HashMap<u32, Extending>> = RefCell::new(HashMap::new());
+    static EXTENDING: RefCell<IdMap<Extending>> = const { RefCell::new(id_map()) };
     static NEXT_TICKET: Cell<u32> = const { Cell::new(0) };
 }
 

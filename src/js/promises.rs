@@ -4,10 +4,10 @@
 //! that is most of the cost of a hand-over. Here JS calls back through one function set once
 //! (`src/js/promises.js`), naming the waiting future by a number.
 
-use std::cell::RefCell;
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use core::cell::RefCell;
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll, Waker};
 
 #[cfg(any(feature = "testing", feature = "worker"))]
 use js_sys::Promise;
@@ -15,7 +15,7 @@ use wasm_bindgen::prelude::*;
 #[cfg(any(feature = "testing", feature = "worker"))]
 use wasm_bindgen_futures::spawn_local;
 
-use super::ids::IdMap;
+use super::ids::{id_map, IdMap};
 
 #[wasm_bindgen(module = "/src/js/promises.js")]
 extern "C" {
@@ -42,14 +42,13 @@ struct Slot {
     outcome: Option<Result<JsValue, JsValue>>,
 }
 
-#[derive(Default)]
 struct Slots {
     next: u32,
     slots: IdMap<Slot>,
 }
 
-thread_local! {
-    static SLOTS: RefCell<Slots> = RefCell::default();
+per_thread! {
+    static SLOTS: RefCell<Slots> = const { RefCell::new(Slots { next: 0, slots: id_map() }) };
 }
 
 /// Called by JS when the promise (or timer) behind `id` settles.

@@ -1,6 +1,6 @@
 //! The JS host's clock and timer, injected into the core.
 
-use std::future::Future;
+use core::future::Future;
 
 use crate::runtime::Runtime;
 

@@ -2,7 +2,8 @@
 //! promises, becomes a [`LockStore`] the core drives. The built-in memory store skips all of
 //! this and is called directly.
 
-use std::rc::Rc;
+use crate::prelude::*;
+use alloc::rc::Rc;
 
 use js_sys::{Function, Reflect};
 use wasm_bindgen::prelude::*;
@@ -143,7 +144,7 @@ pub(crate) mod answers {
 
     /// `n` if it is a whole number in `min..=max`.
     fn whole(n: f64, min: f64, max: u64) -> Option<u64> {
-        (n.fract() == 0.0 && n >= min && n <= max as f64).then_some(n as u64)
+        (crate::float::fract(n) == 0.0 && n >= min && n <= max as f64).then_some(n as u64)
     }
 
     /// `acquire`'s answer `{ fence }`, its `fence` already read as the number `fence` (the JS
@@ -221,7 +222,9 @@ pub(crate) mod answers {
             return Ok(None);
         }
         match answer.as_f64() {
-            Some(ms) if ms >= 0.0 && ms <= MAX_TTL_MS as f64 => Ok(Some(ms.ceil() as u64)),
+            Some(ms) if ms >= 0.0 && ms <= MAX_TTL_MS as f64 => {
+                Ok(Some(crate::float::ceil(ms) as u64))
+            }
             _ => Err(broken(
                 method,
                 "null or a number of milliseconds from 0 to 2147483647",

@@ -6,14 +6,14 @@
 //! Each watcher has a ticket and holds its core lock, so it outlives the slot of the handle
 //! that started it.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
-use std::rc::Rc;
+use alloc::rc::Rc;
+use core::cell::{Cell, RefCell};
 
 use wasm_bindgen::prelude::*;
 
 use super::convert::{keep_alive_option, not_held_error};
 use super::handle::{lock_of, mono, plain, run_hold_of, step};
+use super::ids::{id_map, IdMap};
 use super::lock::CoreLock;
 use super::operations::{extend_lock, not_held};
 use crate::error::HoldOperation;
@@ -35,8 +35,8 @@ struct Watching {
     watch: Watch,
 }
 
-thread_local! {
-    static WATCHING: RefCell<HashMap<u32, Watching>> = RefCell::new(HashMap::new());
+per_thread! {
+    static WATCHING: RefCell<IdMap<Watching>> = const { RefCell::new(id_map()) };
     static NEXT_WATCH: Cell<u32> = const { Cell::new(1) };
 }
 
