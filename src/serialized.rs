@@ -70,6 +70,22 @@ fn number(field: &str, what: &str) -> Result<u64, InputError> {
         .ok_or_else(|| malformed(["the ", what, " is not a whole number written plainly"].concat()))
 }
 
+/// `text` cut at every ':'. A byte loop rather than `str::split`, whose searcher is ~1 KB of
+/// wasm. A cut next to an ASCII byte is always a character boundary, so `get` never answers
+/// `None` here; it is used because indexing would link `str`'s slicing panic (1.4 KB).
+fn fields(text: &str) -> Vec<&str> {
+    let mut fields = Vec::with_capacity(8);
+    let mut start = 0;
+    for (i, b) in text.bytes().enumerate() {
+        if b == b':' {
+            fields.push(text.get(start..i).unwrap_or_default());
+            start = i + 1;
+        }
+    }
+    fields.push(text.get(start..).unwrap_or_default());
+    fields
+}
+
 /// The check of a version 3 string: FNV-1a (32 bits) of `body`, as 8 lowercase hex digits.
 fn check(body: &str) -> [u8; 8] {
     let hash = body.bytes().fold(0x811c_9dc5_u32, |h, b| {
@@ -125,14 +141,18 @@ impl SerializedLock {
         if text.len() > MAX_SERIALIZED_BYTES {
             return Err(malformed("it is too long"));
         }
-        let fields: Vec<&str> = text.split(':').collect();
+        let fields = fields(text);
+        // A version 3 string's body: all but the last field (the check) and its ':'.
+        let body = fields
+            .last()
+            .and_then(|sum| text.get(..text.len() - sum.len()))
+            .and_then(|body| body.strip_suffix(':'))
+            .unwrap_or_default();
         if fields[0] != MAGIC {
             return Err(malformed("it does not start with \"keel-lock:\""));
         }
         let (ttl, deadline, fence, owner, key) = match (fields.get(1).copied(), &fields[..]) {
             (Some("3"), [_, _, ttl, deadline, fence, owner, key, sum]) => {
-                // The body is all but the check and its ':'.
-                let body = text.rsplit_once(':').map_or("", |(body, _)| body);
                 if sum.as_bytes() != check(body) {
                     return Err(malformed(
                         "it was cut short or altered: its check does not match",
@@ -192,9 +212,7 @@ impl SerializedLock {
         // shows up as a difference from what `encode` writes.
         let canonical = match fields[1] {
             // The check already matched the body: the body alone is compared.
-            "3" => text
-                .rsplit_once(':')
-                .is_some_and(|(body, _)| parsed.body("3") == body),
+            "3" => parsed.body("3") == body,
             "2" => parsed.body("2") == text,
             _ => true,
         };
