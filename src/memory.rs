@@ -25,11 +25,26 @@ use crate::token::OwnerToken;
 const SWEEP_FLOOR: usize = 64;
 
 /// Hashes the store's keys with SipHash under keys drawn at random, so that callers who choose
-/// lock keys (an application may take them from its users) cannot choose colliding ones. The
-/// keys are drawn on the first hash, never at construction: Workers forbid randomness at module
-/// load. If the platform has no randomness, the keys stay zero — and no token can be minted either.
-#[derive(Default)]
-struct KeyHasher(core::cell::OnceCell<(u64, u64)>);
+/// lock keys (an application may take them from its users) cannot choose colliding ones. Both
+/// maps share one draw, made on the store's first operation that hashes, never at construction
+/// (Workers forbid randomness at module load), and before the map is borrowed: drawing may call
+/// JS (`crypto.getRandomValues`, when the token pool is spent), which must not find the store in
+/// the middle of a change. If the platform has no randomness the keys stay zero — and no owner
+/// token can be minted either.
+#[derive(Clone, Default)]
+struct KeyHasher(Rc<Cell<Option<(u64, u64)>>>);
+
+impl KeyHasher {
+    /// The keys, drawn first if this is their first use.
+    fn keys(&self) -> (u64, u64) {
+        if let Some(keys) = self.0.get() {
+            return keys;
+        }
+        let keys = crate::token::random_pair().unwrap_or((0, 0));
+        self.0.set(Some(keys));
+        keys
+    }
+}
 
 impl BuildHasher for KeyHasher {
     #[allow(deprecated)] // `SipHasher` is SipHash-2-4, deprecated only in favour of std's hasher.
@@ -37,9 +52,7 @@ impl BuildHasher for KeyHasher {
 
     #[allow(deprecated)]
     fn build_hasher(&self) -> Self::Hasher {
-        let (k0, k1) = *self
-            .0
-            .get_or_init(|| crate::token::random_pair().unwrap_or((0, 0)));
+        let (k0, k1) = self.keys();
         core::hash::SipHasher::new_with_keys(k0, k1)
     }
 }
@@ -137,6 +150,8 @@ struct Queue {
 pub struct MemoryLockStore<R: Runtime> {
     rows: RefCell<HashMap<Key, Row, KeyHasher>>,
     queues: RefCell<HashMap<Key, Queue, KeyHasher>>,
+    /// The maps' hasher, kept to draw its keys before a map is borrowed.
+    hasher: KeyHasher,
     next_sweep_at: Cell<usize>,
     last_fence: Cell<Option<Fence>>,
     runtime: R,
@@ -145,9 +160,11 @@ pub struct MemoryLockStore<R: Runtime> {
 impl<R: Runtime> MemoryLockStore<R> {
     /// An empty store whose expiry is judged by `runtime`'s clock.
     pub fn new(runtime: R) -> Self {
+        let hasher = KeyHasher::default();
         MemoryLockStore {
-            rows: RefCell::new(HashMap::with_hasher(KeyHasher::default())),
-            queues: RefCell::new(HashMap::with_hasher(KeyHasher::default())),
+            rows: RefCell::new(HashMap::with_hasher(hasher.clone())),
+            queues: RefCell::new(HashMap::with_hasher(hasher.clone())),
+            hasher,
             next_sweep_at: Cell::new(SWEEP_FLOOR),
             last_fence: Cell::new(None),
             runtime,
@@ -187,6 +204,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         rule: impl FnOnce(Option<RowView<'_>>) -> Decision,
     ) -> bool {
         // One hash of the key per decision: the entry is read and changed in place.
+        self.hasher.keys();
         let mut rows = self.rows.borrow_mut();
         match rows.entry(key.clone()) {
             Entry::Occupied(mut entry) => {
@@ -470,6 +488,7 @@ impl<R: Runtime> MemoryLockStore<R> {
             waker: RefCell::new(None),
             gone: Cell::new(false),
         });
+        self.hasher.keys();
         let keeper_to_poke = {
             let mut queues = self.queues.borrow_mut();
             let queue = queues.entry(key.clone()).or_default();

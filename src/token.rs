@@ -33,8 +33,8 @@ pub(crate) fn random_pair() -> Result<(u64, u64), RandomError> {
     Ok((word(k0), word(k1)))
 }
 
-/// Fills `out` (at most [`TOKEN_BYTES`] long) from the pool, refilling it first if it has fewer
-/// bytes left, and wipes what it took.
+/// Fills `out` with the pool's next bytes, refilling the pool first if it has fewer left, and
+/// wipes them in the pool.
 fn take_random(out: &mut [u8; TOKEN_BYTES]) -> Result<(), RandomError> {
     let empty = POOL.with(|pool| {
         let (bytes, used) = &*pool.borrow();

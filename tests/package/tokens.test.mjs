@@ -44,6 +44,46 @@ describe("owner tokens", () => {
   });
 });
 
+describe("the memory store's hash keys", () => {
+  it("are drawn before the store changes: a crypto.getRandomValues that reads the store meanwhile finds it whole", async () => {
+    const crypto = globalThis.crypto;
+    const own = Object.prototype.hasOwnProperty.call(crypto, "getRandomValues");
+    const original = crypto.getRandomValues;
+    let store;
+    let refills = 0;
+    const failures = [];
+    crypto.getRandomValues = function (array) {
+      // The token pool ran out: a token's mint, or a store's first draw of its hash keys, refills
+      // it. A synchronous call into the store must not find it borrowed mid-change (that would
+      // trap the wasm).
+      refills += 1;
+      try {
+        store.isLocked("probe");
+      } catch (e) {
+        failures.push(e);
+      }
+      return original.call(crypto, array);
+    };
+    try {
+      // Draws from the pool (256 per refill): each new store's first run mints a token, then draws
+      // the store's hash keys; every other store runs once more (one more token). Five draws per
+      // two stores: the refills fall on every position of that pattern, key draws included.
+      for (let i = 0; i < 800; i++) {
+        store = new MemoryLockStore();
+        setLockStore(store);
+        assert.deepEqual(await lock("hashed").run(() => i), [true, i]);
+        if (i % 2 === 1) assert.deepEqual(await lock("hashed").run(() => i), [true, i]);
+      }
+    } finally {
+      if (own) crypto.getRandomValues = original;
+      else delete crypto.getRandomValues;
+      setLockStore(new MemoryLockStore());
+    }
+    assert.ok(refills >= 7, `only ${refills} refills of the token pool`);
+    assert.deepEqual(failures, []);
+  });
+});
+
 describe("a handed-over grant", () => {
   it("has its TTL counted from the hand-over (the store's waitedMs), not from the request", async () => {
     // The store answers after 300 ms that the grant waited 290 ms in its queue; the TTL is
