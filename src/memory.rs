@@ -36,10 +36,18 @@ struct KeyHasher(Rc<Cell<Option<(u64, u64)>>>);
 
 impl KeyHasher {
     /// The keys, drawn first if this is their first use.
+    #[inline]
     fn keys(&self) -> (u64, u64) {
-        if let Some(keys) = self.0.get() {
-            return keys;
+        match self.0.get() {
+            Some(keys) => keys,
+            None => self.draw(),
         }
+    }
+
+    // Once per store: kept out of line so that every hash's path stays a load and a branch.
+    #[cold]
+    #[inline(never)]
+    fn draw(&self) -> (u64, u64) {
         let keys = crate::token::random_pair().unwrap_or((0, 0));
         self.0.set(Some(keys));
         keys
