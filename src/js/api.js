@@ -78,10 +78,25 @@ function extras() {
   return [out[3], out[4]];
 }
 
+/** A call's number; its error thrown when it answered FAILED. */
+function ok(code) {
+  if (code === FAILED) throw w.__kError();
+  return code;
+}
+
+const utf8 = new TextDecoder();
+
+/** The text a call answered (src/js/handle.rs, `text`), read from wasm memory; throws on FAILED. */
+function textOf(code) {
+  ok(code);
+  if (out.length === 0) view();
+  return utf8.decode(bytes.subarray(out[1], out[1] + out[2]));
+}
+
 /** The owner token of the store call the last CALL step is about (read before calling in). */
 function ownerOf(id) {
   if (out.length === 0) view();
-  if (out[2] !== 32) return w.__kOwner(id);
+  if (out[2] !== 32) return textOf(w.__kOwner(id));
   const b = bytes;
   const p = out[1];
   // Minted tokens: 32 ASCII bytes.
@@ -527,7 +542,7 @@ export class Lock {
 
   /** `acquire()` took the key: the hold is the handle's, kept in its slot until released. */
   #kept(id) {
-    w.__kKeep(id);
+    ok(w.__kKeep(id));
     this.#done(KEPT);
     return true;
   }
@@ -588,7 +603,7 @@ export class Lock {
             await null;
             if (p !== null) answer = p.done ? p.result : await p.later(bound, waits ? signal : undefined);
           } catch (error) {
-            w.__kAbandon(id);
+            ok(w.__kAbandon(id));
             throw error;
           }
           if (answer === ABORTED) {
@@ -603,22 +618,22 @@ export class Lock {
           }
           if (answer === UNANSWERED) {
             releaseLateGrant(sent, store.object, this.#key, owner);
-            code = w.__kUnanswered(id);
+            code = ok(w.__kUnanswered(id));
           } else if (typeof answer === "boolean") {
-            code = w.__kAnswered(id, answer ? 1 : 0, 0);
+            code = ok(w.__kAnswered(id, answer ? 1 : 0, 0));
           } else if (waits) {
-            code = w.__kAnsweredWaited(id, answer);
+            code = ok(w.__kAnsweredWaited(id, answer));
           } else if (answer !== null && typeof answer === "object" && typeof answer.fence === "number") {
-            code = w.__kAnswered(id, 2, answer.fence);
+            code = ok(w.__kAnswered(id, 2, answer.fence));
           } else {
-            code = w.__kAnsweredValue(id, answer);
+            code = ok(w.__kAnsweredValue(id, answer));
           }
         } else if (code === SLEEP) {
           if (await pause(arg(), signal)) {
-            w.__kAbandon(id);
+            ok(w.__kAbandon(id));
             throw abortReason(signal);
           }
-          code = w.__kRetry(id);
+          code = ok(w.__kRetry(id));
         } else if (code === TIMED_OUT) {
           throw w.__kTimeoutError(id, 0, arg());
         } else {
@@ -655,7 +670,7 @@ export class Lock {
       // The run's hold is the one its last acquire call was granted, under that call's token.
       if (w.__kEnd(id, NaN) === FAILED) {
         const error = w.__kError();
-        w.__kForget(id);
+        ok(w.__kForget(id));
         throw error;
       }
       after = slotAfter(await this.#storeRelease(id, owner));
@@ -684,7 +699,7 @@ export class Lock {
       if (p !== null) answer = p.done ? p.result : await p.later(bound);
       return released(id, answer, bound);
     } catch (error) {
-      w.__kForget(id);
+      ok(w.__kForget(id));
       throw error;
     }
   }
@@ -912,7 +927,7 @@ export class Lock {
   /** The hold as a string for `restoreLock`, or throws LockNotHeldError. */
   serialize() {
     if (this.#slot === 0) throw w.__kNotHeld(this.#key, NOT_HELD_SERIALIZE);
-    return w.__kSerialize(this.#slot);
+    return textOf(w.__kSerialize(this.#slot));
   }
 
   /** Whether anyone (not necessarily this handle) holds the key. */
@@ -970,7 +985,7 @@ function restoreLock(serialized) {
   if (typeof serialized !== "string") throw w.__kNotSerialized();
   const id = w.__kRestore(serialized, store.binding);
   if (id === FAILED) throw w.__kError();
-  return new Lock(internal, w.__kKeyOf(id), w.__kTtlOf(id), store, id);
+  return new Lock(internal, textOf(w.__kKeyOf(id)), ok(w.__kTtlOf(id)), store, id);
 }
 
 function setLockStore(store) {

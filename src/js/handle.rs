@@ -127,6 +127,8 @@ per_thread! {
     /// call into the wasm. The last two are an extend's (`operations.rs`).
     static OUT: [Cell<f64>; 5] = const { [Cell::new(0.0), Cell::new(0.0), Cell::new(0.0), Cell::new(0.0), Cell::new(0.0)] };
     static ERROR: RefCell<Option<JsValue>> = const { RefCell::new(None) };
+    /// The text a call answers (see [`text`]), kept until the next one.
+    static TEXT: RefCell<String> = const { RefCell::new(String::new()) };
     /// The id of the spare: the last slot that went idle, kept open rather than closed (0:
     /// none). JS, which knows the key, TTL and store of the slot it let go, hands that very id
     /// to the next handle on the same — `lock(key).run(fn)` in a loop then allocates nothing,
@@ -144,6 +146,11 @@ pub(super) fn plain(answer: Result<f64, JsValue>) -> f64 {
             FAILED
         }
     }
+}
+
+/// A call that answers nothing else: 0, or [`FAILED`] with the error kept for [`error`].
+pub(super) fn done(answer: Result<(), JsValue>) -> f64 {
+    plain(answer.map(|()| 0.0))
 }
 
 /// The error of the last call that answered [`FAILED`].
@@ -271,6 +278,25 @@ pub(super) fn call(bound_ms: u64, owner: &OwnerToken) -> f64 {
     CALL
 }
 
+/// A call's text answer: kept in `TEXT`, its address and UTF-8 length put where a [`CALL`]'s
+/// owner goes in `OUT`, for JS to decode from memory; answers the length, or [`FAILED`].
+/// (A `String` return would go through wasm-bindgen's shim and a copy into JS-owned memory.)
+pub(super) fn text(answer: Result<String, JsValue>) -> f64 {
+    let value = match answer {
+        Ok(value) => value,
+        Err(error) => return plain(Err(error)),
+    };
+    TEXT.with(|t| {
+        let mut t = t.borrow_mut();
+        *t = value;
+        OUT.with(|o| {
+            o[1].set(t.as_ptr() as usize as f64);
+            o[2].set(t.len() as f64);
+        });
+        t.len() as f64
+    })
+}
+
 /// A key and TTL checked as `lock()` checks them; answers the TTL in whole ms. `ttl` is `NaN`
 /// for "not given" (a NaN the caller passed never gets here). A key with U+FFFD in it answers
 /// [`SLOW`]: on the way in, a lone surrogate became U+FFFD, and only the JS string itself tells
@@ -382,9 +408,10 @@ pub fn close(id: f64, force: bool) -> u32 {
 }
 
 /// The owner token of the acquisition in flight, or else of the run's hold.
+/// (A [`text`] answer.)
 #[wasm_bindgen(js_name = __kOwner, skip_typescript)]
-pub fn owner(id: f64) -> Result<String, JsValue> {
-    with_entry(id, |e| match (&e.attempt, &e.run_owner) {
+pub fn owner(id: f64) -> f64 {
+    text(with_entry(id, |e| match (&e.attempt, &e.run_owner) {
         (Some(a), _) => a.owner().as_str().to_owned(),
         (None, Some(o)) => o.as_str().to_owned(),
         (None, None) => e
@@ -392,7 +419,7 @@ pub fn owner(id: f64) -> Result<String, JsValue> {
             .owner()
             .map(|o| o.as_str().to_owned())
             .unwrap_or_default(),
-    })
+    }))
 }
 
 /// Starts a run's acquisition: `timeout`/`retryDelay` in ms, `NaN` for "not given"; `now` is
@@ -485,26 +512,29 @@ const ACQUIRE_ANSWER: &str = "lock store's acquire()";
 /// `false`, 1 `true`, 2 an object whose `fence` is the number `fence` (and which has no
 /// `waitedMs`). Any other answer goes to [`answered_value`].
 #[wasm_bindgen(js_name = __kAnswered, skip_typescript)]
-pub fn answered(id: f64, kind: u32, fence: f64) -> Result<f64, JsValue> {
+pub fn answered(id: f64, kind: u32, fence: f64) -> f64 {
     let grant = match kind {
         0 => Ok(None),
         1 => Ok(Some(Grant::unfenced())),
         _ => answers::fenced(ACQUIRE_ANSWER, fence),
     };
-    settle_answer(id, grant)
+    plain(settle_answer(id, grant))
 }
 
 /// A JS store's answer to the acquire in flight, judged by the seam's rules.
 #[wasm_bindgen(js_name = __kAnsweredValue, skip_typescript)]
-pub fn answered_value(id: f64, value: JsValue) -> Result<f64, JsValue> {
-    settle_answer(id, answers::acquire(ACQUIRE_ANSWER, &value))
+pub fn answered_value(id: f64, value: JsValue) -> f64 {
+    plain(settle_answer(id, answers::acquire(ACQUIRE_ANSWER, &value)))
 }
 
 /// A JS store's answer to the `acquireOrWait` in flight (not a boolean: those go to
 /// [`answered`]), judged by the seam's rules.
 #[wasm_bindgen(js_name = __kAnsweredWaited, skip_typescript)]
-pub fn answered_waited(id: f64, value: JsValue) -> Result<f64, JsValue> {
-    settle_answer(id, answers::waited("lock store's acquireOrWait()", &value))
+pub fn answered_waited(id: f64, value: JsValue) -> f64 {
+    plain(settle_answer(
+        id,
+        answers::waited("lock store's acquireOrWait()", &value),
+    ))
 }
 
 /// Feeds a judged answer to the acquisition; one outside the contract ends it.
@@ -531,22 +561,26 @@ fn answer(id: f64, grant: Option<Grant>) -> Result<f64, JsValue> {
 
 /// The acquire in flight went unanswered for its bound (JS drops it and releases a late grant).
 #[wasm_bindgen(js_name = __kUnanswered, skip_typescript)]
-pub fn unanswered(id: f64) -> Result<f64, JsValue> {
-    let (lock, mut attempt) = take_attempt(id)?;
-    let mono = JsRuntime.monotonic_ms();
-    let next = attempt
-        .unanswered(mono)
-        .map_err(|e| to_js(Error::from(e)))?;
-    drive(id, &lock, attempt, next, mono)
+pub fn unanswered(id: f64) -> f64 {
+    plain((|| {
+        let (lock, mut attempt) = take_attempt(id)?;
+        let mono = JsRuntime.monotonic_ms();
+        let next = attempt
+            .unanswered(mono)
+            .map_err(|e| to_js(Error::from(e)))?;
+        drive(id, &lock, attempt, next, mono)
+    })())
 }
 
 /// The pause is over: the next attempt.
 #[wasm_bindgen(js_name = __kRetry, skip_typescript)]
-pub fn retry(id: f64) -> Result<f64, JsValue> {
-    let (lock, mut attempt) = take_attempt(id)?;
-    let mono = JsRuntime.monotonic_ms();
-    let next = attempt.retry(mono);
-    drive(id, &lock, attempt, next, mono)
+pub fn retry(id: f64) -> f64 {
+    plain((|| {
+        let (lock, mut attempt) = take_attempt(id)?;
+        let mono = JsRuntime.monotonic_ms();
+        let next = attempt.retry(mono);
+        drive(id, &lock, attempt, next, mono)
+    })())
 }
 
 /// A caller's wait in the memory store's queue, stepped from JS; it leaves the queue when
@@ -653,8 +687,8 @@ fn answered_wait(id: f64, grant: Option<Grant>) -> Result<f64, JsValue> {
 
 /// The acquisition in flight ended without an answer to feed (the store failed).
 #[wasm_bindgen(js_name = __kAbandon, skip_typescript)]
-pub fn abandon(id: f64) -> Result<(), JsValue> {
-    with_entry(id, |e| e.attempt = None)
+pub fn abandon(id: f64) -> f64 {
+    done(with_entry(id, |e| e.attempt = None))
 }
 
 /// The caller's abort signal fired while it waited: it stops waiting. On the memory store it
@@ -711,13 +745,17 @@ pub fn share(id: f64) -> f64 {
 }
 
 /// The `LockStoreTimeoutError` for a call of `operation` (numbered as `operations.rs` numbers
-/// them: 0 acquire, 1 release, …) unanswered for `after_ms`.
+/// them: 0 acquire, 1 release, …) unanswered for `after_ms` (a `TypeError` if `id` names no
+/// slot).
 #[wasm_bindgen(js_name = __kTimeoutError, skip_typescript)]
-pub fn timeout_error(id: f64, operation: u32, after_ms: f64) -> Result<JsValue, JsValue> {
-    let operation =
-        super::operations::operation(operation).ok_or_else(super::operations::bad_operation)?;
-    let lock = lock_of(id)?;
-    Ok(to_js(lock.store_timeout(operation, after_ms as u64)))
+pub fn timeout_error(id: f64, operation: u32, after_ms: f64) -> JsValue {
+    (|| {
+        let operation =
+            super::operations::operation(operation).ok_or_else(super::operations::bad_operation)?;
+        let lock = lock_of(id)?;
+        Ok(to_js(lock.store_timeout(operation, after_ms as u64)))
+    })()
+    .unwrap_or_else(|error: JsValue| error)
 }
 
 /// Ends the run's hold: on the memory store released here, at `now` ([`RELEASED`], or
@@ -775,8 +813,8 @@ pub fn expired(id: f64) -> bool {
 
 /// `acquire()` took the key: the hold is the handle's (its release is [`release`]'s), not a run's.
 #[wasm_bindgen(js_name = __kKeep, skip_typescript)]
-pub fn keep(id: f64) -> Result<(), JsValue> {
-    with_entry(id, |e| e.run_owner = None)
+pub fn keep(id: f64) -> f64 {
+    done(with_entry(id, |e| e.run_owner = None))
 }
 
 /// `release()`: ends the handle's hold as [`end`] ends a run's ([`REFUSED`] when it holds
@@ -832,6 +870,6 @@ pub fn release_answer_error(value: JsValue) -> JsValue {
 
 /// The run's release failed or went unanswered: the run's hold is no longer tracked by it.
 #[wasm_bindgen(js_name = __kForget, skip_typescript)]
-pub fn forget(id: f64) -> Result<(), JsValue> {
-    with_entry(id, |e| e.run_owner = None)
+pub fn forget(id: f64) -> f64 {
+    done(with_entry(id, |e| e.run_owner = None))
 }

@@ -12,7 +12,7 @@ use wasm_bindgen::prelude::*;
 
 use super::api::parse_serialized;
 use super::convert::{input_to_js, method_name, to_js, type_error};
-use super::handle::{call, insert, lock_of, plain, set_extra, step, StoreBinding, CALL};
+use super::handle::{call, insert, lock_of, plain, set_extra, step, text, StoreBinding, CALL};
 use super::ids::{id_map, IdMap};
 use super::lock::CoreLock;
 use super::runtime::JsRuntime;
@@ -243,8 +243,8 @@ pub fn inspected(key: &str, op: u32, answer: JsValue, unanswered: bool, bound: f
 
 /// `serialize()` of the handle's hold.
 #[wasm_bindgen(js_name = __kSerialize, skip_typescript)]
-pub fn serialize(id: f64) -> Result<String, JsValue> {
-    lock_of(id)?.serialize().map_err(to_js)
+pub fn serialize(id: f64) -> f64 {
+    text(lock_of(id).and_then(|lock| lock.serialize().map_err(to_js)))
 }
 
 /// `restoreLock(text)` on `store`: a slot for the restored handle, which holds the hold
@@ -261,12 +261,12 @@ pub fn restore(text: &str, store: &StoreBinding) -> f64 {
 
 /// The key of slot `id`'s lock.
 #[wasm_bindgen(js_name = __kKeyOf, skip_typescript)]
-pub fn key_of(id: f64) -> Result<String, JsValue> {
-    Ok(lock_of(id)?.key().as_str().to_owned())
+pub fn key_of(id: f64) -> f64 {
+    text(lock_of(id).map(|lock| lock.key().as_str().to_owned()))
 }
 
 /// The TTL in ms of slot `id`'s lock.
 #[wasm_bindgen(js_name = __kTtlOf, skip_typescript)]
-pub fn ttl_of(id: f64) -> Result<f64, JsValue> {
-    Ok(lock_of(id)?.ttl().as_ms() as f64)
+pub fn ttl_of(id: f64) -> f64 {
+    plain(lock_of(id).map(|lock| lock.ttl().as_ms() as f64))
 }
