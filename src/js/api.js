@@ -591,14 +591,17 @@ export class Lock {
         if (code === CALL || code === CALL_WAIT) {
           const bound = arg();
           const waits = code === CALL_WAIT;
-          const [waitMs, pollMs] = waits ? extras() : [0, 0];
           owner = ownerOf(id);
           let sent;
           let answer;
           try {
-            answer = sent = waits
-              ? store.acquireOrWait.call(store.object, this.#key, owner, this.#ttl, waitMs, pollMs)
-              : store.acquire.call(store.object, this.#key, owner, this.#ttl);
+            if (waits) {
+              const [waitMs, pollMs] = extras();
+              sent = store.acquireOrWait.call(store.object, this.#key, owner, this.#ttl, waitMs, pollMs);
+            } else {
+              sent = store.acquire.call(store.object, this.#key, owner, this.#ttl);
+            }
+            answer = sent;
             const p = pending(sent);
             await null;
             if (p !== null) answer = p.done ? p.result : await p.later(bound, waits ? signal : undefined);
@@ -668,13 +671,17 @@ export class Lock {
     let after = KEPT;
     try {
       // The run's hold is the one its last acquire call was granted, under that call's token.
-      if (w.__kEnd(id, NaN) === FAILED) {
-        const error = w.__kError();
-        ok(w.__kForget(id));
-        throw error;
-      }
-      after = slotAfter(await this.#storeRelease(id, owner));
+      if (w.__kEnd(id, NaN) === FAILED) throw w.__kError();
+      // As #storeRelease does, written out here: one async call less per run().
+      const bound = arg();
+      let answer = store.release.call(store.object, this.#key, owner);
+      const p = pending(answer);
+      await null;
+      if (p !== null) answer = p.done ? p.result : await p.later(bound);
+      after = slotAfter(released(id, answer, bound));
     } catch (error) {
+      // The hold is no longer tracked as the run's.
+      w.__kForget(id);
       releaseFailed = true;
       releaseError = error;
     }
