@@ -84,7 +84,8 @@ function ok(code) {
   return code;
 }
 
-const utf8 = new TextDecoder();
+// A leading U+FEFF is part of a key, not a byte-order mark to drop.
+const utf8 = new TextDecoder("utf-8", { ignoreBOM: true });
 
 /** The text a call answered (src/js/handle.rs, `text`), read from wasm memory; throws on FAILED. */
 function textOf(code) {
@@ -671,14 +672,17 @@ export class Lock {
     let after = KEPT;
     try {
       // The run's hold is the one its last acquire call was granted, under that call's token.
-      if (w.__kEnd(id, NaN) === FAILED) throw w.__kError();
-      // As #storeRelease does, written out here: one async call less per run().
-      const bound = arg();
-      let answer = store.release.call(store.object, this.#key, owner);
-      const p = pending(answer);
-      await null;
-      if (p !== null) answer = p.done ? p.result : await p.later(bound);
-      after = slotAfter(released(id, answer, bound));
+      const ending = w.__kEnd(id, NaN);
+      if (ending === FAILED) throw w.__kError();
+      if (ending === CALL) {
+        // As #storeRelease does, written out here: one async call less per run().
+        const bound = arg();
+        let answer = store.release.call(store.object, this.#key, owner);
+        const p = pending(answer);
+        await null;
+        if (p !== null) answer = p.done ? p.result : await p.later(bound);
+        after = slotAfter(released(id, answer, bound));
+      }
     } catch (error) {
       // The hold is no longer tracked as the run's.
       w.__kForget(id);

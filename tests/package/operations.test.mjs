@@ -326,6 +326,19 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(await lock(key).acquire(), true);
     });
 
+    it("a key that starts with U+FEFF (a byte-order mark) comes back whole from restoreLock, and the restored handle releases that very key", async () => {
+      const key = `\uFEFF${fresh("bom")}`;
+      const a = lock(key, 5_000);
+      await a.acquire();
+      const b = restoreLock(a.serialize());
+      assert.equal(b.key, key);
+      assert.equal(b.key.charCodeAt(0), 0xfeff);
+      assert.equal(await lock(key.slice(1)).isLocked(), false, "the key without its mark is another, free key");
+      assert.equal(await b.release(), true);
+      assert.equal(await lock(key).isLocked(), false);
+      assert.equal(await a.release(), false);
+    });
+
     it("a handle whose TTL passed unnoticed does not serialize; one serialized just before its TTL ran out restores as expired", async () => {
       const key = fresh();
       const a = lock(key, 30);
