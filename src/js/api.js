@@ -710,7 +710,8 @@ export class Lock {
       if (p !== null) answer = p.done ? p.result : await p.later(bound);
       return released(id, answer, bound);
     } catch (error) {
-      ok(w.__kForget(id));
+      // The hold is no longer tracked as the run's; the release's error is the one to report.
+      w.__kForget(id);
       throw error;
     }
   }
