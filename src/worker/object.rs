@@ -21,8 +21,7 @@ use std::task::Waker;
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use worker::worker_sys::DurableObjectStorage;
-use worker::{SqlStorage, SqlStorageValue, State};
+use worker::worker_sys::{DurableObjectStorage, SqlStorage, SqlStorageCursor};
 
 use super::{describe, key, promise, type_error, WorkersRuntime};
 use crate::grant::{Fence, Grant};
@@ -64,8 +63,10 @@ pub struct LockDurableObjectCore {
     inner: Rc<Inner>,
 }
 
+/// Storage is reached through workers-rs's raw bindings (`worker_sys`): its typed layer answers
+/// `worker::Error`, whose formatting links every error that type can carry (serde_json's, the
+/// router's, I/O kinds) into the Workers build.
 struct Inner {
-    state: State,
     /// `state.storage` and its `sql`, looked up once: every operation uses them.
     storage: DurableObjectStorage,
     sql: SqlStorage,
@@ -167,12 +168,30 @@ fn storage_error(e: impl Into<JsValue>) -> JsValue {
     js_sys::Error::new(&format!("LockDurableObject storage failed: {text}")).into()
 }
 
-fn as_ms(value: &SqlStorageValue) -> Option<u64> {
-    match *value {
-        SqlStorageValue::Integer(i) if i >= 0 => Some(i as u64),
-        SqlStorageValue::Float(f) if f.is_finite() && f >= 0.0 => Some(f as u64),
-        _ => None,
+/// A stored time or counter: SQLite integers arrive as JS numbers.
+fn as_ms(value: &JsValue) -> Option<u64> {
+    value
+        .as_f64()
+        .filter(|f| f.is_finite() && *f >= 0.0)
+        .map(|f| f as u64)
+}
+
+/// The next row of a cursor's `raw()` iterator, as an array of column values.
+fn next_row(rows: &js_sys::Iterator) -> Result<Option<Array>, JsValue> {
+    let next = rows.next().map_err(storage_error)?;
+    if next.done() {
+        return Ok(None);
     }
+    let row = next.value();
+    if !Array::is_array(&row) {
+        return Err(storage_error("a row is not an array"));
+    }
+    Ok(Some(row.unchecked_into()))
+}
+
+/// The first column of a cursor's first row, as a time or counter.
+fn first_number(cursor: SqlStorageCursor) -> Result<Option<u64>, JsValue> {
+    Ok(next_row(&cursor.raw())?.and_then(|row| as_ms(&row.get(0))))
 }
 
 /// The object's clock. Each call reads it once and decides everything by that reading: workerd's
@@ -183,18 +202,22 @@ fn now() -> u64 {
 }
 
 impl Inner {
-    fn exec(&self, query: &str, args: Vec<JsValue>) -> Result<worker::SqlCursor, JsValue> {
-        self.sql.exec_raw(query, args).map_err(storage_error)
+    fn exec(&self, query: &str, args: Vec<JsValue>) -> Result<SqlStorageCursor, JsValue> {
+        let bindings = Array::new();
+        for arg in &args {
+            bindings.push(arg);
+        }
+        self.sql.exec(query, bindings).map_err(storage_error)
     }
 
     fn row(&self, key: &Key) -> Result<Option<(String, u64)>, JsValue> {
         let cursor = self.exec(SELECT, vec![key.as_str().into()])?;
-        let Some(row) = cursor.raw().next() else {
+        let Some(row) = next_row(&cursor.raw())? else {
             return Ok(None);
         };
-        match row.map_err(storage_error)?.as_slice() {
-            [SqlStorageValue::String(owner), expires_at] => match as_ms(expires_at) {
-                Some(ms) => Ok(Some((owner.clone(), ms))),
+        match (row.length(), row.get(0).as_string()) {
+            (2, Some(owner)) => match as_ms(&row.get(1)) {
+                Some(ms) => Ok(Some((owner, ms))),
                 None => Err(storage_error("a lock row has a malformed expires_at")),
             },
             _ => Err(storage_error("a lock row has an unexpected shape")),
@@ -242,10 +265,7 @@ impl Inner {
     /// Bumps and answers `key`'s fence counter. Runs in the same synchronous turn as the row
     /// write it belongs to, so no other call can take a fence in between.
     fn next_fence(&self, key: &Key) -> Result<Fence, JsValue> {
-        let cursor = self.exec(NEXT_FENCE, vec![key.as_str().into()])?;
-        let first = cursor.raw().next().transpose().map_err(storage_error)?;
-        first
-            .and_then(|row| row.first().and_then(as_ms))
+        first_number(self.exec(NEXT_FENCE, vec![key.as_str().into()])?)?
             .and_then(|n| Fence::new(n).ok())
             .ok_or_else(|| storage_error("the fence counter is missing or spent"))
     }
@@ -393,9 +413,7 @@ impl Inner {
     }
 
     fn next_expiry(&self) -> Result<Option<u64>, JsValue> {
-        let cursor = self.exec(NEXT_EXPIRY, vec![])?;
-        let first = cursor.raw().next().transpose().map_err(storage_error)?;
-        Ok(first.and_then(|row| row.first().and_then(as_ms)))
+        first_number(self.exec(NEXT_EXPIRY, vec![])?)
     }
 
     /// Brings the alarm up to date with the rows written since it last was: when one of them
@@ -514,12 +532,10 @@ impl LockDurableObjectCore {
             )
             .into());
         }
-        let state = State::from(ctx.unchecked_into::<worker::worker_sys::DurableObjectState>());
-        let sql = state.storage().sql();
+        let storage: DurableObjectStorage = storage.unchecked_into();
         let inner = Rc::new(Inner {
-            state,
-            storage: storage.unchecked_into(),
-            sql,
+            sql: storage.sql(),
+            storage,
             alarm_at: Cell::new(None),
             uncovered: Cell::new(None),
             queues: RefCell::new(HashMap::new()),
@@ -687,25 +703,25 @@ impl LockDurableObjectCore {
         let inner = self.inner.clone();
         promise(async move {
             let rows = Array::new();
-            for row in inner.exec(LIST, vec![])?.raw() {
-                let row = row.map_err(storage_error)?;
-                if let [SqlStorageValue::String(k), expires_at] = row.as_slice() {
+            let list = inner.exec(LIST, vec![])?.raw();
+            while let Some(row) = next_row(&list)? {
+                let key = row.get(0);
+                if key.is_string() {
                     let entry = js_sys::Object::new();
-                    Reflect::set(&entry, &"key".into(), &k.as_str().into())?;
-                    let at = as_ms(expires_at).map_or(JsValue::NULL, |ms| (ms as f64).into());
+                    Reflect::set(&entry, &"key".into(), &key)?;
+                    let at = as_ms(&row.get(1)).map_or(JsValue::NULL, |ms| (ms as f64).into());
                     Reflect::set(&entry, &"expiresAt".into(), &at)?;
                     rows.push(&entry);
                 }
             }
             let alarm = inner
-                .state
-                .storage()
-                .get_alarm()
-                .await
+                .storage
+                .get_alarm(js_sys::Object::new())
                 .map_err(storage_error)?;
+            let alarm = JsFuture::from(alarm).await.map_err(storage_error)?;
             let out = js_sys::Object::new();
             Reflect::set(&out, &"now".into(), &(now() as f64).into())?;
-            let alarm = alarm.map_or(JsValue::NULL, |ms| (ms as f64).into());
+            let alarm = as_ms(&alarm).map_or(JsValue::NULL, |ms| (ms as f64).into());
             Reflect::set(&out, &"alarm".into(), &alarm)?;
             Reflect::set(&out, &"rows".into(), &rows)?;
             let waiting = JsValue::from_f64(inner.waiting() as f64);
