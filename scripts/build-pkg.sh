@@ -4,8 +4,9 @@
 #                 stays out), wasm-bindgen --target nodejs (Node, Bun, Deno: reads the .wasm
 #                 from disk; the glue as CommonJS for require() and as an ES module for import)
 #   dist/web      the same build, --target web (browsers and bundlers: ESM)
-#   dist/workerd  --features worker, --target web (Cloudflare Workers: adds LockDurableObject and
-#                 DurableObjectLockStore; a separate build so Node/browser do not grow)
+#   dist/workerd  --no-default-features --features workerd,panic-trap, --target web (Cloudflare
+#                 Workers: adds LockDurableObject and DurableObjectLockStore; a separate build so
+#                 Node/browser do not grow)
 #   dist/testing/{node,web}  --features js,testing: `checkLockStore` for keel-lock/testing only,
 #                 so that no production build carries the conformance kit (the web build also
 #                 serves workerd)
@@ -64,14 +65,19 @@ rm -rf pkg/dist
 CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-unknown \
   --no-default-features --features js,talc,panic-trap
 bindgen nodejs pkg/dist/node
-# Without std nothing of std is linked: its panic handler would leave its source paths in the data.
-if grep -q -a 'library/std/' pkg/dist/node/keel_lock_bg.wasm; then
-  echo "build-pkg: the Node/browser wasm links std (its panic paths are in the data section)" >&2
-  exit 1
-fi
 bindgen web pkg/dist/web
-cargo build --release --target wasm32-unknown-unknown --features worker,talc
+# The workerd build: the same without std, plus the Durable Object (feature `workerd`, which
+# talks to workerd through wasm-bindgen alone; workers-rs needs std). Opt-level "z": its size
+# is what workerd compiles when an isolate starts.
+cargo build --release --target wasm32-unknown-unknown --no-default-features --features workerd,talc,panic-trap
 bindgen web pkg/dist/workerd trim
+# Without std nothing of std is linked: its panic handler would leave its source paths in the data.
+for f in pkg/dist/node pkg/dist/workerd; do
+  if grep -q -a 'library/std/' $f/keel_lock_bg.wasm; then
+    echo "build-pkg: $f/keel_lock_bg.wasm links std (its panic paths are in the data section)" >&2
+    exit 1
+  fi
+done
 cargo build --release --target wasm32-unknown-unknown --features js,testing,talc
 bindgen nodejs pkg/dist/testing/node
 bindgen web pkg/dist/testing/web

@@ -28,6 +28,8 @@ for f in $features; do
     # The npm Node/browser build: no std, talc, the trapping panic handler. Its tests turn
     # `testing`, and so std, on; the library alone is the build without std.
     panic-trap) target=wasm32-unknown-unknown f=js,talc,panic-trap nostd=--no-default-features ;;
+    # The npm workerd build: the same, with the Durable Object.
+    workerd) target=wasm32-unknown-unknown f=workerd,talc,panic-trap nostd=--no-default-features ;;
     *) target=wasm32-unknown-unknown ;;
   esac
   echo "clippy $nostd --features $f --target $target (all targets, then the library alone)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Size experiments: builds only the shipped wasm (node: no std, --features js,talc,panic-trap;
-# workerd: --features worker,talc) as build-pkg.sh does, into target/size/{node,workerd}, and
+# workerd: no std, --features workerd,talc,panic-trap) as build-pkg.sh does (without its trim), into target/size/{node,workerd}, and
 # prints raw and gzip -9 bytes.
 # NAMES=1 also keeps a name section (wasm-opt -Oz -g) in target/size/*-names.wasm, for attribution.
 # WASM_OPT_FLAGS overrides build-pkg.sh's wasm-opt flags, NODE_OPT_LEVEL the Node build's opt-level
@@ -28,4 +28,4 @@ one() {
   printf '%-8s raw %7s gzip %6s\n' "$name" "$(stat -c %s "$f")" "$(gzip -9 < "$f" | wc -c)"
 }
 [ "${ONLY:-}" = workerd ] || CARGO_EXTRA="--no-default-features ${CARGO_EXTRA:-}" one node ${NODE_FEATURES:-js,talc,panic-trap} nodejs ${NODE_OPT_LEVEL:-3}
-[ "${ONLY:-}" = node ] || one workerd ${WORKERD_FEATURES:-worker,talc} web z
+[ "${ONLY:-}" = node ] || CARGO_EXTRA="--no-default-features ${CARGO_EXTRA:-}" one workerd ${WORKERD_FEATURES:-workerd,talc,panic-trap} web z

@@ -1,8 +1,8 @@
 // Trims the workerd build (pkg/dist/workerd) of what keel-lock's workerd entry cannot reach, for
-// scripts/build-pkg.sh. The `worker` crate and wasm-streams export wasm-bindgen classes of their
-// own (R2Range, MinifyConfig, ContainerStartupOptions, the IntoUnderlying* stream adapters) and
-// wasm-bindgen writes an async loader; pkg/workerd/index.js uses none of them, and a user's Worker
-// imports keel-lock only through that entry. Two steps:
+// scripts/build-pkg.sh: wasm-bindgen writes an async loader, and pkg/workerd/index.js, through
+// which a user's Worker imports keel-lock, instantiates the module with initSync instead. (Built
+// with workers-rs, the module also exported that crate's and wasm-streams' own classes; the list
+// below is where such names go.) Two steps:
 //
 //   node scripts/trim-workerd-glue.mjs exports DIR   after wasm-bindgen, before wasm-opt: drops
 //       those declarations from DIR/keel_lock.js, then every wasm export the glue no longer
@@ -33,13 +33,6 @@ const entryPath = new URL("../pkg/workerd/index.js", import.meta.url);
 
 /** Exported glue classes and functions that keel-lock's workerd entry never uses. */
 const DROP = [
-  "ContainerStartupOptions",
-  "IntoUnderlyingByteSource",
-  "IntoUnderlyingSink",
-  "IntoUnderlyingSource",
-  "MinifyConfig",
-  "R2Range",
-  "__worker_init_state",
   // wasm-bindgen's async loader (the default export): the entry uses initSync.
   "__wbg_init",
   "__wbg_init_once",
@@ -48,7 +41,7 @@ const DROP = [
 ];
 
 function fail(message) {
-  console.error(`trim-workerd-glue: ${message} (${gluePath}); has wasm-bindgen's or workers-rs' output changed?`);
+  console.error(`trim-workerd-glue: ${message} (${gluePath}); has wasm-bindgen's output changed?`);
   process.exit(1);
 }
 

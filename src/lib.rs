@@ -26,11 +26,13 @@
 //!
 //! ## Cloudflare Workers in Rust (workers-rs)
 //!
-//! The `worker` feature (wasm32 only) adds the `worker` module: `LockDurableObjectCore`, the
+//! The `workerd` feature (wasm32 only) adds the `worker` module: `LockDurableObjectCore`, the
 //! Durable Object's logic (served by a JS `LockDurableObject` class, which RPC needs), keeping one
 //! SQLite row per held key and judging expiry by its own clock, and
 //! `DurableObjectLockStore`, the store that sends each key's operations to its object over JS
-//! RPC. keel-lock's errors convert into `worker::Error`, so `?` works in a handler, and
+//! RPC. Both are written on wasm-bindgen alone and build without std. The `worker` feature adds
+//! the workers-rs side: the store made from a workers-rs `Env` or `ObjectNamespace`, and
+//! keel-lock's errors converted into `worker::Error`, so `?` works in a handler.
 //! `WorkersRuntime` is the clock and timer a lock needs there.
 //!
 //! ```toml
@@ -92,8 +94,9 @@
 //! ## Without std
 //!
 //! With default features off (no `std`), the crate is `no_std` + `alloc` and builds for wasm32
-//! without threads only. The npm package's Node/browser wasm is built so, with `talc` as the
-//! allocator and `panic-trap` as the panic handler, to leave std's panic machinery out.
+//! without threads only. The npm package's wasm builds (Node/browser with `js`, workerd with
+//! `workerd`) are built so, with `talc` as the allocator and `panic-trap` as the panic handler,
+//! to leave std's panic machinery out.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 #![warn(rustdoc::broken_intra_doc_links)]
@@ -146,7 +149,7 @@ pub mod virtual_time;
 pub mod component;
 #[cfg(all(feature = "js", target_arch = "wasm32"))]
 pub mod js;
-#[cfg(all(feature = "worker", target_arch = "wasm32"))]
+#[cfg(all(feature = "workerd", target_arch = "wasm32"))]
 pub mod worker;
 
 /// The npm package's allocator (feature `talc`): std's dlmalloc is ~7 KB of code, talc a

@@ -32,12 +32,12 @@ const SWEEP_FLOOR: usize = 64;
 /// the middle of a change. If the platform has no randomness the keys stay zero — and no owner
 /// token can be minted either.
 #[derive(Clone, Default)]
-struct KeyHasher(Rc<Cell<Option<(u64, u64)>>>);
+pub(crate) struct KeyHasher(Rc<Cell<Option<(u64, u64)>>>);
 
 impl KeyHasher {
     /// The keys, drawn first if this is their first use.
     #[inline]
-    fn keys(&self) -> (u64, u64) {
+    pub(crate) fn keys(&self) -> (u64, u64) {
         match self.0.get() {
             Some(keys) => keys,
             None => self.draw(),

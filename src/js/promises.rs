@@ -9,10 +9,10 @@ use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll, Waker};
 
-#[cfg(any(feature = "testing", feature = "worker"))]
+#[cfg(any(feature = "testing", feature = "workerd"))]
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
-#[cfg(any(feature = "testing", feature = "worker"))]
+#[cfg(any(feature = "testing", feature = "workerd"))]
 use wasm_bindgen_futures::spawn_local;
 
 use super::ids::{id_map, IdMap};
@@ -25,9 +25,9 @@ extern "C" {
     #[wasm_bindgen(js_name = sleep)]
     fn start_sleep(ms: f64, id: u32);
     fn cancel(id: u32);
-    #[cfg(any(feature = "testing", feature = "worker"))]
+    #[cfg(any(feature = "testing", feature = "workerd"))]
     fn deferred(id: u32) -> Promise;
-    #[cfg(any(feature = "testing", feature = "worker"))]
+    #[cfg(any(feature = "testing", feature = "workerd"))]
     fn settle(id: u32, ok: bool, value: &JsValue);
     #[wasm_bindgen(js_name = monotonicNow)]
     pub(crate) fn monotonic_now() -> f64;
@@ -191,12 +191,12 @@ pub(crate) fn sleep(ms: u64) -> Event {
 }
 
 /// A future of a JS value, boxed: what [`promise_of`] takes, so that it is in the wasm once.
-#[cfg(any(feature = "testing", feature = "worker"))]
-pub(crate) type JsFuture = Pin<Box<dyn Future<Output = Result<JsValue, JsValue>>>>;
+#[cfg(any(feature = "testing", feature = "workerd"))]
+pub(crate) type JsFuture = Pin<alloc::boxed::Box<dyn Future<Output = Result<JsValue, JsValue>>>>;
 
 /// A promise settled by `future`, which runs on wasm-bindgen's task queue (`checkLockStore`'s,
 /// and every promise the Durable Object code hands JS).
-#[cfg(any(feature = "testing", feature = "worker"))]
+#[cfg(any(feature = "testing", feature = "workerd"))]
 pub(crate) fn promise_of(future: JsFuture) -> Promise {
     let id = open_slot();
     // The slot is only used for its id here: the promise is settled through `settle`.

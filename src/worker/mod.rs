@@ -1,5 +1,5 @@
 //! Cloudflare Workers: a lock store that coordinates across isolates and machines, on Durable
-//! Objects (feature `worker`, wasm32 only).
+//! Objects (feature `workerd`, wasm32 only; with or without std).
 //!
 //! * [`LockDurableObjectCore`] is the Durable Object's logic (workerd instantiates the JS class
 //!   `LockDurableObject`, which delegates to it). It keeps the rows of the keys routed to it in
@@ -11,14 +11,21 @@
 //!   binding. It sends each key to its own object (`idFromName(key)`), one JS RPC call per
 //!   store operation.
 //!
-//! * [`WorkersRuntime`] is the clock and timer a [`crate::Lock`] needs in a Worker, and
-//!   keel-lock's errors convert into [`worker::Error`], so `?` works in a workers-rs handler.
+//! * [`WorkersRuntime`] is the clock and timer a [`crate::Lock`] needs in a Worker. With the
+//!   `worker` feature (workers-rs), keel-lock's errors convert into `worker::Error`, so `?` works
+//!   in a workers-rs handler, and the store is made from a workers-rs `Env` or namespace.
+//!
+//! Everything here talks to workerd through wasm-bindgen declarations of its own (the storage
+//! calls are a handful), not through workers-rs: its `worker` crate needs std, and std's panic
+//! machinery and `core::fmt` are most of the difference between a 80 KB and a 50 KB gzip
+//! Workers `.wasm` (`docs/wasm-size.md`).
 //!
 //! JS RPC needs the class workerd instantiates to `extends DurableObject` (from
 //! `cloudflare:workers`), which a wasm-bindgen class cannot do; the npm package's workerd entry
 //! exports a small JS `LockDurableObject` that delegates to this one. A workers-rs Worker adds the same class to its entry module; see
 //! the crate-level docs and `examples/workers-rs`.
 
+#[cfg(feature = "worker")]
 mod error;
 mod object;
 mod store;
@@ -37,8 +44,8 @@ pub(crate) use crate::js::convert::{describe, key, type_error};
 /// `future` as a JS promise, through the JS bindings' one [`crate::js::promises::promise_of`]
 /// (boxed, so its glue is in the wasm once rather than once per future type).
 pub(crate) fn promise(
-    future: impl std::future::Future<Output = Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue>>
+    future: impl core::future::Future<Output = Result<wasm_bindgen::JsValue, wasm_bindgen::JsValue>>
         + 'static,
 ) -> js_sys::Promise {
-    crate::js::promises::promise_of(Box::pin(future))
+    crate::js::promises::promise_of(alloc::boxed::Box::pin(future))
 }

@@ -13,20 +13,23 @@
 //! restarted, the waiting calls fail and their callers fall back to plain attempts (see
 //! `DurableObjectLockStore::acquire_or_wait`).
 
-use std::cell::{Cell, RefCell};
-use std::collections::{HashMap, VecDeque};
-use std::rc::Rc;
-use std::task::Waker;
+use alloc::collections::VecDeque;
+use alloc::rc::Rc;
+use core::cell::{Cell, RefCell};
+use core::task::Waker;
 
+use hashbrown::HashMap;
 use js_sys::{Array, Promise, Reflect};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
-use worker::worker_sys::{DurableObjectStorage, SqlStorage, SqlStorageCursor};
 
 use super::{describe, key, promise, type_error, WorkersRuntime};
+use crate::float::ceil;
 use crate::grant::{Fence, Grant};
-use crate::input::{Key, ShowNumber, Ttl, MAX_WAIT_MS};
+use crate::input::{decimal, Key, ShowNumber, Ttl, MAX_WAIT_MS};
 use crate::js::convert::{fence_to_js, grant_to_js, object, owner, required_ttl as ttl};
+use crate::memory::KeyHasher;
+use crate::prelude::*;
 use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
@@ -53,6 +56,30 @@ const DELETE_EXPIRED: &str = "DELETE FROM keel_locks WHERE expires_at <= ?";
 const NEXT_EXPIRY: &str = "SELECT MIN(expires_at) FROM keel_locks";
 const LIST: &str = "SELECT key, expires_at FROM keel_locks ORDER BY key";
 
+#[wasm_bindgen]
+extern "C" {
+    /// `ctx.storage` of a SQLite-backed Durable Object: the three calls the object makes.
+    type DurableObjectStorage;
+    #[wasm_bindgen(method, getter)]
+    fn sql(this: &DurableObjectStorage) -> SqlStorage;
+    #[wasm_bindgen(method, catch, js_name = getAlarm)]
+    fn get_alarm(this: &DurableObjectStorage) -> Result<Promise, JsValue>;
+    /// `at` in epoch ms (workerd takes a number or a `Date`).
+    #[wasm_bindgen(method, catch, js_name = setAlarm)]
+    fn set_alarm(this: &DurableObjectStorage, at: f64) -> Result<Promise, JsValue>;
+
+    /// `ctx.storage.sql`: synchronous SQLite.
+    type SqlStorage;
+    /// `exec(query, ...bindings)`.
+    #[wasm_bindgen(method, catch, variadic)]
+    fn exec(this: &SqlStorage, query: &str, bindings: Array) -> Result<SqlStorageCursor, JsValue>;
+
+    /// What `exec` answers; `raw()` iterates its rows as arrays of column values.
+    type SqlStorageCursor;
+    #[wasm_bindgen(method)]
+    fn raw(this: &SqlStorageCursor) -> js_sys::Iterator;
+}
+
 /// A Durable Object holding lock rows in its SQLite storage; the object's own clock decides
 /// expiry. Exported to JS under the same name: workerd instantiates the JS
 /// `LockDurableObject extends DurableObject` class, which builds one of these and forwards
@@ -63,9 +90,6 @@ pub struct LockDurableObjectCore {
     inner: Rc<Inner>,
 }
 
-/// Storage is reached through workers-rs's raw bindings (`worker_sys`): its typed layer answers
-/// `worker::Error`, whose formatting links every error that type can carry (serde_json's, the
-/// router's, I/O kinds) into the Workers build.
 struct Inner {
     /// `state.storage` and its `sql`, looked up once: every operation uses them.
     storage: DurableObjectStorage,
@@ -82,7 +106,7 @@ struct Inner {
     /// ([`Inner::cover_writes`]).
     uncovered: Cell<Option<u64>>,
     /// Calls waiting for a key, oldest first. In memory only: gone with the instance.
-    queues: RefCell<HashMap<String, VecDeque<Rc<Ticket>>>>,
+    queues: RefCell<HashMap<String, VecDeque<Rc<Ticket>>, KeyHasher>>,
 }
 
 /// An `acquireOrWait` call parked in its key's queue.
@@ -128,19 +152,24 @@ impl Ticket {
 /// up); a `TypeError` for a non-number, a `RangeError` outside the range.
 pub(super) fn wait_ms(name: &str, value: &JsValue) -> Result<u64, JsValue> {
     let Some(ms) = value.as_f64() else {
-        return Err(type_error(format!(
-            "{name} must be a number, got {}",
-            describe(value)
-        )));
+        return Err(type_error(
+            [name, " must be a number, got ", &describe(value)].concat(),
+        ));
     };
-    if !ms.is_finite() || ms < 0.0 || ms.ceil() > MAX_WAIT_MS as f64 {
-        return Err(js_sys::RangeError::new(&format!(
-            "{name} must be a finite number of milliseconds between 0 and {MAX_WAIT_MS}, got {}",
-            ShowNumber(ms)
-        ))
+    if !ms.is_finite() || ms < 0.0 || ceil(ms) > MAX_WAIT_MS as f64 {
+        return Err(js_sys::RangeError::new(
+            &[
+                name,
+                " must be a finite number of milliseconds between 0 and ",
+                &decimal(MAX_WAIT_MS),
+                ", got ",
+                &ShowNumber(ms).text(),
+            ]
+            .concat(),
+        )
         .into());
     }
-    Ok(ms.ceil() as u64)
+    Ok(ceil(ms) as u64)
 }
 
 /// A waited grant as `acquireOrWait` answers it: `{ fence, waitedMs }` (`true` for a grant
@@ -165,7 +194,7 @@ fn storage_error(e: impl Into<JsValue>) -> JsValue {
                 .as_string()
         })
         .unwrap_or_else(|| describe(&e));
-    js_sys::Error::new(&format!("LockDurableObject storage failed: {text}")).into()
+    js_sys::Error::new(&["LockDurableObject storage failed: ", &text].concat()).into()
 }
 
 /// A stored time or counter: SQLite integers arrive as JS numbers.
@@ -441,8 +470,7 @@ impl Inner {
                 }
             },
         };
-        let date = js_sys::Date::new(&JsValue::from_f64(at as f64));
-        match self.storage.set_alarm(date, js_sys::Object::new()) {
+        match self.storage.set_alarm(at as f64) {
             Ok(promise) => {
                 self.alarm_at.set(Some(Some(at)));
                 Ok(Some(promise))
@@ -484,11 +512,7 @@ impl Inner {
         let Some(at) = next else {
             return Ok(());
         };
-        let date = js_sys::Date::new(&JsValue::from_f64(at as f64));
-        let set = self
-            .storage
-            .set_alarm(date, js_sys::Object::new())
-            .map_err(storage_error)?;
+        let set = self.storage.set_alarm(at as f64).map_err(storage_error)?;
         self.alarm_at.set(Some(Some(at)));
         self.alarm_written(Some(set)).await
     }
@@ -532,13 +556,17 @@ impl LockDurableObjectCore {
             )
             .into());
         }
+        // The queue map's keys, drawn now (a request is running, so randomness is allowed):
+        // drawing may call JS, which must not happen with the map borrowed.
+        let hasher = KeyHasher::default();
+        hasher.keys();
         let storage: DurableObjectStorage = storage.unchecked_into();
         let inner = Rc::new(Inner {
             sql: storage.sql(),
             storage,
             alarm_at: Cell::new(None),
             uncovered: Cell::new(None),
-            queues: RefCell::new(HashMap::new()),
+            queues: RefCell::new(HashMap::with_hasher(hasher)),
         });
         inner.exec(CREATE, vec![])?;
         inner.exec(CREATE_FENCES, vec![])?;
@@ -714,10 +742,7 @@ impl LockDurableObjectCore {
                     rows.push(&entry);
                 }
             }
-            let alarm = inner
-                .storage
-                .get_alarm(js_sys::Object::new())
-                .map_err(storage_error)?;
+            let alarm = inner.storage.get_alarm().map_err(storage_error)?;
             let alarm = JsFuture::from(alarm).await.map_err(storage_error)?;
             let out = js_sys::Object::new();
             Reflect::set(&out, &"now".into(), &(now() as f64).into())?;

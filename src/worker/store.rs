@@ -8,8 +8,7 @@
 //! Waiting is one RPC too: `acquireOrWait` stays open while the caller waits in the object's
 //! queue, and the object resolves it with the grant when it hands the key over.
 
-use std::rc::Rc;
-use std::thread::LocalKey;
+use alloc::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
@@ -24,6 +23,7 @@ use crate::js::convert::{owner, required_ttl};
 use crate::js::promises::grant_answer;
 use crate::js::store::answers;
 use crate::lock::Lock;
+use crate::per_thread::PerThread;
 use crate::runtime::Runtime;
 use crate::store::{ForceRelease, LockStore, Wait};
 use crate::token::OwnerToken;
@@ -92,9 +92,14 @@ fn method(target: &JsValue, name: &str) -> Result<Function, JsValue> {
     Reflect::get(target, &JsValue::from_str(name))?
         .dyn_into::<Function>()
         .map_err(|_| {
-            type_error(format!(
-                "DurableObjectLockStore needs a Durable Object namespace binding (env.LOCKS) bound to LockDurableObject; it has no {name}()"
-            ))
+            type_error(
+                [
+                    "DurableObjectLockStore needs a Durable Object namespace binding (env.LOCKS) bound to LockDurableObject; it has no ",
+                    name,
+                    "()",
+                ]
+                .concat(),
+            )
         })
 }
 
@@ -172,6 +177,7 @@ impl Rpc {
 
 impl DurableObjectLockStore {
     /// A store over a workers-rs namespace binding (`env.durable_object("LOCKS")?`).
+    #[cfg(feature = "worker")]
     pub fn new(namespace: worker::ObjectNamespace) -> Self {
         let namespace: JsValue = namespace.into();
         // A workers-rs binding always has both; were one missing, the call through it would
@@ -191,6 +197,7 @@ impl DurableObjectLockStore {
 
     /// A store over the Worker's Durable Object binding named `binding` (`"LOCKS"` for a
     /// `[[durable_objects.bindings]] name = "LOCKS"` entry in `wrangler.toml`).
+    #[cfg(feature = "worker")]
     pub fn from_env(env: &worker::Env, binding: &str) -> worker::Result<Self> {
         Ok(Self::new(env.durable_object(binding)?))
     }
@@ -210,10 +217,13 @@ impl DurableObjectLockStore {
     /// A store over a namespace binding given as a JS value; a `TypeError` when it is not one.
     pub fn from_js(namespace: JsValue) -> Result<Self, JsValue> {
         if !namespace.is_object() {
-            return Err(type_error(format!(
-                "DurableObjectLockStore needs a Durable Object namespace binding (env.LOCKS), got {}",
-                describe(&namespace)
-            )));
+            return Err(type_error(
+                [
+                    "DurableObjectLockStore needs a Durable Object namespace binding (env.LOCKS), got ",
+                    &describe(&namespace),
+                ]
+                .concat(),
+            ));
         }
         let id_from_name = method(&namespace, "idFromName")?;
         let get = method(&namespace, "get")?;
@@ -233,7 +243,7 @@ impl DurableObjectLockStore {
     /// Sends the RPC call `rpc` with `args` to the object of the key, which every call has as
     /// its first argument; answers the stub and the call's answer.
     fn send(&self, rpc: Rpc, args: &[JsValue]) -> Result<(JsValue, JsValue), JsValue> {
-        let wrong_args = || type_error(format!("{}: wrong arguments", rpc.method()));
+        let wrong_args = || type_error([rpc.method(), ": wrong arguments"].concat());
         let [k, rest @ ..] = args else {
             return Err(wrong_args());
         };
@@ -430,7 +440,7 @@ pub struct JsDurableObjectLockStore {
 fn spawn<F, Fut, T>(store: &Rc<DurableObjectLockStore>, op: F) -> Promise
 where
     F: FnOnce(Rc<DurableObjectLockStore>) -> Result<Fut, JsValue> + 'static,
-    Fut: std::future::Future<Output = Result<T, JsValue>> + 'static,
+    Fut: core::future::Future<Output = Result<T, JsValue>> + 'static,
     T: Into<JsValue>,
 {
     let store = store.clone();
@@ -455,7 +465,7 @@ fn answer_step(step: fn(JsValue) -> Result<JsValue, JsValue>) -> Function {
         .unchecked_into()
 }
 
-thread_local! {
+per_thread! {
     // A valid answer (`false`, `true`, or the object's `{ fence }`) is passed on as it is.
     static ACQUIRED: Function = answer_step(|answer| {
         answers::acquire(Rpc::Acquire.method(), &answer).map(|_| answer)
@@ -506,7 +516,7 @@ impl JsDurableObjectLockStore {
         &self,
         rpc: Rpc,
         sent: Result<[JsValue; N], JsValue>,
-        step: &'static LocalKey<Function>,
+        step: &'static PerThread<Function>,
     ) -> Promise {
         match sent.and_then(|args| self.inner.send(rpc, &args)) {
             Ok((_, answer)) => step.with(|step| {
