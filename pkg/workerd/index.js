@@ -1,4 +1,4 @@
-// Cloudflare Workers (workerd) entry: the `worker`-feature build, which adds the Durable Object
+// Cloudflare Workers (workerd) entry: the `workerd`-feature build, which adds the Durable Object
 // lock store. Workers cannot fetch or compile wasm at runtime: the module is imported as a
 // CompiledWasm module (wrangler and Miniflare do this for `.wasm` imports) and instantiated
 // synchronously, at module load. Deferring the instantiation, `__wbindgen_start` and building the
