@@ -4,7 +4,7 @@
 #                 stays out), wasm-bindgen --target nodejs (Node, Bun, Deno: reads the .wasm
 #                 from disk; the glue as CommonJS for require() and as an ES module for import)
 #   dist/web      the same build, --target web (browsers and bundlers: ESM)
-#   dist/workerd  --no-default-features --features workerd,panic-trap, --target web (Cloudflare
+#   dist/workerd  --no-default-features --features workerd,talc,panic-trap, --target web (Cloudflare
 #                 Workers: adds LockDurableObject and DurableObjectLockStore; a separate build so
 #                 Node/browser do not grow)
 #   dist/testing/{node,web}  --features js,testing: `checkLockStore` for keel-lock/testing only,

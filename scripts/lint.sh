@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # rustfmt check, and clippy with -D warnings for every feature of the crate, each on the target
-# it is built for (the pure core and `testing` natively; `js`/`worker` for
-# wasm32-unknown-unknown; `component` for wasm32-wasip2; `panic-trap` without std, as the npm
-# Node/browser build uses it). Each feature is linted twice: with
+# it is built for (the pure core and `testing` natively; `js`/`workerd`/`worker` for
+# wasm32-unknown-unknown; `component` for wasm32-wasip2; `panic-trap` and `workerd` without std,
+# as the npm Node/browser and workerd builds use them). Each feature is linted twice: with
 # --all-targets (the tests, whose self-dev-dependency turns `testing` on) and as the library
 # alone (the build users get, without `testing`). Then the npm version pins shared by the
 # repository's JS projects must agree (scripts/check-pins.mjs).

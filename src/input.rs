@@ -371,14 +371,18 @@ impl AcquireOptions {
 }
 
 fn wait_ms(option: WaitOption, value: f64) -> Result<u64, InputError> {
-    if !value.is_finite() || value < 0.0 || crate::float::ceil(value) > MAX_WAIT_MS as f64 {
-        return Err(InputError::InvalidWait {
-            option,
-            value,
-            max: MAX_WAIT_MS,
-        });
-    }
-    Ok(crate::float::ceil(value) as u64)
+    whole_wait_ms(value).ok_or(InputError::InvalidWait {
+        option,
+        value,
+        max: MAX_WAIT_MS,
+    })
+}
+
+/// A wait in whole milliseconds, fractions rounded up: `None` unless finite and from 0 to
+/// [`MAX_WAIT_MS`].
+pub(crate) fn whole_wait_ms(value: f64) -> Option<u64> {
+    let ms = crate::float::ceil(value);
+    (value.is_finite() && value >= 0.0 && ms <= MAX_WAIT_MS as f64).then_some(ms as u64)
 }
 
 #[cfg(test)]

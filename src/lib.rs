@@ -79,6 +79,7 @@
 //!   }
 //!   withdraw(key, owner) { return this.#core.withdraw(key, owner); }
 //!   release(key, owner) { return this.#core.release(key, owner); }
+//!   forceRelease(key) { return this.#core.forceRelease(key); }
 //!   extend(key, owner, ttlMs) { return this.#core.extend(key, owner, ttlMs); }
 //!   isLocked(key) { return this.#core.isLocked(key); }
 //!   remainingTime(key) { return this.#core.remainingTime(key); }

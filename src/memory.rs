@@ -30,7 +30,8 @@ const SWEEP_FLOOR: usize = 64;
 /// (Workers forbid randomness at module load), and before the map is borrowed: drawing may call
 /// JS (`crypto.getRandomValues`, when the token pool is spent), which must not find the store in
 /// the middle of a change. If the platform has no randomness the keys stay zero — and no owner
-/// token can be minted either.
+/// token can be minted either. (The Durable Object's waiter map uses it too, drawn in the
+/// object's constructor: a request is running then.)
 #[derive(Clone, Default)]
 pub(crate) struct KeyHasher(Rc<Cell<Option<(u64, u64)>>>);
 

@@ -26,11 +26,11 @@ macro_rules! per_thread {
 #[cfg(not(feature = "std"))]
 pub(crate) use single::{Const, Static};
 
-/// What `per_thread!` declares for a value made on first use, for naming one in a signature.
-#[cfg(all(feature = "std", feature = "workerd", target_arch = "wasm32"))]
+/// What `per_thread!` declares for a value made on first use, for naming one in a signature
+/// (std's `LocalKey`, or the `static` without std).
+#[cfg(all(feature = "workerd", feature = "std", target_arch = "wasm32"))]
 pub(crate) type PerThread<T> = std::thread::LocalKey<T>;
-/// What `per_thread!` declares for a value made on first use, for naming one in a signature.
-#[cfg(all(not(feature = "std"), feature = "workerd"))]
+#[cfg(all(feature = "workerd", not(feature = "std")))]
 pub(crate) type PerThread<T> = Static<T>;
 
 #[cfg(not(feature = "std"))]

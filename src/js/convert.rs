@@ -151,20 +151,31 @@ pub(crate) fn input_to_js(error: InputError) -> JsValue {
             &ShowNumber(value).text(),
         ]
         .concat(),
-        InputError::InvalidWait { option, value, max } => [
-            match option {
+        InputError::InvalidWait { option, value, max } => {
+            let name = match option {
                 WaitOption::Timeout => "timeout",
                 WaitOption::RetryDelay => "retryDelay",
-            },
+            };
+            return wait_range_error(name, value, max);
+        }
+        other => other.message(),
+    };
+    RangeError::new(&message).into()
+}
+
+/// The `RangeError` for a wait named `name` (`timeout`, `waitMs`, …) outside 0..=`max` ms.
+pub(crate) fn wait_range_error(name: &str, value: f64, max: u64) -> JsValue {
+    RangeError::new(
+        &[
+            name,
             " must be a finite number of milliseconds between 0 and ",
             &decimal(max),
             ", got ",
             &ShowNumber(value).text(),
         ]
         .concat(),
-        other => other.message(),
-    };
-    RangeError::new(&message).into()
+    )
+    .into()
 }
 
 /// A store operation's method name on the JS seam.

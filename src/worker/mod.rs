@@ -17,7 +17,7 @@
 //!
 //! Everything here talks to workerd through wasm-bindgen declarations of its own (the storage
 //! calls are a handful), not through workers-rs: its `worker` crate needs std, and std's panic
-//! machinery and `core::fmt` are most of the difference between a 80 KB and a 50 KB gzip
+//! machinery and `core::fmt` were most of the difference between an 80 KB and a 65 KB gzip
 //! Workers `.wasm` (`docs/wasm-size.md`).
 //!
 //! JS RPC needs the class workerd instantiates to `extends DurableObject` (from

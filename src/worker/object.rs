@@ -24,10 +24,11 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::JsFuture;
 
 use super::{describe, key, promise, type_error, WorkersRuntime};
-use crate::float::ceil;
 use crate::grant::{Fence, Grant};
-use crate::input::{decimal, Key, ShowNumber, Ttl, MAX_WAIT_MS};
-use crate::js::convert::{fence_to_js, grant_to_js, object, owner, required_ttl as ttl};
+use crate::input::{whole_wait_ms, Key, Ttl, MAX_WAIT_MS};
+use crate::js::convert::{
+    fence_to_js, grant_to_js, not_a_number, object, owner, required_ttl as ttl, wait_range_error,
+};
 use crate::memory::KeyHasher;
 use crate::prelude::*;
 use crate::race::{poll_until, race};
@@ -58,10 +59,9 @@ const LIST: &str = "SELECT key, expires_at FROM keel_locks ORDER BY key";
 
 #[wasm_bindgen]
 extern "C" {
-    /// `ctx.storage` of a SQLite-backed Durable Object: the three calls the object makes.
+    /// `ctx.storage` of a SQLite-backed Durable Object: its alarm (its `sql` is read once, by
+    /// the constructor).
     type DurableObjectStorage;
-    #[wasm_bindgen(method, getter)]
-    fn sql(this: &DurableObjectStorage) -> SqlStorage;
     #[wasm_bindgen(method, catch, js_name = getAlarm)]
     fn get_alarm(this: &DurableObjectStorage) -> Result<Promise, JsValue>;
     /// `at` in epoch ms (workerd takes a number or a `Date`).
@@ -83,8 +83,8 @@ extern "C" {
 /// A Durable Object holding lock rows in its SQLite storage; the object's own clock decides
 /// expiry. Exported to JS under the same name: workerd instantiates the JS
 /// `LockDurableObject extends DurableObject` class, which builds one of these and forwards
-/// `acquire`, `acquireOrWait`, `withdraw`, `release`, `extend`, `isLocked`, `remainingTime`,
-/// `inspect` and `alarm` to it.
+/// `acquire`, `acquireOrWait`, `withdraw`, `release`, `forceRelease`, `extend`, `isLocked`,
+/// `remainingTime`, `inspect` and `alarm` to it.
 #[wasm_bindgen(js_name = LockDurableObjectCore)]
 pub struct LockDurableObjectCore {
     inner: Rc<Inner>,
@@ -151,25 +151,8 @@ impl Ticket {
 /// `waitMs` of an `acquireOrWait` call: whole milliseconds from 0 to 2^31 − 1 (fractions round
 /// up); a `TypeError` for a non-number, a `RangeError` outside the range.
 pub(super) fn wait_ms(name: &str, value: &JsValue) -> Result<u64, JsValue> {
-    let Some(ms) = value.as_f64() else {
-        return Err(type_error(
-            [name, " must be a number, got ", &describe(value)].concat(),
-        ));
-    };
-    if !ms.is_finite() || ms < 0.0 || ceil(ms) > MAX_WAIT_MS as f64 {
-        return Err(js_sys::RangeError::new(
-            &[
-                name,
-                " must be a finite number of milliseconds between 0 and ",
-                &decimal(MAX_WAIT_MS),
-                ", got ",
-                &ShowNumber(ms).text(),
-            ]
-            .concat(),
-        )
-        .into());
-    }
-    Ok(ceil(ms) as u64)
+    let ms = value.as_f64().ok_or_else(|| not_a_number(name, value))?;
+    whole_wait_ms(ms).ok_or_else(|| wait_range_error(name, ms, MAX_WAIT_MS))
 }
 
 /// A waited grant as `acquireOrWait` answers it: `{ fence, waitedMs }` (`true` for a grant
@@ -231,16 +214,16 @@ fn now() -> u64 {
 }
 
 impl Inner {
-    fn exec(&self, query: &str, args: Vec<JsValue>) -> Result<SqlStorageCursor, JsValue> {
+    fn exec(&self, query: &str, args: &[JsValue]) -> Result<SqlStorageCursor, JsValue> {
         let bindings = Array::new();
-        for arg in &args {
+        for arg in args {
             bindings.push(arg);
         }
         self.sql.exec(query, bindings).map_err(storage_error)
     }
 
     fn row(&self, key: &Key) -> Result<Option<(String, u64)>, JsValue> {
-        let cursor = self.exec(SELECT, vec![key.as_str().into()])?;
+        let cursor = self.exec(SELECT, &[key.as_str().into()])?;
         let Some(row) = next_row(&cursor.raw())? else {
             return Ok(None);
         };
@@ -277,7 +260,7 @@ impl Inner {
                 self.uncovered.set(Some(earliest));
                 self.exec(
                     UPSERT,
-                    vec![
+                    &[
                         key.as_str().into(),
                         owner.as_str().into(),
                         JsValue::from_f64(expires_at as f64),
@@ -285,7 +268,7 @@ impl Inner {
                 )?;
             }
             Change::Delete => {
-                self.exec(DELETE, vec![key.as_str().into()])?;
+                self.exec(DELETE, &[key.as_str().into()])?;
             }
         }
         Ok(decision)
@@ -294,7 +277,7 @@ impl Inner {
     /// Bumps and answers `key`'s fence counter. Runs in the same synchronous turn as the row
     /// write it belongs to, so no other call can take a fence in between.
     fn next_fence(&self, key: &Key) -> Result<Fence, JsValue> {
-        first_number(self.exec(NEXT_FENCE, vec![key.as_str().into()])?)?
+        first_number(self.exec(NEXT_FENCE, &[key.as_str().into()])?)?
             .and_then(|n| Fence::new(n).ok())
             .ok_or_else(|| storage_error("the fence counter is missing or spent"))
     }
@@ -442,7 +425,7 @@ impl Inner {
     }
 
     fn next_expiry(&self) -> Result<Option<u64>, JsValue> {
-        first_number(self.exec(NEXT_EXPIRY, vec![])?)
+        first_number(self.exec(NEXT_EXPIRY, &[])?)
     }
 
     /// Brings the alarm up to date with the rows written since it last was: when one of them
@@ -502,7 +485,7 @@ impl Inner {
                 self.hand_over(&k, now);
             }
         }
-        self.exec(DELETE_EXPIRED, vec![JsValue::from_f64(now as f64)])?;
+        self.exec(DELETE_EXPIRED, &[JsValue::from_f64(now as f64)])?;
         // The alarm that just fired is spent (workerd drops it when this handler succeeds
         // without setting another). The next expiry covers every row, those just handed over
         // included.
@@ -549,27 +532,29 @@ impl LockDurableObjectCore {
             .ok_or_else(|| {
                 type_error("LockDurableObject must be constructed with a Durable Object state")
             })?;
-        let sql = Reflect::get(&storage, &JsValue::from_str("sql"));
-        if !sql.is_ok_and(|s| s.is_object()) {
+        let Some(sql) = Reflect::get(&storage, &JsValue::from_str("sql"))
+            .ok()
+            .filter(|s| s.is_object())
+        else {
             return Err(js_sys::Error::new(
                 "LockDurableObject needs SQLite-backed storage: list it under `new_sqlite_classes` in a migration of your wrangler.toml",
             )
             .into());
-        }
+        };
         // The queue map's keys, drawn now (a request is running, so randomness is allowed):
         // drawing may call JS, which must not happen with the map borrowed.
         let hasher = KeyHasher::default();
         hasher.keys();
         let storage: DurableObjectStorage = storage.unchecked_into();
         let inner = Rc::new(Inner {
-            sql: storage.sql(),
+            sql: sql.unchecked_into(),
             storage,
             alarm_at: Cell::new(None),
             uncovered: Cell::new(None),
             queues: RefCell::new(HashMap::with_hasher(hasher)),
         });
-        inner.exec(CREATE, vec![])?;
-        inner.exec(CREATE_FENCES, vec![])?;
+        inner.exec(CREATE, &[])?;
+        inner.exec(CREATE_FENCES, &[])?;
         Ok(LockDurableObjectCore { inner })
     }
 
@@ -731,7 +716,7 @@ impl LockDurableObjectCore {
         let inner = self.inner.clone();
         promise(async move {
             let rows = Array::new();
-            let list = inner.exec(LIST, vec![])?.raw();
+            let list = inner.exec(LIST, &[])?.raw();
             while let Some(row) = next_row(&list)? {
                 let key = row.get(0);
                 if key.is_string() {

@@ -38,10 +38,12 @@ use crate::token::OwnerToken;
 /// spent — no polling, so an acquisition after a wait costs two calls, acquire and release.
 ///
 /// Cheap to create and to clone (it holds the namespace binding only): make one per request.
-/// Its error type is the JS exception the RPC call raised; keel-lock's errors convert into
-/// [`worker::Error`], so `?` works in a handler.
+/// Its error type is the JS exception the RPC call raised; with feature `worker`, keel-lock's
+/// errors convert into `worker::Error`, so `?` works in a workers-rs handler.
 ///
 /// ```no_run
+/// # #[cfg(all(feature = "worker", target_arch = "wasm32"))]
+/// # mod example {
 /// use keel_lock::worker::DurableObjectLockStore;
 /// use keel_lock::AcquireOptions;
 /// use worker::{event, Context, Env, Request, Response, Result};
@@ -57,12 +59,14 @@ use crate::token::OwnerToken;
 ///     }
 /// }
 /// # async fn charge_invoice(_id: u32, _fence: Option<keel_lock::Fence>) -> String { String::new() }
+/// # }
 /// # fn main() {}
 /// ```
 ///
 /// The parts, for a lock built by hand or with another runtime:
 ///
 /// ```no_run
+/// # #[cfg(all(feature = "worker", target_arch = "wasm32"))]
 /// # async fn handler(env: worker::Env) -> worker::Result<()> {
 /// use keel_lock::worker::{DurableObjectLockStore, WorkersRuntime};
 /// use keel_lock::{AcquireOptions, Key, Lock, Ttl};
