@@ -70,9 +70,13 @@ extern "C" {
 
     /// `ctx.storage.sql`: synchronous SQLite.
     type SqlStorage;
-    /// `exec(query, ...bindings)`.
+    /// `exec(query, ...bindings)`: the bindings cross as one slice, not one call per binding.
     #[wasm_bindgen(method, catch, variadic)]
-    fn exec(this: &SqlStorage, query: &str, bindings: Array) -> Result<SqlStorageCursor, JsValue>;
+    fn exec(
+        this: &SqlStorage,
+        query: &str,
+        bindings: &[JsValue],
+    ) -> Result<SqlStorageCursor, JsValue>;
 
     /// What `exec` answers; `raw()` iterates its rows as arrays of column values.
     type SqlStorageCursor;
@@ -215,11 +219,7 @@ fn now() -> u64 {
 
 impl Inner {
     fn exec(&self, query: &str, args: &[JsValue]) -> Result<SqlStorageCursor, JsValue> {
-        let bindings = Array::new();
-        for arg in args {
-            bindings.push(arg);
-        }
-        self.sql.exec(query, bindings).map_err(storage_error)
+        self.sql.exec(query, args).map_err(storage_error)
     }
 
     fn row(&self, key: &Key) -> Result<Option<(String, u64)>, JsValue> {
