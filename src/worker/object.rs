@@ -12,18 +12,20 @@
 //! acquire while anyone waits. The queue lives in memory only: when the object is evicted or
 //! restarted, the waiting calls fail and their callers fall back to plain attempts (see
 //! `DurableObjectLockStore::acquire_or_wait`).
+//!
+//! No handler runs a Rust future: each answers a promise that is already settled, or the
+//! promise of the alarm call its writes needed, chained to the answer; a queued call's promise
+//! is settled by whoever ends its wait (`src/worker/object.js` holds the JS side).
 
 use alloc::collections::VecDeque;
-use alloc::rc::Rc;
+use alloc::rc::{Rc, Weak};
 use core::cell::{Cell, RefCell};
-use core::task::Waker;
 
 use hashbrown::HashMap;
-use js_sys::{Array, Promise, Reflect};
+use js_sys::{Array, Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::JsFuture;
 
-use super::{describe, key, promise, type_error, WorkersRuntime};
+use super::{describe, key, type_error};
 use crate::grant::{Fence, Grant};
 use crate::input::{whole_wait_ms, Key, Ttl, MAX_WAIT_MS};
 use crate::js::convert::{
@@ -31,9 +33,7 @@ use crate::js::convert::{
 };
 use crate::memory::KeyHasher;
 use crate::prelude::*;
-use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
-use crate::runtime::Runtime;
 use crate::token::OwnerToken;
 
 const CREATE: &str = "CREATE TABLE IF NOT EXISTS keel_locks (
@@ -84,6 +84,22 @@ extern "C" {
     fn raw(this: &SqlStorageCursor) -> js_sys::Iterator;
 }
 
+#[wasm_bindgen(module = "/src/worker/object.js")]
+extern "C" {
+    /// `[promise, resolve, reject]`: a queued call's promise and its settling functions.
+    fn opened() -> Array;
+    /// `look(key, id)` after `ms`; answers the timer.
+    #[wasm_bindgen(js_name = lookLater)]
+    fn look_later(ms: f64, look: &Function, key: &str, id: u32) -> JsValue;
+    #[wasm_bindgen(js_name = stopLooking)]
+    fn stop_looking(timer: &JsValue);
+    /// `value` once `call` has landed, or what `failed(error)` answers.
+    fn after(call: &Promise, value: &JsValue, failed: &Function) -> Promise;
+    /// `out` with its `alarm` field from what `read` answers, or what `failed(error)` answers.
+    #[wasm_bindgen(js_name = withAlarm)]
+    fn with_alarm(read: &Promise, out: &JsValue, failed: &Function) -> Promise;
+}
+
 /// A Durable Object holding lock rows in its SQLite storage; the object's own clock decides
 /// expiry. Exported to JS under the same name: workerd instantiates the JS
 /// `LockDurableObject extends DurableObject` class, which builds one of these and forwards
@@ -111,44 +127,45 @@ struct Inner {
     uncovered: Cell<Option<u64>>,
     /// Calls waiting for a key, oldest first. In memory only: gone with the instance.
     queues: RefCell<HashMap<String, VecDeque<Rc<Ticket>>, KeyHasher>>,
+    /// The id of the last ticket queued.
+    last_ticket: Cell<u32>,
+    /// `(key, id)`: the next look of a queued call, which its timer calls. Made once per
+    /// instance, holding the instance weakly.
+    look: Function,
+    /// `(error)`: an alarm call failed. This instance no longer knows the alarm, so the next
+    /// write sets it again from the next expiry; the error is thrown on as a storage error.
+    alarm_failed: Function,
 }
 
 /// An `acquireOrWait` call parked in its key's queue.
 struct Ticket {
+    id: u32,
     owner: OwnerToken,
     ttl: Ttl,
     /// When it joined the queue, by the object's clock.
     since: u64,
     /// When its wait is spent, by the object's clock: from then on it is never handed the key.
     give_up_at: u64,
-    /// How the wait ended, set once by whoever ended it; taken by the waiting call.
-    outcome: RefCell<Option<Outcome>>,
-    /// The waiting call's waker, woken when `outcome` is set.
-    waker: RefCell<Option<Waker>>,
+    /// `resolve` and `reject` of the waiting call's promise, until whoever ends the wait takes
+    /// them.
+    answer: RefCell<Option<(Function, Function)>>,
+    /// The timer of its next look, while one is set.
+    timer: RefCell<Option<JsValue>>,
 }
 
+/// How a wait ended.
 enum Outcome {
     /// The key was handed over; the grant is already in storage.
     Granted(Grant),
-    /// The caller withdrew.
-    Withdrawn,
-    /// The wait was spent before the key came free.
-    Spent,
+    /// The caller withdrew, or the wait was spent before the key came free.
+    NotGranted,
     /// The hand-over failed in storage.
     Failed(JsValue),
 }
 
 impl Ticket {
-    fn settle(&self, outcome: Outcome) {
-        *self.outcome.borrow_mut() = Some(outcome);
-        let waker = self.waker.borrow_mut().take();
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-
     fn is_settled(&self) -> bool {
-        self.outcome.borrow().is_some()
+        self.answer.borrow().is_none()
     }
 }
 
@@ -312,12 +329,12 @@ impl Inner {
     }
 
     /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting:
-    /// writes the row and the fence, then settles the ticket (its call resolves on its next
-    /// poll). A waiter whose wait is spent by `now` (the object was busy when its timer was due)
-    /// is answered `false` and passed over, as if its timer had run first. A storage failure
-    /// fails that waiter's call rather than the operation that freed the key; a failed read
-    /// leaves the queue alone (the waiters' timers try again). Answers whether it took any
-    /// waiter out of the queue.
+    /// writes the row and the fence, then settles the ticket (its call resolves once the alarm
+    /// covers the new row). A waiter whose wait is spent by `now` (the object was busy when its
+    /// timer was due) is answered `false` and passed over, as if its timer had run first. A
+    /// storage failure fails that waiter's call rather than the operation that freed the key;
+    /// a failed read leaves the queue alone (the waiters' timers try again). Answers whether
+    /// it took any waiter out of the queue.
     fn hand_over(&self, key: &Key, now: u64) -> bool {
         if !self.has_waiters(key) {
             return false;
@@ -329,7 +346,7 @@ impl Inner {
         while let Some(ticket) = self.pop_waiter(key) {
             popped = true;
             if ticket.give_up_at <= now {
-                ticket.settle(Outcome::Spent);
+                self.settle(&ticket, Outcome::NotGranted);
                 continue;
             }
             let outcome = match self.take(key, &ticket.owner, ticket.ttl, now) {
@@ -337,7 +354,7 @@ impl Inner {
                 Ok(None) => Outcome::Failed(storage_error("a free key refused its hand-over")),
                 Err(e) => Outcome::Failed(e),
             };
-            ticket.settle(outcome);
+            self.settle(&ticket, outcome);
             break;
         }
         popped
@@ -364,9 +381,9 @@ impl Inner {
     }
 
     /// Takes `ticket` out of `key`'s queue (a no-op when the hand-over already took it).
-    fn leave(&self, key: &Key, ticket: &Rc<Ticket>) {
+    fn leave(&self, key: &Key, ticket: &Ticket) {
         self.remove_waiter(key, |queue| {
-            let at = queue.iter().position(|t| Rc::ptr_eq(t, ticket))?;
+            let at = queue.iter().position(|t| t.id == ticket.id)?;
             queue.remove(at)
         });
     }
@@ -379,48 +396,63 @@ impl Inner {
         })
     }
 
-    /// A queued call: resolves when the hand-over settles its ticket or its wait is spent.
-    /// Whenever it finds the key free it hands it over at once, and otherwise it sleeps until
-    /// the holder's expiry (the holder may never release) or its own deadline.
-    async fn wait(self: Rc<Self>, key: Key, ticket: Rc<Ticket>) -> Result<JsValue, JsValue> {
+    /// `key`'s queued ticket `id`, if it is still queued.
+    fn ticket(&self, key: &str, id: u32) -> Option<Rc<Ticket>> {
+        let queues = self.queues.borrow();
+        queues.get(key)?.iter().find(|t| t.id == id).cloned()
+    }
+
+    /// Ends `ticket`'s wait with `outcome` (once: later calls do nothing) and stops its timer.
+    /// A grant is answered once the alarm covers the rows written so far.
+    fn settle(&self, ticket: &Ticket, outcome: Outcome) {
+        let Some((resolve, reject)) = ticket.answer.borrow_mut().take() else {
+            return;
+        };
+        if let Some(timer) = ticket.timer.borrow_mut().take() {
+            stop_looking(&timer);
+        }
+        let answer = match outcome {
+            Outcome::Granted(grant) => {
+                waited_grant_to_js(grant).and_then(|grant| self.answer_with(grant).map(Into::into))
+            }
+            Outcome::NotGranted => Ok(JsValue::FALSE),
+            Outcome::Failed(e) => Err(e),
+        };
+        // Settling a promise runs no JS code of its own, so these calls cannot fail.
+        let _ = match answer {
+            Ok(value) => resolve.call1(&JsValue::UNDEFINED, &value),
+            Err(error) => reject.call1(&JsValue::UNDEFINED, &error),
+        };
+    }
+
+    /// A queued call's look, when it queues and whenever its timer fires: it ends the wait
+    /// once it is spent, hands the key over at once when it finds the key free, and otherwise
+    /// sets its timer for the holder's expiry (the holder may never release) or its own
+    /// deadline, whichever is first. A hand-over settles the ticket in between.
+    fn look(&self, key: &Key, ticket: &Ticket) {
         loop {
-            let outcome = ticket.outcome.borrow_mut().take();
-            match outcome {
-                Some(Outcome::Granted(grant)) => {
-                    self.clone().alarm_written(self.cover_writes()?).await?;
-                    return waited_grant_to_js(grant);
-                }
-                Some(Outcome::Withdrawn | Outcome::Spent) => return Ok(JsValue::FALSE),
-                Some(Outcome::Failed(e)) => return Err(e),
-                None => {}
+            if ticket.is_settled() {
+                return;
             }
             let now = now();
             if now >= ticket.give_up_at {
-                self.leave(&key, &ticket);
-                return Ok(JsValue::FALSE);
+                self.leave(key, ticket);
+                self.settle(ticket, Outcome::NotGranted);
+                return;
             }
-            let until = match self.expiry(&key, now) {
+            let until = match self.expiry(key, now) {
                 Ok(Some(expiry)) => expiry.min(ticket.give_up_at),
                 // Free by this reading (the holder expired since the call queued): hand it over
-                // now rather than sleep until the alarm. Each such pass takes at least one
-                // waiter out of the queue (this one, or one before it), so the loop ends; a pass
-                // that took none (a failed read) sleeps instead.
-                Ok(None) if self.hand_over(&key, now) => continue,
+                // now rather than wait for the alarm. Each such pass takes at least one waiter
+                // out of the queue (this one, or one before it), so the loop ends; a pass that
+                // took none (a failed read) waits for the deadline instead.
+                Ok(None) if self.hand_over(key, now) => continue,
                 Ok(None) | Err(_) => ticket.give_up_at,
             };
-            let settled = poll_until(|cx| {
-                if ticket.is_settled() {
-                    return true;
-                }
-                *ticket.waker.borrow_mut() = Some(cx.waker().clone());
-                false
-            });
-            // Woken by the hand-over, or at `until`: the next pass looks again.
-            race(
-                settled,
-                WorkersRuntime.sleep(until.saturating_sub(now).max(1)),
-            )
-            .await;
+            let ms = until.saturating_sub(now).max(1) as f64;
+            let timer = look_later(ms, &self.look, key.as_str(), ticket.id);
+            *ticket.timer.borrow_mut() = Some(timer);
+            return;
         }
     }
 
@@ -466,18 +498,9 @@ impl Inner {
         }
     }
 
-    /// Awaits a `setAlarm` that [`Inner::cover_writes`] issued; when it fails, this instance no
-    /// longer knows the alarm, so the next write sets it again from the next expiry.
-    async fn alarm_written(self: Rc<Self>, set: Option<Promise>) -> Result<(), JsValue> {
-        let Some(set) = set else { return Ok(()) };
-        JsFuture::from(set).await.map(drop).map_err(|e| {
-            self.alarm_at.set(None);
-            storage_error(e)
-        })
-    }
-
-    /// The alarm's work (see [`LockDurableObjectCore::alarm`]).
-    async fn fire(self: Rc<Self>) -> Result<(), JsValue> {
+    /// The alarm's work (see [`LockDurableObjectCore::alarm`]), up to the `setAlarm` call it
+    /// makes, if any.
+    fn fire(&self) -> Result<Option<Promise>, JsValue> {
         let now = now();
         let waited_for: Vec<String> = self.queues.borrow().keys().cloned().collect();
         for k in waited_for {
@@ -493,29 +516,25 @@ impl Inner {
         self.uncovered.set(None);
         self.alarm_at.set(Some(None));
         let Some(at) = next else {
-            return Ok(());
+            return Ok(None);
         };
         let set = self.storage.set_alarm(at as f64).map_err(storage_error)?;
         self.alarm_at.set(Some(Some(at)));
-        self.alarm_written(Some(set)).await
+        Ok(Some(set))
     }
 
     /// Answers `decision.granted`, after covering what this turn wrote with the alarm.
-    fn answer(self: &Rc<Self>, decision: Decision) -> Result<Promise, JsValue> {
+    fn answer(&self, decision: Decision) -> Result<Promise, JsValue> {
         self.answer_with(JsValue::from_bool(decision.granted))
     }
 
     /// Answers `granted`, after covering what this turn wrote with the alarm (at once when that
     /// needs no alarm call).
-    fn answer_with(self: &Rc<Self>, granted: JsValue) -> Result<Promise, JsValue> {
-        let Some(set) = self.cover_writes()? else {
-            return Ok(Promise::resolve(&granted));
-        };
-        let this = self.clone();
-        Ok(promise(async move {
-            this.alarm_written(Some(set)).await?;
-            Ok(granted)
-        }))
+    fn answer_with(&self, granted: JsValue) -> Result<Promise, JsValue> {
+        Ok(match self.cover_writes()? {
+            None => Promise::resolve(&granted),
+            Some(set) => after(&set, &granted, &self.alarm_failed),
+        })
     }
 }
 
@@ -546,12 +565,15 @@ impl LockDurableObjectCore {
         let hasher = KeyHasher::default();
         hasher.keys();
         let storage: DurableObjectStorage = storage.unchecked_into();
-        let inner = Rc::new(Inner {
+        let inner = Rc::new_cyclic(|this: &Weak<Inner>| Inner {
             sql: sql.unchecked_into(),
             storage,
             alarm_at: Cell::new(None),
             uncovered: Cell::new(None),
             queues: RefCell::new(HashMap::with_hasher(hasher)),
+            last_ticket: Cell::new(0),
+            look: looker(this.clone()),
+            alarm_failed: alarm_failed(this.clone()),
         });
         inner.exec(CREATE, &[])?;
         inner.exec(CREATE_FENCES, &[])?;
@@ -596,13 +618,20 @@ impl LockDurableObjectCore {
         } else if w == 0 {
             return Ok(Promise::resolve(&JsValue::FALSE));
         }
+        let id = self.inner.last_ticket.get().wrapping_add(1);
+        self.inner.last_ticket.set(id);
+        let call = opened();
         let ticket = Rc::new(Ticket {
+            id,
             owner: o,
             ttl: t,
             since,
             give_up_at: since.saturating_add(w),
-            outcome: RefCell::new(None),
-            waker: RefCell::new(None),
+            answer: RefCell::new(Some((
+                call.get(1).unchecked_into(),
+                call.get(2).unchecked_into(),
+            ))),
+            timer: RefCell::new(None),
         });
         self.inner
             .queues
@@ -610,7 +639,8 @@ impl LockDurableObjectCore {
             .entry(k.as_str().to_owned())
             .or_default()
             .push_back(ticket.clone());
-        Ok(promise(self.inner.clone().wait(k, ticket)))
+        self.inner.look(&k, &ticket);
+        Ok(call.get(0).unchecked_into())
     }
 
     /// The caller with `owner` stopped waiting for the key: a queued call leaves the queue and
@@ -619,7 +649,7 @@ impl LockDurableObjectCore {
     pub fn withdraw(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
         let (k, o) = (key(&k)?, owner(&o)?);
         if let Some(ticket) = self.inner.dequeue(&k, &o) {
-            ticket.settle(Outcome::Withdrawn);
+            self.inner.settle(&ticket, Outcome::NotGranted);
             return Ok(Promise::resolve(&JsValue::TRUE));
         }
         self.release(k.as_str().into(), o.as_str().into())
@@ -699,44 +729,70 @@ impl LockDurableObjectCore {
     /// rows, then points the alarm at the next expiry. When it fails (workerd retries it), this
     /// instance no longer knows the alarm, so the next write sets it again from the next expiry.
     pub fn alarm(&self) -> Promise {
-        let inner = self.inner.clone();
-        promise(async move {
-            let fired = inner.clone().fire().await;
-            if fired.is_err() {
-                inner.alarm_at.set(None);
+        match self.inner.fire() {
+            Ok(None) => Promise::resolve(&JsValue::UNDEFINED),
+            Ok(Some(set)) => after(&set, &JsValue::UNDEFINED, &self.inner.alarm_failed),
+            Err(e) => {
+                self.inner.alarm_at.set(None);
+                Promise::reject(&e)
             }
-            fired.map(|()| JsValue::UNDEFINED)
-        })
+        }
     }
 
     /// Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }], waiting }` — what storage holds
     /// right now, expired rows not yet deleted included, and how many `acquireOrWait` calls
     /// this instance has queued. Owner tokens are never exposed.
     pub fn inspect(&self) -> Promise {
-        let inner = self.inner.clone();
-        promise(async move {
-            let rows = Array::new();
-            let list = inner.exec(LIST, &[])?.raw();
-            while let Some(row) = next_row(&list)? {
-                let key = row.get(0);
-                if key.is_string() {
-                    let entry = js_sys::Object::new();
-                    Reflect::set(&entry, &"key".into(), &key)?;
-                    let at = as_ms(&row.get(1)).map_or(JsValue::NULL, |ms| (ms as f64).into());
-                    Reflect::set(&entry, &"expiresAt".into(), &at)?;
-                    rows.push(&entry);
-                }
-            }
-            let alarm = inner.storage.get_alarm().map_err(storage_error)?;
-            let alarm = JsFuture::from(alarm).await.map_err(storage_error)?;
-            let out = js_sys::Object::new();
-            Reflect::set(&out, &"now".into(), &(now() as f64).into())?;
-            let alarm = as_ms(&alarm).map_or(JsValue::NULL, |ms| (ms as f64).into());
-            Reflect::set(&out, &"alarm".into(), &alarm)?;
-            Reflect::set(&out, &"rows".into(), &rows)?;
-            let waiting = JsValue::from_f64(inner.waiting() as f64);
-            Reflect::set(&out, &"waiting".into(), &waiting)?;
-            Ok(out.into())
-        })
+        self.inspected().unwrap_or_else(|e| Promise::reject(&e))
     }
+
+    fn inspected(&self) -> Result<Promise, JsValue> {
+        let inner = &self.inner;
+        let rows = Array::new();
+        let list = inner.exec(LIST, &[])?.raw();
+        while let Some(row) = next_row(&list)? {
+            let key = row.get(0);
+            if key.is_string() {
+                let at = as_ms(&row.get(1)).map_or(JsValue::NULL, |ms| (ms as f64).into());
+                rows.push(&object(&[("key", key), ("expiresAt", at)])?);
+            }
+        }
+        let alarm = inner.storage.get_alarm().map_err(storage_error)?;
+        let out = object(&[
+            ("now", (now() as f64).into()),
+            ("alarm", JsValue::NULL),
+            ("rows", rows.into()),
+            ("waiting", JsValue::from_f64(inner.waiting() as f64)),
+        ])?;
+        Ok(with_alarm(&alarm, &out, &inner.alarm_failed))
+    }
+}
+
+/// The instance's `look` function (see [`Inner::look`]); it does nothing once the instance is
+/// gone or the ticket has left the queue.
+fn looker(this: Weak<Inner>) -> Function {
+    Closure::<dyn Fn(JsValue, u32)>::new(move |k: JsValue, id: u32| {
+        let Some(inner) = this.upgrade() else { return };
+        let Some(k) = k.as_string().and_then(|k| Key::new(k).ok()) else {
+            return;
+        };
+        if let Some(ticket) = inner.ticket(k.as_str(), id) {
+            ticket.timer.borrow_mut().take();
+            inner.look(&k, &ticket);
+        }
+    })
+    .into_js_value()
+    .unchecked_into()
+}
+
+/// The instance's `alarm_failed` function (see [`Inner::alarm_failed`]).
+fn alarm_failed(this: Weak<Inner>) -> Function {
+    Closure::<dyn Fn(JsValue) -> Result<JsValue, JsValue>>::new(move |e: JsValue| {
+        if let Some(inner) = this.upgrade() {
+            inner.alarm_at.set(None);
+        }
+        Err(storage_error(e))
+    })
+    .into_js_value()
+    .unchecked_into()
 }
