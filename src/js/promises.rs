@@ -2,7 +2,9 @@
 //! `wasm-bindgen-futures` provides (`JsFuture`, `future_to_promise`) and `gloo-timers` create
 //! two or three wasm closures per await, each registered for finalization; on a contended lock
 //! that is most of the cost of a hand-over. Here JS calls back through one function set once
-//! (`src/js/promises.js`), naming the waiting future by a number.
+//! (`src/js/promises.js`), naming the waiting future by a number. The futures handed to JS as
+//! promises run on the small task queue at the end of this file, woken through that same
+//! function.
 
 use core::cell::RefCell;
 use core::future::Future;
@@ -12,8 +14,6 @@ use core::task::{Context, Poll, Waker};
 #[cfg(any(feature = "testing", feature = "workerd"))]
 use js_sys::Promise;
 use wasm_bindgen::prelude::*;
-#[cfg(any(feature = "testing", feature = "workerd"))]
-use wasm_bindgen_futures::spawn_local;
 
 use super::ids::{id_map, IdMap};
 
@@ -51,16 +51,24 @@ per_thread! {
     static SLOTS: RefCell<Slots> = const { RefCell::new(Slots { next: 0, slots: id_map() }) };
 }
 
-/// Called by JS when the promise (or timer) behind `id` settles.
+/// Called by JS when the promise (or timer) behind `id` settles; an id with no slot is a task
+/// (see [`promise_of`]) that was woken.
 fn on_settled(id: u32, ok: bool, value: JsValue) {
     let waker = SLOTS.with(|s| {
         let mut s = s.borrow_mut();
-        let slot = s.slots.get_mut(&id)?;
+        let Some(slot) = s.slots.get_mut(&id) else {
+            return Err(());
+        };
         slot.outcome = Some(if ok { Ok(value) } else { Err(value) });
-        slot.waker.take()
+        Ok(slot.waker.take())
     });
-    if let Some(waker) = waker {
-        waker.wake();
+    match waker {
+        Ok(Some(waker)) => waker.wake(),
+        Ok(None) => {}
+        #[cfg(any(feature = "testing", feature = "workerd"))]
+        Err(()) => poll_task(id),
+        #[cfg(not(any(feature = "testing", feature = "workerd")))]
+        Err(()) => {}
     }
 }
 
@@ -194,19 +202,53 @@ pub(crate) fn sleep(ms: u64) -> Event {
 #[cfg(any(feature = "testing", feature = "workerd"))]
 pub(crate) type JsFuture = Pin<alloc::boxed::Box<dyn Future<Output = Result<JsValue, JsValue>>>>;
 
-/// A promise settled by `future`, which runs on wasm-bindgen's task queue (`checkLockStore`'s,
-/// and every promise the Durable Object code hands JS).
+#[cfg(any(feature = "testing", feature = "workerd"))]
+per_thread! {
+    /// The futures [`promise_of`] runs, by the id of the promise each settles. A task is out of
+    /// the map while it is polled, so a wake during its poll finds nothing to poll twice.
+    static TASKS: RefCell<IdMap<JsFuture>> = const { RefCell::new(id_map()) };
+}
+
+/// Wakes a task: JS calls back `settled(id, …)` in a microtask, which polls it (a task is
+/// polled in a microtask of its own, never inside the code that woke it).
+#[cfg(any(feature = "testing", feature = "workerd"))]
+struct TaskWaker {
+    id: u32,
+}
+
+#[cfg(any(feature = "testing", feature = "workerd"))]
+impl alloc::task::Wake for TaskWaker {
+    fn wake(self: alloc::sync::Arc<Self>) {
+        watch(&JsValue::UNDEFINED, self.id);
+    }
+}
+
+/// Polls task `id` once, if it is queued; settles its promise when it completes.
+#[cfg(any(feature = "testing", feature = "workerd"))]
+fn poll_task(id: u32) {
+    let Some(mut task) = TASKS.with(|t| t.borrow_mut().remove(&id)) else {
+        return;
+    };
+    let waker = Waker::from(alloc::sync::Arc::new(TaskWaker { id }));
+    match task.as_mut().poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(Ok(value)) => settle(id, true, &value),
+        Poll::Ready(Err(error)) => settle(id, false, &error),
+        Poll::Pending => {
+            TASKS.with(|t| t.borrow_mut().insert(id, task));
+        }
+    }
+}
+
+/// A promise settled by `future`, which runs on the task queue above (`checkLockStore`'s, and
+/// the Durable Object client store's waiting pair). Its first poll is in a microtask, as every
+/// later one is.
 #[cfg(any(feature = "testing", feature = "workerd"))]
 pub(crate) fn promise_of(future: JsFuture) -> Promise {
     let id = open_slot();
     // The slot is only used for its id here: the promise is settled through `settle`.
     SLOTS.with(|s| s.borrow_mut().slots.remove(&id));
     let promise = deferred(id);
-    spawn_local(async move {
-        match future.await {
-            Ok(value) => settle(id, true, &value),
-            Err(error) => settle(id, false, &error),
-        }
-    });
+    TASKS.with(|t| t.borrow_mut().insert(id, future));
+    watch(&JsValue::UNDEFINED, id);
     promise
 }

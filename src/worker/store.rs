@@ -12,7 +12,6 @@ use alloc::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect};
 use wasm_bindgen::prelude::*;
-use wasm_bindgen_futures::JsFuture;
 
 use super::object::{wait_ms, waited_grant_to_js};
 use super::{describe, key, promise, type_error, WorkersRuntime};
@@ -20,7 +19,7 @@ use crate::error::InputError;
 use crate::grant::Grant;
 use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS};
 use crate::js::convert::{owner, required_ttl};
-use crate::js::promises::grant_answer;
+use crate::js::promises::{grant_answer, settled};
 use crate::js::store::answers;
 use crate::lock::Lock;
 use crate::per_thread::PerThread;
@@ -271,7 +270,7 @@ impl DurableObjectLockStore {
     /// One RPC call: `stub[rpc](...args)`, awaited.
     async fn call(&self, rpc: Rpc, args: &[JsValue]) -> Result<JsValue, JsValue> {
         let (_, answer) = self.send(rpc, args)?;
-        JsFuture::from(Promise::resolve(&answer)).await
+        settled(&answer).await
     }
 
     /// An acquiring RPC call, awaited; a grant it answers after the caller gave up on it is
@@ -483,6 +482,9 @@ per_thread! {
     static LOCKED: Function = answer_step(|answer| {
         answers::boolean(Rpc::IsLocked.method(), &answer).map(JsValue::from_bool)
     });
+    static FORCE_RELEASED: Function = answer_step(|answer| {
+        answers::boolean(Rpc::ForceRelease.method(), &answer).map(JsValue::from_bool)
+    });
     static REMAINING: Function = answer_step(|answer| {
         let ms = answers::remaining_time(Rpc::RemainingTime.method(), &answer)?;
         Ok(ms.map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
@@ -582,14 +584,8 @@ impl JsDurableObjectLockStore {
     /// Frees the key whoever holds it (operators); resolves whether anyone did.
     #[wasm_bindgen(js_name = forceRelease)]
     pub fn force_release(&self, k: JsValue) -> Promise {
-        spawn(&self.inner, move |s| {
-            let k = key(&k)?;
-            Ok(async move {
-                Ok(JsValue::from_bool(
-                    s.force_release(&k).await? == ForceRelease::Freed,
-                ))
-            })
-        })
+        let sent = checked1(k);
+        self.answered(Rpc::ForceRelease, sent, &FORCE_RELEASED)
     }
 
     /// Stop waiting: leave the key's queue, or release the key if it was already handed over.
