@@ -60,8 +60,8 @@ bindgen() {
 }
 
 rm -rf pkg/dist
-# Node and browsers get opt-level 3: the lock's hot path is code, not bytes — measured 1.7× faster
-# per in-isolate run() than opt-level "z" for 4.3 KB more gzip ("s": slower than 3, and larger).
+# Node and browsers get opt-level 3: the lock's hot path is code, not bytes — measured 1.5–1.8×
+# faster per in-isolate run() than opt-level "z" for 1.2 KB more gzip ("s": larger than 3).
 CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-unknown \
   --no-default-features --features js,talc,panic-trap
 bindgen nodejs pkg/dist/node
