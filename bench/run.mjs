@@ -340,6 +340,10 @@ async function redisContenders(port) {
   };
   const keelClient = await make();
   const keelStore = redisLockStore(keelClient);
+  // The same waiting store, used by callers with a short retryDelay: the safety-net look must
+  // not follow it.
+  const keelShortDelayClient = await make();
+  const keelShortDelayStore = redisLockStore(keelShortDelayClient);
   // The same store without its waiting pair: keel-lock then polls acquire every retryDelay.
   const keelPollClient = await make();
   const { acquire, release, extend, isLocked, remainingTime } = redisLockStore(keelPollClient);
@@ -367,6 +371,17 @@ async function redisContenders(port) {
       install: () => setLockStore(keelStore),
       async runInstalled(key, fn) {
         const [ran] = await lock(key, TTL).run(fn);
+        return ran;
+      },
+    },
+    {
+      name: "keel-lock (redisLockStore), retryDelay 10",
+      client: keelShortDelayClient,
+      contentionOnly: true,
+      settings: "lock(key, 30000).run(fn, { timeout, retryDelay: 10 }) — the same waiting store: its safety-net look stays at safetyNetMs (1 s), whatever retryDelay",
+      async run(key, fn, timeout) {
+        setLockStore(keelShortDelayStore);
+        const [ran] = await lock(key, TTL).run(fn, timeout ? { timeout, retryDelay: 10 } : undefined);
         return ran;
       },
     },
@@ -535,6 +550,7 @@ async function redisContention(admin, contenders) {
     criticalSectionMs: CS_MS,
     timeoutMs: WAIT_TIMEOUT,
     rounds: ROUNDS,
+    coldWait: await coldWaitCost(contenders[0]),
     handOff: "gap from one holder's fn end to the next holder's fn start (includes the release request)",
     rows: contenders.map((c) => {
       const recs = per[c.name];
@@ -549,6 +565,52 @@ async function redisContention(admin, contenders) {
       });
     }),
   };
+}
+
+// What opening the pub/sub connection per burst costs one waited acquisition: a holder releases
+// 2 ms after one waiter queued, on a store idle for longer than its idle close (cold: the
+// waiter's enqueue opens the connection, and a hand-over published before it is subscribed is
+// found by the look made once it is) and on a store kept subscribed by a second waiter on
+// another key (warm). Hand-off = release sent → the waiter's fn starts; requests on the store's
+// client connection.
+async function coldWaitCost(keel) {
+  const SAMPLES = QUICK ? 5 : 20;
+  const sample = async (warm) => {
+    keel.install();
+    const keeper = warm ? lock("bench:cold:keeper", TTL) : null;
+    let keeping = null;
+    if (keeper) {
+      await keeper.acquire();
+      keeping = lock("bench:cold:keeper", TTL).run(() => {}, { timeout: 60_000 });
+      await sleep(20);
+    } else {
+      await sleep(400); // past the store's idle close (250 ms): the subscriber is closed
+    }
+    const holder = lock("bench:cold", TTL);
+    await holder.acquire();
+    let started = 0;
+    const waited = lock("bench:cold", TTL).run(() => (started = performance.now()), { timeout: 10_000 });
+    await sleep(2);
+    const req0 = keel.client.requests;
+    const released = performance.now();
+    await holder.release();
+    await waited;
+    const requests = keel.client.requests - req0;
+    if (keeper) {
+      await keeper.release();
+      await keeping;
+    }
+    return { handOffMs: started - released, requests };
+  };
+  const out = {};
+  for (const warm of [false, true]) {
+    await sample(warm);
+    const got = [];
+    for (let i = 0; i < SAMPLES; i++) got.push(await sample(warm));
+    const s = summarize(got.map((g) => g.handOffMs));
+    out[warm ? "warm" : "cold"] = { samples: SAMPLES, handOffP50ms: round(s.p50, 3), handOffP99ms: round(s.p99, 3), requestsAfterEnqueue: round(got.reduce((a, g) => a + g.requests, 0) / SAMPLES, 2) };
+  }
+  return out;
 }
 
 // (3c) The same scenario on PostgreSQL (a throwaway cluster started here): keel-lock's
@@ -874,6 +936,10 @@ function markdown() {
     contentionTable(L, c.rows, "requests / acquisition (Redis cmds)", (r) => `${r.requestsPerAcquisition} (${r.redisCommandsPerAcquisition})`, "keel ÷ this (drain time)");
     L.push("", `Hand-off = ${c.handOff}. Overtakes = pairs of waiters that acquired in the opposite order of their arrival (0 = first come, first served), summed over rounds. Requests counted on each library's connection; Redis commands from INFO commandstats, PUBLISH and the scripts' inner commands included.`);
     L.push("", "keel-lock's commands per acquisition: " + c.rows.filter((r) => r.impl.startsWith("keel")).map((r) => `${r.impl}: ${Object.entries(r.commandsPerAcquisition).map(([k, v]) => `${k} ${v}`).join(", ")}`).join("; ") + ".");
+    if (c.coldWait) {
+      const w = c.coldWait;
+      L.push("", `One waited acquisition, the holder releasing 2 ms after the waiter queued (${w.cold.samples} samples each): on a store whose pub/sub connection was closed for being idle, hand-off p50 ${w.cold.handOffP50ms} ms / p99 ${w.cold.handOffP99ms} ms and ${w.cold.requestsAfterEnqueue} requests from the release on; on a store kept subscribed, ${w.warm.handOffP50ms} / ${w.warm.handOffP99ms} ms and ${w.warm.requestsAfterEnqueue}.`);
+    }
   }
   if (s.contention?.durableObject?.measured) {
     const d = s.contention.durableObject;

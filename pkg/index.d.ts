@@ -96,9 +96,10 @@ export interface LockStore {
   acquire(key: string, owner: string, ttlMs: number): boolean | Grant | Promise<boolean | Grant>;
   /**
    * Optional: acquire, or join the key's FIFO queue and wait up to `waitMs` for the store to
-   * hand the key over (on release, or when the holder's TTL passes), re-checking at least every
-   * `pollMs`. `false` once `waitMs` is spent (and no longer queued). A store that has it is
-   * waited on instead of polled.
+   * hand the key over (on release, or when the holder's TTL passes). `pollMs` is the caller's
+   * `retryDelay`: a store that may miss a notification re-checks no more often than that.
+   * `false` once `waitMs` is spent (and no longer queued). A store that has it is waited on
+   * instead of polled.
    */
   acquireOrWait?(
     key: string,

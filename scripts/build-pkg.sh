@@ -49,6 +49,7 @@ bindgen() {
     --strip-producers --strip-target-features \
     "$out/keel_lock_bg.wasm" -o "$out/keel_lock_bg.wasm"
   [ -z "$trim" ] || node scripts/trim-workerd-glue.mjs imports "$out"
+  [ "$target" != web ] || node scripts/dedupe-glue-imports.mjs "$out"
   # The package is ESM ("type": "module"), but wasm-bindgen's nodejs glue is CommonJS; the JS
   # snippets (src/js/*.js) are inlined into it as CommonJS (one file to load; Node's require() of
   # an ES module goes through the ESM loader). The Node build also gets the glue as an ES module

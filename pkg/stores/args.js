@@ -28,3 +28,40 @@ export function argumentChecks(who) {
     },
   };
 }
+
+/**
+ * A store's waiting call was cut short because the client or pool it was given was closed
+ * (`quit()`, `disconnect()`, `end()`): the store can no longer reach the server on its behalf.
+ */
+export class LockStoreClosedError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "LockStoreClosedError";
+  }
+}
+
+/** Default interval of a waiting store's safety-net look, in ms (see `safetyNetMs`). */
+export const SAFETY_NET_MS = 1_000;
+
+/**
+ * How long a waiting store keeps its own connection (Redis subscriber, Postgres listener) open
+ * after its last waiter left, in ms: a burst of waits shares one connection, and an idle store
+ * holds no connection that would keep a finished process alive.
+ */
+export const IDLE_CLOSE_MS = 250;
+
+/** The `safetyNetMs` option of `who`: a whole number of ms in 1..MAX_TTL_MS, default SAFETY_NET_MS. */
+export function safetyNetOption(who, value) {
+  if (value === undefined) return SAFETY_NET_MS;
+  if (!Number.isInteger(value) || value < 1 || value > MAX_TTL_MS) {
+    throw new RangeError(`${who}: safetyNetMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${value}`);
+  }
+  return value;
+}
+
+/** Runs `fn` once after `ms` on a timer that never keeps the process alive by itself. */
+export function unrefTimer(fn, ms) {
+  const timer = setTimeout(fn, ms);
+  timer?.unref?.();
+  return timer;
+}

@@ -8,6 +8,12 @@ export interface RedisLockStoreOptions {
   prefix?: string;
   /** Skip client detection (for wrapped or proxied clients). */
   clientType?: RedisClientType;
+  /**
+   * A queued wait is looked at no more often than this, nor than the caller's `pollMs`, in case
+   * its hand-over message was lost (whole ms, default 1000). Hand-overs arrive by pub/sub; this
+   * is only the safety net.
+   */
+  safetyNetMs?: number;
 }
 
 /** The Redis key names for one lock key; both carry the same hash tag, so one cluster slot. */
@@ -43,9 +49,11 @@ export type RedisLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "with
    * Waiting without polling (absent on @upstash/redis, which has no pub/sub: its callers poll).
    * Takes the key if it is free and nobody is queued; otherwise joins the key's FIFO queue in
    * Redis and waits up to `waitMs` for a release (or the holder's expiry) to hand it over,
-   * looking again every `pollMs` in case a message was lost. Answers `{ fence, waitedMs }` (the
-   * TTL runs from the grant) or `false` (the wait is spent; no longer queued). The first call
-   * that has to queue opens the store's pub/sub connection (a `duplicate()` of the client).
+   * looking again every max(`pollMs`, `safetyNetMs`) in case a message was lost. Answers
+   * `{ fence, waitedMs }` (the TTL runs from the grant) or `false` (the wait is spent; no longer
+   * queued). The first call that has to queue opens the store's pub/sub connection (a
+   * `duplicate()` of the client); it is closed a moment after the last wait ends, and at once
+   * when the client is closed — a wait still queued then rejects with `LockStoreClosedError`.
    */
   acquireOrWait?(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number): Promise<false | RedisWaitedGrant>;
   /**
@@ -55,8 +63,8 @@ export type RedisLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "with
   withdraw?(key: string, owner: string): Promise<void>;
   /**
    * Pending `acquireOrWait` calls leave their queues (answering a grant they already got, else
-   * false) and the pub/sub connection is closed; a later wait subscribes again. Call it before
-   * closing the client.
+   * false) and the pub/sub connection is closed; a later wait subscribes again. Not needed
+   * for a process to exit: closing the client closes the store's connection too.
    */
   close?(): Promise<void>;
   /** The same as `close()`. */
@@ -89,6 +97,14 @@ export default redisLockStore;
  * `%25`, `%7B`, `%7D`, and the key becomes the hash tag.
  */
 export declare function redisLockKeys(key: string, prefix?: string): RedisLockKeys;
+
+/**
+ * A store's wait was cut short because the client (or pool) it was given was closed: the wait
+ * leaves nothing behind that outlives its deadline in the server.
+ */
+export declare class LockStoreClosedError extends Error {
+  readonly name: "LockStoreClosedError";
+}
 
 /** Which client API `client` speaks, or null if none of the supported ones. */
 export declare function detectRedisClient(client: unknown): RedisClientType | null;

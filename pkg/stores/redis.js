@@ -48,11 +48,12 @@
 // hands the key to the oldest waiter whose deadline has not passed, in the same script: SET the
 // lock to it PX its TTL, INCR the fence, write the grant record, PUBLISH [lock, owner, fence,
 // waitedMs, ttl] on the channel P + "keel-lock:handover". A plain value — nobody ever queued —
-// is released with GET and DEL as before, so the uncontended path costs nothing extra. Each
-// waiting store holds one pub/sub connection (a duplicate() of the client, opened on first
-// need). A waiting store also looks (the check script) when the holder's TTL runs out — which
+// is released with GET and DEL as before, so the uncontended path costs nothing extra. A
+// waiting store holds one pub/sub connection (a duplicate() of the client) while it has waits:
+// opened by the first, closed a moment after the last one left or at once when the user closes
+// the client. A waiting store also looks (the check script) when the holder's TTL runs out — which
 // hands the key to the oldest waiter if the holder crashed — and, in case a message was lost,
-// whenever one of its waits has gone pollMs without a look. A look covers all of the store's
+// whenever one of its waits has gone max(pollMs, safetyNetMs) without a look. A look covers all of the store's
 // waits in one request: every key on a single Redis; on a cluster, where a script may only touch
 // keys of one hash slot, one request per key. The queue and waiters keys expire a second after
 // their last deadline.
@@ -69,7 +70,9 @@
 // asynchronous replication, a restart without persistence, eviction under an allkeys-* policy)
 // can hand out a fence again.
 
-import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
+import { argumentChecks, IDLE_CLOSE_MS, LockStoreClosedError, MAX_FENCE, MAX_TTL_MS, safetyNetOption, unrefTimer } from "./args.js";
+
+export { LockStoreClosedError };
 
 // Every hand-over under prefix P is published on the channel P + CHANNEL.
 const CHANNEL = "keel-lock:handover";
@@ -364,6 +367,14 @@ function fn(client, name) {
   return typeof client[name] === "function";
 }
 
+// Whether the user has closed `client` (quit, disconnect): ioredis and its Cluster say "end" in
+// `status`; node-redis clients (and node-redis v5's cluster) have `isOpen`.
+function clientClosed(client, type) {
+  if (type === "ioredis" || type === "ioredis-cluster") return client.status === "end";
+  if (type === "node-redis" || type === "node-redis-cluster") return "isOpen" in client && client.isOpen === false;
+  return false;
+}
+
 /**
  * Works out which client API `client` speaks.
  * node-redis has camel-cased `evalSha`; its cluster client also has `getSlotMaster`.
@@ -559,9 +570,11 @@ function fenceFrom(reply) {
  *
  * @param {object} client a connected ioredis (or ioredis Cluster), node-redis v4+ (createClient
  *   or createCluster) or @upstash/redis client
- * @param {{ prefix?: string, clientType?: "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash" }} [options]
+ * @param {{ prefix?: string, clientType?: "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash", safetyNetMs?: number }} [options]
  *   `prefix` is put in front of every key name (default: none);
- *   `clientType` skips detection when a wrapped client confuses it.
+ *   `clientType` skips detection when a wrapped client confuses it;
+ *   `safetyNetMs`: a queued wait is looked at no more often than this (nor than the caller's
+ *   pollMs), in case its hand-over message was lost (default 1000).
  */
 export function redisLockStore(client, options = {}) {
   if (options === null || typeof options !== "object") {
@@ -569,6 +582,7 @@ export function redisLockStore(client, options = {}) {
   }
   const prefix = options.prefix ?? "";
   if (typeof prefix !== "string") throw new TypeError("redisLockStore: prefix must be a string");
+  const safetyNetMs = safetyNetOption("redisLockStore", options.safetyNetMs);
   let clientType = options.clientType;
   if (clientType === undefined) {
     clientType = detectRedisClient(client);
@@ -699,12 +713,19 @@ export function redisLockStore(client, options = {}) {
   return store;
 
   // Waiting without polling: acquireOrWait, withdraw, close.
+  //
+  // The pub/sub connection is the store's own, so the store keeps it only while it is of use: it
+  // is opened by the first wait, closed IDLE_CLOSE_MS after the last wait left, and closed at
+  // once when the user closes their client (its "end" event; clients without one are found
+  // closed by the next look). Waits still queued then fail with LockStoreClosedError. So a
+  // script that closes its client exits, with no close() of the store.
   function waiting() {
     const waits = new Map(); // lock name → Map(owner → pending acquireOrWait)
     const expiryTimers = new Map(); // lock name → the timer that looks at the holder's expiry
     let subscriber = null;
+    let idleTimer = null; // closes the subscriber once no wait is left
     // The store's safety-net look: one timer for all its waits, due when the first of them is
-    // (each queued wait is looked at least every pollMs of its own).
+    // (each queued wait is looked at least every max(pollMs, safetyNetMs) of its own).
     let lookTimer = null;
     let lookTimerAt = Infinity;
     // A script may only touch keys of one hash slot on a cluster, and each lock's names carry
@@ -722,7 +743,10 @@ export function redisLockStore(client, options = {}) {
           waits.delete(wait.lock);
           clearTimeout(expiryTimers.get(wait.lock));
           expiryTimers.delete(wait.lock);
-          if (waits.size === 0) lookAt(Infinity);
+          if (waits.size === 0) {
+            lookAt(Infinity);
+            closeWhenIdle();
+          }
         }
       }
       if (failed) wait.reject(answer);
@@ -741,6 +765,7 @@ export function redisLockStore(client, options = {}) {
       if (pttl >= 0) expiryAt(lock, pttl);
       wait.deadlineTimer = setTimeout(async () => {
         if (wait.settled) return;
+        if (clientClosed(client, clientType)) return clientEnded();
         try {
           const answer = await leave(wait, false);
           if (Number(answer[0]) === 1) settleFrom(wait, answer);
@@ -818,6 +843,7 @@ export function redisLockStore(client, options = {}) {
     // single Redis (whatever `locks` asks for), in one request per lock of `locks` (every lock
     // when null) on a cluster. Each wait it covers is next due pollMs from now.
     function look(locks) {
+      if (clientClosed(client, clientType)) return clientEnded();
       const now = Date.now();
       const requests = new Map(); // one request → [{ lock, names, covered }]
       for (const [lock, pending] of waits) {
@@ -894,20 +920,53 @@ export function redisLockStore(client, options = {}) {
       if (!subscriber) {
         const opened = openSubscriber(client, clientType, channel, onMessage, onReconnect);
         subscriber = opened;
+        client.on?.("end", clientEnded);
         opened.ready.then(
           () => {
             if (lookOnceSubscribed.size > 0) look(new Set(lookOnceSubscribed));
             lookOnceSubscribed.clear();
           },
           () => {
-            if (subscriber === opened) {
-              subscriber = null;
-              opened.close().catch(() => {});
-            }
+            if (subscriber === opened) unsubscribe().catch(() => {});
           },
         );
       }
       return subscriber.ready;
+    }
+
+    // Closes the pub/sub connection (if any) and stops following the user's client.
+    async function unsubscribe() {
+      clearTimeout(idleTimer);
+      idleTimer = null;
+      const closing = subscriber;
+      subscriber = null;
+      if (!closing) return;
+      client.removeListener?.("end", clientEnded);
+      await closing.ready.catch(() => {});
+      await closing.close();
+    }
+
+    function closeWhenIdle() {
+      if (!subscriber || idleTimer) return;
+      idleTimer = unrefTimer(() => {
+        idleTimer = null;
+        if (waits.size === 0) unsubscribe().catch(() => {});
+      }, IDLE_CLOSE_MS);
+    }
+
+    // The user closed their client: nothing this store sends can reach Redis any more. Every
+    // wait fails now (its queue entry lapses at its deadline in Redis, or, handed the key meanwhile,
+    // the key at its TTL, as a crashed client's would), and the connection is closed.
+    function clientEnded() {
+      for (const pending of [...waits.values()]) {
+        for (const wait of [...pending.values()]) {
+          settle(wait, new LockStoreClosedError(`redisLockStore: the Redis client was closed while waiting for ${JSON.stringify(wait.key)}`), true);
+        }
+      }
+      for (const timer of expiryTimers.values()) clearTimeout(timer);
+      expiryTimers.clear();
+      lookAt(Infinity);
+      unsubscribe().catch(() => {});
     }
 
     async function leave(wait, withdrawing) {
@@ -939,9 +998,14 @@ export function redisLockStore(client, options = {}) {
         const lock = names[0];
         let pending = waits.get(lock);
         if (pending?.has(owner)) return Promise.reject(new Error(`redisLockStore: ${owner} is already waiting for ${key}`));
+        if (clientClosed(client, clientType)) {
+          return Promise.reject(new LockStoreClosedError("redisLockStore: the Redis client is closed"));
+        }
+        clearTimeout(idleTimer);
+        idleTimer = null;
         const started = Date.now();
         return new Promise((resolve, reject) => {
-          const wait = { lock, owner, names, pollMs, resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
+          const wait = { key, lock, owner, names, pollMs: Math.max(pollMs, safetyNetMs), resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
           if (pending === undefined) waits.set(lock, (pending = new Map()));
           pending.set(owner, wait);
           // With the subscription up, the hand-over message finds this wait registered. A key
@@ -1000,12 +1064,7 @@ export function redisLockStore(client, options = {}) {
         for (const timer of expiryTimers.values()) clearTimeout(timer);
         expiryTimers.clear();
         lookAt(Infinity);
-        const closing = subscriber;
-        subscriber = null;
-        if (closing) {
-          await closing.ready.catch(() => {});
-          await closing.close();
-        }
+        await unsubscribe();
       },
 
       /** The same as `close()`. */

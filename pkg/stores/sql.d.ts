@@ -13,9 +13,15 @@ export interface DatabaseLockStoreOptions {
   /**
    * PostgreSQL only: answers the connected client that `acquireOrWait` LISTENs on (the store
    * takes it over and ends it on `close()`: `release(true)` for a pool client, else `end()`).
-   * Default: `db.connect()` when `db` is a `pg.Pool`, or the `pg.Client` itself.
+   * Default: `db.connect()` when `db` is a `pg.Pool`, or the `pg.Client` itself. A connection
+   * the store took (from the pool or `listen`) is given back a moment after its last wait ends.
    */
   listen?: () => PgListenClient | Promise<PgListenClient>;
+  /**
+   * PostgreSQL only: a queued wait looks again no more often than this, nor than the caller's
+   * `pollMs`, in case its notification was lost (whole ms, default 1000).
+   */
+  safetyNetMs?: number;
 }
 
 /** The part of a pg client the store LISTENs through (a `pg.Client` or a `pg.PoolClient`). */
@@ -76,9 +82,10 @@ export type PostgresLockStore = DatabaseLockStore & {
   /**
    * Takes the key if it is free and nobody is queued; otherwise joins the key's FIFO queue and
    * waits up to `waitMs` for the database to hand it over (on release, or at the holder's
-   * expiry), looking again at least every `pollMs` in case a notification was lost. Answers
-   * `{ fence, waitedMs }` (the TTL runs from the grant) or `false` (the wait is spent; no longer
-   * queued). The first call opens the store's LISTEN connection.
+   * expiry), looking again every max(`pollMs`, `safetyNetMs`) in case a notification was lost.
+   * Answers `{ fence, waitedMs }` (the TTL runs from the grant) or `false` (the wait is spent; no
+   * longer queued). The first call opens the store's LISTEN connection. When the pool or client is
+   * ended, a wait still queued rejects with `LockStoreClosedError`.
    */
   acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number): Promise<false | SqlWaitedGrant>;
   /**
@@ -88,7 +95,8 @@ export type PostgresLockStore = DatabaseLockStore & {
   withdraw(key: string, owner: string): Promise<void>;
   /**
    * Pending `acquireOrWait` calls leave their queues (answering a grant they already got, else
-   * false); the LISTEN connection is closed. A later `acquireOrWait` listens again.
+   * false); the LISTEN connection is closed. A later `acquireOrWait` listens again. Not needed
+   * for a process to exit: an idle store gives its connection back by itself.
    */
   close(): Promise<void>;
   /** The same as `close()`. */
@@ -124,6 +132,11 @@ export default databaseLockStore;
  * database; `createTable()` also upgrades.
  */
 export declare function schema(options?: SchemaOptions): string;
+
+/** A store's wait was cut short because the pool or client it was given was ended. */
+export declare class LockStoreClosedError extends Error {
+  readonly name: "LockStoreClosedError";
+}
 
 /** Which driver `db` is, or null. */
 export declare function detectDriver(db: unknown): DatabaseDriver | null;

@@ -40,7 +40,9 @@
 //               triggers raise the counter to it in the same statement, under SQLite's write lock.
 //               Failed attempts change no row, so no trigger fires.
 
-import { argumentChecks, MAX_FENCE } from "./args.js";
+import { argumentChecks, IDLE_CLOSE_MS, LockStoreClosedError, MAX_FENCE, safetyNetOption, unrefTimer } from "./args.js";
+
+export { LockStoreClosedError };
 
 const DRIVERS = ["d1", "sqlite", "pg"];
 const DEFAULT_TABLE = "keel_locks";
@@ -465,17 +467,28 @@ const isPgPool = (db) => typeof db.connect === "function" && typeof db.totalCoun
  * .tick). This side only waits: each pending call is an entry in `waiting` (by key, then owner),
  * woken by NOTIFY on one LISTEN connection per store. A grant's notification carries its fence
  * and waited ms, so a waiter granted by someone's release costs no statement of its own. Timers:
- *   - per call: its deadline (then `leave`), and the safety net every pollMs (`tick`), in case a
- *     notification is lost (listener connection dropped, a releaser on a version that does not
- *     notify);
+ *   - per call: its deadline (then `leave`), and the safety net every max(pollMs, safetyNetMs)
+ *     (`tick`), in case a notification is lost (listener connection dropped, a releaser on a
+ *     version that does not notify);
  *   - per key: the holder's expiry, learned from the enqueue, a tick or a grant notification;
  *     when it passes, one `tick` hands the key to the oldest waiter (a crashed holder never
  *     releases).
+ * The LISTEN connection is the store's own only when it came from a pool (or options.listen):
+ * then it is given back IDLE_CLOSE_MS after the last wait left, so `pool.end()` is never kept
+ * waiting for it by an idle store. When the user ends their pool or client, waits still queued
+ * fail with LockStoreClosedError (a single client's "end" event at once; a pool, which has no
+ * such event, at the wait's next safety-net look).
  */
 function pgWaiting(db, sql, io, options) {
   const waiting = new Map(); // key -> Map(owner -> entry)
   const expiryTimers = new Map(); // key -> { at, timer }
-  let listener = null; // { client, ready: Promise, dead: boolean, close() }
+  let listener = null; // { client, own: boolean, dead: boolean, close() }
+  let idleTimer = null; // gives the LISTEN connection back once no wait is left
+  const safetyNetMs = safetyNetOption("databaseLockStore", options.safetyNetMs);
+  const pool = isPgPool(db);
+  // A pg Pool says it is ending (or ended) once end() was called; a Client says nothing, but
+  // emits "end", which the listener follows.
+  const poolEnded = () => pool && (db.ending === true || db.ended === true);
 
   const entriesOf = (key) => waiting.get(key);
 
@@ -490,8 +503,38 @@ function pgWaiting(db, sql, io, options) {
         const expiry = expiryTimers.get(entry.key);
         if (expiry) clearTimeout(expiry.timer);
         expiryTimers.delete(entry.key);
+        if (waiting.size === 0) closeWhenIdle();
       }
     }
+  }
+
+  function closeWhenIdle() {
+    if (!listener?.own || idleTimer) return;
+    idleTimer = unrefTimer(() => {
+      idleTimer = null;
+      if (waiting.size === 0) stopListening().catch(() => {});
+    }, IDLE_CLOSE_MS);
+  }
+
+  async function stopListening() {
+    clearTimeout(idleTimer);
+    idleTimer = null;
+    const closing = listener ?? (opening ? await opening.catch(() => null) : null);
+    listener = null;
+    if (closing && !closing.dead) await closing.close();
+    else if (closing) await closing.close().catch(() => {});
+  }
+
+  // The user ended the pool or client: every wait fails now (its queue row lapses at its
+  // deadline, or a key handed to it meanwhile at its TTL, as a crashed caller's would) and the
+  // listener is given back, so that the pool can finish ending.
+  function databaseClosed() {
+    for (const entries of [...waiting.values()]) {
+      for (const entry of [...entries.values()]) {
+        fail(entry, new LockStoreClosedError(`databaseLockStore: the ${pool ? "pool" : "client"} was ended while waiting for ${JSON.stringify(entry.key)}`));
+      }
+    }
+    stopListening().catch(() => {});
   }
 
   function settle(entry, answer) {
@@ -598,7 +641,7 @@ function pgWaiting(db, sql, io, options) {
     } else {
       return null; // nothing to LISTEN on: the safety-net poll does all the work
     }
-    const state = { client, dead: false };
+    const state = { client, own, dead: false };
     const onError = () => markDead();
     const markDead = () => {
       if (state.dead) return;
@@ -611,11 +654,13 @@ function pgWaiting(db, sql, io, options) {
     };
     client.on("notification", onNotification);
     client.on("error", onError);
-    client.on("end", markDead);
+    // The user's own client ended: nothing can reach the database for these waits any more.
+    const onEnd = own ? markDead : () => (markDead(), databaseClosed());
+    client.on("end", onEnd);
     state.close = async () => {
       state.dead = true;
       client.removeListener?.("notification", onNotification);
-      client.removeListener?.("end", markDead);
+      client.removeListener?.("end", onEnd);
       if (own) {
         if (typeof client.release === "function") client.release(true); // destroyed: the pool never hands out a LISTENing connection
         else await client.end?.();
@@ -636,6 +681,9 @@ function pgWaiting(db, sql, io, options) {
 
   let opening = null;
   async function ensureListener() {
+    clearTimeout(idleTimer);
+    idleTimer = null;
+    if (poolEnded()) throw new LockStoreClosedError("databaseLockStore: the pool was ended");
     if (listener && !listener.dead) return;
     if (!opening) {
       opening = openListener().finally(() => {
@@ -651,6 +699,7 @@ function pgWaiting(db, sql, io, options) {
   function schedulePoll(entry) {
     entry.pollTimer = setTimeout(async () => {
       if (entry.state !== "waiting") return;
+      if (poolEnded()) return databaseClosed();
       await ensureListener().catch(() => {});
       await tick(entry.key, entry.owner).catch(() => {});
       if (entry.state === "waiting") schedulePoll(entry);
@@ -659,6 +708,7 @@ function pgWaiting(db, sql, io, options) {
 
   async function leave(entry) {
     if (entry.state !== "waiting") return;
+    if (poolEnded()) return databaseClosed();
     entry.state = "leaving";
     clearTimeout(entry.pollTimer);
     try {
@@ -694,7 +744,7 @@ function pgWaiting(db, sql, io, options) {
       await ensureListener();
       let entry;
       const answer = new Promise((resolve, reject) => {
-        entry = { key, owner, pollMs, state: "waiting", withdrawn: false, resolve, reject };
+        entry = { key, owner, pollMs: Math.max(pollMs, safetyNetMs), state: "waiting", withdrawn: false, resolve, reject };
       });
       // The deadline timer can settle (or fail) `answer` while the enqueue below is still in
       // flight, before the caller holds `answer`: marked handled so that an early failure is not
@@ -768,10 +818,7 @@ function pgWaiting(db, sql, io, options) {
       const pending = [];
       for (const entries of waiting.values()) for (const entry of entries.values()) pending.push(leave(entry));
       await Promise.all(pending);
-      const closing = listener ?? (opening ? await opening.catch(() => null) : null);
-      listener = null;
-      if (closing && !closing.dead) await closing.close();
-      else if (closing) await closing.close().catch(() => {});
+      await stopListening();
     },
 
     /** How many acquireOrWait calls of this store are waiting, and whether it is listening. */

@@ -35,6 +35,45 @@ describe("timers", () => {
     assert.equal(child.status, 0);
   });
 
+  it("after the last run on the memory store no timer is left — waited, timed-out, aborted, extended and auto-extended holds alike — except while autoExtend keeps a lock", () => {
+    // Node lists the timers that keep the event loop alive in getActiveResourcesInfo(); the
+    // script's own sleeps are over by the time it looks.
+    const script = `
+      import { lock } from "keel-lock";
+      const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+      const timers = async () => { await sleep(0); await new Promise((r) => setImmediate(r)); return process.getActiveResourcesInfo().filter((r) => r === "Timeout").length; };
+      const seen = {};
+      await lock("a").run(() => 1);
+      const work = Array.from({ length: 8 }, () => lock("b").run(() => sleep(5), { timeout: 5_000, retryDelay: 10 }));
+      await Promise.all(work);
+      const holder = lock("c", 10_000);
+      await holder.acquire();
+      await lock("c").run(() => 1, { timeout: 30 });
+      const aborting = new AbortController();
+      const waiting = lock("c").run(() => 1, { timeout: 60_000, signal: aborting.signal }).catch((e) => e.name);
+      await sleep(10);
+      aborting.abort();
+      seen.aborted = await waiting;
+      await holder.extend(20_000);
+      await holder.release();
+      const kept = lock("d", 1_000);
+      await kept.acquire();
+      kept.autoExtend();
+      seen.whileAutoExtending = await timers();
+      await kept.release();
+      const held = await lock("e", 1_000).hold({ autoExtend: true });
+      await held.release();
+      seen.after = await timers();
+      console.log(JSON.stringify(seen));`;
+    const child = spawnSync(process.execPath, ["--input-type=module", "-e", script], {
+      cwd: fileURLToPath(new URL(".", import.meta.url)),
+      timeout: 30_000,
+    });
+    assert.equal(child.stderr.toString(), "");
+    assert.deepEqual(JSON.parse(child.stdout.toString()), { aborted: "AbortError", whileAutoExtending: 1, after: 0 });
+    assert.equal(child.status, 0);
+  });
+
   it("the longest wait's bound does not overflow setTimeout", () => {
     // timeout + retryDelay bounds a store's own wait: up to 2^32 ms, past setTimeout's limit
     // (Node then warns and fires at once, over and over).

@@ -554,6 +554,51 @@ const waitingSuite = {
     eq(await lock(key).isLocked(), false, "the key at the end");
     return counts;
   },
+  async "after the last run no timer is left in the isolate, except while autoExtend keeps a lock"(env) {
+    // Every timer set meanwhile — by the package's JS, its wasm, or an object of this isolate —
+    // is tracked until it fires or is cleared.
+    const live = new Set();
+    const { setTimeout: realSet, clearTimeout: realClear } = globalThis;
+    globalThis.setTimeout = (fn, ms, ...args) => {
+      const id = realSet(() => {
+        live.delete(id);
+        fn(...args);
+      }, ms);
+      live.add(id);
+      return id;
+    };
+    globalThis.clearTimeout = (id) => {
+      live.delete(id);
+      realClear(id);
+    };
+    try {
+      const key = unique("timers");
+      await lock(key).run(() => 1);
+      await Promise.all([0, 1, 2].map(() => lock(key).run(() => sleep(5), { timeout: 10_000 })));
+      const holder = lock(key, 10_000);
+      check(await holder.acquire(), "holder acquire");
+      eq((await lock(key).run(() => 1, { timeout: 30 }))[0], false, "a waiter that timed out");
+      const aborting = new AbortController();
+      const aborted = lock(key).run(() => 1, { timeout: 10_000, signal: aborting.signal }).catch((e) => e?.name);
+      await untilQueued(env, key, 1);
+      aborting.abort();
+      eq(await aborted, "AbortError", "the aborted waiter");
+      check(await holder.extend(20_000), "extend");
+      check(await holder.release(), "release");
+      await sleep(20);
+      const afterRuns = live.size;
+      const kept = lock(key, 1_000);
+      check(await kept.acquire(), "kept acquire");
+      kept.autoExtend();
+      const whileKept = live.size;
+      check(await kept.release(), "kept release");
+      await sleep(20);
+      eq({ afterRuns, whileKeptAtLeastOne: whileKept >= 1, afterAutoExtend: live.size }, { afterRuns: 0, whileKeptAtLeastOne: true, afterAutoExtend: 0 }, "live timers");
+    } finally {
+      globalThis.setTimeout = realSet;
+      globalThis.clearTimeout = realClear;
+    }
+  },
   async "acquireOrWait and withdraw refuse garbage"(env) {
     const key = unique("rpc-wait");
     const stub = stubFor(env, key);
