@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 stamp=pkg/dist/.built
-inputs=(src Cargo.toml Cargo.lock scripts/build-pkg.sh scripts/node-glue.mjs scripts/trim-workerd-glue.mjs pkg/workerd/index.js pkg/index.d.ts pkg/package-lock.json LICENSE-MIT LICENSE-APACHE)
+inputs=(src Cargo.toml Cargo.lock scripts/build-pkg.sh scripts/node-glue.mjs scripts/trim-workerd-glue.mjs scripts/dedupe-glue-imports.mjs pkg/workerd/index.js pkg/index.d.ts pkg/package-lock.json LICENSE-MIT LICENSE-APACHE)
 if [ -f "$stamp" ] && [ -z "$(find "${inputs[@]}" -newer "$stamp" -print -quit)" ]; then
   echo "pkg/dist is newer than its sources (${inputs[*]}): not rebuilding"
 else
