@@ -13,10 +13,10 @@
 #   dist/index.d.cts  index.d.ts for `require` (the package is ESM; CommonJS needs its own types)
 #   LICENSE-MIT, LICENSE-APACHE  copied from the repository root (npm ships them from pkg/)
 # Release profile (opt-level z — 3 for the Node/browser build —, LTO, panic=abort), then wasm-opt -Oz from the npm `binaryen`
-# package (Debian's binaryen breaks current wasm-bindgen output). opt-level "s" measured 3.6%
-# larger after wasm-opt; the producers/target-features sections are dropped (nothing reads them).
-# --flatten --rereloop before two -Oz rounds, and --zero-filled-memory (the module's own memory
-# starts zeroed): -0.4 KB gzip node, -0.8 KB workerd; -O3/-Os, --converge, --gufa were no better.
+# package (Debian's binaryen breaks current wasm-bindgen output); the producers/target-features
+# sections are dropped (nothing reads them). --flatten --rereloop before two -Oz rounds, and
+# --zero-filled-memory (the module's own memory starts zeroed), each measured smaller than
+# without; -O3/-Os, --converge and --gufa were no better (docs/wasm-size.md has the figures).
 # Writes pkg/dist/.built last: scripts/ensure-pkg.sh compares it with the sources.
 # Where the bytes go: docs/wasm-size.md.
 set -euo pipefail
@@ -61,8 +61,8 @@ bindgen() {
 }
 
 rm -rf pkg/dist
-# Node and browsers get opt-level 3: the lock's hot path is code, not bytes — measured 1.5–1.8×
-# faster per in-isolate run() than opt-level "z" for 1.2 KB more gzip ("s": larger than 3).
+# Node and browsers get opt-level 3: the lock's hot path is code, not bytes — measured faster per
+# in-isolate run() than "z" for a little more gzip, and "s" larger than both (docs/wasm-size.md).
 CARGO_PROFILE_RELEASE_OPT_LEVEL=3 cargo build --release --target wasm32-unknown-unknown \
   --no-default-features --features js,talc,panic-trap
 bindgen nodejs pkg/dist/node
