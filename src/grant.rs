@@ -3,10 +3,7 @@
 use core::fmt;
 
 use crate::input::InputError;
-
-/// Largest fence a store may hand out: 2^53 − 1. Every fence is exact as a JS number, a SQL
-/// `BIGINT` and a Redis Lua number, so users compare fences with plain `<` everywhere.
-pub const MAX_FENCE: u64 = (1 << 53) - 1;
+pub use crate::input::MAX_FENCE;
 
 /// A fencing token: a number that strictly increases with every acquisition of a key. The
 /// protected resource remembers the highest fence it has seen and refuses writes carrying a

@@ -161,7 +161,7 @@ impl InputError {
             }
             InputError::InvalidFence { value } => [
                 "a fence must be a whole number between 1 and ",
-                &decimal(crate::grant::MAX_FENCE),
+                &decimal(MAX_FENCE),
                 ", got ",
                 &decimal(*value),
             ]
@@ -225,6 +225,10 @@ pub const DEFAULT_TTL_MS: u64 = 30_000;
 
 /// Default pause between acquire attempts while waiting: 50 ms.
 pub const DEFAULT_RETRY_DELAY_MS: u64 = 50;
+
+/// Largest fence a store may hand out: 2^53 − 1. Every fence is exact as a JS number, a SQL
+/// `BIGINT` and a Redis Lua number, so users compare fences with plain `<` everywhere.
+pub const MAX_FENCE: u64 = (1 << 53) - 1;
 
 /// A lock key: non-empty UTF-8, at most [`MAX_KEY_BYTES`] bytes. Shared, not copied, when a
 /// store keeps it (cloning is a reference count).

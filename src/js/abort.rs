@@ -4,7 +4,7 @@
 use js_sys::Reflect;
 use wasm_bindgen::prelude::*;
 
-use super::convert::{describe, get_prop, type_error};
+use super::convert::{describe, type_error};
 
 /// Checks `options.signal`: `undefined` means none; anything that is not an `AbortSignal`
 /// (something with `addEventListener` and a boolean `aborted`) is a `TypeError`.

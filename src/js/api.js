@@ -12,39 +12,62 @@
 import { LockContext, installHolding, setRunObserver } from "./holding.js";
 import { cancelTimer, releaseLateGrant, timer } from "./promises.js";
 
-// Step codes (src/js/handle.rs). A held step answers the fence (≥ 1) or HELD_UNFENCED.
+// --- protocol (src/js/protocol.rs) ---------------------------------------------------------
+// The numbers this file and the wasm exchange, declared (with what each means) in
+// src/js/protocol.rs; tests/js_protocol.rs checks that every name below has the value there.
+// Step codes. A held step answers the fence (≥ 1) or HELD_UNFENCED.
 const REFUSED = 0;
 const HELD_UNFENCED = -1;
 const CALL = -2;
 const SLEEP = -3;
 const TIMED_OUT = -4;
-const SLOW = -5;
+const CHECK_KEY_AS_STRING = -5;
 const QUEUE = -6;
-const PENDING = -7;
-const CALL_WAIT = -8;
-// `getRemainingTime()`: nobody holds the key.
-const NOBODY = -1;
+const STILL_QUEUED = -7;
+const CALL_ACQUIRE_OR_WAIT = -8;
 const FAILED = -100; // the error is w.__kError()
-// Ending a hold: released, and the now idle handle let go of its slot, which closed (or which
-// is now the spare).
-const RELEASED_CLOSED = 3;
-const RELEASED_SPARED = 4;
-// What became of a handle's slot (`__kClose`): the handle keeps it; it closed; it is the spare.
+// Ending a hold, and what became of the handle's slot.
+const RELEASED = 1;
 const KEPT = 0;
-const CLOSED = 1;
-const SPARED = 2;
-
-// Store operations, as src/js/operations.rs numbers them.
-const IS_LOCKED = 3;
-const REMAINING_TIME = 4;
-const FORCE_RELEASE = 5;
-// What LockNotHeldError an operation on a handle holding nothing gets (`__kNotHeld`).
+const CLOSED = 3;
+const SPARED = 4;
+// Store operations.
+const OP_ACQUIRE = 0;
+const OP_RELEASE = 1;
+const OP_EXTEND = 2;
+const OP_IS_LOCKED = 3;
+const OP_REMAINING_TIME = 4;
+const OP_FORCE_RELEASE = 5;
+// A JS store's acquire answer, told apart by type.
+const ANSWER_FALSE = 0;
+const ANSWER_TRUE = 1;
+const ANSWER_FENCE = 2;
+// Answers of the other operations.
+const EXTENDED = 1;
+const YES = 1;
+const NO = 0;
+const NOBODY = -1;
 const NOT_HELD_EXTEND = 0;
 const NOT_HELD_SERIALIZE = 1;
-// A watcher's steps (src/js/watching.rs): lost (`arg` says why; 0: it was stopped), extend, sleep.
+// A hold's watcher: its steps, and why a watch ended.
 const WATCH_LOST = 0;
 const WATCH_EXTEND = -2;
 const WATCH_SLEEP = -3;
+const LOST_NOTHING = 0;
+const LOST_EXPIRED = 1;
+const LOST_REFUSED = 2;
+const LOST_HOLD_CAP = 3;
+// OUT: what a step hands over besides its code, read from wasm memory.
+const OUT_LEN = 5;
+const OUT_ARG = 0;
+const OUT_OWNER_AT = 1;
+const OUT_OWNER_LEN = 2;
+const OUT_TTL = 3;
+const OUT_TICKET = 4;
+const OUT_WAIT_MS = 3;
+const OUT_POLL_MS = 4;
+const MINTED_TOKEN_LEN = 32;
+// --- end protocol ----------------------------------------------------------------------------
 
 const UNANSWERED = Symbol("unanswered");
 const ABORTED = Symbol("aborted");
@@ -54,28 +77,27 @@ const KEEP = Symbol("keep");
 let w = null; // the wasm module's exports
 
 // The numbers a step hands over besides its code, read from wasm memory rather than asked for
-// (src/js/handle.rs, `OUT`): [arg, owner address, owner length, ttl, ticket]. Views of memory
-// go stale (length 0) when it grows.
+// (the OUT_* indices above). Views of memory go stale (length 0) when it grows.
 let memory = null;
 let outAt = 0;
 let out = new Float64Array(0);
 let bytes = new Uint8Array(0);
 
 function view() {
-  out = new Float64Array(memory.buffer, outAt, 5);
+  out = new Float64Array(memory.buffer, outAt, OUT_LEN);
   bytes = new Uint8Array(memory.buffer);
 }
 
 /** The number the last step carries: a bound, a pause, a fence. */
 function arg() {
   if (out.length === 0) view();
-  return out[0];
+  return out[OUT_ARG];
 }
 
-/** The fourth and fifth numbers of a step: an extend's TTL and ticket, a wait's waitMs and pollMs. */
-function extras() {
+/** A wait's waitMs and pollMs, as a CALL_ACQUIRE_OR_WAIT step carries them. */
+function waitExtras() {
   if (out.length === 0) view();
-  return [out[3], out[4]];
+  return [out[OUT_WAIT_MS], out[OUT_POLL_MS]];
 }
 
 /** A call's number; its error thrown when it answered FAILED. */
@@ -91,16 +113,16 @@ const utf8 = new TextDecoder("utf-8", { ignoreBOM: true });
 function textOf(code) {
   ok(code);
   if (out.length === 0) view();
-  return utf8.decode(bytes.subarray(out[1], out[1] + out[2]));
+  return utf8.decode(bytes.subarray(out[OUT_OWNER_AT], out[OUT_OWNER_AT] + out[OUT_OWNER_LEN]));
 }
 
 /** The owner token of the store call the last CALL step is about (read before calling in). */
 function ownerOf(id) {
   if (out.length === 0) view();
-  if (out[2] !== 32) return textOf(w.__kOwner(id));
+  if (out[OUT_OWNER_LEN] !== MINTED_TOKEN_LEN) return textOf(w.__kOwner(id));
   const b = bytes;
-  const p = out[1];
-  // Minted tokens: 32 ASCII bytes.
+  const p = out[OUT_OWNER_AT];
+  // Minted tokens: MINTED_TOKEN_LEN (32) ASCII bytes.
   return String.fromCharCode(
     b[p], b[p + 1], b[p + 2], b[p + 3], b[p + 4], b[p + 5], b[p + 6], b[p + 7],
     b[p + 8], b[p + 9], b[p + 10], b[p + 11], b[p + 12], b[p + 13], b[p + 14], b[p + 15],
@@ -140,9 +162,9 @@ function bind() {
         withdraw: object.withdraw,
         release: object.release,
         extend: object.extend,
-        [IS_LOCKED]: object.isLocked,
-        [REMAINING_TIME]: object.remainingTime,
-        [FORCE_RELEASE]: object.forceRelease,
+        [OP_IS_LOCKED]: object.isLocked,
+        [OP_REMAINING_TIME]: object.remainingTime,
+        [OP_FORCE_RELEASE]: object.forceRelease,
       };
   return current;
 }
@@ -156,10 +178,10 @@ function isThenable(value) {
 }
 
 // Callers waiting in the memory store's queue, by slot id: the wasm says when to step one —
-// woken (`wakeWaiter`), or after the time a PENDING step carries (the queue's timekeeper).
+// woken (`wakeWaiter`), or after the time a STILL_QUEUED step carries (the queue's timekeeper).
 const waiters = new Map();
 
-/** After a PENDING step of `waiter`: its timer as the step says (`arg()` ms, or none at -1). */
+/** After a STILL_QUEUED step of `waiter`: its timer as the step says (`arg()` ms, or none at -1). */
 function rearm(waiter, id) {
   const ms = arg();
   if (waiter.timer !== null) cancelTimer(waiter.timer);
@@ -181,7 +203,7 @@ function pollWaiter(id) {
   if (waiter === undefined) return;
   waiter.scheduled = false;
   const code = w.__kPoll(id);
-  if (code === PENDING) return rearm(waiter, id);
+  if (code === STILL_QUEUED) return rearm(waiter, id);
   forget(waiter, id);
   waiter.go(code);
 }
@@ -263,19 +285,14 @@ async function settle(answer, bound) {
 
 /**
  * A JS store's answer to a release (within its `bound`), recorded by the core: RELEASED,
- * RELEASED_CLOSED, RELEASED_SPARED or REFUSED (the hold was lost).
+ * CLOSED, SPARED (released, and the slot let go of) or REFUSED (the hold was lost).
  */
 function released(id, answer, bound) {
-  if (answer === UNANSWERED) throw w.__kTimeoutError(id, 1, bound);
+  if (answer === UNANSWERED) throw w.__kTimeoutError(id, OP_RELEASE, bound);
   if (typeof answer !== "boolean") throw w.__kReleaseAnswerError(answer);
   const code = w.__kReleased(id, answer);
   if (code === FAILED) throw w.__kError();
   return code;
-}
-
-/** What ending a hold (`code`) did with the handle's slot. */
-function slotAfter(code) {
-  return code === RELEASED_SPARED ? SPARED : code === RELEASED_CLOSED ? CLOSED : KEPT;
 }
 
 /** What a run or an acquire answers when the key was not taken. */
@@ -399,11 +416,13 @@ export class Lock {
 
   /**
    * A fast operation is over: let go of the slot if the handle is idle (`after`: what ending
-   * the hold already did with it, KEPT when nothing), else keep it watched.
+   * the hold already did with it — CLOSED, SPARED — or any other code when nothing), else keep
+   * it watched.
    */
   #done(after) {
     this.#busy = false;
-    if (after === KEPT) {
+    // Any other code (REFUSED, RELEASED, FAILED) left the slot with the handle.
+    if (after !== CLOSED && after !== SPARED) {
       after = w.__kClose(this.#slot, false);
       if (after === KEPT && this.#parent !== null) return this.#handBack();
       if (after === KEPT) {
@@ -516,7 +535,7 @@ export class Lock {
     const waiter = { scheduled: false, go: null, timer: null };
     waiters.set(id, waiter);
     const first = w.__kWait(id);
-    if (first !== PENDING) {
+    if (first !== STILL_QUEUED) {
       waiters.delete(id);
       return this.#afterWait(id, fn, first);
     }
@@ -575,7 +594,7 @@ export class Lock {
     if (this.#runWatch !== null) this.#stopRunWatch();
     const code = w.__kEnd(id, performance.now());
     const error = code === FAILED ? w.__kError() : undefined;
-    this.#done(slotAfter(code));
+    this.#done(code);
     if (failed) return Promise.reject(value);
     return code === FAILED ? Promise.reject(error) : Promise.resolve([true, value]);
   }
@@ -589,15 +608,15 @@ export class Lock {
     let owner = "";
     try {
       for (;;) {
-        if (code === CALL || code === CALL_WAIT) {
+        if (code === CALL || code === CALL_ACQUIRE_OR_WAIT) {
           const bound = arg();
-          const waits = code === CALL_WAIT;
+          const waits = code === CALL_ACQUIRE_OR_WAIT;
           owner = ownerOf(id);
           let sent;
           let answer;
           try {
             if (waits) {
-              const [waitMs, pollMs] = extras();
+              const [waitMs, pollMs] = waitExtras();
               sent = store.acquireOrWait.call(store.object, this.#key, owner, this.#ttl, waitMs, pollMs);
             } else {
               sent = store.acquire.call(store.object, this.#key, owner, this.#ttl);
@@ -624,11 +643,11 @@ export class Lock {
             releaseLateGrant(sent, store.object, this.#key, owner);
             code = ok(w.__kUnanswered(id));
           } else if (typeof answer === "boolean") {
-            code = ok(w.__kAnswered(id, answer ? 1 : 0, 0));
+            code = ok(w.__kAnswered(id, answer ? ANSWER_TRUE : ANSWER_FALSE, 0));
           } else if (waits) {
             code = ok(w.__kAnsweredWaited(id, answer));
           } else if (answer !== null && typeof answer === "object" && typeof answer.fence === "number") {
-            code = ok(w.__kAnswered(id, 2, answer.fence));
+            code = ok(w.__kAnswered(id, ANSWER_FENCE, answer.fence));
           } else {
             code = ok(w.__kAnsweredValue(id, answer));
           }
@@ -639,7 +658,7 @@ export class Lock {
           }
           code = ok(w.__kRetry(id));
         } else if (code === TIMED_OUT) {
-          throw w.__kTimeoutError(id, 0, arg());
+          throw w.__kTimeoutError(id, OP_ACQUIRE, arg());
         } else {
           break;
         }
@@ -681,7 +700,7 @@ export class Lock {
         const p = pending(answer);
         await null;
         if (p !== null) answer = p.done ? p.result : await p.later(bound);
-        after = slotAfter(released(id, answer, bound));
+        after = released(id, answer, bound);
       }
     } catch (error) {
       // The hold is no longer tracked as the run's.
@@ -726,7 +745,7 @@ export class Lock {
     const withdraws = store.withdraw !== undefined;
     const method = withdraws ? store.withdraw : store.release;
     const answer = await settle(method.call(store.object, this.#key, owner), bound);
-    if (answer === UNANSWERED) throw w.__kTimeoutError(id, 0, bound);
+    if (answer === UNANSWERED) throw w.__kTimeoutError(id, OP_ACQUIRE, bound);
     if (!withdraws && typeof answer !== "boolean") throw w.__kReleaseAnswerError(answer);
   }
 
@@ -760,12 +779,12 @@ export class Lock {
       return Promise.reject(w.__kError());
     }
     if (code !== CALL) {
-      this.#done(slotAfter(code));
+      this.#done(code);
       return Promise.resolve(code !== REFUSED);
     }
     return this.#storeRelease(id, ownerOf(id)).then(
       (released) => {
-        this.#done(slotAfter(released));
+        this.#done(released);
         return released !== REFUSED;
       },
       (error) => {
@@ -788,14 +807,16 @@ export class Lock {
   /** What an extend step (`code`) comes to: done, an error, or a JS store's call to make. */
   #extended(code) {
     if (code === FAILED) return Promise.reject(w.__kError());
-    if (code !== CALL) return Promise.resolve();
+    if (code !== CALL) return Promise.resolve(); // EXTENDED
     return this.#extendOverStore(this.#slot);
   }
 
   /** A JS store's extend, its answer recorded by the core against the hold it was about. */
   async #extendOverStore(id) {
     const bound = arg();
-    const [ttl, ticket] = extras();
+    if (out.length === 0) view();
+    const ttl = out[OUT_TTL];
+    const ticket = out[OUT_TICKET];
     const owner = ownerOf(id);
     const store = this.#store;
     let answer;
@@ -903,13 +924,13 @@ export class Lock {
           if (stopped && w.__kWatchNext(ticket, performance.now()) === WATCH_LOST) {
             // Stopped mid-extend, and that extend lost the hold: the context still hears of it.
             const reason = arg();
-            if (reason !== 0) LockContext.lose(context, w.__kLostError(key, reason));
+            if (reason !== LOST_NOTHING) LockContext.lose(context, w.__kLostError(key, reason));
             return;
           }
         } else {
           // Lost: the core has let the watcher go.
           const reason = arg();
-          if (reason !== 0) LockContext.lose(context, w.__kLostError(key, reason));
+          if (reason !== LOST_NOTHING) LockContext.lose(context, w.__kLostError(key, reason));
           return;
         }
       }
@@ -933,7 +954,7 @@ export class Lock {
 
   /** Frees the key whoever holds it; resolves whether anyone did. */
   forceRelease() {
-    return this.#inspect(FORCE_RELEASE).then((code) => code === 1);
+    return this.#inspect(OP_FORCE_RELEASE).then((code) => code === YES);
   }
 
   /** The hold as a string for `restoreLock`, or throws LockNotHeldError. */
@@ -944,7 +965,7 @@ export class Lock {
 
   /** Whether anyone (not necessarily this handle) holds the key. */
   isLocked() {
-    return this.#inspect(IS_LOCKED).then((code) => code === 1);
+    return this.#inspect(OP_IS_LOCKED).then((code) => code === YES);
   }
 
   isExpired() {
@@ -953,7 +974,7 @@ export class Lock {
 
   /** Milliseconds until the key's expiry, or null when nobody holds it. */
   getRemainingTime() {
-    return this.#inspect(REMAINING_TIME).then((code) => (code === NOBODY ? null : code));
+    return this.#inspect(OP_REMAINING_TIME).then((code) => (code === NOBODY ? null : code));
   }
 }
 
@@ -971,11 +992,11 @@ function lock(key, ttlMs) {
     if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store);
     let ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, false);
     // A U+FFFD the wasm saw is the key's own when the string has no lone surrogate.
-    if (ttl === SLOW && typeof key.isWellFormed === "function" && key.isWellFormed()) {
+    if (ttl === CHECK_KEY_AS_STRING && typeof key.isWellFormed === "function" && key.isWellFormed()) {
       ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, true);
     }
     if (ttl === FAILED) throw w.__kError();
-    if (ttl !== SLOW) {
+    if (ttl !== CHECK_KEY_AS_STRING) {
       if (acceptedKeys.size >= ACCEPTED_KEYS) acceptedKeys.clear();
       acceptedKeys.add(key);
       acceptedTtlMs = ttlMs;
@@ -984,7 +1005,7 @@ function lock(key, ttlMs) {
     }
   }
   // Anything else is judged, and if wrong reported, by the core. A key only its JS string can
-  // judge (SLOW, where the runtime has no isWellFormed) is good when the core finds no fault.
+  // judge (CHECK_KEY_AS_STRING, where the runtime has no isWellFormed) is good when the core finds no fault.
   const error = w.__kLockError(key, ttlMs);
   if (error !== undefined) throw error;
   const ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, true);
@@ -1016,22 +1037,22 @@ function getLockStore() {
 function installMemoryStore(proto) {
   const methods = {
     acquire(key, owner, ttlMs) {
-      return w.__kMemoryCall(this, 0, key, owner, ttlMs);
+      return w.__kMemoryCall(this, OP_ACQUIRE, key, owner, ttlMs);
     },
     release(key, owner) {
-      return w.__kMemoryCall(this, 1, key, owner, undefined);
+      return w.__kMemoryCall(this, OP_RELEASE, key, owner, undefined);
     },
     extend(key, owner, ttlMs) {
-      return w.__kMemoryCall(this, 2, key, owner, ttlMs);
+      return w.__kMemoryCall(this, OP_EXTEND, key, owner, ttlMs);
     },
     isLocked(key) {
-      return w.__kMemoryCall(this, 3, key, undefined, undefined);
+      return w.__kMemoryCall(this, OP_IS_LOCKED, key, undefined, undefined);
     },
     remainingTime(key) {
-      return w.__kMemoryCall(this, 4, key, undefined, undefined);
+      return w.__kMemoryCall(this, OP_REMAINING_TIME, key, undefined, undefined);
     },
     forceRelease(key) {
-      return w.__kMemoryCall(this, 5, key, undefined, undefined);
+      return w.__kMemoryCall(this, OP_FORCE_RELEASE, key, undefined, undefined);
     },
   };
   for (const name of Object.keys(methods)) {

@@ -22,18 +22,6 @@ extern "C" {
     pub(crate) fn lock_store_timeout_error_class() -> JsValue;
 }
 
-/// `Reflect.get(target, "name")` for a literal name whose JS string is made once per isolate,
-/// not decoded from wasm memory on every call.
-macro_rules! get_prop {
-    ($target:expr, $name:literal) => {{
-        per_thread! {
-            static NAME: ::wasm_bindgen::JsValue = ::wasm_bindgen::JsValue::from_str($name);
-        }
-        NAME.with(|name| ::js_sys::Reflect::get($target, name))
-    }};
-}
-pub(crate) use get_prop;
-
 pub(crate) fn type_error(message: impl AsRef<str>) -> JsValue {
     TypeError::new(message.as_ref()).into()
 }
@@ -179,6 +167,25 @@ pub(crate) fn wait_range_error(name: &str, value: f64, max: u64) -> JsValue {
 }
 
 /// A store operation's method name on the JS seam.
+/// A store operation as the exports number it (`OP_*` in `protocol.rs`).
+pub(crate) fn operation(op: u32) -> Option<Operation> {
+    use super::protocol::*;
+    Some(match op {
+        OP_ACQUIRE => Operation::Acquire,
+        OP_RELEASE => Operation::Release,
+        OP_EXTEND => Operation::Extend,
+        OP_IS_LOCKED => Operation::IsLocked,
+        OP_REMAINING_TIME => Operation::RemainingTime,
+        OP_FORCE_RELEASE => Operation::ForceRelease,
+        _ => return None,
+    })
+}
+
+/// The error for an operation number that names none (the JS layer sent a wrong one).
+pub(crate) fn bad_operation() -> JsValue {
+    type_error("keel-lock: no such store operation (internal error)")
+}
+
 pub(crate) fn method_name(op: Operation) -> &'static str {
     match op {
         Operation::Acquire => "acquire",
@@ -306,22 +313,6 @@ pub(crate) fn object(pairs: &[(&str, JsValue)]) -> Result<JsValue, JsValue> {
         Reflect::set(&obj, &JsValue::from_str(k), v)?;
     }
     Ok(obj.into())
-}
-
-/// Resolves a value a JS callback answered: a thenable is awaited (its rejection comes back as
-/// the same JS value), anything else is returned as is.
-/// Whether `await value` would wait: an object or function with a callable `then`.
-pub(crate) fn is_thenable(value: &JsValue) -> bool {
-    (value.is_object() || value.is_function())
-        && get_prop!(value, "then").is_ok_and(|t| t.is_function())
-}
-
-pub(crate) async fn resolve_answer(answer: JsValue) -> Result<JsValue, JsValue> {
-    if is_thenable(&answer) {
-        super::promises::settled(&answer).await
-    } else {
-        Ok(answer)
-    }
 }
 
 /// `autoExtend`: `undefined`/`false` (off), `true` (every ttl/3, no cap), or

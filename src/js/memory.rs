@@ -75,7 +75,7 @@ pub fn memory_call(
     t: JsValue,
 ) -> Result<JsValue, JsValue> {
     let m = &store.inner;
-    let op = super::operations::operation(op).ok_or_else(super::operations::bad_operation)?;
+    let op = super::convert::operation(op).ok_or_else(super::convert::bad_operation)?;
     let k = key(&k)?;
     Ok(match op {
         Operation::Acquire => {

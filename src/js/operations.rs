@@ -11,10 +11,11 @@ use core::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
 
 use super::api::parse_serialized;
-use super::convert::{input_to_js, method_name, to_js, type_error};
-use super::handle::{call, insert, lock_of, plain, set_extra, step, text, StoreBinding, CALL};
+use super::convert::{bad_operation, input_to_js, method_name, operation, to_js, type_error};
+use super::handle::{call, insert, lock_of, plain, set_extra, step, text, StoreBinding};
 use super::ids::{id_map, IdMap};
 use super::lock::CoreLock;
+use super::protocol::*;
 use super::runtime::JsRuntime;
 use super::store::{answers, Backend};
 use crate::error::{Error, HoldOperation, Operation};
@@ -23,11 +24,6 @@ use crate::lock::Lock;
 use crate::runtime::Runtime;
 use crate::store::LockStore;
 use crate::token::OwnerToken;
-
-/// `extend()` succeeded.
-pub const EXTENDED: f64 = 1.0;
-/// (`getRemainingTime()`) nobody holds the key: `null`.
-pub const NOBODY: f64 = -1.0;
 
 /// An extend a JS store is answering: what the answer is recorded against.
 struct Extending {
@@ -42,23 +38,6 @@ per_thread! {
     /// answer belongs to the core lock, which outlives a slot let go of meanwhile.
     static EXTENDING: RefCell<IdMap<Extending>> = const { RefCell::new(id_map()) };
     static NEXT_TICKET: Cell<u32> = const { Cell::new(0) };
-}
-
-/// The operations besides `acquire`/`release`, as numbered for these exports.
-pub(super) fn operation(op: u32) -> Option<Operation> {
-    Some(match op {
-        0 => Operation::Acquire,
-        1 => Operation::Release,
-        2 => Operation::Extend,
-        3 => Operation::IsLocked,
-        4 => Operation::RemainingTime,
-        5 => Operation::ForceRelease,
-        _ => return None,
-    })
-}
-
-pub(super) fn bad_operation() -> JsValue {
-    type_error("keel-lock: no such store operation (internal error)")
 }
 
 /// The TTL `extend(ttlMs)` asks for: the lock's own when not `given`.
@@ -127,11 +106,11 @@ pub fn extend_idle(key: &str, ttl: f64, given: bool) -> JsValue {
     not_held(key, HoldOperation::Extend)
 }
 
-/// The `LockNotHeldError` for `attempted` (0 extend, 1 serialize) on `key`.
+/// The `LockNotHeldError` for `attempted` ([`NOT_HELD_EXTEND`] or [`NOT_HELD_SERIALIZE`]) on `key`.
 #[wasm_bindgen(js_name = __kNotHeld, skip_typescript)]
 pub fn not_held_error(key: &str, attempted: u32) -> JsValue {
     match attempted {
-        0 => not_held(key, HoldOperation::Extend),
+        NOT_HELD_EXTEND => not_held(key, HoldOperation::Extend),
         _ => not_held(key, HoldOperation::Serialize),
     }
 }
@@ -177,9 +156,10 @@ pub fn extend_failed(ticket: u32) {
     EXTENDING.with(|x| x.borrow_mut().remove(&ticket));
 }
 
-/// `isLocked()` (op 3), `getRemainingTime()` (4) or `forceRelease()` (5) on `key` in `store`,
-/// for a handle whose TTL is `ttl` ms (the bound of a JS store's call). On the memory store the
-/// answer: 1/0, or the remaining ms or [`NOBODY`]. On a JS store: [`CALL`] (bounded by `arg`
+/// `isLocked()` ([`OP_IS_LOCKED`]), `getRemainingTime()` ([`OP_REMAINING_TIME`]) or
+/// `forceRelease()` ([`OP_FORCE_RELEASE`]) on `key` in `store`, for a handle whose TTL is `ttl` ms
+/// (the bound of a JS store's call). On the memory store the answer: [`YES`]/[`NO`], or the
+/// remaining ms or [`NOBODY`]. On a JS store: [`CALL`] (bounded by `arg`
 /// ms; JS hands the answer to [`inspected`]), or [`FAILED`] when the store cannot
 /// force-release.
 #[wasm_bindgen(js_name = __kInspect, skip_typescript)]
@@ -190,13 +170,11 @@ pub fn inspect(key: &str, store: &StoreBinding, op: u32, ttl: f64) -> f64 {
             Backend::Memory(m) => {
                 let key = Key::new(key).map_err(input_to_js)?;
                 Ok(match op {
-                    Operation::IsLocked => {
-                        f64::from(u8::from(m.remaining_time_sync(&key).is_some()))
-                    }
+                    Operation::IsLocked => yes_no(m.remaining_time_sync(&key).is_some()),
                     Operation::RemainingTime => {
                         m.remaining_time_sync(&key).map_or(NOBODY, |ms| ms as f64)
                     }
-                    Operation::ForceRelease => f64::from(u8::from(m.force_release_sync(&key))),
+                    Operation::ForceRelease => yes_no(m.force_release_sync(&key)),
                     _ => return Err(bad_operation()),
                 })
             }
@@ -231,14 +209,22 @@ pub fn inspected(key: &str, op: u32, answer: JsValue, unanswered: bool, bound: f
         }
         let method = ["lock store's ", method_name(op), "()"].concat();
         Ok(match op {
-            Operation::IsLocked => f64::from(u8::from(answers::boolean(&method, &answer)?)),
+            Operation::IsLocked => yes_no(answers::boolean(&method, &answer)?),
             Operation::RemainingTime => {
                 answers::remaining_time(&method, &answer)?.map_or(NOBODY, |ms| ms as f64)
             }
-            Operation::ForceRelease => f64::from(u8::from(answers::boolean(&method, &answer)?)),
+            Operation::ForceRelease => yes_no(answers::boolean(&method, &answer)?),
             _ => return Err(bad_operation()),
         })
     })())
+}
+
+fn yes_no(answer: bool) -> f64 {
+    if answer {
+        YES
+    } else {
+        NO
+    }
 }
 
 /// `serialize()` of the handle's hold.

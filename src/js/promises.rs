@@ -123,6 +123,22 @@ pub(crate) fn settled(value: &JsValue) -> impl Future<Output = Result<JsValue, J
     Settled { id }
 }
 
+/// Whether `await value` would wait: an object or function with a callable `then`.
+pub(crate) fn is_thenable(value: &JsValue) -> bool {
+    (value.is_object() || value.is_function())
+        && get_prop!(value, "then").is_ok_and(|t| t.is_function())
+}
+
+/// Resolves a value a JS callback answered: a thenable is awaited (its rejection comes back as
+/// the same JS value), anything else is returned as is.
+pub(crate) async fn resolve_answer(answer: JsValue) -> Result<JsValue, JsValue> {
+    if is_thenable(&answer) {
+        settled(&answer).await
+    } else {
+        Ok(answer)
+    }
+}
+
 /// Settles an acquire's answer (see [`settled`]). If the future is dropped first — the core
 /// abandoned the call — a grant the answer brings later is released with
 /// `target.release(key, owner)`.
@@ -132,7 +148,7 @@ pub(crate) async fn grant_answer(
     key: &str,
     owner: &str,
 ) -> Result<JsValue, JsValue> {
-    if !super::convert::is_thenable(&answer) {
+    if !is_thenable(&answer) {
         return Ok(answer);
     }
     struct Abandoned<'a> {

@@ -8,8 +8,9 @@ use alloc::rc::Rc;
 use js_sys::{Function, Reflect};
 use wasm_bindgen::prelude::*;
 
-use super::convert::{describe, get_prop, method_name, resolve_answer, type_error};
+use super::convert::{describe, method_name, type_error};
 use super::promises::grant_answer;
+use super::promises::resolve_answer;
 use super::runtime::JsRuntime;
 use crate::error::Operation;
 use crate::grant::{Fence, Grant};

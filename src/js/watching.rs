@@ -16,18 +16,10 @@ use super::handle::{lock_of, mono, plain, run_hold_of, step};
 use super::ids::{id_map, IdMap};
 use super::lock::CoreLock;
 use super::operations::{extend_lock, not_held};
+use super::protocol::*;
 use crate::error::HoldOperation;
 use crate::holding::{KeepAlive, LossReason, Watch, WatchStep};
 use crate::lock::TrackedHold;
-
-/// The watch is over and the watcher gone: `arg` is why the hold was lost (1 its TTL passed,
-/// 2 the store no longer records it, 3 its maximum hold time), or 0 — its holder released it,
-/// or the watcher was stopped — with nothing to tell.
-pub const WATCH_LOST: f64 = 0.0;
-/// Extend the hold with [`watch_extend`], then report with [`watch_extended`].
-pub const WATCH_EXTEND: f64 = -2.0;
-/// Look again ([`watch_next`]) after `arg` ms.
-pub const WATCH_SLEEP: f64 = -3.0;
 
 struct Watching {
     lock: Rc<CoreLock>,
@@ -41,17 +33,17 @@ per_thread! {
 }
 
 fn reason_code(reason: LossReason) -> f64 {
-    match reason {
-        LossReason::Expired => 1.0,
-        LossReason::HoldCapReached => 3.0,
-        _ => 2.0,
-    }
+    f64::from(match reason {
+        LossReason::Expired => LOST_EXPIRED,
+        LossReason::HoldCapReached => LOST_HOLD_CAP,
+        _ => LOST_REFUSED,
+    })
 }
 
 fn reason_of(code: u32) -> LossReason {
     match code {
-        1 => LossReason::Expired,
-        3 => LossReason::HoldCapReached,
+        LOST_EXPIRED => LossReason::Expired,
+        LOST_HOLD_CAP => LossReason::HoldCapReached,
         _ => LossReason::Refused,
     }
 }
@@ -119,12 +111,12 @@ pub fn watch_next(ticket: u32, now: f64) -> f64 {
             watch_stop(ticket);
             step(WATCH_LOST, reason_code(reason))
         }
-        // Released by its holder: the watch ends with nothing to tell (reason 0).
+        // Released by its holder: the watch ends with nothing to tell.
         Some(WatchStep::Ended) => {
             watch_stop(ticket);
-            step(WATCH_LOST, 0.0)
+            step(WATCH_LOST, f64::from(LOST_NOTHING))
         }
-        None => step(WATCH_LOST, 0.0),
+        None => step(WATCH_LOST, f64::from(LOST_NOTHING)),
     }
 }
 
@@ -160,8 +152,7 @@ pub fn watch_stop(ticket: u32) {
     drop(gone);
 }
 
-/// The `LockNotHeldError` a lost hold's context is aborted with (`reason` as [`WATCH_LOST`]
-/// numbers it).
+/// The `LockNotHeldError` a lost hold's context is aborted with (`reason`: a `LOST_*` code).
 #[wasm_bindgen(js_name = __kLostError, skip_typescript)]
 pub fn lost_error(key: &str, reason: u32) -> JsValue {
     let reason = reason_of(reason).as_str();

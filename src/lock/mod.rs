@@ -13,13 +13,16 @@ use core::task::Poll;
 use crate::attempt::{Attempt, Held, Next};
 use crate::error::{Error, HoldOperation, Operation};
 use crate::grant::Fence;
-use crate::holding::{HoldState, KeepAlive, LossState, RunContext, Watch, WatchStep};
+use crate::holding::{KeepAlive, LossState, RunContext, Watch, WatchStep};
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::race::{race, Either};
 use crate::runtime::Runtime;
 use crate::serialized::SerializedLock;
 use crate::store::{ForceRelease, LockStore};
 use crate::token::OwnerToken;
+
+mod tracking;
+pub(crate) use tracking::TrackedHold;
 
 /// What this handle believes about its own hold on the key.
 #[derive(Clone)]
@@ -66,21 +69,6 @@ impl Hold {
             }
         }
         *self = next;
-    }
-}
-
-/// One hold a watcher looks after: its owner token, and how it ended once it has.
-#[derive(Clone)]
-pub(crate) struct TrackedHold {
-    owner: OwnerToken,
-    ending: Rc<Cell<Ending>>,
-}
-
-impl TrackedHold {
-    /// The hold's owner token.
-    #[cfg(all(feature = "js", target_arch = "wasm32"))]
-    pub(crate) fn owner(&self) -> &OwnerToken {
-        &self.owner
     }
 }
 
@@ -430,12 +418,6 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         self.record_outcome(owner, next, Ending::Released);
     }
 
-    /// Whether this handle neither holds the key nor knows a hold of its lost.
-    #[cfg(all(feature = "js", target_arch = "wasm32"))]
-    pub(crate) fn is_idle(&self) -> bool {
-        matches!(&*self.hold.borrow(), Hold::None)
-    }
-
     /// Resets the expiry to `ttl` (default: the lock's TTL) from now. Fails with
     /// [`Error::NotHeld`] when the lock was lost, expired or never acquired: carrying on in the belief
     /// that one holds a lock one does not is the bug this prevents.
@@ -722,60 +704,6 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 }
                 WatchStep::Sleep { ms } => self.runtime.sleep(ms).await,
             }
-        }
-    }
-
-    /// Starts tracking the hold taken with `owner`, for a watcher. A hold that has already
-    /// ended counts as released when this handle holds nothing, and as lost otherwise.
-    pub(crate) fn track(&self, owner: &OwnerToken) -> TrackedHold {
-        self.track_reusing(owner, None)
-    }
-
-    /// [`Lock::track`], reusing `spent`'s record when nothing else refers to it any more (a
-    /// binding that tracks every run's hold allocates once, not per run).
-    pub(crate) fn track_reusing(
-        &self,
-        owner: &OwnerToken,
-        spent: Option<TrackedHold>,
-    ) -> TrackedHold {
-        let mut hold = self.hold.borrow_mut();
-        let ending = match &mut *hold {
-            Hold::Held {
-                owner: current,
-                ending,
-                ..
-            } if current == owner => ending
-                .get_or_insert_with(|| match spent {
-                    Some(spent) if Rc::strong_count(&spent.ending) == 1 => {
-                        spent.ending.set(Ending::Holding);
-                        spent.ending
-                    }
-                    _ => Rc::new(Cell::new(Ending::Holding)),
-                })
-                .clone(),
-            Hold::None => Rc::new(Cell::new(Ending::Released)),
-            _ => Rc::new(Cell::new(Ending::Lost)),
-        };
-        TrackedHold {
-            owner: owner.clone(),
-            ending,
-        }
-    }
-
-    /// Where a tracked hold stands: released by this handle (or being released), held until
-    /// its local deadline, or lost (refused by the store, or replaced by a hold it never
-    /// released).
-    pub(crate) fn hold_state(&self, tracked: &TrackedHold) -> HoldState {
-        if tracked.ending.get() == Ending::Released {
-            return HoldState::Released;
-        }
-        match &*self.hold.borrow() {
-            Hold::Held {
-                owner, deadline, ..
-            } if *owner == tracked.owner => HoldState::Held {
-                deadline: *deadline,
-            },
-            _ => HoldState::Lost,
         }
     }
 

@@ -1,0 +1,177 @@
+// keel-lock/redis: the Redis clients the store adapts to (ioredis and its Cluster, node-redis v4+
+// and its cluster client, @upstash/redis): detecting which one it was given, the four commands
+// it sends through each, corking a standalone ioredis socket, and the store's own pub/sub
+// connection.
+
+export const CLIENT_TYPES = ["ioredis", "ioredis-cluster", "node-redis", "node-redis-cluster", "upstash"];
+
+export function fn(client, name) {
+  return typeof client[name] === "function";
+}
+
+// Whether the user has closed `client` (quit, disconnect): ioredis and its Cluster say "end" in
+// `status`; node-redis clients (and node-redis v5's cluster) have `isOpen`.
+export function clientClosed(client, type) {
+  if (type === "ioredis" || type === "ioredis-cluster") return client.status === "end";
+  if (type === "node-redis" || type === "node-redis-cluster") return "isOpen" in client && client.isOpen === false;
+  return false;
+}
+
+/**
+ * Works out which client API `client` speaks.
+ * node-redis has camel-cased `evalSha`; its cluster client also has `getSlotMaster`.
+ * @upstash/redis has `evalsha` taking arrays plus `scriptLoad`.
+ * ioredis has `evalsha` taking a key count and no `scriptLoad`; its Cluster has `isCluster === true`.
+ */
+export function detectRedisClient(client) {
+  if (client === null || (typeof client !== "object" && typeof client !== "function")) return null;
+  if (fn(client, "evalSha") && fn(client, "set")) {
+    return fn(client, "getSlotMaster") ? "node-redis-cluster" : "node-redis";
+  }
+  if (fn(client, "evalsha") && fn(client, "scriptLoad") && fn(client, "set")) return "upstash";
+  if (fn(client, "evalsha") && fn(client, "set")) return client.isCluster === true ? "ioredis-cluster" : "ioredis";
+  return null;
+}
+
+// Each adapter exposes the same four primitives; every one is a single Redis command. `keys` is
+// an array whose first element decides the slot (cluster clients route by it).
+export function adapter(client, type) {
+  switch (type) {
+    case "ioredis": {
+      // Commands sent in one tick share writes (see corker). ioredis flattens array arguments
+      // (one level), so keys and args go as the arrays they are, with no spread copy of them.
+      const cork = corker(client);
+      return {
+        evalsha: (sha, keys, args) => (cork(), client.evalsha(sha, String(keys.length), keys, args)),
+        eval: (script, keys, args) => (cork(), client.eval(script, String(keys.length), keys, args)),
+        exists: (key) => (cork(), client.exists(key)),
+        pttl: (key) => (cork(), client.pttl(key)),
+      };
+    }
+    case "ioredis-cluster":
+      return {
+        evalsha: (sha, keys, args) => client.evalsha(sha, String(keys.length), keys, args),
+        eval: (script, keys, args) => client.eval(script, String(keys.length), keys, args),
+        exists: (key) => client.exists(key),
+        pttl: (key) => client.pttl(key),
+      };
+    case "node-redis-cluster":
+      // The cluster client's own evalSha does not route by keys[0] in node-redis v4 (its key
+      // lookup reads the SHA argument), so scripts go through sendCommand(firstKey, …), which
+      // both v4 and v5 route by the key given.
+      return {
+        evalsha: (sha, keys, args) =>
+          client.sendCommand(keys[0], false, ["EVALSHA", sha, String(keys.length), ...keys, ...args]),
+        eval: (script, keys, args) =>
+          client.sendCommand(keys[0], false, ["EVAL", script, String(keys.length), ...keys, ...args]),
+        exists: (key) => client.exists(key),
+        pttl: (key) => (fn(client, "pTTL") ? client.pTTL(key) : client.PTTL(key)),
+      };
+    case "node-redis":
+      return {
+        evalsha: (sha, keys, args) => client.evalSha(sha, { keys, arguments: args }),
+        eval: (script, keys, args) => client.eval(script, { keys, arguments: args }),
+        exists: (key) => client.exists(key),
+        pttl: (key) => (fn(client, "pTTL") ? client.pTTL(key) : client.PTTL(key)),
+      };
+    case "upstash":
+      return {
+        evalsha: (sha, keys, args) => client.evalsha(sha, keys, args),
+        eval: (script, keys, args) => client.eval(script, keys, args),
+        exists: (key) => client.exists(key),
+        pttl: (key) => client.pttl(key),
+      };
+    default:
+      throw new TypeError(`redisLockStore: unknown clientType ${JSON.stringify(type)}`);
+  }
+}
+
+// For a standalone ioredis client, which writes each command to its socket as it is sent: one
+// write system call per command, and one read for Redis. The function corker answers is called
+// before the store sends a command; the first call in a tick corks the socket (Node then buffers
+// what is written to it) and schedules the uncork with process.nextTick, which runs once the code
+// now running and its promise callbacks are done. So the commands sent in one tick — by this
+// store's concurrent callers, and anything else written to the client meanwhile — leave together,
+// before any timer or I/O callback runs. Every CORKED_COMMANDS commands the buffer is written out
+// at once, so Redis can start on those while the client is still sending the rest (with a whole
+// tick in one write, client and server took turns instead of working at the same time). When the
+// last tick that sent anything sent one command — a lone caller — the first command of this tick
+// is not corked: it leaves at once, and what its caller does after sending overlaps with Redis's
+// work instead of delaying the write; later commands of the tick are corked as above. Nothing is
+// corked while the client is not ready (ioredis then queues commands itself) or has no socket
+// with cork().
+const CORKED_COMMANDS = 8;
+function corker(client) {
+  if (typeof globalThis.process?.nextTick !== "function") return () => {};
+  let corked = null;
+  let buffered = 0;
+  let sent = 0; // commands sent this tick
+  let previous = 0; // commands sent in the last tick that sent any
+  const endOfTick = () => {
+    previous = sent;
+    sent = 0;
+    const socket = corked;
+    if (socket === null) return;
+    corked = null;
+    socket.uncork();
+  };
+  return () => {
+    if (sent++ === 0) {
+      process.nextTick(endOfTick);
+      if (previous === 1) return;
+    }
+    if (corked === null) {
+      const socket = client.stream;
+      if (client.status !== "ready" || typeof socket?.cork !== "function" || typeof socket.uncork !== "function") return;
+      socket.cork();
+      corked = socket;
+      buffered = 0;
+    } else if (buffered === CORKED_COMMANDS) {
+      corked.uncork();
+      corked.cork();
+      buffered = 0;
+    }
+    buffered++;
+  };
+}
+
+// The store's pub/sub connection: a duplicate of the user's client (`duplicate()` in ioredis,
+// ioredis Cluster, node-redis and its cluster client; a cluster client subscribes through one of
+// its nodes, and PUBLISH reaches every node), subscribed to `channel`. `onMessage(text)` gets
+// each message; `onReconnect()` runs when the connection comes back after a drop (messages sent
+// meanwhile are lost). Answers { ready, connection, close() }; `ready` settles once subscribed.
+export function openSubscriber(client, type, channel, onMessage, onReconnect) {
+  if (!fn(client, "duplicate")) {
+    const ready = Promise.reject(new TypeError("redisLockStore: the client has no duplicate() to open a pub/sub connection with"));
+    return { ready, connection: null, close: async () => {} };
+  }
+  const connection = client.duplicate();
+  const ignore = () => {};
+  connection.on?.("error", ignore); // connection errors surface as lost messages, covered by the poll
+  let subscribed = false;
+  connection.on?.("ready", () => subscribed && onReconnect());
+  let ready;
+  let close;
+  if (type === "ioredis" || type === "ioredis-cluster") {
+    connection.on("message", (from, text) => from === channel && onMessage(text));
+    ready = connection.subscribe(channel);
+    close = async () => connection.disconnect();
+  } else {
+    ready = Promise.resolve(connection.connect()).then(() => connection.subscribe(channel, (text) => onMessage(text)));
+    close = async () => {
+      if (fn(connection, "destroy")) connection.destroy();
+      else await connection.disconnect();
+    };
+  }
+  const opened = { ready: null, connection, close, subscribed: false };
+  opened.ready = ready.then(() => {
+    subscribed = true;
+    opened.subscribed = true;
+  });
+  return opened;
+}
+
+export function isNoScript(error) {
+  const text = error && typeof error === "object" ? String(error.message ?? "") : String(error);
+  return /NOSCRIPT/i.test(text);
+}

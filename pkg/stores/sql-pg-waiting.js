@@ -1,0 +1,391 @@
+// keel-lock/sql: waiting without polling on PostgreSQL — acquireOrWait, withdraw and close, the
+// methods a pg store adds. The queue and the hand-over are SQL (sql-schema.js); this side keeps
+// the LISTEN connection, the timers and the pending calls.
+
+import { argumentChecks, IDLE_CLOSE_MS, LockStoreClosedError, safetyNetOption, unrefTimer } from "./args.js";
+import { toFence, truthy } from "./sql-drivers.js";
+
+const check = argumentChecks("databaseLockStore");
+
+/** Longest wait acquireOrWait accepts, in ms (the core's limit for `timeout`). */
+const MAX_WAIT_MS = 2_147_483_647;
+
+// A pg.Pool (its own pool of connections: one is checked out to LISTEN) or a single client.
+const isPgPool = (db) => typeof db.connect === "function" && typeof db.totalCount === "number";
+
+/**
+ * Waiting without polling on PostgreSQL: acquireOrWait / withdraw / close for databaseLockStore.
+ *
+ * The queue is the waiters table; the hand-over happens in SQL (statements.release, .acquire,
+ * .tick). This side only waits: each pending call is an entry in `waiting` (by key, then owner),
+ * woken by NOTIFY on one LISTEN connection per store. A grant's notification carries its fence
+ * and waited ms, so a waiter granted by someone's release costs no statement of its own. Timers:
+ *   - per call: its deadline (then `leave`), and the safety net every max(pollMs, safetyNetMs)
+ *     (`tick`), in case a notification is lost (listener connection dropped, a releaser on a
+ *     version that does not notify);
+ *   - per key: the holder's expiry, learned from the enqueue, a tick or a grant notification;
+ *     when it passes, one `tick` hands the key to the oldest waiter (a crashed holder never
+ *     releases).
+ * The LISTEN connection is the store's own only when it came from a pool (or options.listen):
+ * then it is given back IDLE_CLOSE_MS after the last wait left, so `pool.end()` is never kept
+ * waiting for it by an idle store. When the user ends their pool or client, waits still queued
+ * fail with LockStoreClosedError (a single client's "end" event at once; a pool, which has no
+ * such event, at the wait's next safety-net look).
+ */
+export function pgWaiting(db, sql, io, options) {
+  const waiting = new Map(); // key -> Map(owner -> entry)
+  const expiryTimers = new Map(); // key -> { at, timer }
+  let listener = null; // { client, own: boolean, dead: boolean, close() }
+  let idleTimer = null; // gives the LISTEN connection back once no wait is left
+  const safetyNetMs = safetyNetOption("databaseLockStore", options.safetyNetMs);
+  const pool = isPgPool(db);
+  // A pg Pool says it is ending (or ended) once end() was called; a Client says nothing, but
+  // emits "end", which the listener follows.
+  const poolEnded = () => pool && (db.ending === true || db.ended === true);
+
+  const entriesOf = (key) => waiting.get(key);
+
+  function forget(entry) {
+    clearTimeout(entry.deadlineTimer);
+    clearTimeout(entry.pollTimer);
+    const entries = waiting.get(entry.key);
+    if (entries?.get(entry.owner) === entry) {
+      entries.delete(entry.owner);
+      if (entries.size === 0) {
+        waiting.delete(entry.key);
+        const expiry = expiryTimers.get(entry.key);
+        if (expiry) clearTimeout(expiry.timer);
+        expiryTimers.delete(entry.key);
+        if (waiting.size === 0) closeWhenIdle();
+      }
+    }
+  }
+
+  function closeWhenIdle() {
+    if (!listener?.own || idleTimer) return;
+    idleTimer = unrefTimer(() => {
+      idleTimer = null;
+      if (waiting.size === 0) stopListening().catch(() => {});
+    }, IDLE_CLOSE_MS);
+  }
+
+  async function stopListening() {
+    clearTimeout(idleTimer);
+    idleTimer = null;
+    const closing = listener ?? (opening ? await opening.catch(() => null) : null);
+    listener = null;
+    if (closing && !closing.dead) await closing.close();
+    else if (closing) await closing.close().catch(() => {});
+  }
+
+  // The user ended the pool or client: every wait fails now (its queue row lapses at its
+  // deadline, or a key handed to it meanwhile at its TTL, as a crashed caller's would) and the
+  // listener is given back, so that the pool can finish ending.
+  function databaseClosed() {
+    for (const entries of [...waiting.values()]) {
+      for (const entry of [...entries.values()]) {
+        fail(entry, new LockStoreClosedError(`databaseLockStore: the ${pool ? "pool" : "client"} was ended while waiting for ${JSON.stringify(entry.key)}`));
+      }
+    }
+    stopListening().catch(() => {});
+  }
+
+  function settle(entry, answer) {
+    if (entry.state === "done") return;
+    entry.state = "done";
+    forget(entry);
+    entry.resolve(answer);
+  }
+
+  function fail(entry, error) {
+    if (entry.state === "done") return;
+    entry.state = "done";
+    forget(entry);
+    entry.reject(error);
+  }
+
+  const grantOf = (fence, waitedMs) => ({ fence: toFence(fence), waitedMs: Math.max(0, Number(waitedMs) || 0) });
+
+  // Look again at `key` when its holder's TTL has passed (ms from now, as the database said).
+  function expireAfter(key, ms) {
+    if (!waiting.has(key) || ms === null || ms === undefined) return;
+    const delay = Math.max(0, Math.ceil(Number(ms))) + 1;
+    const at = Date.now() + delay;
+    const existing = expiryTimers.get(key);
+    if (existing && existing.at <= at) return;
+    if (existing) clearTimeout(existing.timer);
+    const timer = setTimeout(() => {
+      expiryTimers.delete(key);
+      tick(key, null).catch(() => {});
+    }, delay);
+    timer.unref?.();
+    expiryTimers.set(key, { at, timer });
+  }
+
+  // One tick statement: hands `key` over if it is free or expired, and settles what it learns.
+  // With an owner, also answers that waiter's own state.
+  async function tick(key, owner) {
+    const row = await io.row(sql.tick, [key, owner]);
+    if (row === null) return;
+    const entries = entriesOf(key);
+    if (row.g_owner !== null && row.g_owner !== undefined) {
+      const granted = entries?.get(row.g_owner);
+      if (granted?.state === "waiting") settle(granted, grantOf(row.g_fence, row.g_waited_ms));
+    }
+    if (owner !== null) {
+      const entry = entries?.get(owner);
+      if (entry?.state === "waiting" && row.g_owner !== owner) {
+        if (!truthy(row.me_exists)) settle(entry, false); // withdrawn or swept elsewhere
+        else if (truthy(row.me_granted)) {
+          settle(entry, truthy(row.me_grant_live) ? grantOf(row.me_fence, row.me_waited_ms) : false);
+        }
+      }
+    }
+    if (row.remaining !== null) expireAfter(key, row.remaining);
+  }
+
+  function onNotification(message) {
+    let payload;
+    try {
+      payload = JSON.parse(message.payload);
+    } catch {
+      return;
+    }
+    if (!Array.isArray(payload)) return;
+    const [key, owner, fence, waitedMs, ttlMs] = payload;
+    if (key === "") {
+      // Payload too long to name the key: every waiter of this store looks again.
+      for (const entries of waiting.values()) {
+        for (const entry of entries.values()) if (entry.state === "waiting") tick(entry.key, entry.owner).catch(() => {});
+      }
+      return;
+    }
+    const entries = entriesOf(key);
+    if (!entries) return;
+    if (owner === null) {
+      tick(key, null).catch(() => {}); // freed without a visible waiter: hand it over from here
+      return;
+    }
+    const entry = entries.get(owner);
+    if (entry?.state === "waiting") {
+      try {
+        settle(entry, grantOf(fence, waitedMs));
+      } catch (error) {
+        fail(entry, error);
+      }
+    }
+    expireAfter(key, ttlMs);
+  }
+
+  // A connection that is LISTENing on the table's channel, made on first use: options.listen()
+  // if given, else a connection checked out of the pool, else the single client itself.
+  async function openListener() {
+    let client;
+    let own;
+    if (typeof options.listen === "function") {
+      client = await options.listen();
+      own = true;
+    } else if (isPgPool(db)) {
+      client = await db.connect();
+      own = true;
+    } else if (typeof db.on === "function") {
+      client = db;
+      own = false;
+    } else {
+      return null; // nothing to LISTEN on: the safety-net poll does all the work
+    }
+    const state = { client, own, dead: false };
+    const onError = () => markDead();
+    const markDead = () => {
+      if (state.dead) return;
+      state.dead = true;
+      if (listener === state) listener = null;
+      // Notifications may have been lost: every waiter looks now.
+      for (const entries of waiting.values()) {
+        for (const entry of entries.values()) if (entry.state === "waiting") tick(entry.key, entry.owner).catch(() => {});
+      }
+    };
+    client.on("notification", onNotification);
+    client.on("error", onError);
+    // The user's own client ended: nothing can reach the database for these waits any more.
+    const onEnd = own ? markDead : () => (markDead(), databaseClosed());
+    client.on("end", onEnd);
+    state.close = async () => {
+      state.dead = true;
+      client.removeListener?.("notification", onNotification);
+      client.removeListener?.("end", onEnd);
+      if (own) {
+        if (typeof client.release === "function") client.release(true); // destroyed: the pool never hands out a LISTENing connection
+        else await client.end?.();
+        client.removeListener?.("error", onError);
+      } else {
+        await client.query(sql.unlisten).catch(() => {});
+        client.removeListener?.("error", onError);
+      }
+    };
+    try {
+      await client.query(sql.listen);
+    } catch (error) {
+      await state.close().catch(() => {});
+      throw error;
+    }
+    return state;
+  }
+
+  let opening = null;
+  async function ensureListener() {
+    clearTimeout(idleTimer);
+    idleTimer = null;
+    if (poolEnded()) throw new LockStoreClosedError("databaseLockStore: the pool was ended");
+    if (listener && !listener.dead) return;
+    if (!opening) {
+      opening = openListener().finally(() => {
+        opening = null;
+      });
+      const opened = await opening;
+      if (opened) listener = opened;
+      return;
+    }
+    await opening;
+  }
+
+  function schedulePoll(entry) {
+    entry.pollTimer = setTimeout(async () => {
+      if (entry.state !== "waiting") return;
+      if (poolEnded()) return databaseClosed();
+      await ensureListener().catch(() => {});
+      await tick(entry.key, entry.owner).catch(() => {});
+      if (entry.state === "waiting") schedulePoll(entry);
+    }, entry.pollMs);
+  }
+
+  async function leave(entry) {
+    if (entry.state !== "waiting") return;
+    if (poolEnded()) return databaseClosed();
+    entry.state = "leaving";
+    clearTimeout(entry.pollTimer);
+    try {
+      const row = await io.row(sql.leave, [entry.key, entry.owner]);
+      const granted = row !== null && truthy(row.granted);
+      entry.state = "waiting"; // so that settle() below is the one that finishes it
+      settle(entry, granted && !entry.withdrawn ? grantOf(row.fence, row.waited_ms) : false);
+    } catch (error) {
+      entry.state = "waiting";
+      fail(entry, error);
+    }
+  }
+
+  return {
+    /**
+     * Takes the key, or queues for it and waits up to waitMs for the store to hand it over.
+     * Answers { fence, waitedMs } or false (the wait is spent and the caller is not queued).
+     */
+    async acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
+      check.key(key);
+      check.owner(owner);
+      check.ttl(ttlMs);
+      if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_WAIT_MS) {
+        throw new RangeError(`databaseLockStore: waitMs must be a whole number of ms in 0..${MAX_WAIT_MS}, got ${waitMs}`);
+      }
+      if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_WAIT_MS) {
+        throw new RangeError(`databaseLockStore: pollMs must be a whole number of ms in 1..${MAX_WAIT_MS}, got ${pollMs}`);
+      }
+      if (entriesOf(key)?.has(owner)) {
+        throw new Error(`databaseLockStore: ${owner} is already waiting for this key`);
+      }
+      // Listening before joining the queue, so no grant's notification can come too early.
+      await ensureListener();
+      let entry;
+      const answer = new Promise((resolve, reject) => {
+        entry = { key, owner, pollMs: Math.max(pollMs, safetyNetMs), state: "waiting", withdrawn: false, resolve, reject };
+      });
+      // The deadline timer can settle (or fail) `answer` while the enqueue below is still in
+      // flight, before the caller holds `answer`: marked handled so that an early failure is not
+      // an unhandled rejection (the caller still sees it when it awaits).
+      answer.catch(() => {});
+      let entries = waiting.get(key);
+      if (!entries) waiting.set(key, (entries = new Map()));
+      entries.set(owner, entry);
+      entry.deadlineTimer = setTimeout(() => leave(entry), waitMs);
+      let row;
+      try {
+        row = await io.row(sql.enqueue, [key, owner, ttlMs, waitMs]);
+      } catch (error) {
+        // Whether or not the enqueue committed, the caller neither holds nor waits afterwards.
+        await io.row(sql.release, [key, owner]).catch(() => {});
+        fail(entry, error);
+        return answer;
+      }
+      if (row?.fence !== null && row?.fence !== undefined) {
+        try {
+          settle(entry, grantOf(row.fence, 0));
+        } catch (error) {
+          await io.row(sql.release, [key, owner]).catch(() => {});
+          fail(entry, error);
+        }
+        return answer;
+      }
+      if (entry.state === "waiting") {
+        schedulePoll(entry);
+        const remaining = row?.remaining === null || row?.remaining === undefined ? null : Number(row.remaining);
+        // No holder, or an expired one: nobody is going to release — hand over now.
+        if (remaining === null || remaining <= 0) tick(key, owner).catch(() => {});
+        else expireAfter(key, remaining);
+      }
+      return answer;
+    },
+
+    /**
+     * `owner` stops waiting for `key`: it leaves the queue, a grant it got is released (and handed
+     * to the next waiter), and its pending acquireOrWait answers false.
+     */
+    async withdraw(key, owner) {
+      check.key(key);
+      check.owner(owner);
+      const entry = entriesOf(key)?.get(owner);
+      if (entry) {
+        entry.withdrawn = true;
+        if (entry.state === "waiting") {
+          entry.state = "withdrawing";
+          clearTimeout(entry.pollTimer);
+          clearTimeout(entry.deadlineTimer);
+        }
+      }
+      try {
+        await io.row(sql.release, [key, owner]);
+      } finally {
+        if (entry && entry.state === "withdrawing") {
+          entry.state = "waiting";
+          settle(entry, false);
+        }
+      }
+    },
+
+    /**
+     * Stops waiting: pending acquireOrWait calls leave their queues (answering a grant they got
+     * before leaving, else false) and the LISTEN connection is closed (a pool's connection is
+     * destroyed, a single client only stops listening). The store stays usable; a later
+     * acquireOrWait listens again.
+     */
+    async close() {
+      const pending = [];
+      for (const entries of waiting.values()) for (const entry of entries.values()) pending.push(leave(entry));
+      await Promise.all(pending);
+      await stopListening();
+    },
+
+    /** How many acquireOrWait calls of this store are waiting, and whether it is listening. */
+    get waitingCount() {
+      let count = 0;
+      for (const entries of waiting.values()) count += entries.size;
+      return count;
+    },
+    get listening() {
+      return listener !== null && !listener.dead;
+    },
+    /** The LISTEN connection's client, if any (for tests and diagnostics). */
+    get listenClient() {
+      return listener?.client ?? null;
+    },
+  };
+}

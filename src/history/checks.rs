@@ -1,0 +1,285 @@
+//! The properties, one function each, run per key over the leases `leases.rs` built.
+
+use std::collections::HashMap;
+
+use super::events::*;
+use super::leases::*;
+use super::report::*;
+
+impl Checker<'_> {
+    pub(super) fn mutual_exclusion(&mut self, key: &str, h: &KeyHistory) {
+        let mut certain: Vec<&Lease> = h
+            .leases
+            .iter()
+            .filter(|l| l.granted && l.valid_from < l.valid_until)
+            .collect();
+        certain.sort_by_key(|l| (l.valid_from, l.valid_until));
+        let mut longest: Option<&Lease> = None;
+        for lease in certain {
+            if let Some(prev) = longest {
+                if prev.owner != lease.owner && lease.valid_from < prev.valid_until {
+                    let mut events = vec![prev.invoke, lease.invoke];
+                    events.extend(prev.outcome);
+                    events.extend(lease.outcome);
+                    events.extend(prev.entered);
+                    events.extend(lease.entered);
+                    let message = format!(
+                        "two certainly valid leases at once: {} and {}",
+                        self.describe(prev),
+                        self.describe(lease)
+                    );
+                    let window = (self.at(prev.invoke).earliest, lease.valid_from);
+                    self.violate_or_loss(
+                        ViolationKind::MutualExclusion,
+                        key,
+                        message,
+                        events,
+                        window,
+                    );
+                }
+            }
+            if longest.is_none_or(|p| lease.valid_until > p.valid_until) {
+                longest = Some(lease);
+            }
+        }
+    }
+
+    pub(super) fn fence_order(&mut self, key: &str, h: &KeyHistory) {
+        let mut fenced: Vec<(&Lease, u64)> = h
+            .leases
+            .iter()
+            .filter(|l| l.granted)
+            .filter_map(|l| l.fence.map(|f| (l, f)))
+            .collect();
+        // Same fence twice: wrong whatever the order.
+        let mut seen: HashMap<u64, &Lease> = HashMap::new();
+        for &(lease, fence) in &fenced {
+            if let Some(first) = seen.insert(fence, lease) {
+                let message = format!(
+                    "fence {fence} granted twice: to {} and to {}",
+                    first.owner, lease.owner
+                );
+                let (a, b) = (self.at(first.invoke).earliest, lease.valid_from);
+                let window = (
+                    a.min(self.at(lease.invoke).earliest),
+                    b.max(first.valid_from),
+                );
+                let events = vec![first.invoke, lease.invoke];
+                self.violate_or_loss(ViolationKind::FenceOrder, key, message, events, window);
+            }
+        }
+        // In certain grant order: a grant whose invocation came after another's answer must have
+        // the greater fence.
+        fenced.sort_by_key(|(l, _)| l.valid_from);
+        let mut best: Vec<(Micros, u64, usize)> = Vec::with_capacity(fenced.len());
+        for (n, &(l, f)) in fenced.iter().enumerate() {
+            let prev = best.last().copied();
+            best.push(match prev {
+                Some((_, bf, bn)) if bf >= f => (l.valid_from, bf, bn),
+                _ => (l.valid_from, f, n),
+            });
+        }
+        for &(lease, fence) in &fenced {
+            let invoked = self.at(lease.invoke).earliest;
+            let before = best.partition_point(|&(answered, _, _)| answered < invoked);
+            if before == 0 {
+                continue;
+            }
+            let (_, top, n) = best[before - 1];
+            if top > fence {
+                let earlier = fenced[n].0;
+                let message = format!(
+                    "fence {fence} granted to {} after fence {top} had been granted to {}: fences must strictly increase",
+                    lease.owner, earlier.owner
+                );
+                let events = vec![earlier.invoke, lease.invoke];
+                let window = (self.at(earlier.invoke).earliest, lease.valid_from);
+                self.violate_or_loss(ViolationKind::FenceOrder, key, message, events, window);
+            }
+        }
+    }
+
+    pub(super) fn stale_writes(&mut self, key: &str, h: &KeyHistory) {
+        let mut accepted: Vec<(usize, u64)> = h
+            .writes
+            .iter()
+            .filter_map(|&i| match self.history[i].kind {
+                EventKind::FencedWrite {
+                    fence,
+                    accepted: true,
+                } => Some((i, fence)),
+                _ => None,
+            })
+            .collect();
+        accepted.sort_by_key(|&(i, _)| self.at(i).latest);
+        let mut best: Vec<(Micros, u64, usize)> = Vec::with_capacity(accepted.len());
+        for &(i, f) in &accepted {
+            let prev = best.last().copied();
+            best.push(match prev {
+                Some((_, bf, bi)) if bf >= f => (self.at(i).latest, bf, bi),
+                _ => (self.at(i).latest, f, i),
+            });
+        }
+        for &(i, fence) in &accepted {
+            let started = self.at(i).earliest;
+            let before = best.partition_point(|&(done, _, _)| done < started);
+            if before == 0 {
+                continue;
+            }
+            let (_, top, j) = best[before - 1];
+            if top > fence {
+                let message = format!(
+                    "the resource accepted a write with fence {fence} from {} after accepting fence {top} from {}",
+                    self.history[i].owner, self.history[j].owner
+                );
+                let window = (self.at(j).earliest, self.at(i).latest);
+                self.violate_or_loss(
+                    ViolationKind::StaleFenceAccepted,
+                    key,
+                    message,
+                    vec![j, i],
+                    window,
+                );
+            }
+        }
+    }
+
+    pub(super) fn non_owner(&mut self, key: &str, h: &KeyHistory) {
+        // Indexes: each owner's leases and calls; granted leases by invocation time, with the
+        // earliest certain start over every suffix (who could have taken the key after a time).
+        let mut leases_of: HashMap<&str, Vec<&Lease>> = HashMap::new();
+        for l in &h.leases {
+            leases_of.entry(l.owner.as_str()).or_default().push(l);
+        }
+        let mut calls_of: HashMap<&str, Vec<&Call>> = HashMap::new();
+        for c in &h.calls {
+            calls_of.entry(c.owner.as_str()).or_default().push(c);
+        }
+        let mut granted: Vec<&Lease> = h.leases.iter().filter(|l| l.granted).collect();
+        granted.sort_by_key(|l| self.at(l.invoke).earliest);
+        let mut soonest: Vec<(Micros, usize)> = vec![(Micros::MAX, 0); granted.len() + 1];
+        for n in (0..granted.len()).rev() {
+            soonest[n] = if granted[n].valid_from < soonest[n + 1].0 {
+                (granted[n].valid_from, n)
+            } else {
+                soonest[n + 1]
+            };
+        }
+        for c in &h.calls {
+            if c.op == Op::Acquire || c.result != Outcome::Ok {
+                continue;
+            }
+            let invoked = self.at(c.invoke).earliest;
+            let own = leases_of.get(c.owner.as_str()).and_then(|list| {
+                list.iter()
+                    .filter(|l| self.at(l.invoke).earliest <= self.at(c.invoke).latest)
+                    .max_by_key(|l| l.invoke)
+                    .copied()
+            });
+            let Some(lease) = own else {
+                let message = format!(
+                    "{} by {}, which never acquired the key, succeeded",
+                    c.op.name(),
+                    c.owner
+                );
+                let mut events = vec![c.invoke];
+                events.extend(c.outcome);
+                self.violate(ViolationKind::NonOwnerSucceeded, key, message, events);
+                continue;
+            };
+            // An earlier successful release by the same owner ended the hold.
+            let released_before = calls_of.get(c.owner.as_str()).and_then(|list| {
+                list.iter().copied().find(|r| {
+                    r.op == Op::Release
+                        && r.result == Outcome::Ok
+                        && r.invoke != c.invoke
+                        && r.outcome.is_some_and(|o| self.at(o).latest < invoked)
+                })
+            });
+            if let Some(r) = released_before {
+                let message = format!(
+                    "{} by {} succeeded after its own release had",
+                    c.op.name(),
+                    c.owner
+                );
+                let mut events = vec![r.invoke, c.invoke];
+                events.extend(c.outcome);
+                self.violate(ViolationKind::NonOwnerSucceeded, key, message, events);
+                continue;
+            }
+            if invoked <= lease.possible_until {
+                continue;
+            }
+            // The lease had certainly expired. An extend must not revive it; a release must not
+            // free the key once another owner was granted it (invoked after the expiry, so not
+            // this owner, whose labels are one per acquisition).
+            let after =
+                granted.partition_point(|o| self.at(o.invoke).earliest < lease.possible_until);
+            let (first, n) = soonest[after];
+            let taken = (first < invoked).then(|| granted[n]);
+            if c.op == Op::Extend || taken.is_some() {
+                let mut events = vec![lease.invoke, c.invoke];
+                events.extend(c.outcome);
+                let by = taken.map_or(String::new(), |o| {
+                    events.push(o.invoke);
+                    format!(", and the key had been granted to {}", o.owner)
+                });
+                let message = format!(
+                    "{} by {} succeeded after its lease had certainly expired (by {}){by}",
+                    c.op.name(),
+                    c.owner,
+                    lease.possible_until
+                );
+                self.violate(ViolationKind::NonOwnerSucceeded, key, message, events);
+            }
+        }
+    }
+
+    pub(super) fn refused_while_free(&mut self, key: &str, h: &KeyHistory) {
+        // Every lease, possibly valid over [possible_from, possible_until], by start.
+        let mut spans: Vec<(Micros, Micros, usize)> = h
+            .leases
+            .iter()
+            .enumerate()
+            .map(|(n, l)| (l.possible_from, l.possible_until, n))
+            .collect();
+        spans.sort_by_key(|s| s.0);
+        let mut reach: Vec<(Micros, usize)> = Vec::with_capacity(spans.len());
+        for &(_, until, n) in &spans {
+            let prev = reach.last().copied();
+            reach.push(match prev {
+                Some((r, rn)) if r >= until => (r, rn),
+                _ => (until, n),
+            });
+        }
+        for c in &h.calls {
+            if c.op != Op::Acquire || c.result != Outcome::Fail || !c.immediate {
+                continue;
+            }
+            let Some(outcome) = c.outcome else { continue };
+            let (from, to) = (self.at(c.invoke).earliest, self.at(outcome).latest);
+            // Leases that may have started before the refusal was decided …
+            let started = spans.partition_point(|s| s.0 <= to);
+            // … must all have certainly ended before the request was sent.
+            let held = started > 0 && reach[started - 1].0 >= from;
+            if held {
+                continue;
+            }
+            let last = (started > 0).then(|| reach[started - 1].1);
+            let mut events = vec![c.invoke, outcome];
+            let after = last.map_or(String::from(" (never held before)"), |n| {
+                let l = &h.leases[n];
+                events.push(l.invoke);
+                format!(
+                    " (the last possible lease, {}, ended by {})",
+                    l.owner, l.possible_until
+                )
+            });
+            let message = format!(
+                "acquire by {} was refused while the key was certainly free{after}",
+                c.owner
+            );
+            self.violate(ViolationKind::RefusedWhileFree, key, message, events);
+        }
+    }
+}

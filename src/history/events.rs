@@ -1,0 +1,119 @@
+//! What clients record: events with the interval of time each certainly happened in.
+
+/// Microseconds on the clock the clients share (e.g. the Unix epoch).
+pub type Micros = i64;
+
+/// When an event happened: certainly within `[earliest, latest]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// The event happened no earlier than this.
+    pub earliest: Micros,
+    /// The event happened no later than this.
+    pub latest: Micros,
+}
+
+impl Stamp {
+    /// `[earliest, latest]`; the bounds are swapped if given the wrong way round.
+    pub fn new(earliest: Micros, latest: Micros) -> Self {
+        Stamp {
+            earliest: earliest.min(latest),
+            latest: earliest.max(latest),
+        }
+    }
+
+    /// An instant known to within `±tolerance`.
+    pub fn around(at: Micros, tolerance: Micros) -> Self {
+        Stamp::new(at.saturating_sub(tolerance), at.saturating_add(tolerance))
+    }
+}
+
+/// A store operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// Take the key.
+    Acquire,
+    /// Free the key (the owner's own hold only).
+    Release,
+    /// Push the expiry back (the owner's own hold only).
+    Extend,
+}
+
+impl Op {
+    /// The operation's name in a history: `acquire`, `release`, `extend`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Acquire => "acquire",
+            Op::Release => "release",
+            Op::Extend => "extend",
+        }
+    }
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    /// The client sent `op`. `ttl_ms` is the TTL requested (acquire, extend); `immediate` marks
+    /// an acquire that is one store call, not a wait (only those are judged by the
+    /// refused-while-free check).
+    Invoke {
+        /// The operation.
+        op: Op,
+        /// TTL requested, in ms (0 for release).
+        ttl_ms: u64,
+        /// A single-call acquire (no waiting, no retries).
+        immediate: bool,
+    },
+    /// The store answered yes: granted (with its fence, if it keeps them), released, extended.
+    Ok {
+        /// The operation.
+        op: Op,
+        /// An acquire's fence.
+        fence: Option<u64>,
+    },
+    /// The store answered no.
+    Fail {
+        /// The operation.
+        op: Op,
+    },
+    /// The outcome is unknown (an error, a timeout).
+    Info {
+        /// The operation.
+        op: Op,
+    },
+    /// The owner entered its critical section.
+    Enter,
+    /// The owner left its critical section.
+    Exit,
+    /// The owner learned its lease was gone (a refused extend, the local deadline).
+    ExpiryObserved,
+    /// The owner wrote to a fenced resource guarded by `key`; the stamp spans the write call.
+    FencedWrite {
+        /// The fence the write carried.
+        fence: u64,
+        /// Whether the resource accepted it.
+        accepted: bool,
+    },
+    /// The store was stopped and started again, somewhere within the stamp. `persistent`: the
+    /// store claims to keep its state across the restart.
+    StoreRestart {
+        /// The store claims durability.
+        persistent: bool,
+    },
+}
+
+/// One recorded event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// The client (process, task) that recorded it; operations of one client on one owner are
+    /// sequential.
+    pub client: u64,
+    /// The lock's key (empty for a store restart, which concerns every key).
+    pub key: String,
+    /// The hold this concerns: a label unique per acquisition (not necessarily the store's
+    /// owner token). A deliberate stranger's release or extend uses a label of its own.
+    pub owner: String,
+    /// When.
+    pub at: Stamp,
+    /// What.
+    pub kind: EventKind,
+}
