@@ -1,0 +1,360 @@
+//! The memory store's waiting: a FIFO queue of parked callers per key, the hand-over of a freed
+//! key to the oldest live waiter, and the one timer per queue (its timekeeper) that acts at the
+//! holder's expiry and the waiters' deadlines.
+
+use super::*;
+
+/// A caller parked in a key's queue.
+pub(super) struct Ticket {
+    pub(super) owner: OwnerToken,
+    pub(super) ttl: Ttl,
+    /// When it joined the queue, by the store's clock.
+    pub(super) since: u64,
+    /// When it stops waiting, by the store's clock.
+    pub(super) deadline: u64,
+    /// Set by the hand-over; taken by the waiting caller.
+    pub(super) grant: Cell<Option<Grant>>,
+    /// Set by the queue's timekeeper once `deadline` has passed.
+    pub(super) timed_out: Cell<bool>,
+    /// Set to make the waiter look again (it may have become the timekeeper).
+    pub(super) poked: Cell<bool>,
+    /// The waiting caller's waker, woken by the hand-over.
+    pub(super) waker: RefCell<Option<Waker>>,
+    /// The caller stopped waiting; the hand-over skips it.
+    pub(super) gone: Cell<bool>,
+}
+
+impl Ticket {
+    pub(super) fn wake(&self) {
+        let waker = self.waker.borrow_mut().take();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    pub(super) fn poke(&self) {
+        self.poked.set(true);
+        self.wake();
+    }
+}
+
+/// A key's waiters, in arrival order. One of them, the timekeeper, keeps the queue's only timer:
+/// it wakes at the earliest waiter deadline or the holder's expiry and acts for everyone. The
+/// role goes to the newest waiter when the timekeeper leaves, so a steadily contended key sets a
+/// timer about once per queue length, not once per waiter.
+#[derive(Default)]
+pub(super) struct Queue {
+    pub(super) tickets: VecDeque<Rc<Ticket>>,
+    pub(super) keeper: Option<Rc<Ticket>>,
+    /// When the timekeeper's timer fires.
+    pub(super) armed_until: Option<u64>,
+}
+
+impl Ticket {
+    pub(super) fn grant_ready(&self) -> bool {
+        let grant = self.grant.take();
+        self.grant.set(grant);
+        grant.is_some()
+    }
+}
+
+/// A caller waiting in a key's queue, driven by [`MemoryLockStore::wait_step`] and ended by
+/// [`MemoryLockStore::leave`].
+pub(crate) struct Parked {
+    pub(super) key: Key,
+    pub(super) ticket: Rc<Ticket>,
+}
+
+impl Parked {
+    /// Registers the waker the next hand-over, time-out or poke of this wait calls (once).
+    pub(crate) fn listen(&self, waker: Waker) {
+        *self.ticket.waker.borrow_mut() = Some(waker);
+    }
+
+    /// Whether something happened since the last [`MemoryLockStore::wait_step`]: a grant, the
+    /// wait running out, or a poke to look again.
+    pub(super) fn woken(&self) -> bool {
+        let t = &self.ticket;
+        t.grant_ready() || t.timed_out.get() || t.poked.get()
+    }
+}
+
+/// What a waiting caller does next (see [`MemoryLockStore::wait_step`]).
+pub(crate) enum WaitStep {
+    /// The wait is over: the grant, or `None` when it ran out.
+    Done(Option<Grant>),
+    /// Nothing until the waker is called — or, given `until` (the store's clock), until then.
+    Park {
+        /// When to step again even if nobody wakes the waiter.
+        until: Option<u64>,
+    },
+}
+
+/// Leaves the queue when the waiting future ends or is dropped.
+pub(super) struct Leave<'a, R: Runtime> {
+    pub(super) store: &'a MemoryLockStore<R>,
+    pub(super) parked: &'a Parked,
+}
+
+impl<R: Runtime> Drop for Leave<'_, R> {
+    fn drop(&mut self) {
+        self.store.leave(self.parked);
+    }
+}
+
+impl<R: Runtime> MemoryLockStore<R> {
+    /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting
+    /// and wakes it. Waiters that left are dropped from the queue, and so are those whose
+    /// deadline has passed by `now` even if the timekeeper's timer has not fired yet (a late
+    /// timer must not turn a wait that ran out into a grant); an emptied queue is removed.
+    pub(super) fn hand_over(&self, key: &Key, now: u64) {
+        let mut ran_out = Vec::new();
+        let next = {
+            let mut queues = self.queues.borrow_mut();
+            let Some(queue) = queues.get_mut(key.as_str()) else {
+                return;
+            };
+            let held = self
+                .rows
+                .borrow()
+                .get(key.as_str())
+                .is_some_and(|row| row.expires_at > now);
+            if held {
+                return;
+            }
+            let tickets = &mut queue.tickets;
+            while let Some(front) = tickets.front() {
+                if front.gone.get() || front.timed_out.get() {
+                    tickets.pop_front();
+                } else if front.deadline <= now {
+                    front.timed_out.set(true);
+                    ran_out.extend(tickets.pop_front());
+                } else {
+                    break;
+                }
+            }
+            let next = tickets.pop_front();
+            if tickets.is_empty() && queue.keeper.is_none() {
+                queues.remove(key.as_str());
+            }
+            next
+        };
+        // Told with no store borrow held, as below.
+        ran_out.iter().for_each(|t| t.wake());
+        let Some(ticket) = next else { return };
+        let grant = self
+            .take(key, &ticket.owner, ticket.ttl, now)
+            .map(|g| g.waited(now.saturating_sub(ticket.since)));
+        ticket.grant.set(grant);
+        // Woken with no store borrow held: a waker may poll its waiter right away.
+        ticket.wake();
+        // The new holder may expire before the timekeeper's timer: make it look again.
+        self.keep_time_by(key, now.saturating_add(ticket.ttl.as_ms()));
+    }
+
+    /// Pokes `key`'s timekeeper if its timer is set for later than `at` (a holder's new
+    /// expiry), so it wakes in time to hand the key over.
+    pub(super) fn keep_time_by(&self, key: &Key, at: u64) {
+        let keeper = self.queues.borrow().get(key.as_str()).and_then(|q| {
+            q.keeper
+                .clone()
+                .filter(|_| q.armed_until.is_some_and(|armed| armed > at))
+        });
+        if let Some(keeper) = keeper {
+            keeper.poke();
+        }
+    }
+
+    /// The expiry of `key`'s live hold, if any.
+    pub(super) fn expiry(&self, key: &Key, now: u64) -> Option<u64> {
+        self.rows
+            .borrow()
+            .get(key.as_str())
+            .map(|row| row.expires_at)
+            .filter(|at| *at > now)
+    }
+
+    /// When `ticket` is (or now becomes) its queue's timekeeper: the time to wake, the earliest
+    /// of every waiting deadline and the holder's expiry. `None` for the other waiters.
+    pub(super) fn keep_time(&self, key: &Key, ticket: &Rc<Ticket>, now: u64) -> Option<u64> {
+        let holder_expiry = self.expiry(key, now);
+        let mut queues = self.queues.borrow_mut();
+        let queue = queues.get_mut(key.as_str())?;
+        match &queue.keeper {
+            Some(keeper) if !Rc::ptr_eq(keeper, ticket) => return None,
+            Some(_) => {}
+            None => queue.keeper = Some(ticket.clone()),
+        }
+        let earliest_deadline = queue
+            .tickets
+            .iter()
+            .filter(|t| !t.gone.get() && !t.timed_out.get())
+            .map(|t| t.deadline)
+            .chain([ticket.deadline])
+            .min()
+            .unwrap_or(ticket.deadline);
+        let until = holder_expiry.map_or(earliest_deadline, |e| e.min(earliest_deadline));
+        queue.armed_until = Some(until);
+        Some(until)
+    }
+
+    /// The timekeeper's timer fired: waiters whose deadline passed are told, and a key whose
+    /// holder expired goes to the oldest waiter.
+    pub(super) fn tick(&self, key: &Key, now: u64) {
+        let expired: Vec<Rc<Ticket>> = self
+            .queues
+            .borrow()
+            .get(key.as_str())
+            .map(|q| {
+                q.tickets
+                    .iter()
+                    .filter(|t| !t.gone.get() && t.deadline <= now)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        for ticket in expired {
+            ticket.timed_out.set(true);
+            ticket.wake();
+        }
+        self.hand_over(key, now);
+    }
+
+    /// [`LockStore::acquire_or_wait`]: set-if-absent, or queue up and wait up to `wait_ms`.
+    pub async fn acquire_or_wait_ms(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait_ms: u64,
+    ) -> Option<Grant> {
+        if let Some(grant) = self.acquire_sync(key, owner, ttl) {
+            return Some(grant);
+        }
+        self.queue_for(key, owner, ttl, wait_ms).await
+    }
+
+    /// Queues a caller refused at `now` behind `key`'s other waiters, for up to `wait_ms`
+    /// (`None` for 0: it does not wait). The caller then drives its wait with
+    /// [`MemoryLockStore::wait_step`] and must hand it to [`MemoryLockStore::leave`] however
+    /// the wait ends.
+    pub(crate) fn join(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        wait_ms: u64,
+        now: u64,
+    ) -> Option<Parked> {
+        if wait_ms == 0 {
+            return None;
+        }
+        let ticket = Rc::new(Ticket {
+            owner: owner.clone(),
+            ttl,
+            since: now,
+            deadline: now.saturating_add(wait_ms),
+            grant: Cell::new(None),
+            timed_out: Cell::new(false),
+            poked: Cell::new(false),
+            waker: RefCell::new(None),
+            gone: Cell::new(false),
+        });
+        self.hasher.keys();
+        let keeper_to_poke = {
+            let mut queues = self.queues.borrow_mut();
+            let queue = queues.entry(key.clone()).or_default();
+            queue.tickets.push_back(ticket.clone());
+            // A deadline before the timekeeper's timer: it must wake earlier.
+            queue
+                .keeper
+                .clone()
+                .filter(|_| queue.armed_until.is_some_and(|at| at > ticket.deadline))
+        };
+        if let Some(keeper) = keeper_to_poke {
+            keeper.poke();
+        }
+        Some(Parked {
+            key: key.clone(),
+            ticket,
+        })
+    }
+
+    /// Where a wait stands at `now`: over (the grant, or `None` when it ran out), or parked
+    /// until its waker is called ([`Parked::listen`]) — and, for the queue's timekeeper, no
+    /// later than `until`, when this step acts for every waiter of the key.
+    pub(crate) fn wait_step(&self, parked: &Parked, now: u64) -> WaitStep {
+        let ticket = &parked.ticket;
+        // A wake still registered is stale from here on.
+        drop(ticket.waker.borrow_mut().take());
+        let due = self
+            .queues
+            .borrow()
+            .get(parked.key.as_str())
+            .is_some_and(|q| {
+                q.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, ticket))
+                    && q.armed_until.is_some_and(|at| at <= now)
+            });
+        if due {
+            self.tick(&parked.key, now);
+        } else {
+            // A key that is free now goes to the oldest waiter, whoever steps: a waiter told
+            // to take the timer over after its holder expired has no timer of its own due.
+            self.hand_over(&parked.key, now);
+        }
+        if let Some(grant) = ticket.grant.take() {
+            ticket.gone.set(true);
+            return WaitStep::Done(Some(grant));
+        }
+        if ticket.timed_out.get() || now >= ticket.deadline {
+            return WaitStep::Done(None);
+        }
+        ticket.poked.set(false);
+        WaitStep::Park {
+            until: self.keep_time(&parked.key, ticket, now),
+        }
+    }
+
+    /// Takes a wait out of its queue, however it ended. A grant the waiter never took (it gave
+    /// up first) is released, so the key passes on instead of staying held by nobody until its
+    /// TTL; a queue left without a timekeeper hands the timer to its newest waiter.
+    pub(crate) fn leave(&self, parked: &Parked) {
+        let (key, ticket) = (&parked.key, &parked.ticket);
+        ticket.gone.set(true);
+        drop(ticket.waker.borrow_mut().take());
+        if ticket.grant.take().is_some() {
+            self.release_sync(key, &ticket.owner);
+        }
+        let successor = {
+            let mut queues = self.queues.borrow_mut();
+            let Some(queue) = queues.get_mut(key.as_str()) else {
+                return;
+            };
+            queue.tickets.retain(|t| !Rc::ptr_eq(t, ticket));
+            let was_keeper = queue.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, ticket));
+            if was_keeper {
+                queue.keeper = None;
+                queue.armed_until = None;
+            }
+            if queue.tickets.is_empty() {
+                queues.remove(key.as_str());
+                None
+            } else if queue.keeper.is_none() {
+                // The newest waiter still waiting will be waiting longest: it keeps the timer
+                // next. Asked whoever leaves while nobody keeps it — the waiter told to take it
+                // over may itself have timed out, or been aborted, before it stepped.
+                queue
+                    .tickets
+                    .iter()
+                    .rev()
+                    .find(|t| !t.gone.get() && !t.timed_out.get())
+                    .cloned()
+            } else {
+                None
+            }
+        };
+        if let Some(next) = successor {
+            next.poke();
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! The object's waiting calls: an in-memory FIFO queue per key, the hand-over of a freed key to
+//! the oldest call whose wait is not spent, and each queued call's own look at the holder's
+//! expiry.
+
+use super::*;
+
+/// An `acquireOrWait` call parked in its key's queue.
+pub(super) struct Ticket {
+    pub(super) id: u32,
+    pub(super) owner: OwnerToken,
+    pub(super) ttl: Ttl,
+    /// When it joined the queue, by the object's clock.
+    pub(super) since: u64,
+    /// When its wait is spent, by the object's clock: from then on it is never handed the key.
+    pub(super) give_up_at: u64,
+    /// `resolve` and `reject` of the waiting call's promise, until whoever ends the wait takes
+    /// them.
+    pub(super) answer: RefCell<Option<(Function, Function)>>,
+    /// The timer of its next look, while one is set.
+    pub(super) timer: RefCell<Option<JsValue>>,
+}
+
+/// How a wait ended.
+pub(super) enum Outcome {
+    /// The key was handed over; the grant is already in storage.
+    Granted(Grant),
+    /// The caller withdrew, or the wait was spent before the key came free.
+    NotGranted,
+    /// The hand-over failed in storage.
+    Failed(JsValue),
+}
+
+impl Ticket {
+    fn is_settled(&self) -> bool {
+        self.answer.borrow().is_none()
+    }
+}
+
+impl Inner {
+    pub(super) fn has_waiters(&self, key: &Key) -> bool {
+        self.queues.borrow().contains_key(key.as_str())
+    }
+
+    pub(super) fn waiting(&self) -> usize {
+        self.queues.borrow().values().map(VecDeque::len).sum()
+    }
+
+    /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting:
+    /// writes the row and the fence, then settles the ticket (its call resolves once the alarm
+    /// covers the new row). A waiter whose wait is spent by `now` (the object was busy when its
+    /// timer was due) is answered `false` and passed over, as if its timer had run first. A
+    /// storage failure fails that waiter's call rather than the operation that freed the key;
+    /// a failed read leaves the queue alone (the waiters' timers try again). Answers whether
+    /// it took any waiter out of the queue.
+    pub(super) fn hand_over(&self, key: &Key, now: u64) -> bool {
+        if !self.has_waiters(key) {
+            return false;
+        }
+        if !matches!(self.expiry(key, now), Ok(None)) {
+            return false;
+        }
+        let mut popped = false;
+        while let Some(ticket) = self.pop_waiter(key) {
+            popped = true;
+            if ticket.give_up_at <= now {
+                self.settle(&ticket, Outcome::NotGranted);
+                continue;
+            }
+            let outcome = match self.take(key, &ticket.owner, ticket.ttl, now) {
+                Ok(Some(grant)) => Outcome::Granted(grant.waited(now.saturating_sub(ticket.since))),
+                Ok(None) => Outcome::Failed(storage_error("a free key refused its hand-over")),
+                Err(e) => Outcome::Failed(e),
+            };
+            self.settle(&ticket, outcome);
+            break;
+        }
+        popped
+    }
+
+    /// Takes the oldest ticket out of `key`'s queue.
+    pub(super) fn pop_waiter(&self, key: &Key) -> Option<Rc<Ticket>> {
+        self.remove_waiter(key, VecDeque::pop_front)
+    }
+
+    /// Takes the ticket `pick` chooses out of `key`'s queue; a queue left empty goes with it.
+    pub(super) fn remove_waiter(
+        &self,
+        key: &Key,
+        pick: impl FnOnce(&mut VecDeque<Rc<Ticket>>) -> Option<Rc<Ticket>>,
+    ) -> Option<Rc<Ticket>> {
+        let mut queues = self.queues.borrow_mut();
+        let queue = queues.get_mut(key.as_str())?;
+        let picked = pick(queue);
+        if queue.is_empty() {
+            queues.remove(key.as_str());
+        }
+        picked
+    }
+
+    /// Takes `ticket` out of `key`'s queue (a no-op when the hand-over already took it).
+    pub(super) fn leave(&self, key: &Key, ticket: &Ticket) {
+        self.remove_waiter(key, |queue| {
+            let at = queue.iter().position(|t| t.id == ticket.id)?;
+            queue.remove(at)
+        });
+    }
+
+    /// Takes `owner`'s oldest ticket out of `key`'s queue, if it is queued.
+    pub(super) fn dequeue(&self, key: &Key, owner: &OwnerToken) -> Option<Rc<Ticket>> {
+        self.remove_waiter(key, |queue| {
+            let at = queue.iter().position(|t| t.owner == *owner)?;
+            queue.remove(at)
+        })
+    }
+
+    /// `key`'s queued ticket `id`, if it is still queued.
+    pub(super) fn ticket(&self, key: &str, id: u32) -> Option<Rc<Ticket>> {
+        let queues = self.queues.borrow();
+        queues.get(key)?.iter().find(|t| t.id == id).cloned()
+    }
+
+    /// Ends `ticket`'s wait with `outcome` (once: later calls do nothing) and stops its timer.
+    /// A grant is answered once the alarm covers the rows written so far.
+    pub(super) fn settle(&self, ticket: &Ticket, outcome: Outcome) {
+        let Some((resolve, reject)) = ticket.answer.borrow_mut().take() else {
+            return;
+        };
+        if let Some(timer) = ticket.timer.borrow_mut().take() {
+            stop_looking(&timer);
+        }
+        let answer = match outcome {
+            Outcome::Granted(grant) => {
+                waited_grant_to_js(grant).and_then(|grant| self.answer_with(grant).map(Into::into))
+            }
+            Outcome::NotGranted => Ok(JsValue::FALSE),
+            Outcome::Failed(e) => Err(e),
+        };
+        // Settling a promise runs no JS code of its own, so these calls cannot fail.
+        let _ = match answer {
+            Ok(value) => resolve.call1(&JsValue::UNDEFINED, &value),
+            Err(error) => reject.call1(&JsValue::UNDEFINED, &error),
+        };
+    }
+
+    /// A queued call's look, when it queues and whenever its timer fires: it ends the wait
+    /// once it is spent, hands the key over at once when it finds the key free, and otherwise
+    /// sets its timer for the holder's expiry (the holder may never release) or its own
+    /// deadline, whichever is first. A hand-over settles the ticket in between.
+    pub(super) fn look(&self, key: &Key, ticket: &Ticket) {
+        loop {
+            if ticket.is_settled() {
+                return;
+            }
+            let now = now();
+            if now >= ticket.give_up_at {
+                self.leave(key, ticket);
+                self.settle(ticket, Outcome::NotGranted);
+                return;
+            }
+            let until = match self.expiry(key, now) {
+                Ok(Some(expiry)) => expiry.min(ticket.give_up_at),
+                // Free by this reading (the holder expired since the call queued): hand it over
+                // now rather than wait for the alarm. Each such pass takes at least one waiter
+                // out of the queue (this one, or one before it), so the loop ends; a pass that
+                // took none (a failed read) waits for the deadline instead.
+                Ok(None) if self.hand_over(key, now) => continue,
+                Ok(None) | Err(_) => ticket.give_up_at,
+            };
+            let ms = until.saturating_sub(now).max(1) as f64;
+            let timer = look_later(ms, &self.look, key.as_str(), ticket.id);
+            *ticket.timer.borrow_mut() = Some(timer);
+            return;
+        }
+    }
+}
