@@ -63,7 +63,7 @@ const OUT_ARG = 0;
 const OUT_OWNER_AT = 1;
 const OUT_OWNER_LEN = 2;
 const OUT_TTL = 3;
-const OUT_TICKET = 4;
+const OUT_EXTEND_ID = 4;
 const OUT_WAIT_MS = 3;
 const OUT_POLL_MS = 4;
 const MINTED_TOKEN_LEN = 32;
@@ -72,7 +72,7 @@ const MINTED_TOKEN_LEN = 32;
 const UNANSWERED = Symbol("unanswered");
 const ABORTED = Symbol("aborted");
 // What `acquire()` runs: nothing — the hold stays the handle's.
-const KEEP = Symbol("keep");
+const ACQUIRE_ONLY = Symbol("acquire only");
 
 let w = null; // the wasm module's exports
 
@@ -297,7 +297,7 @@ function released(id, answer, bound) {
 
 /** What a run or an acquire answers when the key was not taken. */
 function refused(fn) {
-  return fn === KEEP ? false : [false, undefined];
+  return fn === ACQUIRE_ONLY ? false : [false, undefined];
 }
 
 /** Resolves after `ms` (false), or as soon as `signal` (may be undefined) aborts (true). */
@@ -356,11 +356,11 @@ export class Lock {
   #registered = false;
   // The run's `autoExtend` option while it acquires (undefined: none); the watcher of the run's
   // hold (its context's signal was read, or it auto-extends); the one `autoExtend()` started.
-  #runKeep = undefined;
+  #runAutoExtend = undefined;
   #runWatch = null;
-  #keeper = null;
-  // A twin's handle (see `#twin`), or null.
-  #parent = null;
+  #autoExtender = null;
+  // On a twin (see `#twin`): the handle it is the twin of; else null.
+  #twinOf = null;
 
   static {
     setRunObserver((handle, context) => handle.#observeRun(context));
@@ -381,10 +381,10 @@ export class Lock {
    * a second slot of the same core lock (so the same hold), let go of when it is idle again.
    */
   #twin() {
-    const id = this.#slot !== 0 ? w.__kShare(this.#slot) : 0;
+    const id = this.#slot !== 0 ? w.__kTwin(this.#slot) : 0;
     if (id === FAILED) throw w.__kError();
     const twin = new Lock(internal, this.#key, this.#ttl, this.#store, id);
-    twin.#parent = this;
+    twin.#twinOf = this;
     return twin;
   }
 
@@ -424,7 +424,7 @@ export class Lock {
     // Any other code (REFUSED, RELEASED, FAILED) left the slot with the handle.
     if (after !== CLOSED && after !== SPARED) {
       after = w.__kClose(this.#slot, false);
-      if (after === KEPT && this.#parent !== null) return this.#handBack();
+      if (after === KEPT && this.#twinOf !== null) return this.#handBack();
       if (after === KEPT) {
         if (!this.#registered) this.#settled(this.#slot);
         return;
@@ -441,9 +441,9 @@ export class Lock {
    */
   #handBack() {
     const id = this.#slot;
-    const parent = this.#parent;
+    const handle = this.#twinOf;
     this.#settled(0);
-    if (parent.#slot === 0) parent.#settled(id);
+    if (handle.#slot === 0) handle.#settled(id);
     else w.__kClose(id, true);
   }
 
@@ -471,7 +471,7 @@ export class Lock {
   }
 
   get signal() {
-    return this.#keeper === null ? undefined : this.#keeper.context.signal;
+    return this.#autoExtender === null ? undefined : this.#autoExtender.context.signal;
   }
 
   /** Acquire, run `fn({ fence, signal })`, always release: `[true, result]` or `[false, undefined]`. */
@@ -512,7 +512,7 @@ export class Lock {
       }
     }
     this.#busy = true;
-    this.#runKeep = keep;
+    this.#runAutoExtend = keep;
     const code = w.__kBegin(id, timeout, retryDelay, performance.now());
     if (code === FAILED) {
       this.#done(KEPT);
@@ -561,17 +561,17 @@ export class Lock {
   }
 
   /** `acquire()` took the key: the hold is the handle's, kept in its slot until released. */
-  #kept(id) {
-    ok(w.__kKeep(id));
+  #adopt(id) {
+    ok(w.__kAdopt(id));
     this.#done(KEPT);
     return true;
   }
 
   /** Runs `fn` on the hold the run took from the memory store, then ends it. */
   #holding(id, fn, code) {
-    if (fn === KEEP) return Promise.resolve(this.#kept(id));
+    if (fn === ACQUIRE_ONLY) return Promise.resolve(this.#adopt(id));
     const context = new LockContext(code >= 1 ? code : null, this);
-    if (this.#runKeep !== undefined) this.#keepRun(id, context);
+    if (this.#runAutoExtend !== undefined) this.#startRunAutoExtend(id, context);
     let out;
     try {
       out = fn(context);
@@ -671,9 +671,9 @@ export class Lock {
       this.#done(KEPT);
       return refused(fn);
     }
-    if (fn === KEEP) return this.#kept(id);
+    if (fn === ACQUIRE_ONLY) return this.#adopt(id);
     const context = new LockContext(code >= 1 ? code : null, this);
-    if (this.#runKeep !== undefined) this.#keepRun(id, context);
+    if (this.#runAutoExtend !== undefined) this.#startRunAutoExtend(id, context);
     let value;
     let failed = false;
     try {
@@ -758,15 +758,15 @@ export class Lock {
       const error = w.__kOptionsError(options, false);
       if (error !== undefined) return Promise.reject(error);
     }
-    return this.#run(KEEP, plain[0], plain[1], plain[2], undefined);
+    return this.#run(ACQUIRE_ONLY, plain[0], plain[1], plain[2], undefined);
   }
 
   /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */
   release() {
-    if (this.#keeper !== null) {
+    if (this.#autoExtender !== null) {
       // autoExtend() stops first, and an extend in flight finishes, before the release.
-      const keeper = this.#keeper;
-      this.#keeper = null;
+      const keeper = this.#autoExtender;
+      this.#autoExtender = null;
       return keeper.stop().then(() => this.release());
     }
     if (this.#busy) return this.#twin().release();
@@ -816,18 +816,18 @@ export class Lock {
     const bound = arg();
     if (out.length === 0) view();
     const ttl = out[OUT_TTL];
-    const ticket = out[OUT_TICKET];
+    const extendId = out[OUT_EXTEND_ID];
     const owner = ownerOf(id);
     const store = this.#store;
     let answer;
     try {
       answer = await settle(store.extend.call(store.object, this.#key, owner, ttl), bound);
     } catch (error) {
-      w.__kExtendFailed(ticket);
+      w.__kExtendFailed(extendId);
       throw error;
     }
     const unanswered = answer === UNANSWERED;
-    if (w.__kExtended(ticket, unanswered ? undefined : answer, unanswered) === FAILED) throw w.__kError();
+    if (w.__kExtended(extendId, unanswered ? undefined : answer, unanswered) === FAILED) throw w.__kError();
   }
 
   /** A store call about the key alone (`op`): the core's answer code, after the store's if a JS one. */
@@ -852,39 +852,39 @@ export class Lock {
    * context, whose signal aborts when the hold is lost. Again while it runs: the same context.
    */
   autoExtend(options) {
-    if (this.#keeper !== null) return this.#keeper.context;
+    if (this.#autoExtender !== null) return this.#autoExtender.context;
     if (options !== undefined && w.__kKeepAliveCheck(options) === FAILED) throw w.__kError();
     if (this.#slot === 0) throw w.__kNotHeld(this.#key, NOT_HELD_EXTEND);
-    const ticket = w.__kWatch(this.#slot, true, options, performance.now());
-    if (ticket === FAILED) throw w.__kError();
-    this.#keeper = this.#watch(ticket, new LockContext(this.fence));
-    return this.#keeper.context;
+    const watcher = w.__kWatch(this.#slot, true, options, performance.now());
+    if (watcher === FAILED) throw w.__kError();
+    this.#autoExtender = this.#watch(watcher, new LockContext(this.fence));
+    return this.#autoExtender.context;
   }
 
   /** Stops `autoExtend()`; resolves once no extend is in flight. The lock stays held. */
   stopAutoExtend() {
-    const keeper = this.#keeper;
-    this.#keeper = null;
+    const keeper = this.#autoExtender;
+    this.#autoExtender = null;
     return keeper === null ? Promise.resolve() : keeper.stop().then(() => undefined);
   }
 
   /** The run's context had its signal read: watch the run's hold, and abort it when lost. */
   #observeRun(context) {
     if (this.#runWatch !== null || this.#slot === 0) return;
-    const ticket = w.__kWatch(this.#slot, false, undefined, performance.now());
-    if (ticket === FAILED) {
+    const watcher = w.__kWatch(this.#slot, false, undefined, performance.now());
+    if (watcher === FAILED) {
       w.__kError(); // nothing held: nothing to watch
       return;
     }
-    this.#runWatch = this.#watch(ticket, context);
+    this.#runWatch = this.#watch(watcher, context);
   }
 
   /** The run took the key with `autoExtend`: keep its hold alive while `fn` runs. */
-  #keepRun(id, context) {
-    const keep = this.#runKeep;
-    this.#runKeep = undefined;
-    const ticket = w.__kWatch(id, true, keep, performance.now());
-    if (ticket !== FAILED) this.#runWatch = this.#watch(ticket, context);
+  #startRunAutoExtend(id, context) {
+    const keep = this.#runAutoExtend;
+    this.#runAutoExtend = undefined;
+    const watcher = w.__kWatch(id, true, keep, performance.now());
+    if (watcher !== FAILED) this.#runWatch = this.#watch(watcher, context);
     else w.__kError();
   }
 
@@ -895,18 +895,18 @@ export class Lock {
   }
 
   /**
-   * Drives the core's watcher `ticket` from JS timers: sleeps, extends when told, and when the
+   * Drives the core's watcher `watcher` from JS timers: sleeps, extends when told, and when the
    * hold is lost aborts `context` with the core's LockNotHeldError. `stop()` ends it and
    * resolves once no extend is in flight.
    */
-  #watch(ticket, context) {
+  #watch(watcher, context) {
     const key = this.#key;
     let stopped = false;
     let sleeping = null;
     let wake = null;
     const loop = (async () => {
       while (!stopped) {
-        const code = w.__kWatchNext(ticket, performance.now());
+        const code = w.__kWatchNext(watcher, performance.now());
         if (code === WATCH_SLEEP) {
           await new Promise((resolve) => {
             wake = resolve;
@@ -916,12 +916,12 @@ export class Lock {
         } else if (code === WATCH_EXTEND) {
           let ok = true;
           try {
-            await this.#extended(w.__kWatchExtend(ticket));
+            await this.#extended(w.__kWatchExtend(watcher));
           } catch {
             ok = false;
           }
-          w.__kWatchExtended(ticket, ok, performance.now());
-          if (stopped && w.__kWatchNext(ticket, performance.now()) === WATCH_LOST) {
+          w.__kWatchExtended(watcher, ok, performance.now());
+          if (stopped && w.__kWatchNext(watcher, performance.now()) === WATCH_LOST) {
             // Stopped mid-extend, and that extend lost the hold: the context still hears of it.
             const reason = arg();
             if (reason !== LOST_NOTHING) LockContext.lose(context, w.__kLostError(key, reason));
@@ -934,7 +934,7 @@ export class Lock {
           return;
         }
       }
-      w.__kWatchStop(ticket);
+      w.__kWatchStop(watcher);
     })();
     return {
       context,

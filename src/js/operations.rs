@@ -12,7 +12,9 @@ use wasm_bindgen::prelude::*;
 
 use super::api::parse_serialized;
 use super::convert::{bad_operation, input_to_js, method_name, operation, to_js, type_error};
-use super::handle::{call, insert, lock_of, plain, set_extra, step, text, StoreBinding};
+use super::handle::{
+    call_step, code_with_arg, insert, lock_of, number_or_failed, set_extra, text, StoreBinding,
+};
 use super::ids::{id_map, IdMap};
 use super::lock::CoreLock;
 use super::protocol::*;
@@ -34,10 +36,10 @@ struct Extending {
 }
 
 per_thread! {
-    /// Extends in flight over a JS store, by ticket. Kept apart from the handle's slot: the
+    /// Extends in flight over a JS store, by extend id. Kept apart from the handle's slot: the
     /// answer belongs to the core lock, which outlives a slot let go of meanwhile.
     static EXTENDING: RefCell<IdMap<Extending>> = const { RefCell::new(id_map()) };
-    static NEXT_TICKET: Cell<u32> = const { Cell::new(0) };
+    static NEXT_EXTEND_ID: Cell<u32> = const { Cell::new(0) };
 }
 
 /// The TTL `extend(ttlMs)` asks for: the lock's own when not `given`.
@@ -53,10 +55,10 @@ fn extend_ttl(lock: &CoreLock, ttl: f64, given: bool) -> Result<Ttl, JsValue> {
 /// [`FAILED`] with a `LockNotHeldError` (refused: the hold is now known lost) or the TTL's
 /// `RangeError`. On a JS store: [`CALL`] — JS calls `extend(key, owner, ttl)` with the owner
 /// and TTL the step carries (`OUT`: the TTL is its fourth number), bounded by `arg` ms, and
-/// hands the answer to [`extended`] with the ticket (its fifth).
+/// hands the answer to [`extended`] with the extend id (`OUT_EXTEND_ID`).
 #[wasm_bindgen(js_name = __kExtend, skip_typescript)]
 pub fn extend(id: f64, ttl: f64, given: bool) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let lock = lock_of(id)?;
         let ttl = extend_ttl(&lock, ttl, given)?;
         extend_lock(lock, ttl)
@@ -74,21 +76,21 @@ pub(super) fn extend_lock(lock: Rc<CoreLock>, ttl: Ttl) -> Result<f64, JsValue> 
             Ok(EXTENDED)
         }
         Backend::Js(_) => {
-            let ticket = NEXT_TICKET.with(|n| {
+            let extend_id = NEXT_EXTEND_ID.with(|n| {
                 let t = n.get();
                 n.set(t.wrapping_add(1));
                 t
             });
             let bound = lock.ttl().as_ms();
-            let code = call(bound, &owner);
-            set_extra(ttl.as_ms() as f64, f64::from(ticket));
+            let code = call_step(bound, &owner);
+            set_extra(ttl.as_ms() as f64, f64::from(extend_id));
             let extending = Extending {
                 lock,
                 owner,
                 sent,
                 ttl,
             };
-            EXTENDING.with(|e| e.borrow_mut().insert(ticket, extending));
+            EXTENDING.with(|e| e.borrow_mut().insert(extend_id, extending));
             Ok(code)
         }
     }
@@ -128,14 +130,14 @@ pub fn not_a_number(what: &str, value: JsValue) -> JsValue {
     super::convert::not_a_number(what, &value)
 }
 
-/// A JS store's answer to the extend with `ticket` — `answer` is what it resolved, `undefined`
+/// A JS store's answer to the extend with `extend_id` — `answer` is what it resolved, `undefined`
 /// with `unanswered` when its bound passed first — recorded against the hold it was about:
 /// [`EXTENDED`], or [`FAILED`] with the error to reject with (`LockNotHeldError` when refused,
 /// `LockStoreTimeoutError`, or the `TypeError` for an answer that is not a boolean).
 #[wasm_bindgen(js_name = __kExtended, skip_typescript)]
-pub fn extended(ticket: u32, answer: JsValue, unanswered: bool) -> f64 {
-    plain((|| {
-        let Some(e) = EXTENDING.with(|x| x.borrow_mut().remove(&ticket)) else {
+pub fn extended(extend_id: u32, answer: JsValue, unanswered: bool) -> f64 {
+    number_or_failed((|| {
+        let Some(e) = EXTENDING.with(|x| x.borrow_mut().remove(&extend_id)) else {
             return Err(type_error("keel-lock: no such extend (internal error)"));
         };
         if unanswered {
@@ -150,10 +152,10 @@ pub fn extended(ticket: u32, answer: JsValue, unanswered: bool) -> f64 {
     })())
 }
 
-/// The extend with `ticket` failed in the store (it threw or rejected): forget it.
+/// The extend with `extend_id` failed in the store (it threw or rejected): forget it.
 #[wasm_bindgen(js_name = __kExtendFailed, skip_typescript)]
-pub fn extend_failed(ticket: u32) {
-    EXTENDING.with(|x| x.borrow_mut().remove(&ticket));
+pub fn extend_failed(extend_id: u32) {
+    EXTENDING.with(|x| x.borrow_mut().remove(&extend_id));
 }
 
 /// `isLocked()` ([`OP_IS_LOCKED`]), `getRemainingTime()` ([`OP_REMAINING_TIME`]) or
@@ -164,7 +166,7 @@ pub fn extend_failed(ticket: u32) {
 /// force-release.
 #[wasm_bindgen(js_name = __kInspect, skip_typescript)]
 pub fn inspect(key: &str, store: &StoreBinding, op: u32, ttl: f64) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let op = operation(op).ok_or_else(bad_operation)?;
         match store.backend() {
             Backend::Memory(m) => {
@@ -185,7 +187,7 @@ pub fn inspect(key: &str, store: &StoreBinding, op: u32, ttl: f64) -> f64 {
                         operation: op,
                     }));
                 }
-                Ok(step(CALL, ttl))
+                Ok(code_with_arg(CALL, ttl))
             }
         }
     })())
@@ -197,7 +199,7 @@ pub fn inspect(key: &str, store: &StoreBinding, op: u32, ttl: f64) -> f64 {
 /// `unanswered` within `bound` ms.
 #[wasm_bindgen(js_name = __kInspected, skip_typescript)]
 pub fn inspected(key: &str, op: u32, answer: JsValue, unanswered: bool, bound: f64) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let op = operation(op).ok_or_else(bad_operation)?;
         if unanswered {
             return Err(to_js(Error::<JsValue>::StoreTimeout {
@@ -238,7 +240,7 @@ pub fn serialize(id: f64) -> f64 {
 /// wrote. JS reads the key and TTL back with [`key_of`] and [`ttl_of`].
 #[wasm_bindgen(js_name = __kRestore, skip_typescript)]
 pub fn restore(text: &str, store: &StoreBinding) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let parsed = parse_serialized(text)?;
         let lock = Lock::restore(parsed, store.backend().clone(), JsRuntime);
         Ok(insert(Rc::new(lock)))
@@ -254,5 +256,5 @@ pub fn key_of(id: f64) -> f64 {
 /// The TTL in ms of slot `id`'s lock.
 #[wasm_bindgen(js_name = __kTtlOf, skip_typescript)]
 pub fn ttl_of(id: f64) -> f64 {
-    plain(lock_of(id).map(|lock| lock.ttl().as_ms() as f64))
+    number_or_failed(lock_of(id).map(|lock| lock.ttl().as_ms() as f64))
 }

@@ -123,12 +123,12 @@ pub const OUT_OWNER_AT: usize = 1;
 pub const OUT_OWNER_LEN: usize = 2;
 /// An extend's TTL; a wait's `waitMs`.
 pub const OUT_TTL: usize = 3;
-/// An extend's ticket; a wait's `pollMs`.
-pub const OUT_TICKET: usize = 4;
+/// An extend's id (the answer is recorded against it); a wait's `pollMs`.
+pub const OUT_EXTEND_ID: usize = 4;
 /// A wait's `waitMs` (the same number as `OUT_TTL`).
 pub const OUT_WAIT_MS: usize = OUT_TTL;
-/// A wait's `pollMs` (the same number as `OUT_TICKET`).
-pub const OUT_POLL_MS: usize = OUT_TICKET;
+/// A wait's `pollMs` (the same number as `OUT_EXTEND_ID`).
+pub const OUT_POLL_MS: usize = OUT_EXTEND_ID;
 /// The length of every minted owner token: 32 ASCII bytes, read by JS straight from memory.
 pub const MINTED_TOKEN_LEN: usize = 32;
 
@@ -175,7 +175,7 @@ pub const TABLE: &[(&str, f64)] = &[
     ("OUT_OWNER_AT", OUT_OWNER_AT as f64),
     ("OUT_OWNER_LEN", OUT_OWNER_LEN as f64),
     ("OUT_TTL", OUT_TTL as f64),
-    ("OUT_TICKET", OUT_TICKET as f64),
+    ("OUT_EXTEND_ID", OUT_EXTEND_ID as f64),
     ("OUT_WAIT_MS", OUT_WAIT_MS as f64),
     ("OUT_POLL_MS", OUT_POLL_MS as f64),
     ("MINTED_TOKEN_LEN", MINTED_TOKEN_LEN as f64),

@@ -3,7 +3,7 @@
 //! `autoExtend`, and the hold `autoExtend()` keeps alive. The core says when the hold is lost
 //! and when to extend it; JS sleeps, makes a JS store's extend call, and aborts the context.
 //!
-//! Each watcher has a ticket and holds its core lock, so it outlives the slot of the handle
+//! Each watcher is named by a number and holds its core lock, so it outlives the slot of the handle
 //! that started it.
 
 use alloc::rc::Rc;
@@ -12,7 +12,7 @@ use core::cell::{Cell, RefCell};
 use wasm_bindgen::prelude::*;
 
 use super::convert::{keep_alive_option, not_held_error};
-use super::handle::{lock_of, mono, plain, run_hold_of, step};
+use super::handle::{code_with_arg, lock_of, mono, number_or_failed, run_hold_of};
 use super::ids::{id_map, IdMap};
 use super::lock::CoreLock;
 use super::operations::{extend_lock, not_held};
@@ -52,17 +52,17 @@ fn reason_of(code: u32) -> LossReason {
 /// (see `handle.rs`) with its `TypeError` or `RangeError`.
 #[wasm_bindgen(js_name = __kKeepAliveCheck, skip_typescript)]
 pub fn keep_alive_check(value: JsValue) -> f64 {
-    plain(keep_alive_option(&value).map(|_| 0.0))
+    number_or_failed(keep_alive_option(&value).map(|_| 0.0))
 }
 
 /// Starts watching the hold of slot `id`'s lock at `now`: with `keeps`, the handle's hold,
 /// extending it as `options` (`autoExtend`'s value: `undefined`, `true` or `{ every,
 /// maxHoldMs }`) says; otherwise only the deadline of the hold the slot's run took (or else
-/// the handle's). Answers the watcher's ticket, or `FAILED` with the error (a
+/// the handle's). Answers the watcher's number, or `FAILED` with the error (a
 /// `LockNotHeldError` when nothing is held).
 #[wasm_bindgen(js_name = __kWatch, skip_typescript)]
 pub fn watch(id: f64, keeps: bool, options: JsValue, now: f64) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let keep_alive = match keeps {
             true => Some(keep_alive_option(&options)?.unwrap_or_default()),
             false => None::<KeepAlive>,
@@ -84,48 +84,48 @@ pub fn watch(id: f64, keeps: bool, options: JsValue, now: f64) -> f64 {
             hold,
             lock,
         };
-        let ticket = NEXT_WATCH.with(|n| {
+        let watcher = NEXT_WATCH.with(|n| {
             let t = n.get();
             n.set(t.wrapping_add(1).max(1));
             t
         });
-        WATCHING.with(|w| w.borrow_mut().insert(ticket, watching));
-        Ok(f64::from(ticket))
+        WATCHING.with(|w| w.borrow_mut().insert(watcher, watching));
+        Ok(f64::from(watcher))
     })())
 }
 
-/// What watcher `ticket` does at `now`: [`WATCH_SLEEP`], [`WATCH_EXTEND`] or [`WATCH_LOST`]
-/// (also for a ticket that names no watcher: it was stopped).
+/// What watcher `watcher` does at `now`: [`WATCH_SLEEP`], [`WATCH_EXTEND`] or [`WATCH_LOST`]
+/// (also for a number that names no watcher: it was stopped).
 #[wasm_bindgen(js_name = __kWatchNext, skip_typescript)]
-pub fn watch_next(ticket: u32, now: f64) -> f64 {
+pub fn watch_next(watcher: u32, now: f64) -> f64 {
     let next = WATCHING.with(|w| {
         let w = w.borrow();
-        let watching = w.get(&ticket)?;
+        let watching = w.get(&watcher)?;
         let hold = watching.lock.hold_state(&watching.hold);
         Some(watching.watch.next(hold, mono(now)))
     });
     match next {
         Some(WatchStep::Extend) => WATCH_EXTEND,
-        Some(WatchStep::Sleep { ms }) => step(WATCH_SLEEP, ms as f64),
+        Some(WatchStep::Sleep { ms }) => code_with_arg(WATCH_SLEEP, ms as f64),
         Some(WatchStep::Lost(reason)) => {
-            watch_stop(ticket);
-            step(WATCH_LOST, reason_code(reason))
+            watch_stop(watcher);
+            code_with_arg(WATCH_LOST, reason_code(reason))
         }
         // Released by its holder: the watch ends with nothing to tell.
         Some(WatchStep::Ended) => {
-            watch_stop(ticket);
-            step(WATCH_LOST, f64::from(LOST_NOTHING))
+            watch_stop(watcher);
+            code_with_arg(WATCH_LOST, f64::from(LOST_NOTHING))
         }
-        None => step(WATCH_LOST, f64::from(LOST_NOTHING)),
+        None => code_with_arg(WATCH_LOST, f64::from(LOST_NOTHING)),
     }
 }
 
 /// Extends the watched hold by the lock's TTL, as `extend()` does: `EXTENDED`, `CALL` (a JS
 /// store: JS makes the call and reports it as for `extend()`), or `FAILED`.
 #[wasm_bindgen(js_name = __kWatchExtend, skip_typescript)]
-pub fn watch_extend(ticket: u32) -> f64 {
-    plain((|| {
-        let lock = WATCHING.with(|w| w.borrow().get(&ticket).map(|x| x.lock.clone()));
+pub fn watch_extend(watcher: u32) -> f64 {
+    number_or_failed((|| {
+        let lock = WATCHING.with(|w| w.borrow().get(&watcher).map(|x| x.lock.clone()));
         let lock = lock.ok_or_else(|| {
             super::convert::type_error("keel-lock: no such watcher (internal error)")
         })?;
@@ -136,18 +136,18 @@ pub fn watch_extend(ticket: u32) -> f64 {
 
 /// The extend [`WATCH_EXTEND`] asked for finished at `now`: `ok`, or it failed.
 #[wasm_bindgen(js_name = __kWatchExtended, skip_typescript)]
-pub fn watch_extended(ticket: u32, ok: bool, now: f64) {
+pub fn watch_extended(watcher: u32, ok: bool, now: f64) {
     WATCHING.with(|w| {
-        if let Some(watching) = w.borrow_mut().get_mut(&ticket) {
+        if let Some(watching) = w.borrow_mut().get_mut(&watcher) {
             watching.watch.extended(ok, mono(now));
         }
     });
 }
 
-/// Stops watcher `ticket` (if it still runs).
+/// Stops watcher `watcher` (if it still runs).
 #[wasm_bindgen(js_name = __kWatchStop, skip_typescript)]
-pub fn watch_stop(ticket: u32) {
-    let gone = WATCHING.with(|w| w.borrow_mut().remove(&ticket));
+pub fn watch_stop(watcher: u32) {
+    let gone = WATCHING.with(|w| w.borrow_mut().remove(&watcher));
     // Dropped with no borrow held: it may hold the last reference to its core lock.
     drop(gone);
 }

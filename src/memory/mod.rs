@@ -147,7 +147,7 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Callers waiting in queues right now, over all keys (for tests that queues are cleaned).
     pub fn waiting(&self) -> usize {
-        self.queues.borrow().values().map(|q| q.tickets.len()).sum()
+        self.queues.borrow().values().map(|q| q.waiters.len()).sum()
     }
 
     /// Deletes every expired row now and answers how many went.

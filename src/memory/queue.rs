@@ -5,7 +5,7 @@
 use super::*;
 
 /// A caller parked in a key's queue.
-pub(super) struct Ticket {
+pub(super) struct Waiter {
     pub(super) owner: OwnerToken,
     pub(super) ttl: Ttl,
     /// When it joined the queue, by the store's clock.
@@ -24,7 +24,7 @@ pub(super) struct Ticket {
     pub(super) gone: Cell<bool>,
 }
 
-impl Ticket {
+impl Waiter {
     pub(super) fn wake(&self) {
         let waker = self.waker.borrow_mut().take();
         if let Some(waker) = waker {
@@ -44,13 +44,13 @@ impl Ticket {
 /// timer about once per queue length, not once per waiter.
 #[derive(Default)]
 pub(super) struct Queue {
-    pub(super) tickets: VecDeque<Rc<Ticket>>,
-    pub(super) keeper: Option<Rc<Ticket>>,
+    pub(super) waiters: VecDeque<Rc<Waiter>>,
+    pub(super) keeper: Option<Rc<Waiter>>,
     /// When the timekeeper's timer fires.
     pub(super) armed_until: Option<u64>,
 }
 
-impl Ticket {
+impl Waiter {
     pub(super) fn grant_ready(&self) -> bool {
         let grant = self.grant.take();
         self.grant.set(grant);
@@ -62,19 +62,19 @@ impl Ticket {
 /// [`MemoryLockStore::leave`].
 pub(crate) struct Parked {
     pub(super) key: Key,
-    pub(super) ticket: Rc<Ticket>,
+    pub(super) waiter: Rc<Waiter>,
 }
 
 impl Parked {
     /// Registers the waker the next hand-over, time-out or poke of this wait calls (once).
     pub(crate) fn listen(&self, waker: Waker) {
-        *self.ticket.waker.borrow_mut() = Some(waker);
+        *self.waiter.waker.borrow_mut() = Some(waker);
     }
 
     /// Whether something happened since the last [`MemoryLockStore::wait_step`]: a grant, the
     /// wait running out, or a poke to look again.
     pub(super) fn woken(&self) -> bool {
-        let t = &self.ticket;
+        let t = &self.waiter;
         t.grant_ready() || t.timed_out.get() || t.poked.get()
     }
 }
@@ -122,34 +122,34 @@ impl<R: Runtime> MemoryLockStore<R> {
             if held {
                 return;
             }
-            let tickets = &mut queue.tickets;
-            while let Some(front) = tickets.front() {
+            let waiters = &mut queue.waiters;
+            while let Some(front) = waiters.front() {
                 if front.gone.get() || front.timed_out.get() {
-                    tickets.pop_front();
+                    waiters.pop_front();
                 } else if front.deadline <= now {
                     front.timed_out.set(true);
-                    ran_out.extend(tickets.pop_front());
+                    ran_out.extend(waiters.pop_front());
                 } else {
                     break;
                 }
             }
-            let next = tickets.pop_front();
-            if tickets.is_empty() && queue.keeper.is_none() {
+            let next = waiters.pop_front();
+            if waiters.is_empty() && queue.keeper.is_none() {
                 queues.remove(key.as_str());
             }
             next
         };
         // Told with no store borrow held, as below.
         ran_out.iter().for_each(|t| t.wake());
-        let Some(ticket) = next else { return };
+        let Some(waiter) = next else { return };
         let grant = self
-            .take(key, &ticket.owner, ticket.ttl, now)
-            .map(|g| g.waited(now.saturating_sub(ticket.since)));
-        ticket.grant.set(grant);
+            .take(key, &waiter.owner, waiter.ttl, now)
+            .map(|g| g.waited(now.saturating_sub(waiter.since)));
+        waiter.grant.set(grant);
         // Woken with no store borrow held: a waker may poll its waiter right away.
-        ticket.wake();
+        waiter.wake();
         // The new holder may expire before the timekeeper's timer: make it look again.
-        self.keep_time_by(key, now.saturating_add(ticket.ttl.as_ms()));
+        self.keep_time_by(key, now.saturating_add(waiter.ttl.as_ms()));
     }
 
     /// Pokes `key`'s timekeeper if its timer is set for later than `at` (a holder's new
@@ -174,25 +174,25 @@ impl<R: Runtime> MemoryLockStore<R> {
             .filter(|at| *at > now)
     }
 
-    /// When `ticket` is (or now becomes) its queue's timekeeper: the time to wake, the earliest
+    /// When `waiter` is (or now becomes) its queue's timekeeper: the time to wake, the earliest
     /// of every waiting deadline and the holder's expiry. `None` for the other waiters.
-    pub(super) fn keep_time(&self, key: &Key, ticket: &Rc<Ticket>, now: u64) -> Option<u64> {
+    pub(super) fn keep_time(&self, key: &Key, waiter: &Rc<Waiter>, now: u64) -> Option<u64> {
         let holder_expiry = self.expiry(key, now);
         let mut queues = self.queues.borrow_mut();
         let queue = queues.get_mut(key.as_str())?;
         match &queue.keeper {
-            Some(keeper) if !Rc::ptr_eq(keeper, ticket) => return None,
+            Some(keeper) if !Rc::ptr_eq(keeper, waiter) => return None,
             Some(_) => {}
-            None => queue.keeper = Some(ticket.clone()),
+            None => queue.keeper = Some(waiter.clone()),
         }
         let earliest_deadline = queue
-            .tickets
+            .waiters
             .iter()
             .filter(|t| !t.gone.get() && !t.timed_out.get())
             .map(|t| t.deadline)
-            .chain([ticket.deadline])
+            .chain([waiter.deadline])
             .min()
-            .unwrap_or(ticket.deadline);
+            .unwrap_or(waiter.deadline);
         let until = holder_expiry.map_or(earliest_deadline, |e| e.min(earliest_deadline));
         queue.armed_until = Some(until);
         Some(until)
@@ -201,21 +201,21 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// The timekeeper's timer fired: waiters whose deadline passed are told, and a key whose
     /// holder expired goes to the oldest waiter.
     pub(super) fn tick(&self, key: &Key, now: u64) {
-        let expired: Vec<Rc<Ticket>> = self
+        let expired: Vec<Rc<Waiter>> = self
             .queues
             .borrow()
             .get(key.as_str())
             .map(|q| {
-                q.tickets
+                q.waiters
                     .iter()
                     .filter(|t| !t.gone.get() && t.deadline <= now)
                     .cloned()
                     .collect()
             })
             .unwrap_or_default();
-        for ticket in expired {
-            ticket.timed_out.set(true);
-            ticket.wake();
+        for waiter in expired {
+            waiter.timed_out.set(true);
+            waiter.wake();
         }
         self.hand_over(key, now);
     }
@@ -249,7 +249,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         if wait_ms == 0 {
             return None;
         }
-        let ticket = Rc::new(Ticket {
+        let waiter = Rc::new(Waiter {
             owner: owner.clone(),
             ttl,
             since: now,
@@ -264,19 +264,19 @@ impl<R: Runtime> MemoryLockStore<R> {
         let keeper_to_poke = {
             let mut queues = self.queues.borrow_mut();
             let queue = queues.entry(key.clone()).or_default();
-            queue.tickets.push_back(ticket.clone());
+            queue.waiters.push_back(waiter.clone());
             // A deadline before the timekeeper's timer: it must wake earlier.
             queue
                 .keeper
                 .clone()
-                .filter(|_| queue.armed_until.is_some_and(|at| at > ticket.deadline))
+                .filter(|_| queue.armed_until.is_some_and(|at| at > waiter.deadline))
         };
         if let Some(keeper) = keeper_to_poke {
             keeper.poke();
         }
         Some(Parked {
             key: key.clone(),
-            ticket,
+            waiter,
         })
     }
 
@@ -284,15 +284,15 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// until its waker is called ([`Parked::listen`]) — and, for the queue's timekeeper, no
     /// later than `until`, when this step acts for every waiter of the key.
     pub(crate) fn wait_step(&self, parked: &Parked, now: u64) -> WaitStep {
-        let ticket = &parked.ticket;
+        let waiter = &parked.waiter;
         // A wake still registered is stale from here on.
-        drop(ticket.waker.borrow_mut().take());
+        drop(waiter.waker.borrow_mut().take());
         let due = self
             .queues
             .borrow()
             .get(parked.key.as_str())
             .is_some_and(|q| {
-                q.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, ticket))
+                q.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, waiter))
                     && q.armed_until.is_some_and(|at| at <= now)
             });
         if due {
@@ -302,16 +302,16 @@ impl<R: Runtime> MemoryLockStore<R> {
             // to take the timer over after its holder expired has no timer of its own due.
             self.hand_over(&parked.key, now);
         }
-        if let Some(grant) = ticket.grant.take() {
-            ticket.gone.set(true);
+        if let Some(grant) = waiter.grant.take() {
+            waiter.gone.set(true);
             return WaitStep::Done(Some(grant));
         }
-        if ticket.timed_out.get() || now >= ticket.deadline {
+        if waiter.timed_out.get() || now >= waiter.deadline {
             return WaitStep::Done(None);
         }
-        ticket.poked.set(false);
+        waiter.poked.set(false);
         WaitStep::Park {
-            until: self.keep_time(&parked.key, ticket, now),
+            until: self.keep_time(&parked.key, waiter, now),
         }
     }
 
@@ -319,24 +319,24 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// up first) is released, so the key passes on instead of staying held by nobody until its
     /// TTL; a queue left without a timekeeper hands the timer to its newest waiter.
     pub(crate) fn leave(&self, parked: &Parked) {
-        let (key, ticket) = (&parked.key, &parked.ticket);
-        ticket.gone.set(true);
-        drop(ticket.waker.borrow_mut().take());
-        if ticket.grant.take().is_some() {
-            self.release_sync(key, &ticket.owner);
+        let (key, waiter) = (&parked.key, &parked.waiter);
+        waiter.gone.set(true);
+        drop(waiter.waker.borrow_mut().take());
+        if waiter.grant.take().is_some() {
+            self.release_sync(key, &waiter.owner);
         }
         let successor = {
             let mut queues = self.queues.borrow_mut();
             let Some(queue) = queues.get_mut(key.as_str()) else {
                 return;
             };
-            queue.tickets.retain(|t| !Rc::ptr_eq(t, ticket));
-            let was_keeper = queue.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, ticket));
+            queue.waiters.retain(|t| !Rc::ptr_eq(t, waiter));
+            let was_keeper = queue.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, waiter));
             if was_keeper {
                 queue.keeper = None;
                 queue.armed_until = None;
             }
-            if queue.tickets.is_empty() {
+            if queue.waiters.is_empty() {
                 queues.remove(key.as_str());
                 None
             } else if queue.keeper.is_none() {
@@ -344,7 +344,7 @@ impl<R: Runtime> MemoryLockStore<R> {
                 // next. Asked whoever leaves while nobody keeps it — the waiter told to take it
                 // over may itself have timed out, or been aborted, before it stepped.
                 queue
-                    .tickets
+                    .waiters
                     .iter()
                     .rev()
                     .find(|t| !t.gone.get() && !t.timed_out.get())

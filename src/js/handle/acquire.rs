@@ -9,7 +9,7 @@ use super::*;
 #[wasm_bindgen(js_name = __kBegin, skip_typescript)]
 pub fn begin(id: f64, timeout: f64, retry_delay: f64, now: f64) -> f64 {
     take_spare(id);
-    plain(start(id, timeout, retry_delay, mono(now)))
+    number_or_failed(start(id, timeout, retry_delay, mono(now)))
 }
 
 pub(super) fn start(id: f64, timeout: f64, retry_delay: f64, mono: u64) -> Result<f64, JsValue> {
@@ -47,8 +47,10 @@ pub(super) fn drive(
                 }
                 return Ok(fence.map_or(HELD_UNFENCED, |f| f.get() as f64));
             }
-            (Next::Refused, _) => return Ok(step(REFUSED, 0.0)),
-            (Next::TimedOut { after_ms }, _) => return Ok(step(TIMED_OUT, after_ms as f64)),
+            (Next::Refused, _) => return Ok(code_with_arg(REFUSED, 0.0)),
+            (Next::TimedOut { after_ms }, _) => {
+                return Ok(code_with_arg(TIMED_OUT, after_ms as f64))
+            }
             (Next::Acquire { .. }, Backend::Memory(m)) => {
                 let grant = m.acquire_at(lock.key(), attempt.owner(), lock.ttl(), mono);
                 attempt.answered(grant, mono)
@@ -60,24 +62,24 @@ pub(super) fn drive(
                     Some(grant) => attempt.answered(Some(grant), mono),
                     None => {
                         with_entry(id, |e| e.attempt = Some(attempt))?;
-                        return Ok(step(QUEUE, 0.0));
+                        return Ok(code_with_arg(QUEUE, 0.0));
                     }
                 }
             }
             (Next::AcquireOrWait { wait, bound_ms }, Backend::Js(_)) => {
-                call(bound_ms, attempt.owner());
+                call_step(bound_ms, attempt.owner());
                 set_extra(wait.wait_ms as f64, wait.poll_ms as f64);
                 with_entry(id, |e| e.attempt = Some(attempt))?;
                 return Ok(CALL_ACQUIRE_OR_WAIT);
             }
             (Next::Acquire { bound_ms }, Backend::Js(_)) => {
-                let code = call(bound_ms, attempt.owner());
+                let code = call_step(bound_ms, attempt.owner());
                 with_entry(id, |e| e.attempt = Some(attempt))?;
                 return Ok(code);
             }
             (Next::Sleep { ms }, _) => {
                 with_entry(id, |e| e.attempt = Some(attempt))?;
-                return Ok(step(SLEEP, ms as f64));
+                return Ok(code_with_arg(SLEEP, ms as f64));
             }
         };
     }
@@ -100,20 +102,20 @@ pub fn answered(id: f64, kind: u32, fence: f64) -> f64 {
         ANSWER_TRUE => Ok(Some(Grant::unfenced())),
         _ => answers::fenced(ACQUIRE_ANSWER, fence),
     };
-    plain(settle_answer(id, grant))
+    number_or_failed(settle_answer(id, grant))
 }
 
 /// A JS store's answer to the acquire in flight, judged by the seam's rules.
 #[wasm_bindgen(js_name = __kAnsweredValue, skip_typescript)]
 pub fn answered_value(id: f64, value: JsValue) -> f64 {
-    plain(settle_answer(id, answers::acquire(ACQUIRE_ANSWER, &value)))
+    number_or_failed(settle_answer(id, answers::acquire(ACQUIRE_ANSWER, &value)))
 }
 
 /// A JS store's answer to the `acquireOrWait` in flight (not a boolean: those go to
 /// [`answered`]), judged by the seam's rules.
 #[wasm_bindgen(js_name = __kAnsweredWaited, skip_typescript)]
 pub fn answered_waited(id: f64, value: JsValue) -> f64 {
-    plain(settle_answer(
+    number_or_failed(settle_answer(
         id,
         answers::waited("lock store's acquireOrWait()", &value),
     ))
@@ -147,7 +149,7 @@ pub(super) fn answer(id: f64, grant: Option<Grant>) -> Result<f64, JsValue> {
 /// The acquire in flight went unanswered for its bound (JS drops it and releases a late grant).
 #[wasm_bindgen(js_name = __kUnanswered, skip_typescript)]
 pub fn unanswered(id: f64) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let (lock, mut attempt) = take_attempt(id)?;
         let mono = JsRuntime.monotonic_ms();
         let next = attempt
@@ -160,7 +162,7 @@ pub fn unanswered(id: f64) -> f64 {
 /// The pause is over: the next attempt.
 #[wasm_bindgen(js_name = __kRetry, skip_typescript)]
 pub fn retry(id: f64) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let (lock, mut attempt) = take_attempt(id)?;
         let mono = JsRuntime.monotonic_ms();
         let next = attempt.retry(mono);
@@ -171,7 +173,7 @@ pub fn retry(id: f64) -> f64 {
 /// The acquisition in flight ended without an answer to feed (the store failed).
 #[wasm_bindgen(js_name = __kAbandon, skip_typescript)]
 pub fn abandon(id: f64) -> f64 {
-    done(with_entry(id, |e| e.attempt = None))
+    unit_or_failed(with_entry(id, |e| e.attempt = None))
 }
 
 /// The caller's abort signal fired while it waited: it stops waiting. On the memory store it
@@ -180,13 +182,13 @@ pub fn abandon(id: f64) -> f64 {
 /// owner)` (or, without one, `release`), bounded by `arg` ms.
 #[wasm_bindgen(js_name = __kWithdraw, skip_typescript)]
 pub fn withdraw(id: f64) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let (lock, attempt, waiting) =
             with_entry(id, |e| (e.lock.clone(), e.attempt.take(), e.waiting.take()))?;
         // Dropped with no borrow held: leaving the queue may hand the key to the next waiter.
         drop(waiting);
         Ok(match (lock.store(), attempt) {
-            (Backend::Js(_), Some(attempt)) => call(lock.ttl().as_ms(), attempt.owner()),
+            (Backend::Js(_), Some(attempt)) => call_step(lock.ttl().as_ms(), attempt.owner()),
             _ => REFUSED,
         })
     })())

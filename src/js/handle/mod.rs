@@ -80,10 +80,11 @@ impl StoreBinding {
 
 per_thread! {
     /// What a step hands JS besides its code, read by JS straight from wasm memory (no call):
-    /// `[arg, owner address, owner length, ttl, ticket]`. The owner is the token the store
-    /// call a [`CALL`] is about carries, when it is 32 ASCII bytes (every minted token);
-    /// otherwise its length is -1 and JS asks [`owner`]. The address is valid until the next
-    /// call into the wasm. The last two are an extend's (`operations.rs`).
+    /// `[arg, owner address, owner length, ttl, extend id]` (the `OUT_*` indices). The owner
+    /// is the token the store call a [`CALL`] is about carries, when it is 32 ASCII bytes
+    /// (every minted token); otherwise its length is -1 and JS asks [`owner`]. The address is
+    /// valid until the next call into the wasm. The last two are an extend's (`operations.rs`),
+    /// or a wait's `waitMs` and `pollMs`.
     static OUT: [Cell<f64>; OUT_LEN] = const { [const { Cell::new(0.0) }; OUT_LEN] };
     static ERROR: RefCell<Option<JsValue>> = const { RefCell::new(None) };
     /// The text a call answers (see [`text`]), kept until the next one.
@@ -91,7 +92,7 @@ per_thread! {
 }
 
 /// A hot call's answer: its number, or [`FAILED`] with the error kept for [`error`].
-pub(in crate::js) fn plain(answer: Result<f64, JsValue>) -> f64 {
+pub(in crate::js) fn number_or_failed(answer: Result<f64, JsValue>) -> f64 {
     match answer {
         Ok(value) => value,
         Err(error) => {
@@ -102,8 +103,8 @@ pub(in crate::js) fn plain(answer: Result<f64, JsValue>) -> f64 {
 }
 
 /// A call that answers nothing else: 0, or [`FAILED`] with the error kept for [`error`].
-pub(in crate::js) fn done(answer: Result<(), JsValue>) -> f64 {
-    plain(answer.map(|()| 0.0))
+pub(in crate::js) fn unit_or_failed(answer: Result<(), JsValue>) -> f64 {
+    number_or_failed(answer.map(|()| 0.0))
 }
 
 /// The error of the last call that answered [`FAILED`].
@@ -121,22 +122,25 @@ pub fn out() -> js_sys::Array {
     js_sys::Array::of2(&wasm_bindgen::memory(), &JsValue::from_f64(at as f64))
 }
 
-/// Sets the value a step code carries (a bound, a pause, a fence): JS reads it as `arg`.
-pub(in crate::js) fn step(code: f64, value: f64) -> f64 {
+/// Answers `code`, with the value it carries (a bound, a pause, a fence) written where JS reads
+/// `arg` (`OUT_ARG`).
+pub(in crate::js) fn code_with_arg(code: f64, value: f64) -> f64 {
     OUT.with(|o| o[OUT_ARG].set(value));
     code
 }
 
-/// Sets the fourth and fifth numbers a step carries (see `OUT`).
-pub(in crate::js) fn set_extra(ttl: f64, ticket: f64) {
+/// Sets the fourth and fifth numbers a step carries (`OUT_TTL`, `OUT_EXTEND_ID`; a wait puts
+/// its `waitMs` and `pollMs` there).
+pub(in crate::js) fn set_extra(ttl: f64, extend_id: f64) {
     OUT.with(|o| {
         o[OUT_TTL].set(ttl);
-        o[OUT_TICKET].set(ticket);
+        o[OUT_EXTEND_ID].set(extend_id);
     });
 }
 
-/// A [`CALL`] about a store call made under `owner`, bounded by `bound_ms`.
-pub(in crate::js) fn call(bound_ms: u64, owner: &OwnerToken) -> f64 {
+/// Answers [`CALL`], with the bound (`bound_ms`) and the owner token the store call carries
+/// written into `OUT`.
+pub(in crate::js) fn call_step(bound_ms: u64, owner: &OwnerToken) -> f64 {
     let token = owner.as_str();
     OUT.with(|o| {
         o[OUT_ARG].set(bound_ms as f64);
@@ -156,7 +160,7 @@ pub(in crate::js) fn call(bound_ms: u64, owner: &OwnerToken) -> f64 {
 pub(in crate::js) fn text(answer: Result<String, JsValue>) -> f64 {
     let value = match answer {
         Ok(value) => value,
-        Err(error) => return plain(Err(error)),
+        Err(error) => return number_or_failed(Err(error)),
     };
     TEXT.with(|t| {
         let mut t = t.borrow_mut();
@@ -181,7 +185,7 @@ pub fn check(key: &str, ttl: f64, well_formed: bool) -> f64 {
     if !well_formed && key.as_bytes().windows(3).any(|b| b == REPLACEMENT) {
         return CHECK_KEY_AS_STRING;
     }
-    plain(
+    number_or_failed(
         Key::check(key)
             .map_err(input_to_js)
             .and_then(|()| Ok(ttl_of(ttl)?.as_ms() as f64)),

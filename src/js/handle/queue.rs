@@ -41,7 +41,7 @@ extern "C" {
 /// or the step that follows (see [`poll_wait`]).
 #[wasm_bindgen(js_name = __kWait, skip_typescript)]
 pub fn wait(id: f64) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let (lock, terms) = with_entry(id, |e| {
             let terms = e
                 .attempt
@@ -72,12 +72,12 @@ pub fn wait(id: f64) -> f64 {
 /// with no timer; JS ignores it.
 #[wasm_bindgen(js_name = __kPoll, skip_typescript)]
 pub fn poll_wait(id: f64) -> f64 {
-    plain(poll_slot(id))
+    number_or_failed(poll_slot(id))
 }
 
 pub(super) fn poll_slot(id: f64) -> Result<f64, JsValue> {
     let Ok(Some(waiting)) = with_entry(id, |e| e.waiting.take()) else {
-        return Ok(step(STILL_QUEUED, -1.0));
+        return Ok(code_with_arg(STILL_QUEUED, -1.0));
     };
     // Stepped with the slot not borrowed: a hand-over wakes other waiters.
     let mono = JsRuntime.monotonic_ms();
@@ -88,7 +88,7 @@ pub(super) fn poll_slot(id: f64) -> Result<f64, JsValue> {
                 .listen(Waker::from(Arc::new(WaiterWaker(id))));
             with_entry(id, |e| e.waiting = Some(waiting))?;
             let ms = until.map_or(-1.0, |at| at.saturating_sub(mono).max(1) as f64);
-            Ok(step(STILL_QUEUED, ms))
+            Ok(code_with_arg(STILL_QUEUED, ms))
         }
         WaitStep::Done(grant) => {
             drop(waiting);

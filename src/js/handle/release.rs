@@ -9,13 +9,13 @@ use super::*;
 /// monotonic clock read by JS for the memory store (`NaN`: not read; see [`mono`]).
 #[wasm_bindgen(js_name = __kEnd, skip_typescript)]
 pub fn end(id: f64, now: f64) -> f64 {
-    plain(end_run(id, now))
+    number_or_failed(end_run(id, now))
 }
 
 pub(super) fn end_run(id: f64, now: f64) -> Result<f64, JsValue> {
     let (lock, owner) = with_entry(id, |e| (e.lock.clone(), e.run_owner.clone()))?;
     let Some(owner) = owner else {
-        return Ok(step(REFUSED, 0.0));
+        return Ok(code_with_arg(REFUSED, 0.0));
     };
     match lock.store() {
         Backend::Memory(m) => {
@@ -25,7 +25,7 @@ pub(super) fn end_run(id: f64, now: f64) -> Result<f64, JsValue> {
         }
         Backend::Js(_) => {
             lock.releasing(&owner);
-            Ok(call(lock.ttl().as_ms(), &owner))
+            Ok(call_step(lock.ttl().as_ms(), &owner))
         }
     }
 }
@@ -45,17 +45,17 @@ pub fn expired(id: f64) -> bool {
     lock_of(id).is_ok_and(|lock| lock.is_expired())
 }
 
-/// `acquire()` took the key: the hold is the handle's (its release is [`release`]'s), not a run's.
-#[wasm_bindgen(js_name = __kKeep, skip_typescript)]
-pub fn keep(id: f64) -> f64 {
-    done(with_entry(id, |e| e.run_owner = None))
+/// `acquire()` took the key: the handle adopts the hold (its release is [`release`]'s), not a run.
+#[wasm_bindgen(js_name = __kAdopt, skip_typescript)]
+pub fn adopt(id: f64) -> f64 {
+    unit_or_failed(with_entry(id, |e| e.run_owner = None))
 }
 
 /// `release()`: ends the handle's hold as [`end`] ends a run's ([`REFUSED`] when it holds
 /// nothing — never acquired, released, or known lost).
 #[wasm_bindgen(js_name = __kRelease, skip_typescript)]
 pub fn release(id: f64, now: f64) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let owner = lock_of(id)?.owner();
         if owner.is_none() {
             return Ok(REFUSED);
@@ -83,7 +83,7 @@ pub(super) fn hold_ended(id: f64, lock: Rc<CoreLock>, owner: &OwnerToken, releas
 /// answers on the memory store.
 #[wasm_bindgen(js_name = __kReleased, skip_typescript)]
 pub fn released(id: f64, released: bool) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let (lock, owner) = with_entry(id, |e| (e.lock.clone(), e.run_owner.take()))?;
         Ok(match owner {
             Some(owner) => hold_ended(id, lock, &owner, released),
@@ -104,5 +104,5 @@ pub fn release_answer_error(value: JsValue) -> JsValue {
 /// The run's release failed or went unanswered: the run's hold is no longer tracked by it.
 #[wasm_bindgen(js_name = __kForget, skip_typescript)]
 pub fn forget(id: f64) -> f64 {
-    done(with_entry(id, |e| e.run_owner = None))
+    unit_or_failed(with_entry(id, |e| e.run_owner = None))
 }

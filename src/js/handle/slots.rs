@@ -121,7 +121,7 @@ pub fn slots_open() -> u32 {
 /// A slot for a handle on `key` (checked again) with `ttl` ms, bound to `store`.
 #[wasm_bindgen(js_name = __kOpen, skip_typescript)]
 pub fn open(key: &str, ttl: f64, store: &StoreBinding) -> f64 {
-    plain((|| {
+    number_or_failed((|| {
         let ttl = ttl_of(ttl)?;
         let key = Key::new(key).map_err(input_to_js)?;
         let lock = Lock::new(key, ttl, store.backend.clone(), JsRuntime);
@@ -204,9 +204,9 @@ pub fn owner(id: f64) -> f64 {
     }))
 }
 
-/// A second slot on slot `id`'s core lock, for an operation that starts while the handle is
-/// busy with another (two runs of one handle at once, `release()` inside its own run).
-#[wasm_bindgen(js_name = __kShare, skip_typescript)]
-pub fn share(id: f64) -> f64 {
-    plain(lock_of(id).map(insert))
+/// A twin of slot `id`: a second slot on its core lock, for an operation that starts while the
+/// handle is busy with another (two runs of one handle at once, `release()` inside its own run).
+#[wasm_bindgen(js_name = __kTwin, skip_typescript)]
+pub fn twin(id: f64) -> f64 {
+    number_or_failed(lock_of(id).map(insert))
 }

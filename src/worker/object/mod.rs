@@ -86,9 +86,9 @@ pub(super) struct Inner {
     /// ([`Inner::cover_writes`]).
     uncovered: Cell<Option<u64>>,
     /// Calls waiting for a key, oldest first. In memory only: gone with the instance.
-    queues: RefCell<HashMap<String, VecDeque<Rc<Ticket>>, KeyHasher>>,
-    /// The id of the last ticket queued.
-    last_ticket: Cell<u32>,
+    queues: RefCell<HashMap<String, VecDeque<Rc<Waiter>>, KeyHasher>>,
+    /// The id of the last waiter queued.
+    last_waiter: Cell<u32>,
     /// `(key, id)`: the next look of a queued call, which its timer calls. Made once per
     /// instance, holding the instance weakly.
     look: Function,
@@ -193,7 +193,7 @@ impl LockDurableObjectCore {
             alarm_at: Cell::new(None),
             uncovered: Cell::new(None),
             queues: RefCell::new(HashMap::with_hasher(hasher)),
-            last_ticket: Cell::new(0),
+            last_waiter: Cell::new(0),
             look: looker(this.clone()),
             alarm_failed: alarm_failed(this.clone()),
         });
@@ -240,10 +240,10 @@ impl LockDurableObjectCore {
         } else if w == 0 {
             return Ok(Promise::resolve(&JsValue::FALSE));
         }
-        let id = self.inner.last_ticket.get().wrapping_add(1);
-        self.inner.last_ticket.set(id);
+        let id = self.inner.last_waiter.get().wrapping_add(1);
+        self.inner.last_waiter.set(id);
         let call = opened();
-        let ticket = Rc::new(Ticket {
+        let waiter = Rc::new(Waiter {
             id,
             owner: o,
             ttl: t,
@@ -260,8 +260,8 @@ impl LockDurableObjectCore {
             .borrow_mut()
             .entry(k.as_str().to_owned())
             .or_default()
-            .push_back(ticket.clone());
-        self.inner.look(&k, &ticket);
+            .push_back(waiter.clone());
+        self.inner.look(&k, &waiter);
         Ok(call.get(0).unchecked_into())
     }
 
@@ -270,8 +270,8 @@ impl LockDurableObjectCore {
     /// `true` when it did either.
     pub fn withdraw(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
         let (k, o) = (key(&k)?, owner(&o)?);
-        if let Some(ticket) = self.inner.dequeue(&k, &o) {
-            self.inner.settle(&ticket, Outcome::NotGranted);
+        if let Some(waiter) = self.inner.dequeue(&k, &o) {
+            self.inner.settle(&waiter, Outcome::NotGranted);
             return Ok(Promise::resolve(&JsValue::TRUE));
         }
         self.release(k.as_str().into(), o.as_str().into())
@@ -391,16 +391,16 @@ impl LockDurableObjectCore {
 }
 
 /// The instance's `look` function (see [`Inner::look`]); it does nothing once the instance is
-/// gone or the ticket has left the queue.
+/// gone or the waiter has left the queue.
 fn looker(this: Weak<Inner>) -> Function {
     Closure::<dyn Fn(JsValue, u32)>::new(move |k: JsValue, id: u32| {
         let Some(inner) = this.upgrade() else { return };
         let Some(k) = k.as_string().and_then(|k| Key::new(k).ok()) else {
             return;
         };
-        if let Some(ticket) = inner.ticket(k.as_str(), id) {
-            ticket.timer.borrow_mut().take();
-            inner.look(&k, &ticket);
+        if let Some(waiter) = inner.waiter(k.as_str(), id) {
+            waiter.timer.borrow_mut().take();
+            inner.look(&k, &waiter);
         }
     })
     .into_js_value()

@@ -5,7 +5,7 @@
 use super::*;
 
 /// An `acquireOrWait` call parked in its key's queue.
-pub(super) struct Ticket {
+pub(super) struct Waiter {
     pub(super) id: u32,
     pub(super) owner: OwnerToken,
     pub(super) ttl: Ttl,
@@ -30,7 +30,7 @@ pub(super) enum Outcome {
     Failed(JsValue),
 }
 
-impl Ticket {
+impl Waiter {
     fn is_settled(&self) -> bool {
         self.answer.borrow().is_none()
     }
@@ -46,7 +46,7 @@ impl Inner {
     }
 
     /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting:
-    /// writes the row and the fence, then settles the ticket (its call resolves once the alarm
+    /// writes the row and the fence, then settles the waiter (its call resolves once the alarm
     /// covers the new row). A waiter whose wait is spent by `now` (the object was busy when its
     /// timer was due) is answered `false` and passed over, as if its timer had run first. A
     /// storage failure fails that waiter's call rather than the operation that freed the key;
@@ -60,34 +60,34 @@ impl Inner {
             return false;
         }
         let mut popped = false;
-        while let Some(ticket) = self.pop_waiter(key) {
+        while let Some(waiter) = self.pop_waiter(key) {
             popped = true;
-            if ticket.give_up_at <= now {
-                self.settle(&ticket, Outcome::NotGranted);
+            if waiter.give_up_at <= now {
+                self.settle(&waiter, Outcome::NotGranted);
                 continue;
             }
-            let outcome = match self.take(key, &ticket.owner, ticket.ttl, now) {
-                Ok(Some(grant)) => Outcome::Granted(grant.waited(now.saturating_sub(ticket.since))),
+            let outcome = match self.take(key, &waiter.owner, waiter.ttl, now) {
+                Ok(Some(grant)) => Outcome::Granted(grant.waited(now.saturating_sub(waiter.since))),
                 Ok(None) => Outcome::Failed(storage_error("a free key refused its hand-over")),
                 Err(e) => Outcome::Failed(e),
             };
-            self.settle(&ticket, outcome);
+            self.settle(&waiter, outcome);
             break;
         }
         popped
     }
 
-    /// Takes the oldest ticket out of `key`'s queue.
-    pub(super) fn pop_waiter(&self, key: &Key) -> Option<Rc<Ticket>> {
+    /// Takes the oldest waiter out of `key`'s queue.
+    pub(super) fn pop_waiter(&self, key: &Key) -> Option<Rc<Waiter>> {
         self.remove_waiter(key, VecDeque::pop_front)
     }
 
-    /// Takes the ticket `pick` chooses out of `key`'s queue; a queue left empty goes with it.
+    /// Takes the waiter `pick` chooses out of `key`'s queue; a queue left empty goes with it.
     pub(super) fn remove_waiter(
         &self,
         key: &Key,
-        pick: impl FnOnce(&mut VecDeque<Rc<Ticket>>) -> Option<Rc<Ticket>>,
-    ) -> Option<Rc<Ticket>> {
+        pick: impl FnOnce(&mut VecDeque<Rc<Waiter>>) -> Option<Rc<Waiter>>,
+    ) -> Option<Rc<Waiter>> {
         let mut queues = self.queues.borrow_mut();
         let queue = queues.get_mut(key.as_str())?;
         let picked = pick(queue);
@@ -97,35 +97,35 @@ impl Inner {
         picked
     }
 
-    /// Takes `ticket` out of `key`'s queue (a no-op when the hand-over already took it).
-    pub(super) fn leave(&self, key: &Key, ticket: &Ticket) {
+    /// Takes `waiter` out of `key`'s queue (a no-op when the hand-over already took it).
+    pub(super) fn leave(&self, key: &Key, waiter: &Waiter) {
         self.remove_waiter(key, |queue| {
-            let at = queue.iter().position(|t| t.id == ticket.id)?;
+            let at = queue.iter().position(|t| t.id == waiter.id)?;
             queue.remove(at)
         });
     }
 
-    /// Takes `owner`'s oldest ticket out of `key`'s queue, if it is queued.
-    pub(super) fn dequeue(&self, key: &Key, owner: &OwnerToken) -> Option<Rc<Ticket>> {
+    /// Takes `owner`'s oldest waiter out of `key`'s queue, if it is queued.
+    pub(super) fn dequeue(&self, key: &Key, owner: &OwnerToken) -> Option<Rc<Waiter>> {
         self.remove_waiter(key, |queue| {
             let at = queue.iter().position(|t| t.owner == *owner)?;
             queue.remove(at)
         })
     }
 
-    /// `key`'s queued ticket `id`, if it is still queued.
-    pub(super) fn ticket(&self, key: &str, id: u32) -> Option<Rc<Ticket>> {
+    /// `key`'s queued waiter `id`, if it is still queued.
+    pub(super) fn waiter(&self, key: &str, id: u32) -> Option<Rc<Waiter>> {
         let queues = self.queues.borrow();
         queues.get(key)?.iter().find(|t| t.id == id).cloned()
     }
 
-    /// Ends `ticket`'s wait with `outcome` (once: later calls do nothing) and stops its timer.
+    /// Ends `waiter`'s wait with `outcome` (once: later calls do nothing) and stops its timer.
     /// A grant is answered once the alarm covers the rows written so far.
-    pub(super) fn settle(&self, ticket: &Ticket, outcome: Outcome) {
-        let Some((resolve, reject)) = ticket.answer.borrow_mut().take() else {
+    pub(super) fn settle(&self, waiter: &Waiter, outcome: Outcome) {
+        let Some((resolve, reject)) = waiter.answer.borrow_mut().take() else {
             return;
         };
-        if let Some(timer) = ticket.timer.borrow_mut().take() {
+        if let Some(timer) = waiter.timer.borrow_mut().take() {
             stop_looking(&timer);
         }
         let answer = match outcome {
@@ -145,30 +145,30 @@ impl Inner {
     /// A queued call's look, when it queues and whenever its timer fires: it ends the wait
     /// once it is spent, hands the key over at once when it finds the key free, and otherwise
     /// sets its timer for the holder's expiry (the holder may never release) or its own
-    /// deadline, whichever is first. A hand-over settles the ticket in between.
-    pub(super) fn look(&self, key: &Key, ticket: &Ticket) {
+    /// deadline, whichever is first. A hand-over settles the waiter in between.
+    pub(super) fn look(&self, key: &Key, waiter: &Waiter) {
         loop {
-            if ticket.is_settled() {
+            if waiter.is_settled() {
                 return;
             }
             let now = now();
-            if now >= ticket.give_up_at {
-                self.leave(key, ticket);
-                self.settle(ticket, Outcome::NotGranted);
+            if now >= waiter.give_up_at {
+                self.leave(key, waiter);
+                self.settle(waiter, Outcome::NotGranted);
                 return;
             }
             let until = match self.expiry(key, now) {
-                Ok(Some(expiry)) => expiry.min(ticket.give_up_at),
+                Ok(Some(expiry)) => expiry.min(waiter.give_up_at),
                 // Free by this reading (the holder expired since the call queued): hand it over
                 // now rather than wait for the alarm. Each such pass takes at least one waiter
                 // out of the queue (this one, or one before it), so the loop ends; a pass that
                 // took none (a failed read) waits for the deadline instead.
                 Ok(None) if self.hand_over(key, now) => continue,
-                Ok(None) | Err(_) => ticket.give_up_at,
+                Ok(None) | Err(_) => waiter.give_up_at,
             };
             let ms = until.saturating_sub(now).max(1) as f64;
-            let timer = look_later(ms, &self.look, key.as_str(), ticket.id);
-            *ticket.timer.borrow_mut() = Some(timer);
+            let timer = look_later(ms, &self.look, key.as_str(), waiter.id);
+            *waiter.timer.borrow_mut() = Some(timer);
             return;
         }
     }
