@@ -10,7 +10,7 @@
 // same core lock.
 
 import { LockContext, installHolding, setRunObserver } from "./holding.js";
-import { cancelTimer, releaseLateGrant, timer } from "./promises.js";
+import { cancelTimer, releaseLateGrant, setWaiterWake, timer } from "./promises.js";
 
 // --- protocol (src/js/protocol.rs) ---------------------------------------------------------
 // The numbers this file and the wasm exchange, declared (with what each means) in
@@ -208,13 +208,14 @@ function pollWaiter(id) {
   waiter.go(code);
 }
 
-/** Called by the wasm when the wait of slot `id` can make progress. */
-export function wakeWaiter(id) {
+/** Called by the wasm (through promises.js) when the wait of slot `id` can make progress. */
+function wakeWaiter(id) {
   const waiter = waiters.get(id);
   if (waiter === undefined || waiter.scheduled) return;
   waiter.scheduled = true;
   queueMicrotask(() => pollWaiter(id));
 }
+setWaiterWake(wakeWaiter);
 
 /**
  * A store call's answer, watched from the moment the call is made. The caller gives it one

@@ -8,6 +8,18 @@ export function setSettled(f) {
   settled = f;
 }
 
+// The other way: the wasm wakes a caller waiting in the memory store's queue (`wakeWaiter`,
+// called by src/js/handle/queue.rs); the JS layer, which steps the waiter, says once how.
+let waiterWake = null;
+
+export function setWaiterWake(f) {
+  waiterWake = f;
+}
+
+export function wakeWaiter(id) {
+  waiterWake(id);
+}
+
 /** Calls back `settled(id, ok, value)` when `value` (a promise, a thenable or a plain value) settles. */
 export function watch(value, id) {
   Promise.resolve(value).then(

@@ -31,7 +31,7 @@ impl Wake for WaiterWaker {
     }
 }
 
-#[wasm_bindgen(module = "/src/js/api.js")]
+#[wasm_bindgen(module = "/src/js/promises.js")]
 extern "C" {
     #[wasm_bindgen(js_name = wakeWaiter)]
     fn wake_waiter(id: f64);
