@@ -1,5 +1,5 @@
 // The Keel lock API as the package exports it. A `Lock` is a plain JS object; the core's
-// decisions stay in the wasm, reached through numeric exports (src/js/handle.rs): `run()` on
+// decisions stay in the wasm, reached through numeric exports (src/js/handle/): `run()` on
 // the memory store is two calls into the wasm, and over a JS store this layer awaits the
 // store's own promises and feeds the answers to the core's acquisition machine, which says what
 // to do next (call the store — a JS store's own queue, `acquireOrWait`, too —, pause, done);
@@ -8,6 +8,9 @@
 // watcher (`autoExtend`, a run context's signal: src/js/watching.rs), driven from JS timers. An
 // operation started while the handle is busy with another runs on a twin: a second slot of the
 // same core lock.
+//
+// One file, in sections marked `// ===`: wasm-bindgen ships only the snippet files the Rust side
+// imports from, so a helper module of this file alone would be missing from the package.
 
 import { LockContext, installHolding, setRunObserver } from "./holding.js";
 import { cancelTimer, releaseLateGrant, setWaiterWake, timer } from "./promises.js";
@@ -74,6 +77,8 @@ const ABORTED = Symbol("aborted");
 // What `acquire()` runs: nothing — the hold stays the handle's.
 const ACQUIRE_ONLY = Symbol("acquire only");
 
+// === The wasm's exports, and what a step carries ============================================
+
 let w = null; // the wasm module's exports
 
 // The numbers a step hands over besides its code, read from wasm memory rather than asked for
@@ -131,6 +136,8 @@ function ownerOf(id) {
   );
 }
 
+// === The store lock() binds to, and the spare slot ==========================================
+
 // The spare: the last slot a handle let go of idle, which the core keeps open, and the key, TTL
 // and store of that handle. The next handle on the same takes that slot as it is, without a
 // call into the wasm or passing the key again; the core closes a spare not taken when the next
@@ -177,6 +184,8 @@ function isThenable(value) {
   );
 }
 
+// === Callers waiting in the memory store's queue ============================================
+
 // Callers waiting in the memory store's queue, by slot id: the wasm says when to step one —
 // woken (`wakeWaiter`), or after the time a STILL_QUEUED step carries (the queue's timekeeper).
 const waiters = new Map();
@@ -216,6 +225,8 @@ function wakeWaiter(id) {
   queueMicrotask(() => pollWaiter(id));
 }
 setWaiterWake(wakeWaiter);
+
+// === Store calls: each answer bounded =======================================================
 
 /**
  * A store call's answer, watched from the moment the call is made. The caller gives it one
@@ -317,6 +328,8 @@ function pause(ms, signal) {
   });
 }
 
+// === Options and abort signals ==============================================================
+
 const NO_OPTIONS = [NaN, NaN, undefined, undefined];
 
 /**
@@ -346,6 +359,8 @@ function onAbort(signal, f) {
   signal.addEventListener("abort", f, { once: true });
   return () => signal.removeEventListener("abort", f);
 }
+
+// === The Lock ================================================================================
 
 /** A lock on one key. Created by `lock(key, ttlMs)` or `restoreLock(serialized)`. */
 export class Lock {
@@ -979,6 +994,8 @@ export class Lock {
   }
 }
 
+// === lock(), restoreLock() and the current store ============================================
+
 // Checking a key and a TTL is a pure function of each, so what the core accepted is kept and
 // `lock()` need not ask again: the keys (a bounded set, emptied when full), and the last TTL
 // with the TTL it made of it.
@@ -1031,6 +1048,8 @@ function getLockStore() {
   return w.getLockStore();
 }
 
+// === MemoryLockStore's methods ==============================================================
+
 /**
  * Puts the `LockStore` methods on `MemoryLockStore`'s prototype, as class methods would be:
  * each is one call into the core's memory store (`__kMemoryCall`), which checks the arguments.
@@ -1063,6 +1082,8 @@ function installMemoryStore(proto) {
 
 // What `api` answered: every entry of one instance gets the same objects.
 let exported = null;
+
+// === The entry ==============================================================================
 
 /**
  * The package's exports over the wasm module's exports `glue`, built on the first call; later
