@@ -43,7 +43,7 @@
 // The parts: sql-schema.js (the table and the statements), sql-drivers.js (the handles it adapts
 // to), sql-pg-waiting.js (PostgreSQL's waiting without polling).
 
-import { argumentChecks, LockStoreClosedError } from "./args.js";
+import { argumentChecks, LockStoreClosedError, safetyNetOption } from "./args.js";
 import { detectDriver, DRIVERS, driverFor, toFence, truthy } from "./sql-drivers.js";
 import { pgWaiting } from "./sql-pg-waiting.js";
 import { DEFAULT_TABLE, dialectOf, schema, schemaStatements, statements, tableParts, upgradeStatements } from "./sql-schema.js";
@@ -80,6 +80,7 @@ export function databaseLockStore(db, options = {}) {
   const dialect = dialectOf(driver);
   const sql = statements(dialect, table);
   const io = driverFor(db, driver);
+  safetyNetOption("databaseLockStore", options.safetyNetMs); // checked for every dialect; pg uses it
   if (options.listen !== undefined && typeof options.listen !== "function") {
     throw new TypeError("databaseLockStore: options.listen must be a function answering a pg client");
   }

@@ -131,6 +131,9 @@ test("clients that are none of the supported ones are refused", () => {
   assert.throws(() => redisLockStore({ get() {}, set() {} }), TypeError);
   assert.throws(() => redisLockStore(new IORedis({ lazyConnect: true }), { clientType: "memcached" }), TypeError);
   assert.throws(() => redisLockStore(new IORedis({ lazyConnect: true }), { prefix: 42 }), TypeError);
+  for (const safetyNetMs of [0, -1, 1.5, NaN, "1000", 2 ** 31]) {
+    assert.throws(() => redisLockStore(new IORedis({ lazyConnect: true }), { safetyNetMs }), RangeError, `safetyNetMs ${String(safetyNetMs)}`);
+  }
 });
 
 // Keys a user might pick that trip naive hash-tag layouts: braces anywhere, a leading "}",

@@ -188,6 +188,9 @@ export function registerSqlTests(env, { driver }) {
     assert.throws(() => databaseLockStore(null), TypeError);
     assert.throws(() => databaseLockStore(db, { driver: "mysql" }), TypeError);
     assert.throws(() => databaseLockStore(db, null), TypeError);
+    for (const safetyNetMs of [0, -1, 1.5, NaN, "1000", 2 ** 31]) {
+      assert.throws(() => databaseLockStore(db, { safetyNetMs }), RangeError, `safetyNetMs ${String(safetyNetMs)}`);
+    }
   });
 
   test("a table name that is not a plain identifier is refused with TypeError, before any SQL runs", async () => {
