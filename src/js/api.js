@@ -114,7 +114,7 @@ function ok(code) {
 // A leading U+FEFF is part of a key, not a byte-order mark to drop.
 const utf8 = new TextDecoder("utf-8", { ignoreBOM: true });
 
-/** The text a call answered (src/js/handle.rs, `text`), read from wasm memory; throws on FAILED. */
+/** The text a call answered (src/js/handle/mod.rs, `text`), read from wasm memory; throws on FAILED. */
 function textOf(code) {
   ok(code);
   if (out.length === 0) view();

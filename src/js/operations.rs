@@ -1,4 +1,4 @@
-//! The rest of a handle's operations on the numeric face (see `handle.rs`): `extend`,
+//! The rest of a handle's operations on the numeric face (see `handle/`): `extend`,
 //! `isLocked`, `getRemainingTime`, `forceRelease`, `serialize` and `restoreLock`. As for a run,
 //! the core decides — which hold an extend is about, the bound on every store call, what a
 //! store's answer means, when a hold is lost — and JS only makes a JS store's call and hands the

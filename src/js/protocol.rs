@@ -6,7 +6,8 @@
 //!
 //! Conventions outside the table: `NaN` passed in means "not given" (a `timeout`, a
 //! `retryDelay`, a clock not read); a fence ≥ 1 answered by a step means "held, with this
-//! fence"; slot ids are `generation · 2^24 + index + 1` (`handle.rs`), never 0 (0 is "no slot").
+//! fence"; slot ids are `generation · 2^24 + index + 1` (`handle/slots.rs`), never 0 (0 is
+//! "no slot").
 //!
 //! This file holds constants only, so that the test can compile it on its own.
 

@@ -49,7 +49,7 @@ fn reason_of(code: u32) -> LossReason {
 }
 
 /// Checks an `autoExtend` option as `run()` and `autoExtend()` read it: 0, or `FAILED`
-/// (see `handle.rs`) with its `TypeError` or `RangeError`.
+/// (see `protocol.rs`) with its `TypeError` or `RangeError`.
 #[wasm_bindgen(js_name = __kKeepAliveCheck, skip_typescript)]
 pub fn keep_alive_check(value: JsValue) -> f64 {
     number_or_failed(keep_alive_option(&value).map(|_| 0.0))
