@@ -2,8 +2,8 @@
 // load (checkHistory, checkLockStoreUnderLoad; the checker is src/history/). The properties
 // themselves live in the Rust core (src/conformance.rs, one function per property) and run in a
 // wasm of their own (dist/testing, built with the `testing` feature), so the builds behind
-// `keel-lock` do not carry them. This entry turns their results into something a test runner understands — a
-// rejection naming every property the store broke.
+// `keel-lock` do not carry them. This entry turns their results into something a test runner
+// understands — a rejection naming every property the store broke.
 //
 // `#testing-wasm` (the package.json `imports` map) picks the build for the runtime: Node, browser
 // or workerd. That instance is separate from the application's `keel-lock` instance, so it drives
