@@ -88,6 +88,14 @@ export interface HistoryEvent {
   ttlMs?: number;
   /** `invoke` of acquire: a single store call, not a wait. */
   immediate?: boolean;
+  /**
+   * `invoke` of acquire: a shared hold — `limit` permits on the key, `weight` of them taken
+   * (default 1), as a semaphore's; `shared: true` without a limit is a read lock. Without
+   * either the acquisition is exclusive (a lock, a write lock).
+   */
+  weight?: number;
+  limit?: number;
+  shared?: boolean;
   /** `ok` of acquire: the grant's fence; `write`: the fence the write carried. */
   fence?: number | null;
   /** `write`: whether the resource accepted it. */
@@ -100,6 +108,8 @@ export interface HistoryEvent {
 export interface HistoryViolation {
   kind:
     | "mutual_exclusion"
+    | "over_limit"
+    | "limit_mismatch"
     | "fence_order"
     | "stale_fence_accepted"
     | "non_owner_succeeded"

@@ -8,6 +8,9 @@ use super::report::*;
 
 impl Checker<'_> {
     pub(super) fn mutual_exclusion(&mut self, key: &str, h: &KeyHistory) {
+        if h.leases.iter().any(|l| l.holding != Holding::Exclusive) {
+            return self.shared_holds(key, h);
+        }
         let mut certain: Vec<&Lease> = h
             .leases
             .iter()
@@ -40,6 +43,102 @@ impl Checker<'_> {
             }
             if longest.is_none_or(|p| lease.valid_until > p.valid_until) {
                 longest = Some(lease);
+            }
+        }
+    }
+
+    /// A key with shared holds in its history: at no instant may certainly valid holds break
+    /// the key's sharing — an exclusive hold beside any other hold, shared holds naming
+    /// different limits, or shared weights adding up to more than their limit. A sweep over the
+    /// holds' certain intervals, `[valid_from, valid_until)`, an end before a start at one
+    /// instant.
+    fn shared_holds(&mut self, key: &str, h: &KeyHistory) {
+        let certain: Vec<&Lease> = h
+            .leases
+            .iter()
+            .filter(|l| l.granted && l.valid_from < l.valid_until)
+            .collect();
+        let mut points: Vec<(Micros, bool, usize)> = Vec::with_capacity(certain.len() * 2);
+        for (i, l) in certain.iter().enumerate() {
+            points.push((l.valid_from, true, i));
+            points.push((l.valid_until, false, i));
+        }
+        points.sort_by_key(|&(at, start, i)| (at, start, i));
+        let mut active: Vec<usize> = Vec::new();
+        let mut exclusive = 0usize;
+        let mut weight: u128 = 0;
+        // Live shared holds per limit they name.
+        let mut limits: HashMap<u64, usize> = HashMap::new();
+        for (_, start, i) in points {
+            let lease = certain[i];
+            if !start {
+                if let Some(at) = active.iter().position(|&a| a == i) {
+                    active.swap_remove(at);
+                    match lease.holding {
+                        Holding::Exclusive => exclusive -= 1,
+                        Holding::Shared { weight: w, limit } => {
+                            weight -= u128::from(w);
+                            let n = limits.get_mut(&limit).expect("counted when it started");
+                            *n -= 1;
+                            if *n == 0 {
+                                limits.remove(&limit);
+                            }
+                        }
+                    }
+                }
+                continue;
+            }
+            let broken = match lease.holding {
+                Holding::Exclusive => active
+                    .first()
+                    .map(|&a| (ViolationKind::MutualExclusion, a, "beside".to_owned())),
+                Holding::Shared { weight: w, limit } => {
+                    let is = |f: fn(&Holding) -> bool| {
+                        active.iter().copied().find(|&a| f(&certain[a].holding))
+                    };
+                    if exclusive > 0 {
+                        is(|h| *h == Holding::Exclusive)
+                            .map(|a| (ViolationKind::MutualExclusion, a, "beside".to_owned()))
+                    } else if limits.keys().any(|&l| l != limit) {
+                        active
+                            .iter()
+                            .copied()
+                            .find(|&a| !matches!(certain[a].holding, Holding::Shared { limit: l, .. } if l == limit))
+                            .map(|a| (ViolationKind::LimitMismatch, a, format!("under limit {limit} beside")))
+                    } else if weight + u128::from(w) > u128::from(limit) {
+                        let held = weight + u128::from(w);
+                        active.last().map(|&a| {
+                            (
+                                ViolationKind::OverLimit,
+                                a,
+                                format!("makes {held} permits of {limit}, with"),
+                            )
+                        })
+                    } else {
+                        None
+                    }
+                }
+            };
+            if let Some((kind, other, how)) = broken {
+                let prev = certain[other];
+                let mut events = vec![prev.invoke, lease.invoke];
+                events.extend(prev.outcome);
+                events.extend(lease.outcome);
+                let message = format!(
+                    "certainly valid holds break the key's sharing: {} {how} {}",
+                    self.describe(lease),
+                    self.describe(prev)
+                );
+                let window = (self.at(prev.invoke).earliest, lease.valid_from);
+                self.violate_or_loss(kind, key, message, events, window);
+            }
+            active.push(i);
+            match lease.holding {
+                Holding::Exclusive => exclusive += 1,
+                Holding::Shared { weight: w, limit } => {
+                    weight += u128::from(w);
+                    *limits.entry(limit).or_default() += 1;
+                }
             }
         }
     }

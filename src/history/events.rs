@@ -49,12 +49,29 @@ impl Op {
     }
 }
 
+/// How an acquisition shares its key with others.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Holding {
+    /// A lock (or a write lock): nobody else may hold the key meanwhile.
+    #[default]
+    Exclusive,
+    /// A semaphore's permits (`weight` of them) or a read lock: shared holds may overlap while
+    /// their weights add up to at most `limit` (`u64::MAX` for read locks), and all of them name
+    /// the same limit; no exclusive hold may overlap any of them.
+    Shared {
+        /// How many of the key's permits this hold takes.
+        weight: u64,
+        /// How many permits the key has.
+        limit: u64,
+    },
+}
+
 /// What happened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventKind {
     /// The client sent `op`. `ttl_ms` is the TTL requested (acquire, extend); `immediate` marks
     /// an acquire that is one store call, not a wait (only those are judged by the
-    /// refused-while-free check).
+    /// refused-while-free check); `holding` says how an acquire shares the key.
     Invoke {
         /// The operation.
         op: Op,
@@ -62,6 +79,8 @@ pub enum EventKind {
         ttl_ms: u64,
         /// A single-call acquire (no waiting, no retries).
         immediate: bool,
+        /// How the acquisition shares its key (exclusive for release and extend).
+        holding: Holding,
     },
     /// The store answered yes: granted (with its fence, if it keeps them), released, extended.
     Ok {

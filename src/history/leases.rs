@@ -11,6 +11,8 @@ use super::report::*;
 #[derive(Debug, Clone)]
 pub(super) struct Lease {
     pub(super) owner: String,
+    /// How it shares the key.
+    pub(super) holding: Holding,
     pub(super) invoke: usize,
     /// The `Ok` or `Info` outcome; `None`: no outcome at all.
     pub(super) outcome: Option<usize>,
@@ -33,6 +35,7 @@ pub(super) struct Pending {
     pub(super) invoke: usize,
     pub(super) ttl_us: Micros,
     pub(super) immediate: bool,
+    pub(super) holding: Holding,
 }
 
 /// A finished operation other than acquire.
@@ -150,6 +153,7 @@ impl Checker<'_> {
                     op,
                     ttl_ms,
                     immediate,
+                    holding,
                 } => {
                     self.report.operations += 1;
                     let ttl_us = Micros::try_from(*ttl_ms)
@@ -161,6 +165,7 @@ impl Checker<'_> {
                         invoke: i,
                         ttl_us,
                         immediate: *immediate,
+                        holding: *holding,
                     });
                 }
                 EventKind::Ok { op, .. } | EventKind::Fail { op } | EventKind::Info { op } => {
@@ -242,6 +247,7 @@ impl Checker<'_> {
             lease_of.insert((e.key.as_str(), e.owner.as_str()), h.leases.len());
             h.leases.push(Lease {
                 owner: e.owner.clone(),
+                holding: p.holding,
                 invoke: p.invoke,
                 outcome,
                 granted: result == Outcome::Ok,
@@ -338,8 +344,13 @@ impl Checker<'_> {
         let fence = lease
             .fence
             .map_or("no fence".to_owned(), |f| format!("fence {f}"));
+        let shares = match lease.holding {
+            Holding::Exclusive => String::new(),
+            Holding::Shared { weight, limit } if limit == u64::MAX => format!(", shared, {weight}"),
+            Holding::Shared { weight, limit } => format!(", {weight} of {limit} permits"),
+        };
         format!(
-            "{} ({fence}, certainly valid [{}, {}]{})",
+            "{} ({fence}{shares}, certainly valid [{}, {}]{})",
             lease.owner,
             lease.valid_from,
             lease.valid_until,

@@ -27,8 +27,15 @@ impl Default for CheckOptions {
 /// Which property a history broke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ViolationKind {
-    /// Two owners held certainly valid leases on one key at the same instant.
+    /// Two owners held certainly valid leases on one key at the same instant, one of them
+    /// exclusive.
     MutualExclusion,
+    /// Certainly valid shared holds on one key took more permits at one instant than their
+    /// limit.
+    OverLimit,
+    /// Certainly valid shared holds on one key named different limits at one instant (a store
+    /// must refuse a limit other than the one the key is held under).
+    LimitMismatch,
     /// A grant's fence was not greater than a grant's that certainly came before it on the same
     /// key (or two grants of one key had the same fence).
     FenceOrder,
@@ -49,6 +56,8 @@ impl ViolationKind {
     pub fn name(self) -> &'static str {
         match self {
             ViolationKind::MutualExclusion => "mutual_exclusion",
+            ViolationKind::OverLimit => "over_limit",
+            ViolationKind::LimitMismatch => "limit_mismatch",
             ViolationKind::FenceOrder => "fence_order",
             ViolationKind::StaleFenceAccepted => "stale_fence_accepted",
             ViolationKind::NonOwnerSucceeded => "non_owner_succeeded",

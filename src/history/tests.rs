@@ -47,6 +47,7 @@ impl H {
                 op: Op::Acquire,
                 ttl_ms: ttl,
                 immediate,
+                holding: Holding::Exclusive,
             },
         )
     }
@@ -68,6 +69,42 @@ impl H {
             EventKind::Ok {
                 op: Op::Acquire,
                 fence,
+            },
+        )
+    }
+    /// A granted shared acquire: `weight` of `limit` permits (`u64::MAX`: a read lock).
+    #[allow(clippy::too_many_arguments)]
+    fn acquire_shared(
+        &mut self,
+        c: u64,
+        owner: &str,
+        sent: Micros,
+        answered: Micros,
+        weight: u64,
+        limit: u64,
+        fence: u64,
+    ) -> &mut Self {
+        let holding = Holding::Shared { weight, limit };
+        self.ev(
+            c,
+            "k",
+            owner,
+            sent,
+            EventKind::Invoke {
+                op: Op::Acquire,
+                ttl_ms: 1000,
+                immediate: true,
+                holding,
+            },
+        );
+        self.ev(
+            c,
+            "k",
+            owner,
+            answered,
+            EventKind::Ok {
+                op: Op::Acquire,
+                fence: Some(fence),
             },
         )
     }
@@ -97,6 +134,7 @@ impl H {
                 op,
                 ttl_ms: 1000,
                 immediate: false,
+                holding: Holding::Exclusive,
             },
         );
         let kind = if ok {
@@ -294,6 +332,7 @@ fn a_release_with_an_unknown_outcome_may_have_freed_the_key() {
                 op: Op::Release,
                 ttl_ms: 0,
                 immediate: false,
+                holding: Holding::Exclusive,
             },
         )
         .ev(1, "k", "a", 52, EventKind::Info { op: Op::Release })
@@ -431,6 +470,7 @@ fn keys_are_checked_separately() {
             op: Op::Acquire,
             ttl_ms: 1000,
             immediate: true,
+            holding: Holding::Exclusive,
         },
     });
     h.0.push(Event {
@@ -444,4 +484,77 @@ fn keys_are_checked_separately() {
         },
     });
     assert!(h.check().ok());
+}
+
+#[test]
+fn permits_within_the_limit_pass_and_one_past_it_is_caught() {
+    // Two permits of a semaphore of two, held at once, then a third while both are still
+    // certainly valid.
+    let mut h = H::new();
+    h.acquire_shared(1, "p1", 0, 2, 1, 2, 1)
+        .acquire_shared(2, "p2", 10, 12, 1, 2, 2);
+    let r = h.check();
+    assert_eq!(r.violations, vec![], "{r:?}");
+    h.acquire_shared(3, "p3", 20, 22, 1, 2, 3);
+    let r = h.check();
+    assert_eq!(kinds(&r), vec![ViolationKind::OverLimit], "{r:?}");
+    assert!(
+        r.violations[0].message.contains("3 permits of 2"),
+        "{}",
+        r.violations[0].message
+    );
+    // A weighted request counts its weight.
+    let mut w = H::new();
+    w.acquire_shared(1, "p1", 0, 2, 2, 3, 1)
+        .acquire_shared(2, "p2", 10, 12, 2, 3, 2);
+    assert_eq!(kinds(&w.check()), vec![ViolationKind::OverLimit]);
+}
+
+#[test]
+fn a_permit_freed_by_its_release_makes_room() {
+    let mut h = H::new();
+    h.acquire_shared(1, "p1", 0, 2, 1, 1, 1)
+        .op(1, "p1", Op::Release, 10, 12, true)
+        .acquire_shared(2, "p2", 20, 22, 1, 1, 2);
+    let r = h.check();
+    assert_eq!(r.violations, vec![], "{r:?}");
+}
+
+#[test]
+fn readers_share_and_a_writer_beside_a_reader_is_caught() {
+    let readers = u64::MAX;
+    let mut h = H::new();
+    h.acquire_shared(1, "r1", 0, 2, 1, readers, 1)
+        .acquire_shared(2, "r2", 5, 7, 1, readers, 2)
+        .acquire_shared(3, "r3", 9, 11, 1, readers, 3);
+    assert_eq!(h.check().violations, vec![]);
+    h.acquire(4, "w", 20, 22, 1000, Some(4));
+    let r = h.check();
+    assert_eq!(kinds(&r), vec![ViolationKind::MutualExclusion], "{r:?}");
+    // And a reader admitted beside a writer.
+    let mut w = H::new();
+    w.acquire(1, "w", 0, 2, 1000, Some(1))
+        .acquire_shared(2, "r", 10, 12, 1, readers, 2);
+    assert_eq!(kinds(&w.check()), vec![ViolationKind::MutualExclusion]);
+}
+
+#[test]
+fn two_limits_on_one_key_at_once_are_caught() {
+    let mut h = H::new();
+    h.acquire_shared(1, "a", 0, 2, 1, 2, 1)
+        .acquire_shared(2, "b", 10, 12, 1, 5, 2);
+    let r = h.check();
+    assert_eq!(kinds(&r), vec![ViolationKind::LimitMismatch], "{r:?}");
+}
+
+#[test]
+fn an_over_limit_across_a_lossy_restart_is_a_loss_not_a_violation() {
+    let mut h = H::new();
+    h.acquire_shared(1, "p1", 0, 2, 1, 1, 1)
+        .restart(5, 6, false)
+        .acquire_shared(2, "p2", 10, 12, 1, 1, 2);
+    let r = h.check();
+    assert_eq!(r.violations, vec![], "{r:?}");
+    assert_eq!(r.loss_count, 1);
+    assert_eq!(r.losses[0].kind, ViolationKind::OverLimit);
 }

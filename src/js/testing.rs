@@ -10,7 +10,9 @@ use super::convert::{object, type_error};
 use super::promises::JsFuture;
 use super::runtime::JsRuntime;
 use crate::conformance::{check_all, ConformanceOptions, Verdict};
-use crate::history::{check, CheckOptions, Event, EventKind, Micros, Op, Stamp, Violation};
+use crate::history::{
+    check, CheckOptions, Event, EventKind, Holding, Micros, Op, Stamp, Violation,
+};
 
 fn options(value: &JsValue) -> Result<ConformanceOptions, JsValue> {
     let mut o = ConformanceOptions::default();
@@ -79,8 +81,25 @@ pub fn check_lock_store(store: JsValue, opts: JsValue) -> Promise {
     super::promises::promise_of(run)
 }
 
-/// Reads one history event: `{ client, key, owner, type, op, t0, t1, ttlMs, immediate, fence,
-/// accepted, persistent }`, times in ms (fractions kept to the µs).
+/// How an `invoke` shares its key: exclusive unless it gives a `limit` (a semaphore's permits,
+/// `weight` of them, default 1) or `shared` without a limit (a read lock: no limit).
+fn holding(weight: Option<u64>, limit: Option<u64>, shared: bool) -> Result<Holding, &'static str> {
+    if limit.is_none() && !shared {
+        return match weight {
+            None => Ok(Holding::Exclusive),
+            Some(_) => Err("weight needs a limit or shared: true"),
+        };
+    }
+    let weight = weight.unwrap_or(1);
+    let limit = limit.unwrap_or(u64::MAX);
+    if weight == 0 || weight > limit {
+        return Err("weight must be from 1 to the limit");
+    }
+    Ok(Holding::Shared { weight, limit })
+}
+
+/// Reads one history event: `{ client, key, owner, type, op, t0, t1, ttlMs, immediate, weight,
+/// limit, shared, fence, accepted, persistent }`, times in ms (fractions kept to the µs).
 fn event(value: &JsValue, index: u32) -> Result<Event, JsValue> {
     if !value.is_object() {
         return Err(type_error(format!("history[{index}] must be an object")));
@@ -129,33 +148,35 @@ fn event(value: &JsValue, index: u32) -> Result<Event, JsValue> {
         _ => return Err(bad("op must be \"acquire\", \"release\" or \"extend\"")),
     };
     let flag = |name: &str| -> Result<bool, JsValue> { Ok(get(name)?.is_truthy()) };
-    let kind =
-        match text("type")?.as_str() {
-            "invoke" => EventKind::Invoke {
-                op,
-                ttl_ms: whole("ttlMs")?.unwrap_or(0),
-                immediate: flag("immediate")?,
-            },
-            "ok" => EventKind::Ok {
-                op,
-                fence: whole("fence")?,
-            },
-            "fail" => EventKind::Fail { op },
-            "info" => EventKind::Info { op },
-            "enter" => EventKind::Enter,
-            "exit" => EventKind::Exit,
-            "expired" => EventKind::ExpiryObserved,
-            "write" => EventKind::FencedWrite {
-                fence: whole("fence")?.ok_or_else(|| bad("fence is required for a write"))?,
-                accepted: flag("accepted")?,
-            },
-            "restart" => EventKind::StoreRestart {
-                persistent: flag("persistent")?,
-            },
-            _ => return Err(bad(
+    let kind = match text("type")?.as_str() {
+        "invoke" => EventKind::Invoke {
+            op,
+            ttl_ms: whole("ttlMs")?.unwrap_or(0),
+            immediate: flag("immediate")?,
+            holding: holding(whole("weight")?, whole("limit")?, flag("shared")?).map_err(&bad)?,
+        },
+        "ok" => EventKind::Ok {
+            op,
+            fence: whole("fence")?,
+        },
+        "fail" => EventKind::Fail { op },
+        "info" => EventKind::Info { op },
+        "enter" => EventKind::Enter,
+        "exit" => EventKind::Exit,
+        "expired" => EventKind::ExpiryObserved,
+        "write" => EventKind::FencedWrite {
+            fence: whole("fence")?.ok_or_else(|| bad("fence is required for a write"))?,
+            accepted: flag("accepted")?,
+        },
+        "restart" => EventKind::StoreRestart {
+            persistent: flag("persistent")?,
+        },
+        _ => {
+            return Err(bad(
                 "type must be one of invoke, ok, fail, info, enter, exit, expired, write, restart",
-            )),
-        };
+            ))
+        }
+    };
     Ok(Event {
         client: whole("client")?.unwrap_or(0),
         key: text("key")?,

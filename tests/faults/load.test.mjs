@@ -65,6 +65,20 @@ test("checkHistory: hand-made histories, and bad input is a TypeError or RangeEr
   // With a release in between, the same grants are fine.
   const fine = [...overlap.slice(0, 2), { key: "k", owner: "a", type: "invoke", op: "release", t0: 5 }, { key: "k", owner: "a", type: "ok", op: "release", t0: 6 }, ...overlap.slice(2)];
   assert.equal(checkHistory(fine).ok, true);
+  // Shared holds: two permits of two at once pass; a third is over the limit; a read lock
+  // (shared, no limit) beside a lock is not.
+  const permit = (owner, t0, fence, extra = {}) => [
+    ev(owner, "invoke", t0, { ttlMs: 1000, immediate: true, limit: 2, ...extra }),
+    ev(owner, "ok", t0 + 1, { fence }),
+  ];
+  const two = [...permit("p1", 0, 1), ...permit("p2", 10, 2)];
+  assert.equal(checkHistory(two).ok, true, JSON.stringify(checkHistory(two).violations));
+  assert.deepEqual(checkHistory([...two, ...permit("p3", 20, 3)]).violations.map((v) => v.kind), ["over_limit"]);
+  assert.deepEqual(checkHistory([...two, ...permit("p3", 20, 3, { limit: 3 })]).violations.map((v) => v.kind), ["limit_mismatch"]);
+  const readerBesideWriter = [...overlap.slice(0, 2), ev("r", "invoke", 10, { ttlMs: 1000, immediate: true, shared: true }), ev("r", "ok", 11, { fence: 2 })];
+  assert.deepEqual(checkHistory(readerBesideWriter).violations.map((v) => v.kind), ["mutual_exclusion"]);
+  assert.throws(() => checkHistory([ev("p", "invoke", 0, { weight: 3, limit: 2 })]), TypeError);
+  assert.throws(() => checkHistory([ev("p", "invoke", 0, { weight: 2 })]), TypeError);
   assert.throws(() => checkHistory("nope"), TypeError);
   assert.throws(() => checkHistory([{ type: "bogus", t0: 1 }]), TypeError);
   assert.throws(() => checkHistory([{ type: "ok", t0: Number.NaN }]), TypeError);

@@ -17,7 +17,7 @@ use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use keel_lock::history::{
-    check, CheckOptions, Event, EventKind, Micros, Op, Report, Stamp, ViolationKind,
+    check, CheckOptions, Event, EventKind, Holding, Micros, Op, Report, Stamp, ViolationKind,
 };
 use keel_lock_component_host::{
     default_component_path, Broken, FaultCounts, Faults, Host, Instance, LockError, LockHandle,
@@ -193,6 +193,7 @@ impl Client<'_> {
             op,
             ttl_ms,
             immediate,
+            holding: Holding::Exclusive,
         };
         self.record(key, owner, stamp(now_us()), invoke);
         let answer = call(&mut self.inst).expect("the component trapped");
