@@ -65,3 +65,25 @@ export function unrefTimer(fn, ms) {
   timer?.unref?.();
   return timer;
 }
+
+/**
+ * Closes a waiting store's own connection once it has been idle for IDLE_CLOSE_MS: `arm()` when
+ * the last wait left (again while armed changes nothing), `cancel()` when a wait starts or the
+ * connection is closed another way. `close()` runs only if `stillIdle()` says so then.
+ */
+export function idleCloser(stillIdle, close) {
+  let timer = null;
+  return {
+    arm() {
+      if (timer !== null) return;
+      timer = unrefTimer(() => {
+        timer = null;
+        if (stillIdle()) close();
+      }, IDLE_CLOSE_MS);
+    },
+    cancel() {
+      clearTimeout(timer);
+      timer = null;
+    },
+  };
+}

@@ -3,22 +3,23 @@
 // Redis (ENQUEUE_SCRIPT, CHECK_SCRIPT, LEAVE_SCRIPT); this side keeps the pub/sub connection,
 // the timers and the pending calls. How it works: stores/README.md, "Waiting without polling".
 
-import { IDLE_CLOSE_MS, LockStoreClosedError, MAX_TTL_MS, unrefTimer } from "./args.js";
+import { idleCloser, LockStoreClosedError, MAX_TTL_MS } from "./args.js";
 import { clientClosed, openSubscriber } from "./redis-clients.js";
 import { CHECK_SCRIPT, CHECK_SHA, ENQUEUE_SCRIPT, ENQUEUE_SHA, fenceFrom, LEAVE_SCRIPT, LEAVE_SHA } from "./redis-scripts.js";
 
 // Waiting without polling: acquireOrWait, withdraw, close.
 //
 // The pub/sub connection is the store's own, so the store keeps it only while it is of use: it
-// is opened by the first wait, closed IDLE_CLOSE_MS after the last wait left, and closed at
-// once when the user closes their client (its "end" event; clients without one are found
-// closed by the next look). Waits still queued then fail with LockStoreClosedError. So a
+// is opened by the first wait, closed a moment (IDLE_CLOSE_MS) after the last wait left, and
+// closed at once when the user closes their client (its "end" event; clients without one are
+// found closed by the next look). Waits still queued then fail with LockStoreClosedError. So a
 // script that closes its client exits, with no close() of the store.
 export function redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs }) {
   const waits = new Map(); // lock name → Map(owner → pending acquireOrWait)
   const expiryTimers = new Map(); // lock name → the timer that looks at the holder's expiry
   let subscriber = null;
-  let idleTimer = null; // closes the subscriber once no wait is left
+  // Closes the subscriber once no wait is left.
+  const idle = idleCloser(() => waits.size === 0, () => unsubscribe().catch(() => {}));
   // The store's safety-net look: one timer for all its waits, due when the first of them is
   // (each queued wait is looked at least every max(pollMs, safetyNetMs) of its own).
   let lookTimer = null;
@@ -40,7 +41,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
         expiryTimers.delete(wait.lock);
         if (waits.size === 0) {
           lookAt(Infinity);
-          closeWhenIdle();
+          if (subscriber) idle.arm();
         }
       }
     }
@@ -70,7 +71,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
       }
     }, Math.max(0, waitMs - (Date.now() - started)));
     wait.queued = true;
-    wait.nextLook = Date.now() + wait.pollMs;
+    wait.nextLook = Date.now() + wait.lookEveryMs;
     lookAt(wait.nextLook);
     if (!wasSubscribed) {
       if (subscriber?.subscribed) look(new Set([lock]));
@@ -136,7 +137,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
 
   // One look at every queued wait of this store with no look in flight — in one request on a
   // single Redis (whatever `locks` asks for), in one request per lock of `locks` (every lock
-  // when null) on a cluster. Each wait it covers is next due pollMs from now.
+  // when null) on a cluster. Each wait it covers is next due lookEveryMs from now.
   function look(locks) {
     if (clientClosed(client, clientType)) return clientEnded();
     const now = Date.now();
@@ -158,7 +159,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
         for (const wait of covered) {
           args.push(wait.owner);
           wait.looking = true;
-          wait.nextLook = now + wait.pollMs;
+          wait.nextLook = now + wait.lookEveryMs;
         }
       }
       const done = () => {
@@ -231,22 +232,13 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
 
   // Closes the pub/sub connection (if any) and stops following the user's client.
   async function unsubscribe() {
-    clearTimeout(idleTimer);
-    idleTimer = null;
+    idle.cancel();
     const closing = subscriber;
     subscriber = null;
     if (!closing) return;
     client.removeListener?.("end", clientEnded);
     await closing.ready.catch(() => {});
     await closing.close();
-  }
-
-  function closeWhenIdle() {
-    if (!subscriber || idleTimer) return;
-    idleTimer = unrefTimer(() => {
-      idleTimer = null;
-      if (waits.size === 0) unsubscribe().catch(() => {});
-    }, IDLE_CLOSE_MS);
   }
 
   // The user closed their client: nothing this store sends can reach Redis any more. Every
@@ -296,11 +288,10 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
       if (clientClosed(client, clientType)) {
         return Promise.reject(new LockStoreClosedError("redisLockStore: the Redis client is closed"));
       }
-      clearTimeout(idleTimer);
-      idleTimer = null;
+      idle.cancel();
       const started = Date.now();
       return new Promise((resolve, reject) => {
-        const wait = { key, lock, owner, names, pollMs: Math.max(pollMs, safetyNetMs), resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
+        const wait = { key, lock, owner, names, lookEveryMs: Math.max(pollMs, safetyNetMs), resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
         if (pending === undefined) waits.set(lock, (pending = new Map()));
         pending.set(owner, wait);
         // With the subscription up, the hand-over message finds this wait registered. A key

@@ -2,7 +2,7 @@
 // methods a pg store adds. The queue and the hand-over are SQL (sql-schema.js); this side keeps
 // the LISTEN connection, the timers and the pending calls.
 
-import { argumentChecks, IDLE_CLOSE_MS, LockStoreClosedError, safetyNetOption, unrefTimer } from "./args.js";
+import { argumentChecks, idleCloser, LockStoreClosedError, unrefTimer } from "./args.js";
 import { toFence, truthy } from "./sql-drivers.js";
 
 const check = argumentChecks("databaseLockStore");
@@ -27,17 +27,17 @@ const isPgPool = (db) => typeof db.connect === "function" && typeof db.totalCoun
  *     when it passes, one `tick` hands the key to the oldest waiter (a crashed holder never
  *     releases).
  * The LISTEN connection is the store's own only when it came from a pool (or options.listen):
- * then it is given back IDLE_CLOSE_MS after the last wait left, so `pool.end()` is never kept
- * waiting for it by an idle store. When the user ends their pool or client, waits still queued
+ * then it is given back a moment (IDLE_CLOSE_MS) after the last wait left, so `pool.end()` is
+ * never kept waiting for it by an idle store. When the user ends their pool or client, waits still queued
  * fail with LockStoreClosedError (a single client's "end" event at once; a pool, which has no
  * such event, at the wait's next safety-net look).
  */
-export function pgWaiting(db, sql, io, options) {
+export function pgWaiting(db, sql, io, options, safetyNetMs) {
   const waiting = new Map(); // key -> Map(owner -> entry)
   const expiryTimers = new Map(); // key -> { at, timer }
   let listener = null; // { client, own: boolean, dead: boolean, close() }
-  let idleTimer = null; // gives the LISTEN connection back once no wait is left
-  const safetyNetMs = safetyNetOption("databaseLockStore", options.safetyNetMs);
+  // Gives the LISTEN connection back once no wait is left.
+  const idle = idleCloser(() => waiting.size === 0, () => stopListening().catch(() => {}));
   const pool = isPgPool(db);
   // A pg Pool says it is ending (or ended) once end() was called; a Client says nothing, but
   // emits "end", which the listener follows.
@@ -56,22 +56,13 @@ export function pgWaiting(db, sql, io, options) {
         const expiry = expiryTimers.get(entry.key);
         if (expiry) clearTimeout(expiry.timer);
         expiryTimers.delete(entry.key);
-        if (waiting.size === 0) closeWhenIdle();
+        if (waiting.size === 0 && listener?.own) idle.arm();
       }
     }
   }
 
-  function closeWhenIdle() {
-    if (!listener?.own || idleTimer) return;
-    idleTimer = unrefTimer(() => {
-      idleTimer = null;
-      if (waiting.size === 0) stopListening().catch(() => {});
-    }, IDLE_CLOSE_MS);
-  }
-
   async function stopListening() {
-    clearTimeout(idleTimer);
-    idleTimer = null;
+    idle.cancel();
     const closing = listener ?? (opening ? await opening.catch(() => null) : null);
     listener = null;
     if (closing && !closing.dead) await closing.close();
@@ -114,11 +105,10 @@ export function pgWaiting(db, sql, io, options) {
     const existing = expiryTimers.get(key);
     if (existing && existing.at <= at) return;
     if (existing) clearTimeout(existing.timer);
-    const timer = setTimeout(() => {
+    const timer = unrefTimer(() => {
       expiryTimers.delete(key);
       tick(key, null).catch(() => {});
     }, delay);
-    timer.unref?.();
     expiryTimers.set(key, { at, timer });
   }
 
@@ -234,8 +224,7 @@ export function pgWaiting(db, sql, io, options) {
 
   let opening = null;
   async function ensureListener() {
-    clearTimeout(idleTimer);
-    idleTimer = null;
+    idle.cancel();
     if (poolEnded()) throw new LockStoreClosedError("databaseLockStore: the pool was ended");
     if (listener && !listener.dead) return;
     if (!opening) {
@@ -256,7 +245,7 @@ export function pgWaiting(db, sql, io, options) {
       await ensureListener().catch(() => {});
       await tick(entry.key, entry.owner).catch(() => {});
       if (entry.state === "waiting") schedulePoll(entry);
-    }, entry.pollMs);
+    }, entry.lookEveryMs);
   }
 
   async function leave(entry) {
@@ -297,7 +286,7 @@ export function pgWaiting(db, sql, io, options) {
       await ensureListener();
       let entry;
       const answer = new Promise((resolve, reject) => {
-        entry = { key, owner, pollMs: Math.max(pollMs, safetyNetMs), state: "waiting", withdrawn: false, resolve, reject };
+        entry = { key, owner, lookEveryMs: Math.max(pollMs, safetyNetMs), state: "waiting", withdrawn: false, resolve, reject };
       });
       // The deadline timer can settle (or fail) `answer` while the enqueue below is still in
       // flight, before the caller holds `answer`: marked handled so that an early failure is not

@@ -80,7 +80,8 @@ export function databaseLockStore(db, options = {}) {
   const dialect = dialectOf(driver);
   const sql = statements(dialect, table);
   const io = driverFor(db, driver);
-  safetyNetOption("databaseLockStore", options.safetyNetMs); // checked for every dialect; pg uses it
+  // Checked for every dialect (a bad option is an error wherever it is given); pg uses it.
+  const safetyNetMs = safetyNetOption("databaseLockStore", options.safetyNetMs);
   if (options.listen !== undefined && typeof options.listen !== "function") {
     throw new TypeError("databaseLockStore: options.listen must be a function answering a pg client");
   }
@@ -186,7 +187,7 @@ export function databaseLockStore(db, options = {}) {
     },
   };
   if (dialect !== "postgres") return store; // SQLite and D1: waiting callers poll acquire
-  const wait = pgWaiting(db, sql, io, options);
+  const wait = pgWaiting(db, sql, io, options, safetyNetMs);
   Object.defineProperties(store, Object.getOwnPropertyDescriptors(wait));
   store.end = store.close;
   return store;

@@ -78,10 +78,12 @@ impl Checker<'_> {
                         Holding::Exclusive => exclusive -= 1,
                         Holding::Shared { weight: w, limit } => {
                             weight -= u128::from(w);
-                            let n = limits.get_mut(&limit).expect("counted when it started");
-                            *n -= 1;
-                            if *n == 0 {
-                                limits.remove(&limit);
+                            // Counted when it started (it was active): never below one here.
+                            if let Some(n) = limits.get_mut(&limit) {
+                                *n = n.saturating_sub(1);
+                                if *n == 0 {
+                                    limits.remove(&limit);
+                                }
                             }
                         }
                     }

@@ -16,8 +16,9 @@ import { LockContext, installHolding, setRunObserver } from "./holding.js";
 import { cancelTimer, releaseLateGrant, setWaiterWake, timer } from "./promises.js";
 
 // --- protocol (src/js/protocol.rs) ---------------------------------------------------------
-// The numbers this file and the wasm exchange, declared (with what each means) in
-// src/js/protocol.rs; tests/js_protocol.rs checks that every name below has the value there.
+// The numbers this file reads or passes, declared (with what each means) in src/js/protocol.rs;
+// tests/js_protocol.rs checks that each name below has the value there, that each is used, and
+// that every name of the table this file uses is declared here.
 // Step codes. A held step answers the fence (≥ 1) or HELD_UNFENCED.
 const REFUSED = 0;
 const HELD_UNFENCED = -1;
@@ -30,7 +31,6 @@ const STILL_QUEUED = -7;
 const CALL_ACQUIRE_OR_WAIT = -8;
 const FAILED = -100; // the error is w.__kError()
 // Ending a hold, and what became of the handle's slot.
-const RELEASED = 1;
 const KEPT = 0;
 const CLOSED = 3;
 const SPARED = 4;
@@ -46,9 +46,7 @@ const ANSWER_FALSE = 0;
 const ANSWER_TRUE = 1;
 const ANSWER_FENCE = 2;
 // Answers of the other operations.
-const EXTENDED = 1;
 const YES = 1;
-const NO = 0;
 const NOBODY = -1;
 const NOT_HELD_EXTEND = 0;
 const NOT_HELD_SERIALIZE = 1;
@@ -57,9 +55,6 @@ const WATCH_LOST = 0;
 const WATCH_EXTEND = -2;
 const WATCH_SLEEP = -3;
 const LOST_NOTHING = 0;
-const LOST_EXPIRED = 1;
-const LOST_REFUSED = 2;
-const LOST_HOLD_CAP = 3;
 // OUT: what a step hands over besides its code, read from wasm memory.
 const OUT_LEN = 5;
 const OUT_ARG = 0;

@@ -13,7 +13,7 @@ use wasm_bindgen::prelude::*;
 use super::api::parse_serialized;
 use super::convert::{bad_operation, input_to_js, method_name, operation, to_js, type_error};
 use super::handle::{
-    call_step, code_with_arg, insert, lock_of, number_or_failed, set_extra, text, StoreBinding,
+    call_step, code_with_arg, insert, lock_of, number_or_failed, set_extend, text, StoreBinding,
 };
 use super::ids::{id_map, IdMap};
 use super::lock::CoreLock;
@@ -83,7 +83,7 @@ pub(super) fn extend_lock(lock: Rc<CoreLock>, ttl: Ttl) -> Result<f64, JsValue> 
             });
             let bound = lock.ttl().as_ms();
             let code = call_step(bound, &owner);
-            set_extra(ttl.as_ms() as f64, f64::from(extend_id));
+            set_extend(ttl.as_ms() as f64, f64::from(extend_id));
             let extending = Extending {
                 lock,
                 owner,
@@ -113,7 +113,8 @@ pub fn extend_idle(key: &str, ttl: f64, given: bool) -> JsValue {
 pub fn not_held_error(key: &str, attempted: u32) -> JsValue {
     match attempted {
         NOT_HELD_EXTEND => not_held(key, HoldOperation::Extend),
-        _ => not_held(key, HoldOperation::Serialize),
+        NOT_HELD_SERIALIZE => not_held(key, HoldOperation::Serialize),
+        _ => type_error("keel-lock: no such hold operation (internal error)"),
     }
 }
 

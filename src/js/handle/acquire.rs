@@ -68,7 +68,7 @@ pub(super) fn drive(
             }
             (Next::AcquireOrWait { wait, bound_ms }, Backend::Js(_)) => {
                 call_step(bound_ms, attempt.owner());
-                set_extra(wait.wait_ms as f64, wait.poll_ms as f64);
+                set_wait(wait.wait_ms as f64, wait.poll_ms as f64);
                 with_entry(id, |e| e.attempt = Some(attempt))?;
                 return Ok(CALL_ACQUIRE_OR_WAIT);
             }
@@ -100,7 +100,10 @@ pub fn answered(id: f64, kind: u32, fence: f64) -> f64 {
     let grant = match kind {
         ANSWER_FALSE => Ok(None),
         ANSWER_TRUE => Ok(Some(Grant::unfenced())),
-        _ => answers::fenced(ACQUIRE_ANSWER, fence),
+        ANSWER_FENCE => answers::fenced(ACQUIRE_ANSWER, fence),
+        _ => Err(type_error(
+            "keel-lock: no such answer kind (internal error)",
+        )),
     };
     number_or_failed(settle_answer(id, grant))
 }

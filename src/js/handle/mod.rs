@@ -129,12 +129,19 @@ pub(in crate::js) fn code_with_arg(code: f64, value: f64) -> f64 {
     code
 }
 
-/// Sets the fourth and fifth numbers a step carries (`OUT_TTL`, `OUT_EXTEND_ID`; a wait puts
-/// its `waitMs` and `pollMs` there).
-pub(in crate::js) fn set_extra(ttl: f64, extend_id: f64) {
+/// Writes what an extend's [`CALL`] carries besides the owner: its TTL and its extend id.
+pub(in crate::js) fn set_extend(ttl: f64, extend_id: f64) {
     OUT.with(|o| {
         o[OUT_TTL].set(ttl);
         o[OUT_EXTEND_ID].set(extend_id);
+    });
+}
+
+/// Writes what a [`CALL_ACQUIRE_OR_WAIT`] carries besides the owner: `waitMs` and `pollMs`.
+pub(in crate::js) fn set_wait(wait_ms: f64, poll_ms: f64) {
+    OUT.with(|o| {
+        o[OUT_WAIT_MS].set(wait_ms);
+        o[OUT_POLL_MS].set(poll_ms);
     });
 }
 
