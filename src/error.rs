@@ -21,6 +21,8 @@ pub enum Operation {
     RemainingTime,
     /// `force_release(key)`: free the key whoever holds it.
     ForceRelease,
+    /// `acquire_shared(key, owner, ttl, share)`: take permits or a read lock.
+    AcquireShared,
 }
 
 impl fmt::Display for Operation {
@@ -32,6 +34,7 @@ impl fmt::Display for Operation {
             Operation::IsLocked => "is_locked",
             Operation::RemainingTime => "remaining_time",
             Operation::ForceRelease => "force_release",
+            Operation::AcquireShared => "acquire_shared",
         })
     }
 }
@@ -85,6 +88,18 @@ pub enum Error<E> {
         store: &'static str,
         /// The operation it lacks.
         operation: Operation,
+    },
+    /// The key's live shared holds are under another limit: `semaphore(key, asked)` while
+    /// holders of `semaphore(key, held)` are live. Never granted: "at most N" would mean two
+    /// things at once.
+    #[error("\"{key}\" is held as a semaphore of {held} permits; asked for one of {asked}")]
+    LimitMismatch {
+        /// The key.
+        key: String,
+        /// The limit of the live holds.
+        held: u32,
+        /// The limit asked for.
+        asked: u32,
     },
     /// The caller gave up waiting (its cancellation completed, e.g. an `AbortSignal` fired).
     /// Nothing is held or queued on its behalf.

@@ -113,6 +113,20 @@ pub enum InputError {
         /// The value that was given.
         value: u64,
     },
+    /// A semaphore limit that is not a whole number in `1..=MAX_LIMIT`.
+    InvalidLimit {
+        /// The value that was given.
+        value: f64,
+        /// The largest limit accepted.
+        max: u32,
+    },
+    /// A permit count that is not a whole number in `1..=limit`.
+    InvalidPermits {
+        /// The value that was given.
+        value: f64,
+        /// The semaphore's limit.
+        limit: u32,
+    },
     /// A serialized lock from a format version this build does not read.
     UnsupportedSerializedVersion {
         /// The version found in the string.
@@ -164,6 +178,20 @@ impl InputError {
                 &decimal(MAX_FENCE),
                 ", got ",
                 &decimal(*value),
+            ]
+            .concat(),
+            InputError::InvalidLimit { value, max } => [
+                "a semaphore limit must be a whole number between 1 and ",
+                &decimal(u64::from(*max)),
+                ", got ",
+                &ShowNumber(*value).text(),
+            ]
+            .concat(),
+            InputError::InvalidPermits { value, limit } => [
+                "permits must be a whole number between 1 and the limit, ",
+                &decimal(u64::from(*limit)),
+                ", got ",
+                &ShowNumber(*value).text(),
             ]
             .concat(),
             InputError::UnsupportedSerializedVersion { found, supported } => [

@@ -141,6 +141,7 @@ mod race;
 pub mod rows;
 pub mod runtime;
 pub mod serialized;
+pub mod share;
 pub mod store;
 pub mod token;
 #[cfg(feature = "testing")]
@@ -181,5 +182,6 @@ pub use lock::Lock;
 pub use memory::MemoryLockStore;
 pub use runtime::Runtime;
 pub use serialized::SerializedLock;
+pub use share::{Holding, Share, SharedGrant};
 pub use store::{ForceRelease, LockStore, Wait};
 pub use token::OwnerToken;

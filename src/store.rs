@@ -6,6 +6,7 @@ use alloc::rc::Rc;
 
 use crate::grant::Grant;
 use crate::input::{Key, Ttl};
+use crate::share::{Share, SharedGrant};
 use crate::token::OwnerToken;
 
 /// Where lock rows live. Implemented by [`crate::MemoryLockStore`], by the JS seam (any JS
@@ -95,6 +96,43 @@ pub trait LockStore {
         Ok(ForceRelease::Unsupported)
     }
 
+    /// Atomically: if a shared hold of `share.weight()` permits out of `share.limit()` fits on
+    /// `key` ([`crate::share::fit`]: no live exclusive hold, the live shared holds under the same
+    /// limit with room for it) and nobody is queued for the key, record `owner`'s hold for `ttl`
+    /// and answer it [`SharedGrant::Granted`] with the key's next fence. Live holds under another
+    /// limit answer [`SharedGrant::LimitMismatch`]. `release`, `extend` and `withdraw` then act on
+    /// this owner's hold alone; `is_locked` sees any live hold, `remaining_time` the last to
+    /// expire. An exclusive `acquire` must be refused while any shared hold is live.
+    ///
+    /// The default answers [`SharedGrant::Unsupported`]: a store that keeps no shared holds never
+    /// grants one as a lock.
+    async fn acquire_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+    ) -> Result<SharedGrant, Self::Error> {
+        let _ = (key, owner, ttl, share);
+        Ok(SharedGrant::Unsupported)
+    }
+
+    /// [`LockStore::acquire_shared`], or join the key's one FIFO queue (exclusive and shared
+    /// waiters alike) and wait up to `wait.wait_ms`: a hand-over grants the front waiters in
+    /// order while each fits and stops at the first that does not. The default is one
+    /// [`LockStore::acquire_shared`].
+    async fn acquire_shared_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        wait: Wait,
+    ) -> Result<SharedGrant, Self::Error> {
+        let _ = wait;
+        self.acquire_shared(key, owner, ttl, share).await
+    }
+
     /// The caller with `owner` stopped waiting for `key` (it gave up or was aborted): leave the
     /// queue, and if the store already handed `key` to `owner`, release it. Afterwards `owner`
     /// neither holds `key` nor waits for it. The default releases.
@@ -160,6 +198,12 @@ macro_rules! forward_store {
             }
             async fn force_release(&self, key: &Key) -> Result<ForceRelease, S::Error> {
                 (**self).force_release(key).await
+            }
+            async fn acquire_shared(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, share: Share) -> Result<SharedGrant, S::Error> {
+                (**self).acquire_shared(key, owner, ttl, share).await
+            }
+            async fn acquire_shared_or_wait(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, share: Share, wait: Wait) -> Result<SharedGrant, S::Error> {
+                (**self).acquire_shared_or_wait(key, owner, ttl, share, wait).await
             }
         }
     )*};

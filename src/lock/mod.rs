@@ -18,6 +18,7 @@ use crate::input::{AcquireOptions, Key, Ttl};
 use crate::race::{race, Either};
 use crate::runtime::Runtime;
 use crate::serialized::SerializedLock;
+use crate::share::{Holding, SharedGrant};
 use crate::store::{ForceRelease, LockStore};
 use crate::token::OwnerToken;
 
@@ -120,6 +121,8 @@ pub struct Lock<S, R> {
     ttl: Ttl,
     store: S,
     runtime: R,
+    /// Exclusive (a lock, a write lock), or the permits a semaphore or read lock takes.
+    holding: Cell<Holding>,
     hold: RefCell<Hold>,
 }
 
@@ -133,8 +136,98 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             ttl,
             store,
             runtime,
+            holding: Cell::new(Holding::Exclusive),
             hold: RefCell::new(Hold::None),
         }
+    }
+
+    /// This lock, taking its key as `holding` says: [`Holding::Shared`] for a semaphore's
+    /// permits or a read lock (weight 1 under [`crate::share::MAX_LIMIT`]), on a store that
+    /// keeps shared holds ([`LockStore::acquire_shared`]); others fail with
+    /// [`Error::Unsupported`].
+    ///
+    /// ```
+    /// use keel_lock::{AcquireOptions, Holding, Key, Lock, MemoryLockStore, Share, Ttl};
+    /// use keel_lock::virtual_time::VirtualRuntime;
+    ///
+    /// let rt = VirtualRuntime::new();
+    /// let store = MemoryLockStore::new(rt.clone());
+    /// let (key, ttl) = (Key::new("llm-api")?, Ttl::from_ms(30_000)?);
+    /// let permit = || {
+    ///     let share = Share::new(1, 2).unwrap();
+    ///     Lock::new(key.clone(), ttl, &store, rt.clone()).holding(Holding::Shared(share))
+    /// };
+    /// let (a, b, c) = (permit(), permit(), permit());
+    /// rt.block_on(async {
+    ///     assert!(a.acquire(AcquireOptions::immediately()).await?);
+    ///     assert!(b.acquire(AcquireOptions::immediately()).await?);
+    ///     // At most two at once: the third waits for a permit.
+    ///     assert!(!c.acquire(AcquireOptions::immediately()).await?);
+    ///     a.release().await?;
+    ///     assert!(c.acquire(AcquireOptions::immediately()).await?);
+    ///     Ok::<_, keel_lock::Error<core::convert::Infallible>>(())
+    /// })?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn holding(self, holding: Holding) -> Self {
+        self.holding.set(holding);
+        self
+    }
+
+    /// Changes how the next acquire holds the key (a semaphore handle taking another number of
+    /// permits). A hold already taken keeps its terms.
+    pub fn set_holding(&self, holding: Holding) {
+        self.holding.set(holding);
+    }
+
+    /// How this lock takes its key.
+    pub fn current_holding(&self) -> Holding {
+        self.holding.get()
+    }
+
+    /// A shared store answer as an acquire's: granted, busy, or the error it is.
+    pub(crate) fn shared_answer(
+        &self,
+        answer: SharedGrant,
+    ) -> LockResult<Option<crate::grant::Grant>, S> {
+        match answer {
+            SharedGrant::Granted(grant) => Ok(Some(grant)),
+            SharedGrant::Busy => Ok(None),
+            SharedGrant::LimitMismatch { held } => Err(Error::LimitMismatch {
+                key: self.key.as_str().to_owned(),
+                held,
+                asked: self.holding.get().share().map_or(0, |s| s.limit()),
+            }),
+            SharedGrant::Unsupported => Err(Error::Unsupported {
+                store: self.store.name(),
+                operation: Operation::AcquireShared,
+            }),
+        }
+    }
+
+    /// The store's acquire for this lock's holding, answered as a shared one.
+    async fn acquire_call(
+        &self,
+        owner: &OwnerToken,
+        wait: Option<crate::store::Wait>,
+    ) -> Result<SharedGrant, S::Error> {
+        let (key, ttl) = (&self.key, self.ttl);
+        Ok(match (self.holding.get(), wait) {
+            (Holding::Exclusive, None) => self.store.acquire(key, owner, ttl).await?.into(),
+            (Holding::Exclusive, Some(wait)) => self
+                .store
+                .acquire_or_wait(key, owner, ttl, wait)
+                .await?
+                .into(),
+            (Holding::Shared(share), None) => {
+                self.store.acquire_shared(key, owner, ttl, share).await?
+            }
+            (Holding::Shared(share), Some(wait)) => {
+                self.store
+                    .acquire_shared_or_wait(key, owner, ttl, share, wait)
+                    .await?
+            }
+        })
     }
 
     /// Rebuilds a lock from [`Lock::serialize`]'s output, owner token and all, so this process
@@ -281,19 +374,18 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         loop {
             next = match next {
                 Next::Acquire { bound_ms } => {
-                    let call = self.store.acquire(&self.key, attempt.owner(), self.ttl);
+                    let call = self.acquire_call(attempt.owner(), None);
                     match self.within(call, || bound_ms).await {
                         Some(answer) => {
-                            let grant = answer.map_err(self.store_error(Operation::Acquire))?;
+                            let answer = answer.map_err(self.store_error(Operation::Acquire))?;
+                            let grant = self.shared_answer(answer)?;
                             attempt.answered(grant, self.runtime.monotonic_ms())
                         }
                         None => attempt.unanswered(self.runtime.monotonic_ms())?,
                     }
                 }
                 Next::AcquireOrWait { wait, bound_ms } => {
-                    let call =
-                        self.store
-                            .acquire_or_wait(&self.key, attempt.owner(), self.ttl, wait);
+                    let call = self.acquire_call(attempt.owner(), Some(wait));
                     // Bounded from when the call first goes unanswered, as the wait is.
                     let started = self.runtime.monotonic_ms();
                     let waiting = self.within(call, || {
@@ -301,7 +393,8 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                     });
                     match race(waiting, cancel.as_mut()).await {
                         Either::First(Some(answer)) => {
-                            let grant = answer.map_err(self.store_error(Operation::Acquire))?;
+                            let answer = answer.map_err(self.store_error(Operation::Acquire))?;
+                            let grant = self.shared_answer(answer)?;
                             attempt.answered(grant, self.runtime.monotonic_ms())
                         }
                         Either::First(None) => attempt.unanswered(self.runtime.monotonic_ms())?,

@@ -16,10 +16,12 @@ use crate::input::{Key, Ttl};
 use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
+use crate::share::{Holding, Share, SharedGrant};
 use crate::store::{ForceRelease, LockStore, Wait};
 use crate::token::OwnerToken;
 
 pub(crate) mod queue;
+mod shared;
 #[cfg(test)]
 mod tests;
 
@@ -118,6 +120,8 @@ impl Row {
 /// ```
 pub struct MemoryLockStore<R: Runtime> {
     rows: RefCell<HashMap<Key, Row, KeyHasher>>,
+    /// Semaphore permits and read locks, per key (`shared.rs`).
+    shared: RefCell<HashMap<Key, shared::SharedRow, KeyHasher>>,
     queues: RefCell<HashMap<Key, Queue, KeyHasher>>,
     /// The maps' hasher, kept to draw its keys before a map is borrowed.
     hasher: KeyHasher,
@@ -132,6 +136,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         let hasher = KeyHasher::default();
         MemoryLockStore {
             rows: RefCell::new(HashMap::with_hasher(hasher.clone())),
+            shared: RefCell::new(HashMap::with_hasher(hasher.clone())),
             queues: RefCell::new(HashMap::with_hasher(hasher.clone())),
             hasher,
             next_sweep_at: Cell::new(SWEEP_FLOOR),
@@ -162,7 +167,8 @@ impl<R: Runtime> MemoryLockStore<R> {
         rows.retain(|_, row| row.expires_at > now);
         let removed = before - rows.len();
         self.next_sweep_at.set((rows.len() * 2).max(SWEEP_FLOOR));
-        removed
+        drop(rows);
+        removed + self.purge_shared(now)
     }
 
     /// Reads `key`'s row, asks [`crate::rows`] what to do, applies it, answers `granted`.
@@ -229,9 +235,16 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Set-if-absent without looking at the queue.
     pub(super) fn take(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, now: u64) -> Option<Grant> {
-        if !self.decide(key, owner, |row| rows::acquire(row, now, ttl)) {
+        if self.shared_live(key, now)
+            || !self.decide(key, owner, |row| rows::acquire(row, now, ttl))
+        {
             return None;
         }
+        Some(Grant::new(self.next_fence()))
+    }
+
+    /// The next fence from the store's one counter.
+    pub(super) fn next_fence(&self) -> Option<Fence> {
         // After 2^53 − 1 grants (centuries at a million a second) the counter is spent and
         // grants carry no fence rather than a repeated one.
         let fence = match self.last_fence.get() {
@@ -241,7 +254,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         if fence.is_some() {
             self.last_fence.set(fence);
         }
-        Some(Grant::new(fence))
+        fence
     }
 
     /// Synchronous [`LockStore::release`]; a waiter, if any, holds the key when it returns.
@@ -252,7 +265,8 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// [`MemoryLockStore::release_sync`] at `now` on the store's monotonic clock, read by the
     /// caller (the JS binding reads it in JS, saving a call out of the wasm).
     pub(crate) fn release_at(&self, key: &Key, owner: &OwnerToken, now: u64) -> bool {
-        let released = self.decide(key, owner, |row| rows::release(row, now, owner));
+        let released = self.decide(key, owner, |row| rows::release(row, now, owner))
+            || self.release_shared(key, owner, now);
         if released {
             self.hand_over(key, now);
         }
@@ -268,9 +282,17 @@ impl<R: Runtime> MemoryLockStore<R> {
         key: &Key,
         owner: &OwnerToken,
         ttl: Ttl,
+        holding: Holding,
         wait_ms: u64,
     ) -> Option<Grant> {
-        let parked = self.join(key, owner, ttl, wait_ms, self.runtime.monotonic_ms())?;
+        let parked = self.join(
+            key,
+            owner,
+            ttl,
+            holding,
+            wait_ms,
+            self.runtime.monotonic_ms(),
+        )?;
         // Leaves the queue however this future ends: granted, timed out, or dropped by a
         // caller that gave up (then a grant that already arrived is released).
         let _leave = Leave {
@@ -303,7 +325,8 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// Synchronous [`LockStore::extend`].
     pub fn extend_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
         let now = self.runtime.monotonic_ms();
-        let extended = self.decide(key, owner, |row| rows::extend(row, now, owner, ttl));
+        let extended = self.decide(key, owner, |row| rows::extend(row, now, owner, ttl))
+            || self.extend_shared(key, owner, ttl, now);
         if extended {
             // A shorter TTL than before moves the expiry the waiters' timer was set for.
             self.keep_time_by(key, now.saturating_add(ttl.as_ms()));
@@ -320,14 +343,17 @@ impl<R: Runtime> MemoryLockStore<R> {
             .borrow_mut()
             .remove(key.as_str())
             .is_some_and(|row| row.expires_at > now);
+        let shared = self.force_release_shared(key, now);
         self.hand_over(key, now);
-        held
+        held || shared
     }
 
     /// Synchronous [`LockStore::remaining_time`].
     pub fn remaining_time_sync(&self, key: &Key) -> Option<u64> {
         let now = self.runtime.monotonic_ms();
-        rows::remaining_time(self.rows.borrow().get(key.as_str()).map(Row::view), now)
+        let exclusive =
+            rows::remaining_time(self.rows.borrow().get(key.as_str()).map(Row::view), now);
+        exclusive.max(self.shared_remaining(key, now))
     }
 }
 
@@ -377,6 +403,32 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
             true => ForceRelease::Freed,
             false => ForceRelease::WasFree,
         })
+    }
+    async fn acquire_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+    ) -> Result<SharedGrant, Infallible> {
+        Ok(self.acquire_shared_sync(key, owner, ttl, share))
+    }
+    async fn acquire_shared_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        wait: Wait,
+    ) -> Result<SharedGrant, Infallible> {
+        let holding = Holding::Shared(share);
+        match self.acquire_shared_sync(key, owner, ttl, share) {
+            SharedGrant::Busy => Ok(self
+                .queue_for(key, owner, ttl, holding, wait.wait_ms)
+                .await
+                .into()),
+            answer => Ok(answer),
+        }
     }
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), Infallible> {
         // A waiter's queue entry leaves with its dropped wait; what remains is a hold.

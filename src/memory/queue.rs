@@ -3,11 +3,14 @@
 //! holder's expiry and the waiters' deadlines.
 
 use super::*;
+use crate::share::{fit, Fit};
 
 /// A caller parked in a key's queue.
 pub(super) struct Waiter {
     pub(super) owner: OwnerToken,
     pub(super) ttl: Ttl,
+    /// Exclusive, or the permits it waits for.
+    pub(super) holding: Holding,
     /// When it joined the queue, by the store's clock.
     pub(super) since: u64,
     /// When it stops waiting, by the store's clock.
@@ -103,53 +106,66 @@ impl<R: Runtime> Drop for Leave<'_, R> {
 }
 
 impl<R: Runtime> MemoryLockStore<R> {
-    /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting
-    /// and wakes it. Waiters that left are dropped from the queue, and so are those whose
-    /// deadline has passed by `now` even if the timekeeper's timer has not fired yet (a late
-    /// timer must not turn a wait that ran out into a grant); an emptied queue is removed.
+    /// Grants `key` to its waiters in arrival order while each fits beside what is live at
+    /// `now` (one writer; or readers and permits until the next does not fit — nobody passes
+    /// the waiter at the front), and wakes them. Waiters that left are dropped from the queue,
+    /// and so are those whose deadline has passed by `now` even if the timekeeper's timer has
+    /// not fired yet (a late timer must not turn a wait that ran out into a grant); an emptied
+    /// queue is removed.
     pub(super) fn hand_over(&self, key: &Key, now: u64) {
         let mut ran_out = Vec::new();
-        let next = {
+        let mut granted = Vec::new();
+        {
             let mut queues = self.queues.borrow_mut();
             let Some(queue) = queues.get_mut(key.as_str()) else {
                 return;
             };
-            let held = self
-                .rows
-                .borrow()
-                .get(key.as_str())
-                .is_some_and(|row| row.expires_at > now);
-            if held {
-                return;
-            }
             let waiters = &mut queue.waiters;
-            while let Some(front) = waiters.front() {
-                if front.gone.get() || front.timed_out.get() {
-                    waiters.pop_front();
-                } else if front.deadline <= now {
-                    front.timed_out.set(true);
-                    ran_out.extend(waiters.pop_front());
-                } else {
+            loop {
+                while let Some(front) = waiters.front() {
+                    if front.gone.get() || front.timed_out.get() {
+                        waiters.pop_front();
+                    } else if front.deadline <= now {
+                        front.timed_out.set(true);
+                        ran_out.extend(waiters.pop_front());
+                    } else {
+                        break;
+                    }
+                }
+                let Some(front) = waiters.front() else { break };
+                let fits = fit(self.live_holds(key, now), front.holding) == Fit::Fits;
+                if !fits {
                     break;
                 }
+                let waiter = waiters.pop_front().expect("the front was just read");
+                let grant =
+                    match self.take_holding(key, &waiter.owner, waiter.ttl, waiter.holding, now) {
+                        SharedGrant::Granted(g) => Some(g.waited(now.saturating_sub(waiter.since))),
+                        _ => None,
+                    };
+                waiter.grant.set(grant);
+                granted.push(waiter);
             }
-            let next = waiters.pop_front();
             if waiters.is_empty() && queue.keeper.is_none() {
                 queues.remove(key.as_str());
             }
-            next
-        };
-        // Told with no store borrow held, as below.
+        }
+        // Told with no store borrow held: a waker may poll its waiter right away.
         ran_out.iter().for_each(|t| t.wake());
-        let Some(waiter) = next else { return };
-        let grant = self
-            .take(key, &waiter.owner, waiter.ttl, now)
-            .map(|g| g.waited(now.saturating_sub(waiter.since)));
-        waiter.grant.set(grant);
-        // Woken with no store borrow held: a waker may poll its waiter right away.
-        waiter.wake();
-        // The new holder may expire before the timekeeper's timer: make it look again.
-        self.keep_time_by(key, now.saturating_add(waiter.ttl.as_ms()));
+        for waiter in granted {
+            waiter.wake();
+            // The new holder may expire before the timekeeper's timer: make it look again.
+            self.keep_time_by(key, now.saturating_add(waiter.ttl.as_ms()));
+        }
+    }
+
+    /// Whether anyone still waits in `key`'s queue.
+    pub(super) fn has_waiters(&self, key: &Key) -> bool {
+        self.queues.borrow().get(key.as_str()).is_some_and(|q| {
+            q.waiters
+                .iter()
+                .any(|t| !t.gone.get() && !t.timed_out.get())
+        })
     }
 
     /// Pokes `key`'s timekeeper if its timer is set for later than `at` (a holder's new
@@ -165,13 +181,23 @@ impl<R: Runtime> MemoryLockStore<R> {
         }
     }
 
-    /// The expiry of `key`'s live hold, if any.
+    /// When `key`'s next live hold expires, if any: the time a waiter may next fit.
     pub(super) fn expiry(&self, key: &Key, now: u64) -> Option<u64> {
-        self.rows
+        let exclusive = self
+            .rows
             .borrow()
             .get(key.as_str())
             .map(|row| row.expires_at)
-            .filter(|at| *at > now)
+            .filter(|at| *at > now);
+        let shared = self.shared.borrow();
+        let first_shared = match shared.is_empty() {
+            true => None,
+            false => shared.get(key.as_str()).and_then(|r| r.first_expiry(now)),
+        };
+        match (exclusive, first_shared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// When `waiter` is (or now becomes) its queue's timekeeper: the time to wake, the earliest
@@ -231,7 +257,8 @@ impl<R: Runtime> MemoryLockStore<R> {
         if let Some(grant) = self.acquire_sync(key, owner, ttl) {
             return Some(grant);
         }
-        self.queue_for(key, owner, ttl, wait_ms).await
+        self.queue_for(key, owner, ttl, Holding::Exclusive, wait_ms)
+            .await
     }
 
     /// Queues a caller refused at `now` behind `key`'s other waiters, for up to `wait_ms`
@@ -243,6 +270,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         key: &Key,
         owner: &OwnerToken,
         ttl: Ttl,
+        holding: Holding,
         wait_ms: u64,
         now: u64,
     ) -> Option<Parked> {
@@ -252,6 +280,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         let waiter = Rc::new(Waiter {
             owner: owner.clone(),
             ttl,
+            holding,
             since: now,
             deadline: now.saturating_add(wait_ms),
             grant: Cell::new(None),

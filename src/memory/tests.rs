@@ -35,10 +35,24 @@ fn the_next_timekeeper_takes_a_key_its_holder_let_expire() {
     let holder = OwnerToken::mint().unwrap();
     assert!(store.acquire_at(&key, &holder, ttl, 0).is_some());
     let first = store
-        .join(&key, &OwnerToken::mint().unwrap(), ttl, 10_000, 0)
+        .join(
+            &key,
+            &OwnerToken::mint().unwrap(),
+            ttl,
+            Holding::Exclusive,
+            10_000,
+            0,
+        )
         .unwrap();
     let second = store
-        .join(&key, &OwnerToken::mint().unwrap(), ttl, 10_000, 1)
+        .join(
+            &key,
+            &OwnerToken::mint().unwrap(),
+            ttl,
+            Holding::Exclusive,
+            10_000,
+            1,
+        )
         .unwrap();
     assert_eq!(parked_until(store.wait_step(&first, 0)), Some(50));
     assert_eq!(parked_until(store.wait_step(&second, 1)), None);
@@ -60,7 +74,9 @@ fn a_waiter_queued_after_the_holders_expiry_takes_the_key_at_its_first_step() {
     let (holder, waiter) = (OwnerToken::mint().unwrap(), OwnerToken::mint().unwrap());
     assert!(store.acquire_at(&key, &holder, ttl, 0).is_some());
     assert!(store.acquire_at(&key, &waiter, ttl, 49).is_none());
-    let parked = store.join(&key, &waiter, ttl, 10_000, 50).unwrap();
+    let parked = store
+        .join(&key, &waiter, ttl, Holding::Exclusive, 10_000, 50)
+        .unwrap();
     assert!(matches!(
         store.wait_step(&parked, 50),
         WaitStep::Done(Some(_))
