@@ -64,6 +64,13 @@ pub trait LockStore {
         false
     }
 
+    /// Whether this store parks waiting shared requests too
+    /// ([`LockStore::acquire_shared_or_wait`]); when it does not, a semaphore or read lock
+    /// polls [`LockStore::acquire_shared`].
+    fn hands_over_shared(&self) -> bool {
+        false
+    }
+
     /// Whether every call completes on its own, on time: an in-process store whose waits keep
     /// their own deadlines (the memory store). The core then sets no timer to bound its calls.
     fn always_answers(&self) -> bool {
@@ -189,6 +196,9 @@ macro_rules! forward_store {
             }
             fn hands_over(&self) -> bool {
                 (**self).hands_over()
+            }
+            fn hands_over_shared(&self) -> bool {
+                (**self).hands_over_shared()
             }
             async fn acquire_or_wait(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, wait: Wait) -> Result<Option<Grant>, S::Error> {
                 (**self).acquire_or_wait(key, owner, ttl, wait).await

@@ -72,9 +72,10 @@ fn wit_error(e: Error<KeyValueError>) -> LockError {
         } => LockError::StoreError(format!("{store} store failed during {operation}: {error}")),
         Error::Random(e) => LockError::RandomUnavailable(e.to_string()),
         // The component API has neither cancellation nor force-release.
-        Error::Aborted | Error::Unsupported { .. } | Error::StoreTimeout { .. } => {
-            LockError::StoreError(e.to_string())
-        }
+        Error::Aborted
+        | Error::Unsupported { .. }
+        | Error::StoreTimeout { .. }
+        | Error::LimitMismatch { .. } => LockError::StoreError(e.to_string()),
     }
 }
 

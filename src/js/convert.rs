@@ -194,7 +194,20 @@ pub(crate) fn method_name(op: Operation) -> &'static str {
         Operation::IsLocked => "isLocked",
         Operation::RemainingTime => "remainingTime",
         Operation::ForceRelease => "forceRelease",
+        Operation::AcquireShared => "acquireShared",
     }
+}
+
+/// A store call's `weight` and `limit`: numbers (else a `TypeError`), whole, with
+/// `1 <= weight <= limit <= 2^32 - 1` (else a `RangeError`).
+pub(crate) fn share(weight: &JsValue, limit: &JsValue) -> Result<crate::share::Share, JsValue> {
+    use crate::share::Share;
+    let number = |v: &JsValue, name: &str| {
+        v.as_f64()
+            .ok_or_else(|| type_error([name, " must be a number, got ", &describe(v)].concat()))
+    };
+    let limit = Share::limit_from_f64(number(limit, "limit")?).map_err(input_to_js)?;
+    Share::from_f64(number(weight, "weight")?, limit).map_err(input_to_js)
 }
 
 pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {

@@ -12,6 +12,7 @@ use super::convert::{grant_to_js, key, owner, required_ttl};
 use super::runtime::JsRuntime;
 use crate::error::Operation;
 use crate::memory::MemoryLockStore;
+use crate::share::SharedGrant;
 
 per_thread! {
     /// Hand-off slot used by `setLockStore` to recognise a `MemoryLockStore` object without
@@ -88,6 +89,31 @@ pub fn memory_call(
             .remaining_time_sync(&k)
             .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)),
         Operation::ForceRelease => m.force_release_sync(&k).into(),
+        Operation::AcquireShared => return Err(super::convert::bad_operation()),
+    })
+}
+
+/// `MemoryLockStore.prototype.acquireShared(key, owner, ttlMs, weight, limit)`: `{ fence }`,
+/// `false`, or `{ heldLimit }` when the key's live permits have another limit.
+#[wasm_bindgen(js_name = __kMemoryShared, skip_typescript)]
+pub fn memory_shared(
+    store: &JsMemoryLockStore,
+    k: JsValue,
+    o: JsValue,
+    t: JsValue,
+    weight: JsValue,
+    limit: JsValue,
+) -> Result<JsValue, JsValue> {
+    let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
+    let share = super::convert::share(&weight, &limit)?;
+    Ok(match store.inner.acquire_shared_sync(&k, &o, t, share) {
+        SharedGrant::Granted(grant) => return grant_to_js(Some(grant)),
+        SharedGrant::LimitMismatch { held } => {
+            let answer = js_sys::Object::new();
+            js_sys::Reflect::set(&answer, &"heldLimit".into(), &f64::from(held).into())?;
+            answer.into()
+        }
+        _ => JsValue::FALSE,
     })
 }
 

@@ -16,13 +16,17 @@ use crate::error::Operation;
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl, MAX_TTL_MS};
 use crate::memory::MemoryLockStore;
+use crate::share::{Share, SharedGrant};
 use crate::store::{ForceRelease, LockStore, Wait};
 use crate::token::OwnerToken;
 
 /// A store written in JS: the object and its five methods, looked up once at `setLockStore`,
 /// plus the optional pair that lets a store hand keys over to waiters:
 /// `acquireOrWait(key, owner, ttlMs, waitMs, pollMs)` (answers like `acquire`, or
-/// `{ fence, waitedMs }`) and `withdraw(key, owner)`.
+/// `{ fence, waitedMs }`) and `withdraw(key, owner)`; and the optional pair that lets it keep
+/// shared holds (semaphores, read locks): `acquireShared(key, owner, ttlMs, weight, limit)` and
+/// `acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, pollMs)`, answering as
+/// `acquire`/`acquireOrWait` do or `{ heldLimit }` when the key's live holds have another limit.
 pub struct JsLockStore {
     object: JsValue,
     acquire: Function,
@@ -33,6 +37,8 @@ pub struct JsLockStore {
     acquire_or_wait: Option<Function>,
     withdraw: Option<Function>,
     force_release: Option<Function>,
+    acquire_shared: Option<Function>,
+    acquire_shared_or_wait: Option<Function>,
 }
 
 impl JsLockStore {
@@ -70,6 +76,8 @@ impl JsLockStore {
             acquire_or_wait: optional("acquireOrWait")?,
             withdraw: optional("withdraw")?,
             force_release: optional("forceRelease")?,
+            acquire_shared: optional("acquireShared")?,
+            acquire_shared_or_wait: optional("acquireSharedOrWait")?,
             acquire: method(Operation::Acquire)?,
             release: method(Operation::Release)?,
             extend: method(Operation::Extend)?,
@@ -92,6 +100,37 @@ impl JsLockStore {
             [a, b, c] => method.call3(&self.object, a, b, c),
             _ => method.apply(&self.object, &args.iter().collect()),
         }
+    }
+
+    /// `acquireShared`, or `acquireSharedOrWait` when there is a wait and the store has it.
+    async fn shared_call(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        wait: Option<Wait>,
+    ) -> Result<SharedGrant, JsValue> {
+        let mut args = vec![
+            js_key(key),
+            js_owner(owner),
+            js_ttl(ttl),
+            JsValue::from_f64(share.weight().into()),
+            JsValue::from_f64(share.limit().into()),
+        ];
+        let (method, name) = match (wait, &self.acquire_shared_or_wait) {
+            (Some(wait), Some(method)) => {
+                args.push(JsValue::from_f64(wait.wait_ms as f64));
+                args.push(JsValue::from_f64(wait.poll_ms as f64));
+                (method, "lock store's acquireSharedOrWait()")
+            }
+            _ => match &self.acquire_shared {
+                Some(method) => (method, "lock store's acquireShared()"),
+                None => return Ok(SharedGrant::Unsupported),
+            },
+        };
+        let answer = self.call_acquiring(method, &args, key, owner).await?;
+        answers::shared(name, &answer, wait.is_some())
     }
 
     /// Calls a method and settles its answer: a thrown error or a rejection comes back as the
@@ -210,6 +249,30 @@ pub(crate) mod answers {
         Ok(Some(Grant::new(fence).waited(waited_ms.unwrap_or(0))))
     }
 
+    /// `acquireShared`'s answer (`acquireSharedOrWait`'s with `waited`): as `acquire`'s, or
+    /// `{ heldLimit }` — the key's live shared holds have that other limit.
+    pub(crate) fn shared(
+        method: &str,
+        answer: &JsValue,
+        waited: bool,
+    ) -> Result<SharedGrant, JsValue> {
+        if answer.is_object() {
+            let held = get_prop!(answer, "heldLimit")?;
+            if !held.is_undefined() {
+                let limit = crate::share::MAX_LIMIT as u64;
+                return match held.as_f64().and_then(|f| whole(f, 1.0, limit)) {
+                    Some(held) => Ok(SharedGrant::LimitMismatch { held: held as u32 }),
+                    None => Err(broken(
+                        method,
+                        "false, { fence } or { heldLimit } with a whole-number limit",
+                        answer,
+                    )),
+                };
+            }
+        }
+        grant(method, answer, waited).map(SharedGrant::from)
+    }
+
     /// A boolean.
     pub(crate) fn boolean(method: &str, answer: &JsValue) -> Result<bool, JsValue> {
         answer
@@ -298,6 +361,10 @@ impl LockStore for JsLockStore {
         self.acquire_or_wait.is_some()
     }
 
+    fn hands_over_shared(&self) -> bool {
+        self.acquire_shared_or_wait.is_some()
+    }
+
     async fn acquire_or_wait(
         &self,
         key: &Key,
@@ -330,6 +397,27 @@ impl LockStore for JsLockStore {
                 false => ForceRelease::WasFree,
             },
         )
+    }
+
+    async fn acquire_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+    ) -> Result<SharedGrant, JsValue> {
+        self.shared_call(key, owner, ttl, share, None).await
+    }
+
+    async fn acquire_shared_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        wait: Wait,
+    ) -> Result<SharedGrant, JsValue> {
+        self.shared_call(key, owner, ttl, share, Some(wait)).await
     }
 
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), JsValue> {
@@ -410,6 +498,13 @@ impl LockStore for Backend {
         }
     }
 
+    fn hands_over_shared(&self) -> bool {
+        match self {
+            Backend::Memory(_) => true,
+            Backend::Js(j) => j.hands_over_shared(),
+        }
+    }
+
     fn always_answers(&self) -> bool {
         matches!(self, Backend::Memory(_))
     }
@@ -434,6 +529,36 @@ impl LockStore for Backend {
                 false => ForceRelease::WasFree,
             }),
             Backend::Js(j) => j.force_release(key).await,
+        }
+    }
+
+    async fn acquire_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+    ) -> Result<SharedGrant, JsValue> {
+        match self {
+            Backend::Memory(m) => Ok(m.acquire_shared_sync(key, owner, ttl, share)),
+            Backend::Js(j) => j.acquire_shared(key, owner, ttl, share).await,
+        }
+    }
+
+    async fn acquire_shared_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        wait: Wait,
+    ) -> Result<SharedGrant, JsValue> {
+        match self {
+            Backend::Memory(m) => Ok(m
+                .acquire_shared_or_wait(key, owner, ttl, share, wait)
+                .await
+                .unwrap_or_else(|never| match never {})),
+            Backend::Js(j) => j.acquire_shared_or_wait(key, owner, ttl, share, wait).await,
         }
     }
 

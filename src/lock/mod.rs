@@ -205,6 +205,14 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
     }
 
+    /// Whether the store queues this lock's kind of request and hands the key over.
+    pub(crate) fn store_hands_over(&self) -> bool {
+        match self.holding.get() {
+            Holding::Exclusive => self.store.hands_over(),
+            Holding::Shared(_) => self.store.hands_over_shared(),
+        }
+    }
+
     /// The store's acquire for this lock's holding, answered as a shared one.
     async fn acquire_call(
         &self,
@@ -368,7 +376,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         let (mut attempt, mut next) = Attempt::start(
             options,
             self.ttl,
-            self.store.hands_over(),
+            self.store_hands_over(),
             self.runtime.monotonic_ms(),
         )?;
         loop {

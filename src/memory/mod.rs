@@ -386,6 +386,9 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
     fn hands_over(&self) -> bool {
         true
     }
+    fn hands_over_shared(&self) -> bool {
+        true
+    }
     fn always_answers(&self) -> bool {
         true
     }

@@ -17,7 +17,7 @@ pub(super) fn start(id: f64, timeout: f64, retry_delay: f64, mono: u64) -> Resul
     let options =
         AcquireOptions::from_f64(given(timeout), given(retry_delay)).map_err(input_to_js)?;
     let lock = lock_of(id)?;
-    let (attempt, next) = Attempt::start(options, lock.ttl(), lock.store().hands_over(), mono)
+    let (attempt, next) = Attempt::start(options, lock.ttl(), lock.store_hands_over(), mono)
         .map_err(|e| to_js(Error::from(e)))?;
     drive(id, &lock, attempt, next, mono)
 }

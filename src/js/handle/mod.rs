@@ -37,7 +37,6 @@ use crate::lock::{Lock, TrackedHold};
 use crate::memory::queue::{Parked, WaitStep};
 use crate::memory::MemoryLockStore;
 use crate::runtime::Runtime;
-use crate::store::LockStore;
 use crate::token::OwnerToken;
 
 mod acquire;

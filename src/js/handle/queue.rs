@@ -54,7 +54,14 @@ pub fn wait(id: f64) -> f64 {
         };
         // `begin` was refused this very turn: straight into the queue, without taking again.
         let mono = JsRuntime.monotonic_ms();
-        let Some(parked) = store.join(lock.key(), &owner, lock.ttl(), lock.current_holding(), wait.wait_ms, mono) else {
+        let Some(parked) = store.join(
+            lock.key(),
+            &owner,
+            lock.ttl(),
+            lock.current_holding(),
+            wait.wait_ms,
+            mono,
+        ) else {
             return answered_wait(id, None);
         };
         let waiting = Waiting {
