@@ -47,7 +47,7 @@ impl Share {
 
     /// Checks a limit given as a JS number: a whole number in `1..=MAX_LIMIT`.
     pub fn limit_from_f64(value: f64) -> Result<u32, InputError> {
-        if value.fract() == 0.0 && (1.0..=f64::from(MAX_LIMIT)).contains(&value) {
+        if crate::float::fract(value) == 0.0 && (1.0..=f64::from(MAX_LIMIT)).contains(&value) {
             Ok(value as u32)
         } else {
             Err(InputError::InvalidLimit {
@@ -60,7 +60,7 @@ impl Share {
     /// Checks a permit count given as a JS number against `limit`: a whole number in
     /// `1..=limit`.
     pub fn from_f64(permits: f64, limit: u32) -> Result<Share, InputError> {
-        if permits.fract() == 0.0 && (1.0..=f64::from(limit)).contains(&permits) {
+        if crate::float::fract(permits) == 0.0 && (1.0..=f64::from(limit)).contains(&permits) {
             Share::new(permits as u32, limit)
         } else {
             Err(InputError::InvalidPermits {

@@ -141,6 +141,7 @@ let spareId = 0;
 let spareKey;
 let spareTtl = 0;
 let spareStore = null;
+let spareLimit = 0;
 let current = null; // the store lock() binds to: { object, binding, memory, acquire, release, … }
 const internal = Symbol("keel-lock internal");
 
@@ -161,6 +162,8 @@ function bind() {
         memory: false,
         acquire: object.acquire,
         acquireOrWait: object.acquireOrWait,
+        acquireShared: object.acquireShared,
+        acquireSharedOrWait: object.acquireSharedOrWait,
         withdraw: object.withdraw,
         release: object.release,
         extend: object.extend,
@@ -325,19 +328,19 @@ function pause(ms, signal) {
 
 // === Options and abort signals ==============================================================
 
-const NO_OPTIONS = [NaN, NaN, undefined, undefined];
+const NO_OPTIONS = [NaN, NaN, undefined, undefined, undefined];
 
 /**
- * Run options this layer drives itself: `[timeout, retryDelay, signal, autoExtend]` (NaN,
- * undefined = not given), or null.
+ * Run options this layer drives itself: `[timeout, retryDelay, signal, autoExtend, permits]`
+ * (NaN, undefined = not given), or null.
  */
 function plainOptions(options) {
   if (options === undefined || options === null) return NO_OPTIONS;
   if (typeof options !== "object") return null;
-  const { timeout, retryDelay, signal, autoExtend } = options;
+  const { timeout, retryDelay, signal, autoExtend, permits } = options;
   const number = (v) => v === undefined || (typeof v === "number" && v === v);
   if (!number(timeout) || !number(retryDelay)) return null;
-  return [timeout ?? NaN, retryDelay ?? NaN, signal, autoExtend];
+  return [timeout ?? NaN, retryDelay ?? NaN, signal, autoExtend, permits];
 }
 
 /** What an aborted wait rejects with: the signal's reason, or an AbortError when it has none. */
@@ -362,6 +365,10 @@ export class Lock {
   #key;
   #ttl;
   #store;
+  // 0 for a lock (the key alone); else the limit its shared holds are under (a semaphore's, or
+  // 2^32 - 1 for a read lock), and the permits the acquire in flight takes.
+  #limit = 0;
+  #permits = 1;
   #slot = 0;
   #busy = false;
   #registered = false;
@@ -377,11 +384,12 @@ export class Lock {
     setRunObserver((handle, context) => handle.#observeRun(context));
   }
 
-  constructor(token, key, ttl, store, slot = 0) {
+  constructor(token, key, ttl, store, slot = 0, limit = 0) {
     if (token !== internal) throw new TypeError("use lock(key, ttlMs) or restoreLock(serialized)");
     this.#key = key;
     this.#ttl = ttl;
     this.#store = store;
+    this.#limit = limit;
     // A restored handle holds from the start, in the slot restoreLock opened; a twin (see
     // `#twin`) starts on a second slot of its handle's core lock.
     if (slot !== 0) this.#settled(slot);
@@ -394,13 +402,19 @@ export class Lock {
   #twin() {
     const id = this.#slot !== 0 ? w.__kTwin(this.#slot) : 0;
     if (id === FAILED) throw w.__kError();
-    const twin = new Lock(internal, this.#key, this.#ttl, this.#store, id);
+    const twin = new Lock(internal, this.#key, this.#ttl, this.#store, id, this.#limit);
     twin.#twinOf = this;
     return twin;
   }
 
   #open() {
-    if (spareId !== 0 && spareKey === this.#key && spareTtl === this.#ttl && spareStore === this.#store) {
+    if (
+      spareId !== 0 &&
+      spareKey === this.#key &&
+      spareTtl === this.#ttl &&
+      spareStore === this.#store &&
+      spareLimit === this.#limit
+    ) {
       const id = spareId;
       spareId = 0;
       this.#slot = id;
@@ -464,6 +478,7 @@ export class Lock {
     spareKey = this.#key;
     spareTtl = this.#ttl;
     spareStore = this.#store;
+    spareLimit = this.#limit;
     this.#settled(0);
   }
 
@@ -473,6 +488,11 @@ export class Lock {
 
   get ttlMs() {
     return this.#ttl;
+  }
+
+  /** The limit a semaphore's permits are under (2^32 - 1 for a read lock); null for a lock. */
+  get limit() {
+    return this.#limit === 0 ? null : this.#limit;
   }
 
   get fence() {
@@ -494,12 +514,16 @@ export class Lock {
       return Promise.reject(w.__kOptionsError(options, true) ?? w.__kNotAFunction(fn));
     }
     if (this.#busy) return this.#twin().run(fn, options);
+    if (plain[4] !== undefined && this.#limit === 0) {
+      w.__kShare(0, plain[4], 0);
+      return Promise.reject(w.__kError());
+    }
     if (plain[2] !== undefined || (plain[3] !== undefined && plain[3] !== false)) {
       // A signal or autoExtend: the core checks every option, in order, before anything starts.
       const error = w.__kOptionsError(options, true);
       if (error !== undefined) return Promise.reject(error);
     }
-    return this.#run(fn, plain[0], plain[1], plain[2], plain[3]);
+    return this.#run(fn, plain[0], plain[1], plain[2], plain[3], plain[4]);
   }
 
   /** `run(fn)` that never waits. */
@@ -510,7 +534,7 @@ export class Lock {
   }
 
   /** `signal` and `keep` (autoExtend) were checked by the caller, with the other options. */
-  #run(fn, timeout, retryDelay, signal, keep) {
+  #run(fn, timeout, retryDelay, signal, keep, permits) {
     if (keep === false) keep = undefined;
     // An already aborted signal starts nothing.
     if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal));
@@ -521,6 +545,14 @@ export class Lock {
       } catch (error) {
         return Promise.reject(error);
       }
+    }
+    if (this.#limit !== 0) {
+      // Permits are checked against the limit (a RangeError) before anything starts.
+      if (w.__kShare(id, permits, this.#limit) === FAILED) {
+        this.#done(KEPT);
+        return Promise.reject(w.__kError());
+      }
+      this.#permits = permits ?? 1;
     }
     this.#busy = true;
     this.#runAutoExtend = keep;
@@ -626,7 +658,9 @@ export class Lock {
           let sent;
           let answer;
           try {
-            if (waits) {
+            if (this.#limit !== 0) {
+              sent = this.#acquireShared(store, owner, waits);
+            } else if (waits) {
               const [waitMs, pollMs] = waitExtras();
               sent = store.acquireOrWait.call(store.object, this.#key, owner, this.#ttl, waitMs, pollMs);
             } else {
@@ -725,6 +759,18 @@ export class Lock {
     return [true, value];
   }
 
+  /** A semaphore's or read lock's acquire call on a JS store (which must keep shared holds). */
+  #acquireShared(store, owner, waits) {
+    if (typeof store.acquireShared !== "function") throw w.__kNoShared();
+    if (waits) {
+      const [waitMs, pollMs] = waitExtras();
+      return store.acquireSharedOrWait.call(
+        store.object, this.#key, owner, this.#ttl, this.#permits, this.#limit, waitMs, pollMs,
+      );
+    }
+    return store.acquireShared.call(store.object, this.#key, owner, this.#ttl, this.#permits, this.#limit);
+  }
+
   /**
    * The JS store's `release(key, owner)` that a step answered CALL for (ending a run's hold, or
    * `release()`), within the step's bound: the core's code for its answer (RELEASED…, or REFUSED:
@@ -765,11 +811,15 @@ export class Lock {
     const plain = plainOptions(options);
     if (plain === null) return Promise.reject(w.__kOptionsError(options, false));
     if (this.#busy) return this.#twin().acquire(options);
+    if (plain[4] !== undefined && this.#limit === 0) {
+      w.__kShare(0, plain[4], 0);
+      return Promise.reject(w.__kError());
+    }
     if (plain[2] !== undefined) {
       const error = w.__kOptionsError(options, false);
       if (error !== undefined) return Promise.reject(error);
     }
-    return this.#run(ACQUIRE_ONLY, plain[0], plain[1], plain[2], undefined);
+    return this.#run(ACQUIRE_ONLY, plain[0], plain[1], plain[2], undefined, plain[4]);
   }
 
   /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */
@@ -1026,6 +1076,30 @@ function lock(key, ttlMs) {
   return new Lock(internal, key, ttl, store);
 }
 
+/** The largest limit, 2^32 - 1: the limit of read locks. */
+const READ_LIMIT = 4294967295;
+
+/** `lock(key, ttlMs)` as a handle whose holds are shared under `limit`. */
+function shared(key, ttlMs, limit) {
+  // lock() checks the key and TTL, and binds the current store.
+  const exclusive = lock(key, ttlMs);
+  return new Lock(internal, exclusive.key, exclusive.ttlMs, current, 0, limit);
+}
+
+function semaphore(key, limit, ttlMs) {
+  const checked = w.__kLimit(limit);
+  if (checked === FAILED) throw w.__kError();
+  return shared(key, ttlMs, checked);
+}
+
+function readLock(key, ttlMs) {
+  return shared(key, ttlMs, READ_LIMIT);
+}
+
+function writeLock(key, ttlMs) {
+  return lock(key, ttlMs);
+}
+
 function restoreLock(serialized) {
   const store = current ?? bind();
   if (typeof serialized !== "string") throw w.__kNotSerialized();
@@ -1092,6 +1166,9 @@ export function api(glue) {
   installMemoryStore(w.MemoryLockStore.prototype);
   exported = {
     lock,
+    semaphore,
+    readLock,
+    writeLock,
     restoreLock,
     setLockStore,
     getLockStore,
@@ -1100,6 +1177,7 @@ export function api(glue) {
     LockNotHeldError: w.__lockNotHeldErrorClass(),
     LockUnavailableError: w.__lockUnavailableErrorClass(),
     LockStoreTimeoutError: w.__lockStoreTimeoutErrorClass(),
+    LimitMismatchError: w.__limitMismatchErrorClass(),
   };
   return exported;
 }

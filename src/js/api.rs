@@ -124,6 +124,12 @@ pub fn lock_store_timeout_error_class() -> JsValue {
     super::convert::lock_store_timeout_error_class()
 }
 
+/// The `LimitMismatchError` class (exported by the package entry points).
+#[wasm_bindgen(js_name = __limitMismatchErrorClass, skip_typescript)]
+pub fn limit_mismatch_error_class() -> JsValue {
+    super::convert::limit_mismatch_error_class()
+}
+
 /// The `LockNotHeldError` class (exported by the package entry points).
 #[wasm_bindgen(js_name = __lockNotHeldErrorClass, skip_typescript)]
 pub fn lock_not_held_error_class() -> JsValue {

@@ -20,6 +20,10 @@ extern "C" {
     fn store_timeout_error(key: &str, operation: &str, after_ms: f64) -> JsValue;
     #[wasm_bindgen(js_name = storeTimeoutErrorClass)]
     pub(crate) fn lock_store_timeout_error_class() -> JsValue;
+    #[wasm_bindgen(js_name = limitMismatch)]
+    fn limit_mismatch_error(key: &str, held: f64, asked: f64) -> JsValue;
+    #[wasm_bindgen(js_name = limitMismatchErrorClass)]
+    pub(crate) fn limit_mismatch_error_class() -> JsValue;
 }
 
 pub(crate) fn type_error(message: impl AsRef<str>) -> JsValue {
@@ -109,6 +113,20 @@ pub(crate) fn to_js(error: Error<JsValue>) -> JsValue {
             after_ms,
             ..
         } => store_timeout_error(&key, method_name(operation), after_ms as f64),
+        Error::LimitMismatch { key, held, asked } => {
+            limit_mismatch_error(&key, held.into(), asked.into())
+        }
+        Error::Unsupported {
+            store,
+            operation: Operation::AcquireShared,
+        } => type_error(
+            [
+                "the ",
+                store,
+                " store keeps no shared holds: semaphores and read locks need a store with acquireShared()",
+            ]
+            .concat(),
+        ),
         Error::Unsupported { store, operation } => js_sys::Error::new(
             &[
                 "the ",

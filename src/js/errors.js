@@ -37,3 +37,26 @@ export function notHeld(key, message) {
 export function errorClass() {
   return LockNotHeldError;
 }
+
+/**
+ * Rejects an acquire on a key whose live shared holds have another limit: `semaphore(key, 5)`
+ * while holders of `semaphore(key, 3)` (or read locks) are live. Never granted: "at most N"
+ * would mean two things at once.
+ */
+export class LimitMismatchError extends Error {
+  constructor(key, heldLimit, limit) {
+    super(`"${key}" is held under a limit of ${heldLimit}; asked for a limit of ${limit}`);
+    this.name = "LimitMismatchError";
+    this.key = key;
+    this.heldLimit = heldLimit;
+    this.limit = limit;
+  }
+}
+
+export function limitMismatch(key, heldLimit, limit) {
+  return new LimitMismatchError(key, heldLimit, limit);
+}
+
+export function limitMismatchErrorClass() {
+  return LimitMismatchError;
+}

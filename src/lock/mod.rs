@@ -205,6 +205,13 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         }
     }
 
+    /// Whether this handle takes shared holds and has one live: it holds one at a time, so an
+    /// acquire is refused as a lock's would be (the store would grant a second permit).
+    pub(crate) fn holds_shared_already(&self, mono: u64) -> bool {
+        self.holding.get() != Holding::Exclusive
+            && matches!(&*self.hold.borrow(), Hold::Held { deadline, .. } if *deadline > mono)
+    }
+
     /// Whether the store queues this lock's kind of request and hands the key over.
     pub(crate) fn store_hands_over(&self) -> bool {
         match self.holding.get() {
@@ -373,6 +380,9 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         cancel: impl Future<Output = ()>,
     ) -> LockResult<bool, S> {
         let mut cancel = core::pin::pin!(cancel);
+        if self.holds_shared_already(self.runtime.monotonic_ms()) {
+            return Ok(false);
+        }
         let (mut attempt, mut next) = Attempt::start(
             options,
             self.ttl,

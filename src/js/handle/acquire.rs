@@ -17,6 +17,9 @@ pub(super) fn start(id: f64, timeout: f64, retry_delay: f64, mono: u64) -> Resul
     let options =
         AcquireOptions::from_f64(given(timeout), given(retry_delay)).map_err(input_to_js)?;
     let lock = lock_of(id)?;
+    if lock.holds_shared_already(mono) {
+        return Ok(code_with_arg(REFUSED, 0.0));
+    }
     let (attempt, next) = Attempt::start(options, lock.ttl(), lock.store_hands_over(), mono)
         .map_err(|e| to_js(Error::from(e)))?;
     drive(id, &lock, attempt, next, mono)
@@ -52,13 +55,13 @@ pub(super) fn drive(
                 return Ok(code_with_arg(TIMED_OUT, after_ms as f64))
             }
             (Next::Acquire { .. }, Backend::Memory(m)) => {
-                let grant = m.acquire_at(lock.key(), attempt.owner(), lock.ttl(), mono);
+                let grant = memory_take(lock, m, attempt.owner(), mono)?;
                 attempt.answered(grant, mono)
             }
             (Next::AcquireOrWait { .. }, Backend::Memory(m)) => {
                 // The store's wait starts with this very take; only a caller that must queue
                 // waits (`__kWait`).
-                match m.acquire_at(lock.key(), attempt.owner(), lock.ttl(), mono) {
+                match memory_take(lock, m, attempt.owner(), mono)? {
                     Some(grant) => attempt.answered(Some(grant), mono),
                     None => {
                         with_entry(id, |e| e.attempt = Some(attempt))?;
@@ -82,6 +85,22 @@ pub(super) fn drive(
                 return Ok(code_with_arg(SLEEP, ms as f64));
             }
         };
+    }
+}
+
+/// The memory store's take for `lock`'s holding: a lock's set-if-absent, or permits.
+fn memory_take(
+    lock: &CoreLock,
+    m: &MemoryLockStore<JsRuntime>,
+    owner: &OwnerToken,
+    mono: u64,
+) -> Result<Option<Grant>, JsValue> {
+    match lock.current_holding() {
+        Holding::Exclusive => Ok(m.acquire_at(lock.key(), owner, lock.ttl(), mono)),
+        Holding::Shared(share) => {
+            let answer = m.acquire_shared_at(lock.key(), owner, lock.ttl(), share, mono);
+            lock.shared_answer(answer).map_err(to_js)
+        }
     }
 }
 
@@ -111,17 +130,40 @@ pub fn answered(id: f64, kind: u32, fence: f64) -> f64 {
 /// A JS store's answer to the acquire in flight, judged by the seam's rules.
 #[wasm_bindgen(js_name = __kAnsweredValue, skip_typescript)]
 pub fn answered_value(id: f64, value: JsValue) -> f64 {
-    number_or_failed(settle_answer(id, answers::acquire(ACQUIRE_ANSWER, &value)))
+    let grant = match shared_lock(id) {
+        Some(lock) => shared_answer(&lock, "lock store's acquireShared()", &value, false),
+        None => answers::acquire(ACQUIRE_ANSWER, &value),
+    };
+    number_or_failed(settle_answer(id, grant))
+}
+
+/// The slot's lock, when it takes shared holds.
+fn shared_lock(id: f64) -> Option<Rc<CoreLock>> {
+    lock_of(id)
+        .ok()
+        .filter(|lock| lock.current_holding() != Holding::Exclusive)
+}
+
+/// A JS store's shared answer, judged (`{ heldLimit }` is the lock's `LimitMismatch`).
+fn shared_answer(
+    lock: &CoreLock,
+    method: &str,
+    value: &JsValue,
+    waited: bool,
+) -> Result<Option<Grant>, JsValue> {
+    let answer = answers::shared(method, value, waited)?;
+    lock.shared_answer(answer).map_err(to_js)
 }
 
 /// A JS store's answer to the `acquireOrWait` in flight (not a boolean: those go to
 /// [`answered`]), judged by the seam's rules.
 #[wasm_bindgen(js_name = __kAnsweredWaited, skip_typescript)]
 pub fn answered_waited(id: f64, value: JsValue) -> f64 {
-    number_or_failed(settle_answer(
-        id,
-        answers::waited("lock store's acquireOrWait()", &value),
-    ))
+    let grant = match shared_lock(id) {
+        Some(lock) => shared_answer(&lock, "lock store's acquireSharedOrWait()", &value, true),
+        None => answers::waited("lock store's acquireOrWait()", &value),
+    };
+    number_or_failed(settle_answer(id, grant))
 }
 
 /// Feeds a judged answer to the acquisition; one outside the contract ends it.

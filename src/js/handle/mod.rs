@@ -37,6 +37,7 @@ use crate::lock::{Lock, TrackedHold};
 use crate::memory::queue::{Parked, WaitStep};
 use crate::memory::MemoryLockStore;
 use crate::runtime::Runtime;
+use crate::share::{Holding, Share};
 use crate::token::OwnerToken;
 
 mod acquire;
@@ -225,6 +226,63 @@ pub fn options_error(options: JsValue, run: bool) -> JsValue {
         Ok(())
     })();
     checked.err().unwrap_or(JsValue::UNDEFINED)
+}
+
+/// A semaphore's `limit` as `semaphore(key, limit)` was given it: the limit, or [`FAILED`] with a
+/// `TypeError` (not a number) or `RangeError` (not a whole number in `1..=2^32 - 1`).
+#[wasm_bindgen(js_name = __kLimit, skip_typescript)]
+pub fn limit(value: JsValue) -> f64 {
+    number_or_failed(match value.as_f64() {
+        Some(n) => Share::limit_from_f64(n).map(f64::from).map_err(input_to_js),
+        None => Err(type_error(
+            [
+                "a semaphore limit must be a number, got ",
+                &crate::js::convert::describe(&value),
+            ]
+            .concat(),
+        )),
+    })
+}
+
+/// Makes the slot's next acquire take `permits` (undefined: 1) of `limit`. 0, or [`FAILED`]
+/// with the `TypeError`/`RangeError` for `permits` — a `TypeError` for any `permits` given a
+/// lock (`limit` 0, any `id`).
+#[wasm_bindgen(js_name = __kShare, skip_typescript)]
+pub fn share(id: f64, permits: JsValue, limit: f64) -> f64 {
+    number_or_failed((|| {
+        if limit == 0.0 {
+            return Err(type_error(
+                "permits is an option of semaphore() handles; a lock takes its key alone",
+            ));
+        }
+        let lock = lock_of(id)?;
+        let limit = Share::limit_from_f64(limit).map_err(input_to_js)?;
+        let permits = match permits.as_f64() {
+            Some(n) => n,
+            None if permits.is_undefined() => 1.0,
+            None => {
+                return Err(type_error(
+                    [
+                        "permits must be a number, got ",
+                        &crate::js::convert::describe(&permits),
+                    ]
+                    .concat(),
+                ))
+            }
+        };
+        let share = Share::from_f64(permits, limit).map_err(input_to_js)?;
+        lock.set_holding(Holding::Shared(share));
+        Ok(0.0)
+    })())
+}
+
+/// The `TypeError` for a semaphore or read lock used on a JS store without `acquireShared`.
+#[wasm_bindgen(js_name = __kNoShared, skip_typescript)]
+pub fn no_shared() -> JsValue {
+    to_js(Error::Unsupported {
+        store: "js",
+        operation: crate::error::Operation::AcquireShared,
+    })
 }
 
 /// The `TypeError` for a `run(fn)` whose `fn` is `value`, not a function.
