@@ -50,6 +50,12 @@ export interface RunOptions extends AcquireOptions {
   autoExtend?: boolean | AutoExtendOptions;
 }
 
+/** A semaphore's `acquire()`/`hold()` options: waiting, plus how many permits to take. */
+export interface PermitOptions {
+  /** Permits to take at once, a whole number from 1 to the limit. Default 1. */
+  permits?: number;
+}
+
 /** `hold()`'s options. */
 export interface HoldOptions extends AcquireOptions {
   /** Keep extending the lock until it is released or disposed. */
@@ -108,6 +114,36 @@ export interface LockStore {
     waitMs: number,
     pollMs: number,
   ): boolean | Grant | WaitedGrant | Promise<boolean | Grant | WaitedGrant>;
+  /**
+   * Optional, for semaphores and read locks: atomically, if no exclusive hold is live, the
+   * live shared holds are under `limit` (or none is live), their weights plus `weight` fit in
+   * it, and nobody is queued for `key`, record `owner`'s hold for `ttlMs` and answer
+   * `{ fence }` (from the key's one fence counter). Live holds under another limit answer
+   * `{ heldLimit }` (the caller gets `LimitMismatchError`); otherwise `false`. `release` and
+   * `extend` then act on that owner's hold alone, and `acquire` must refuse while any shared
+   * hold is live. A store without it refuses semaphores and read locks with a `TypeError`.
+   */
+  acquireShared?(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+  ): boolean | Grant | HeldLimit | Promise<boolean | Grant | HeldLimit>;
+  /**
+   * Optional: `acquireShared`, or wait up to `waitMs` in the key's one FIFO queue (shared and
+   * exclusive waiters alike: a hand-over grants the front waiters while each fits, and stops
+   * at the first that does not).
+   */
+  acquireSharedOrWait?(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    waitMs: number,
+    pollMs: number,
+  ): boolean | Grant | WaitedGrant | HeldLimit | Promise<boolean | Grant | WaitedGrant | HeldLimit>;
   /** Optional: leave `key`'s queue; if already handed `key`, release it. */
   withdraw?(key: string, owner: string): unknown;
   /** Optional: free `key` whoever holds it; `true` when someone did. */
@@ -127,6 +163,12 @@ export interface WaitedGrant {
   waitedMs?: number;
 }
 
+/** `acquireShared`'s answer when the key's live shared holds are under another limit. */
+export interface HeldLimit {
+  /** The limit the live holds have. */
+  heldLimit: number;
+}
+
 /** What `run()` resolves: `[true, result]`, or `[false, undefined]` when the lock was held. */
 export type RunResult<T> = [ran: true, result: Awaited<T>] | [ran: false, result: undefined];
 
@@ -142,6 +184,11 @@ export declare class Lock {
    * this key. `null` when this handle holds nothing, or when its store keeps no fences.
    */
   readonly fence: number | null;
+  /**
+   * The limit this handle's holds are shared under: a semaphore's, or 2^32 - 1 for a read
+   * lock; `null` for a lock (which holds its key alone).
+   */
+  readonly limit: number | null;
   /**
    * Acquire, run `fn(context)`, always release (in a `finally`). `fn` never runs if the lock
    * is held. `context.fence` is this hold's fencing token.
@@ -187,6 +234,18 @@ export declare class Lock {
   getRemainingTime(): Promise<number | null>;
 }
 
+/**
+ * A counting semaphore's handle: a `Lock` whose holds are permits. Each hold is its own lease
+ * (owner token, TTL, fence); a handle holds one at a time, of `permits` (default 1).
+ */
+export interface Semaphore extends Lock {
+  /** How many permits the key has. */
+  readonly limit: number;
+  run<T>(fn: (context: LockContext) => T, options?: RunOptions & PermitOptions): Promise<RunResult<T>>;
+  acquire(options?: AcquireOptions & PermitOptions): Promise<boolean>;
+  hold(options?: HoldOptions & PermitOptions): Promise<this>;
+}
+
 /** The default store: in memory, per isolate. For tests and single-process apps. */
 export declare class MemoryLockStore implements LockStore {
   constructor();
@@ -197,6 +256,8 @@ export declare class MemoryLockStore implements LockStore {
   isLocked(key: string): boolean;
   remainingTime(key: string): number | null;
   forceRelease(key: string): boolean;
+  /** Permits or a read lock: `{ fence }`, `false`, or `{ heldLimit }` (see `LockStore`). */
+  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Grant | HeldLimit | false;
   /** Rows stored right now, expired rows not yet swept included. */
   readonly size: number;
   /** Delete expired rows now; returns how many went. */
@@ -236,6 +297,30 @@ export declare class LockStoreTimeoutError extends Error {
   readonly afterMs: number;
 }
 
+/**
+ * Rejects an acquire on a key whose live shared holds are under another limit
+ * (`semaphore(key, 5)` while holders of `semaphore(key, 3)`, or readers, are live).
+ */
+export declare class LimitMismatchError extends Error {
+  constructor(key: string, heldLimit: number, limit: number);
+  readonly name: "LimitMismatchError";
+  /** The key. */
+  readonly key: string;
+  /** The limit of the live holds. */
+  readonly heldLimit: number;
+  /** The limit asked for. */
+  readonly limit: number;
+}
+
+/**
+ * At most `limit` permits of `key` held at once (default one per caller), each for `ttlMs`
+ * (default 30_000), on the current store. FIFO: a waiter is never passed by a later one.
+ */
+export declare function semaphore(key: string, limit: number, ttlMs?: number): Semaphore;
+/** A read lock: shares `key` with other readers; waits for (and behind) writers. */
+export declare function readLock(key: string, ttlMs?: number): Lock;
+/** A write lock: `key` alone — the same as `lock(key)`. */
+export declare function writeLock(key: string, ttlMs?: number): Lock;
 /** A lock on `key`, held for `ttlMs` (default 30_000) once acquired, on the current store. */
 export declare function lock(key: string, ttlMs?: number): Lock;
 /** Rebuild a lock from `serialize()`, owner token and all, on the current store. */

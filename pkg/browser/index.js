@@ -7,6 +7,9 @@ await init({ module_or_path: new URL("../dist/web/keel_lock_bg.wasm", import.met
 
 export const {
   lock,
+  semaphore,
+  readLock,
+  writeLock,
   restoreLock,
   setLockStore,
   getLockStore,
@@ -15,4 +18,5 @@ export const {
   LockNotHeldError,
   LockUnavailableError,
   LockStoreTimeoutError,
+  LimitMismatchError,
 } = wasm.__keelApi(wasm);

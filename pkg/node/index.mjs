@@ -8,6 +8,9 @@ const wasm = load();
 
 export const {
   lock,
+  semaphore,
+  readLock,
+  writeLock,
   restoreLock,
   setLockStore,
   getLockStore,
@@ -16,4 +19,5 @@ export const {
   LockNotHeldError,
   LockUnavailableError,
   LockStoreTimeoutError,
+  LimitMismatchError,
 } = wasm.__keelApi(wasm);

@@ -15,6 +15,9 @@ initSync({ module: wasmModule });
 
 export const {
   lock,
+  semaphore,
+  readLock,
+  writeLock,
   restoreLock,
   setLockStore,
   getLockStore,
@@ -23,6 +26,7 @@ export const {
   LockNotHeldError,
   LockUnavailableError,
   LockStoreTimeoutError,
+  LimitMismatchError,
 } = wasm.__keelApi(wasm);
 export const { DurableObjectLockStore } = wasm;
 

@@ -66,3 +66,71 @@ export const STORES = {
   memory: () => new MemoryLockStore(),
   "js (Map, async)": () => mapLockStore(),
 };
+
+/**
+ * A correct LockStore with shared holds, in plain JS: a Map of key → { limit, holds } beside
+ * `mapLockStore`'s exclusive rows, no queue (the core polls it). For the JS seam's shared path.
+ */
+export function mapSharedStore() {
+  const rows = new Map();
+  const base = mapLockStore(rows);
+  const shared = new Map();
+  const liveHolds = (key) => {
+    const entry = shared.get(key);
+    if (!entry) return undefined;
+    entry.holds = entry.holds.filter((h) => h.expiresAt > Date.now());
+    if (entry.holds.length === 0) {
+      shared.delete(key);
+      return undefined;
+    }
+    return entry;
+  };
+  const exclusiveLive = (key) => {
+    const row = rows.get(key);
+    return row !== undefined && row.expiresAt > Date.now();
+  };
+  let fence = 0;
+  return {
+    ...base,
+    async acquire(key, owner, ttlMs) {
+      await null;
+      if (liveHolds(key)) return false;
+      return (await base.acquire(key, owner, ttlMs)) ? { fence: ++fence } : false;
+    },
+    async acquireShared(key, owner, ttlMs, weight, limit) {
+      await null;
+      if (exclusiveLive(key)) return false;
+      const entry = liveHolds(key);
+      if (entry && entry.limit !== limit) return { heldLimit: entry.limit };
+      const used = entry ? entry.holds.reduce((n, h) => n + h.weight, 0) : 0;
+      if (used + weight > limit) return false;
+      const holds = entry ? entry.holds : [];
+      holds.push({ owner, weight, expiresAt: Date.now() + ttlMs });
+      shared.set(key, { limit, holds });
+      return { fence: ++fence };
+    },
+    async release(key, owner) {
+      await null;
+      const entry = liveHolds(key);
+      const at = entry ? entry.holds.findIndex((h) => h.owner === owner) : -1;
+      if (at < 0) return base.release(key, owner);
+      entry.holds.splice(at, 1);
+      return true;
+    },
+    async extend(key, owner, ttlMs) {
+      await null;
+      const hold = liveHolds(key)?.holds.find((h) => h.owner === owner);
+      if (!hold) return base.extend(key, owner, ttlMs);
+      hold.expiresAt = Date.now() + ttlMs;
+      return true;
+    },
+    async isLocked(key) {
+      return liveHolds(key) !== undefined || (await base.isLocked(key));
+    },
+    async remainingTime(key) {
+      const entry = liveHolds(key);
+      if (!entry) return base.remainingTime(key);
+      return Math.max(...entry.holds.map((h) => h.expiresAt)) - Date.now();
+    },
+  };
+}

@@ -1,6 +1,6 @@
 // Compiled with `tsc --strict` against the installed package: the documented snippets must
 // type-check as users write them.
-import { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError, LockStoreTimeoutError } from "keel-lock";
+import { lock, semaphore, readLock, writeLock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError, LockStoreTimeoutError, LimitMismatchError } from "keel-lock";
 import type { Lock, LockStore, AcquireOptions } from "keel-lock";
 // @ts-expect-error checkLockStore lives in keel-lock/testing only
 import { checkLockStore } from "keel-lock";
@@ -133,4 +133,30 @@ export async function holding(key: string): Promise<void> {
 export async function kit(store: LockStore): Promise<PropertyResult[]> {
   void checkLockStore;
   return checkStore(store, { contenders: 10 });
+}
+
+// Semaphores and read-write locks.
+{
+  const api = semaphore("llm-api", 4, 60_000);
+  const limit: number = api.limit;
+  const [ran, answer] = await api.run(async ({ fence }) => fence ?? limit, { permits: 2, timeout: 1_000 });
+  if (ran) answer satisfies number;
+  const took: boolean = await api.acquire({ permits: 1 });
+  await using held = await semaphore("llm-api", 4).hold({ permits: 2, timeout: 500 });
+  held.limit satisfies number;
+  const reader: Lock = readLock("doc");
+  const writer: Lock = writeLock("doc");
+  reader.limit satisfies number | null;
+  await writer.run(() => took);
+  const error = new LimitMismatchError("doc", 3, 4);
+  error.heldLimit satisfies number;
+  const store: LockStore = {
+    acquire: () => false,
+    release: () => true,
+    extend: () => true,
+    isLocked: () => false,
+    remainingTime: () => null,
+    acquireShared: (_key, _owner, _ttl, weight, limit) => (weight <= limit ? { fence: 1 } : { heldLimit: limit }),
+  };
+  setLockStore(store);
 }
