@@ -15,7 +15,9 @@ use std::task::{Context, Poll};
 use keel_lock::conformance::Verdict;
 use keel_lock::conformance::{self, check_all, ConformanceOptions, PropertyResult, PROPERTIES};
 use keel_lock::virtual_time::VirtualRuntime;
-use keel_lock::{Fence, Grant, Key, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl};
+use keel_lock::{
+    Fence, Grant, Key, LockStore, MemoryLockStore, OwnerToken, Runtime, Share, SharedGrant, Ttl,
+};
 
 fn run_kit<S: LockStore>(
     store: &S,
@@ -70,7 +72,7 @@ fn the_memory_store_passes_every_property() {
     let store = MemoryLockStore::new(rt.clone());
     let start = rt.now_ms();
     let results = run_kit(&store, &rt, &ConformanceOptions::default());
-    assert_eq!(results.len(), 13);
+    assert_eq!(results.len(), keel_lock::conformance::PROPERTIES.len());
     assert_caught(&results, &[]);
     assert!(
         results.iter().all(|(_, r)| *r == Ok(Verdict::Holds)),
@@ -726,4 +728,135 @@ fn a_store_without_fences_is_a_finding_not_a_failure() {
         Ok(Verdict::NotApplicable(why)) => assert!(why.contains("no fences"), "{why}"),
         other => panic!("expected a not-applicable finding, got {other:?}"),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Broken shared holds
+// ---------------------------------------------------------------------------------------------
+
+/// The memory store with its shared acquire replaced by `shared`.
+struct SharedFlaw<'a> {
+    inner: &'a MemoryLockStore<VirtualRuntime>,
+    shared: fn(&MemoryLockStore<VirtualRuntime>, &Key, &OwnerToken, Ttl, Share) -> SharedGrant,
+}
+
+impl LockStore for SharedFlaw<'_> {
+    type Error = std::convert::Infallible;
+    fn name(&self) -> &'static str {
+        "shared-flaw"
+    }
+    async fn acquire(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<Option<Grant>, Self::Error> {
+        self.inner.acquire(k, o, t).await
+    }
+    async fn release(&self, k: &Key, o: &OwnerToken) -> Result<bool, Self::Error> {
+        self.inner.release(k, o).await
+    }
+    async fn extend(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<bool, Self::Error> {
+        self.inner.extend(k, o, t).await
+    }
+    async fn is_locked(&self, k: &Key) -> Result<bool, Self::Error> {
+        self.inner.is_locked(k).await
+    }
+    async fn remaining_time(&self, k: &Key) -> Result<Option<u64>, Self::Error> {
+        self.inner.remaining_time(k).await
+    }
+    fn hands_over(&self) -> bool {
+        true
+    }
+    async fn acquire_or_wait(
+        &self,
+        k: &Key,
+        o: &OwnerToken,
+        t: Ttl,
+        wait: keel_lock::Wait,
+    ) -> Result<Option<Grant>, Self::Error> {
+        self.inner.acquire_or_wait(k, o, t, wait).await
+    }
+    async fn acquire_shared(
+        &self,
+        k: &Key,
+        o: &OwnerToken,
+        t: Ttl,
+        share: Share,
+    ) -> Result<SharedGrant, Self::Error> {
+        Ok((self.shared)(self.inner, k, o, t, share))
+    }
+    fn hands_over_shared(&self) -> bool {
+        true
+    }
+    async fn acquire_shared_or_wait(
+        &self,
+        k: &Key,
+        o: &OwnerToken,
+        t: Ttl,
+        share: Share,
+        wait: keel_lock::Wait,
+    ) -> Result<SharedGrant, Self::Error> {
+        self.inner
+            .acquire_shared_or_wait(k, o, t, share, wait)
+            .await
+    }
+}
+
+fn run_shared_flaw(
+    shared: fn(&MemoryLockStore<VirtualRuntime>, &Key, &OwnerToken, Ttl, Share) -> SharedGrant,
+) -> Vec<(&'static str, PropertyResult)> {
+    let rt = VirtualRuntime::new();
+    let inner = MemoryLockStore::new(rt.clone());
+    let store = SharedFlaw {
+        inner: &inner,
+        shared,
+    };
+    run_kit(&store, &rt, &ConformanceOptions::default())
+}
+
+#[test]
+fn permits_granted_past_the_limit_are_caught() {
+    // Doubles every limit: twice as many permits as asked for, and mismatches named wrong.
+    let results = run_shared_flaw(|m, k, o, t, share| {
+        let doubled = Share::new(share.weight(), share.limit().saturating_mul(2)).unwrap();
+        m.acquire_shared_sync(k, o, t, doubled)
+    });
+    assert_caught(
+        &results,
+        &[
+            "shared_holds_stay_within_the_limit",
+            "a_second_limit_is_refused",
+            // Its queue keeps the true limit: the waiter finds the doubled one a mismatch.
+            "nobody_passes_a_queued_waiter",
+        ],
+    );
+}
+
+#[test]
+fn permits_taken_as_a_lock_are_caught() {
+    // Shared holds kept as exclusive rows: one permit at a time.
+    let results = run_shared_flaw(|m, k, o, t, _| m.acquire_sync(k, o, t).into());
+    let failed = failed(&results);
+    for property in [
+        "shared_holds_stay_within_the_limit",
+        "each_permit_is_its_own_lease",
+        "a_second_limit_is_refused",
+    ] {
+        assert!(
+            failed.contains(&property),
+            "{property} passed: {results:#?}"
+        );
+    }
+}
+
+#[test]
+fn a_newcomer_passing_a_queued_waiter_is_caught() {
+    // Waits in the memory store's queue, but a plain acquire_shared ignores the queue: with
+    // anyone queued it answers a grant.
+    let results = run_shared_flaw(|m, k, o, t, share| {
+        if m.waiting() > 0 {
+            return SharedGrant::Granted(Grant::new(None));
+        }
+        m.acquire_shared_sync(k, o, t, share)
+    });
+    assert!(
+        failed(&results).contains(&"nobody_passes_a_queued_waiter"),
+        "{results:#?}"
+    );
 }
