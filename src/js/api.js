@@ -1143,6 +1143,9 @@ function installMemoryStore(proto) {
     forceRelease(key) {
       return w.__kMemoryCall(this, OP_FORCE_RELEASE, key, undefined, undefined);
     },
+    acquireShared(key, owner, ttlMs, weight, limit) {
+      return w.__kMemoryShared(this, key, owner, ttlMs, weight, limit);
+    },
   };
   for (const name of Object.keys(methods)) {
     Object.defineProperty(proto, name, { value: methods[name], writable: true, configurable: true });
