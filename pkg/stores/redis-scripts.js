@@ -11,10 +11,14 @@ export const CHANNEL = "keel-lock:handover";
 // scripts place this after their uncontended path, which needs none of it (the acquire script
 // has no use for it at all).
 const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that covers several locks sets it)
--- K[1] lock (owner token, PX ttl; "\\0" .. owner while callers queue behind it)
+-- K[1] lock: held exclusively, a string, the owner token (PX ttl; "\\0" .. owner while callers
+--      queue behind it); held shared, a sorted set, owner -> expiry (ms, Redis's clock),
+--      PEXPIREAT its latest expiry
 -- K[2] fence counter   K[3] queue (list of owners, oldest first)
--- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs")
--- K[5] grant record ("fence waitedMs owner", PX ttl) of the last hand-over
+-- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs", plus " weight limit" if shared)
+-- K[5] grants: beside an exclusive holder, "fence waitedMs owner" of the last hand-over (PX
+--      ttl); beside shared holders, a hash owner -> "weight fence waitedMs" with "\\0limit" and
+--      "\\0total" (the weight held), PEXPIREAT as K[1]
 local K = KEYS
 local MARK = "\\0"
 local MAX = ${MAX_FENCE}
@@ -22,6 +26,10 @@ local MAX = ${MAX_FENCE}
 local function now_us()
   local t = redis.call("TIME")
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function int(n)
+  return string.format("%.0f", n)
 end
 
 -- Draws K[1]'s next fence; nil (the counter put back) once it would leave 1..MAX.
@@ -34,55 +42,157 @@ local function next_fence()
   return fence
 end
 
--- Hands the key to the oldest waiter whose deadline has not passed, dropping the others on the
--- way: SET the lock to it for its TTL, draw its fence, record the grant and PUBLISH it on
--- channel. Answers owner, fence, waitedMs, or nil when nobody was handed the key (the queue
--- held nobody alive, or the fence counter cannot go higher).
-local function grant_next(channel)
-  local now = now_us()
-  while true do
-    local who = redis.call("LINDEX", K[3], 0)
-    if not who then return nil end
-    local info = redis.call("HGET", K[4], who)
-    local enq, deadline, ttl
-    if info then enq, deadline, ttl = string.match(info, "^(%d+) (%d+) (%d+)$") end
-    if enq and tonumber(deadline) > now then
-      local fence = next_fence()
-      if not fence then return nil end
-      redis.call("LPOP", K[3])
-      redis.call("HDEL", K[4], who)
-      local waited = math.floor((now - tonumber(enq)) / 1000)
-      if waited < 0 then waited = 0 end
-      local value = who
-      if redis.call("EXISTS", K[3]) == 1 then value = MARK .. who end
-      redis.call("SET", K[1], value, "PX", ttl)
-      local f, w = string.format("%.0f", fence), string.format("%.0f", waited)
-      redis.call("SET", K[5], f .. " " .. w .. " " .. who, "PX", ttl)
-      redis.call("PUBLISH", channel, cjson.encode({K[1], who, f, w, ttl}))
-      return who, fence, waited
-    end
-    redis.call("LPOP", K[3])
-    redis.call("HDEL", K[4], who)
-  end
+-- The weight of a shared holder's record, 0 without one.
+local function weight_of(who)
+  local g = redis.call("HGET", K[5], who)
+  return g and tonumber(string.match(g, "^(%d+)")) or 0
 end
 
--- What a waiter that holds the key (handed over) answers: {1, fence, waitedMs}, from the grant
--- record; without one (it expired with an earlier holder) the counter is still this holder's
--- fence, and 0 ms waited is the conservative answer.
+-- K[5] expires with the latest shared hold (K[1] already does: it is set to the same moment);
+-- with no hold left both go.
+local function retime()
+  local last = redis.call("ZRANGE", K[1], -1, -1, "WITHSCORES")
+  if #last == 0 then
+    redis.call("DEL", K[1], K[5])
+    return
+  end
+  redis.call("PEXPIREAT", K[1], last[2])
+  redis.call("PEXPIREAT", K[5], last[2])
+end
+
+-- How K[1] is held at now_ms: "none", "exclusive", or "shared" with the weight held and the
+-- limit. Expired shared holds are dropped first (a crashed holder's permits come back).
+local function holds(now_ms)
+  local t = redis.call("TYPE", K[1])["ok"]
+  if t == "none" then return "none", 0, 0 end
+  if t ~= "zset" then return "exclusive", 0, 0 end
+  local gone = redis.call("ZRANGEBYSCORE", K[1], "-inf", int(now_ms))
+  if #gone > 0 then
+    local freed = 0
+    for _, who in ipairs(gone) do
+      freed = freed + weight_of(who)
+      redis.call("HDEL", K[5], who)
+    end
+    redis.call("ZREMRANGEBYSCORE", K[1], "-inf", int(now_ms))
+    if redis.call("EXISTS", K[1]) == 0 then
+      redis.call("DEL", K[5])
+      return "none", 0, 0
+    end
+    if freed > 0 then redis.call("HINCRBY", K[5], "\\0total", int(-freed)) end
+  end
+  local r = redis.call("HMGET", K[5], "\\0total", "\\0limit")
+  return "shared", tonumber(r[1]) or 0, tonumber(r[2]) or 0
+end
+
+-- Adds a shared hold of weight w under limit for ttl ms (kind: how the key was held before);
+-- the caller retimes K[1] and K[5] afterwards.
+local function hold_shared(who, w, limit, ttl, fence, waited, kind, now_ms)
+  if kind == "none" then
+    redis.call("DEL", K[5]) -- a grant record left by an exclusive holder that expired
+    redis.call("HSET", K[5], "\\0limit", int(limit))
+  end
+  redis.call("ZADD", K[1], int(now_ms + ttl), who)
+  redis.call("HSET", K[5], who, int(w) .. " " .. int(fence) .. " " .. int(waited))
+  redis.call("HINCRBY", K[5], "\\0total", int(w))
+end
+
+-- Drops who's shared hold.
+local function unhold(who)
+  local w = weight_of(who)
+  redis.call("ZREM", K[1], who)
+  redis.call("HDEL", K[5], who)
+  if w > 0 then redis.call("HINCRBY", K[5], "\\0total", int(-w)) end
+  retime()
+end
+
+-- {1, fence, waitedMs} if who holds a live shared hold of K[1] at now_ms, else nil. Without its
+-- record (lost by hand) the counter and 0 ms waited are the conservative answer.
+local function shared_grant(who, now_ms)
+  local s = redis.call("ZSCORE", K[1], who)
+  if not s or tonumber(s) <= now_ms then return nil end
+  local g = redis.call("HGET", K[5], who)
+  local w, f, waited
+  if g then w, f, waited = string.match(g, "^(%d+) (%d+) (%d+)$") end
+  if not f then return {1, tonumber(redis.call("GET", K[2])), 0} end
+  return {1, tonumber(f), tonumber(waited)}
+end
+
+-- ms until the first hold of K[1] expires (a shared hold's expiry frees room for waiters), or
+-- PTTL's -2 when nobody holds it.
+local function next_expiry(now_ms)
+  if redis.call("TYPE", K[1])["ok"] ~= "zset" then return redis.call("PTTL", K[1]) end
+  local first = redis.call("ZRANGE", K[1], 0, 0, "WITHSCORES")
+  return math.max(0, tonumber(first[2]) - now_ms)
+end
+
+-- Hands the key to the waiters at the front of the queue, oldest first, while each fits (an
+-- exclusive waiter: nobody holds the key; a shared one: no exclusive holder, the same limit as
+-- the shared holders, and room under it), dropping those whose deadline passed on the way; stops
+-- at the first that does not fit. Each grantee gets the next fence and its grant is recorded
+-- and PUBLISHed on channel. Answers how many were handed the key.
+local function hand_over(channel)
+  local now = now_us()
+  local now_ms = math.floor(now / 1000)
+  local kind, total, limit = holds(now_ms)
+  local grants = {}
+  while true do
+    local who = redis.call("LINDEX", K[3], 0)
+    if not who then break end
+    local info = redis.call("HGET", K[4], who)
+    local enq, deadline, ttl, w, l
+    if info then enq, deadline, ttl, w, l = string.match(info, "^(%d+) (%d+) (%d+) ?(%d*) ?(%d*)$") end
+    w, l = tonumber(w), tonumber(l)
+    if enq and tonumber(deadline) > now and not (w and kind == "shared" and redis.call("ZSCORE", K[1], who)) then
+      local fits = kind == "none"
+      if w and kind == "shared" then fits = limit == l and total + w <= l end
+      if not fits then break end
+      local fence = next_fence()
+      if not fence then break end
+      redis.call("LPOP", K[3])
+      redis.call("HDEL", K[4], who)
+      local waited = math.max(0, math.floor((now - tonumber(enq)) / 1000))
+      if w then
+        hold_shared(who, w, l, tonumber(ttl), fence, waited, kind, now_ms)
+        kind, total, limit = "shared", total + w, l
+      else
+        local value = who
+        if redis.call("EXISTS", K[3]) == 1 then value = MARK .. who end
+        redis.call("SET", K[1], value, "PX", ttl)
+        redis.call("SET", K[5], int(fence) .. " " .. int(waited) .. " " .. who, "PX", ttl)
+        kind = "exclusive"
+      end
+      grants[#grants + 1] = {who, int(fence), int(waited)}
+    else
+      redis.call("LPOP", K[3])
+      redis.call("HDEL", K[4], who)
+    end
+  end
+  if #grants == 0 then return nil end
+  if kind == "shared" then retime() end
+  local next_ms = int(next_expiry(now_ms))
+  for _, g in ipairs(grants) do
+    redis.call("PUBLISH", channel, cjson.encode({K[1], g[1], g[2], g[3], next_ms}))
+  end
+  return #grants
+end
+
+-- What a waiter that holds the key exclusively (handed over) answers: {1, fence, waitedMs},
+-- from the grant record; without one (it expired with an earlier holder) the counter is still
+-- this holder's fence, and 0 ms waited is the conservative answer.
 local function granted(owner)
-  local g = redis.call("GET", K[5])
-  if g then
+  local g = redis.pcall("GET", K[5])
+  if type(g) == "string" then
     local f, w, who = string.match(g, "^(%d+) (%d+) (.*)$")
     if who == owner then return {1, tonumber(f), tonumber(w)} end
   end
   return {1, tonumber(redis.call("GET", K[2])), 0}
 end
 
--- Frees the key held with value v (the caller checked the owner); a marked key goes to the next
--- waiter.
+-- Frees the key held exclusively with value v (the caller checked the owner); a marked key goes
+-- to the next waiters.
 local function free(v, channel)
   redis.call("DEL", K[1], K[5])
-  if string.sub(v, 1, 1) == MARK then grant_next(channel) end
+  if string.sub(v, 1, 1) == MARK then hand_over(channel) end
 end
 `;
 
@@ -139,8 +249,9 @@ return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outs
 /**
  * Acquire or queue (ARGV: owner, ttl ms, wait ms, channel). Free and nobody queued: take it as
  * ACQUIRE_SCRIPT does and answer {1, fence}. Otherwise join the queue (the waiter's deadline and
- * TTL recorded by Redis's clock), mark the holder's value so its release hands over, and answer
- * {0, PTTL of the lock}. The queue and the waiters hash expire a second after the last deadline.
+ * TTL recorded by Redis's clock), mark an exclusive holder's value so its release hands over,
+ * and answer {0, ms until the first hold expires}. The queue and the waiters hash expire a
+ * second after the last deadline.
  */
 export const ENQUEUE_SCRIPT = `-- keel-lock acquire-or-wait: take KEYS[1] like acquire, or queue ARGV[1] for ARGV[3] ms
 local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
@@ -149,7 +260,7 @@ ${nested(TAKE)}
   return {1, fence}
 end
 ${PRELUDE}
-if state == 2 and not grant_next(ARGV[4]) then
+if state == 2 and not hand_over(ARGV[4]) then
   state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
 end
 if state == 0 then
@@ -163,38 +274,90 @@ redis.call("HSET", KEYS[4], ARGV[1], string.format("%.0f %.0f %s", now, now + wa
 for i = 3, 4 do
   if redis.call("PTTL", KEYS[i]) < wait + 1000 then redis.call("PEXPIRE", KEYS[i], wait + 1000) end
 end
-local v = redis.call("GET", KEYS[1])
-if v and string.sub(v, 1, 1) ~= MARK then redis.call("SET", KEYS[1], MARK .. v, "KEEPTTL") end
-return {0, redis.call("PTTL", KEYS[1])}
+local v = redis.pcall("GET", KEYS[1])
+if type(v) == "string" and string.sub(v, 1, 1) ~= MARK then redis.call("SET", KEYS[1], MARK .. v, "KEEPTTL") end
+return {0, next_expiry(math.floor(now / 1000))}
 `;
 
 /**
- * The waiters of one store look — their safety-net poll, and the look at a holder's expiry — for
+ * Shared acquire, or queue (KEYS: the lock's five names; ARGV: owner, ttl ms, weight, limit,
+ * wait ms, channel). Callers queued for the key are first handed it as far as they fit. Then:
+ * shared holders under another limit answer {2, their limit} (never queued); a hold fits when
+ * nobody holds the key exclusively, nobody is still queued, and the weight held plus this one is
+ * at most the limit: it is added (the next fence drawn) and the answer is {1, fence}. Otherwise,
+ * with wait ms 0 (or an owner that already holds a shared hold of the key) {-1}; else the
+ * caller joins the queue as ENQUEUE_SCRIPT queues and the answer is {0, ms until the first hold
+ * expires}. A weight or limit outside 1..2^32-1, or a weight above the limit, is an error and
+ * changes nothing.
+ */
+export const ACQUIRE_SHARED_SCRIPT = `-- keel-lock shared acquire: add ARGV[1]'s hold of weight ARGV[3] under limit ARGV[4], or queue
+local w, l, wait, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[2])
+if not (w and l and wait and ttl) or w % 1 ~= 0 or l % 1 ~= 0 or w < 1 or w > l or l > 4294967295 or wait < 0 then
+  return redis.error_reply("ERR keel-lock: weight and limit must be whole numbers, 1 <= weight <= limit <= 4294967295")
+end
+${PRELUDE}
+if redis.call("EXISTS", K[3]) == 1 then hand_over(ARGV[6]) end
+local now = now_us()
+local now_ms = math.floor(now / 1000)
+local kind, total, limit = holds(now_ms)
+if kind == "shared" then
+  if limit ~= l then return {2, limit} end
+  if redis.call("ZSCORE", K[1], ARGV[1]) then return {-1} end
+end
+if kind ~= "exclusive" and redis.call("EXISTS", K[3]) == 0 and (kind == "none" or total + w <= l) then
+  local fence = next_fence()
+  if not fence then
+    return redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..${MAX_FENCE}")
+  end
+  hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms)
+  retime()
+  return {1, fence}
+end
+if wait == 0 then return {-1} end
+redis.call("RPUSH", K[3], ARGV[1])
+redis.call("HSET", K[4], ARGV[1], string.format("%.0f %.0f %.0f %.0f %.0f", now, now + wait * 1000, ttl, w, l))
+for i = 3, 4 do
+  if redis.call("PTTL", K[i]) < wait + 1000 then redis.call("PEXPIRE", K[i], int(wait + 1000)) end
+end
+local v = redis.pcall("GET", K[1])
+if type(v) == "string" and string.sub(v, 1, 1) ~= MARK then redis.call("SET", K[1], MARK .. v, "KEEPTTL") end
+return {0, next_expiry(now_ms)}
+`;
+
+/**
+ * The waiters of one store look — their safety-net poll, and the look at a hold's expiry — for
  * several locks in one call. KEYS: five names per lock (a lock's names, as the other scripts take
  * them, one lock after another). ARGV: the channel, then per lock the number of owners asked
- * about followed by those owners. A lock that is gone (its holder's TTL passed) is first handed
- * to its oldest live waiter. Answers one array per lock: the lock's PTTL, then three numbers per
- * owner asked about: 1, fence, waitedMs if it was handed the key; -1, 0, 0 if it is no longer
- * queued (its deadline passed); 0, 0, 0 while it waits.
+ * about followed by those owners. A lock not held exclusively (free, or held shared: some hold
+ * may have expired) is first handed to the waiters at the front of its queue, as far as they
+ * fit. Answers one array per lock: ms until its first hold expires (-2 if none), then three
+ * numbers per owner asked about: 1, fence, waitedMs if it was handed the key; -1, 0, 0 if it is
+ * no longer queued (its deadline passed); 0, 0, 0 while it waits.
  */
 export const CHECK_SCRIPT = `-- keel-lock look: for each lock (five KEYS each), which of the owners in ARGV were handed it?
--- a lock whose holder expired is handed over first
+-- a lock whose holders expired is handed over first
 ${PRELUDE}
 local answers = {}
 local at = 2
 for first = 1, #KEYS, 5 do
   K = {KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]}
   local count = tonumber(ARGV[at])
-  local v = redis.call("GET", K[1])
-  if not v and redis.call("EXISTS", K[3]) == 1 then
-    grant_next(ARGV[1])
-    v = redis.call("GET", K[1])
+  local v = redis.pcall("GET", K[1])
+  if type(v) ~= "string" and redis.call("EXISTS", K[3]) == 1 then
+    hand_over(ARGV[1])
+    v = redis.pcall("GET", K[1])
   end
-  local answer = {redis.call("PTTL", K[1])}
+  local now_ms = math.floor(now_us() / 1000)
+  local answer = {next_expiry(now_ms)}
   for i = at + 1, at + count do
     local owner = ARGV[i]
+    local g = nil
     if v == owner or v == MARK .. owner then
-      local g = granted(owner)
+      g = granted(owner)
+    elseif type(v) == "table" then
+      g = shared_grant(owner, now_ms)
+    end
+    if g then
       answer[#answer + 1] = 1
       answer[#answer + 1] = g[2]
       answer[#answer + 1] = g[3]
@@ -212,84 +375,131 @@ return answers
 
 /**
  * A waiter leaves (ARGV: owner, channel, "0" at its deadline or "1" to withdraw). If it was
- * handed the key already: at the deadline it keeps it and answers {1, fence, waitedMs}; when
- * withdrawing it releases it (the next waiter is handed the key) and answers {2}. Otherwise it
- * leaves the queue and answers {0}; a holder left with nobody queued behind it is unmarked.
+ * handed the key already (exclusive or shared): at the deadline it keeps it and answers
+ * {1, fence, waitedMs}; when withdrawing it releases it (the next waiters are handed the key)
+ * and answers {2}. Otherwise it leaves the queue and answers {0}; an exclusive holder left with
+ * nobody queued behind it is unmarked, and a key not held exclusively is handed to the waiters
+ * now at the front as far as they fit (the one that left may have been the one that did not).
  */
 export const LEAVE_SCRIPT = `-- keel-lock leave: take ARGV[1] out of KEYS[1]'s queue, or release the key it was handed
 ${PRELUDE}
-local v = redis.call("GET", KEYS[1])
+local v = redis.pcall("GET", KEYS[1])
 if v == ARGV[1] or v == MARK .. ARGV[1] then
   if ARGV[3] ~= "1" then return granted(ARGV[1]) end
   free(v, ARGV[2])
   return {2}
 end
+if type(v) == "table" then
+  local g = shared_grant(ARGV[1], math.floor(now_us() / 1000))
+  if g then
+    if ARGV[3] ~= "1" then return g end
+    unhold(ARGV[1])
+    if redis.call("EXISTS", KEYS[3]) == 1 then hand_over(ARGV[2]) end
+    return {2}
+  end
+end
 redis.call("LREM", KEYS[3], 0, ARGV[1])
 redis.call("HDEL", KEYS[4], ARGV[1])
-if v and string.sub(v, 1, 1) == MARK and redis.call("EXISTS", KEYS[3]) == 0 then
-  redis.call("SET", KEYS[1], string.sub(v, 2), "KEEPTTL")
+local queued = redis.call("EXISTS", KEYS[3]) == 1
+if type(v) == "string" then
+  if string.sub(v, 1, 1) == MARK and not queued then redis.call("SET", KEYS[1], string.sub(v, 2), "KEEPTTL") end
+elseif queued then
+  hand_over(ARGV[2])
 end
 return {0}
 `;
 
 /**
- * Release (KEYS: the lock's five names; ARGV: owner): deletes KEYS[1] only while ARGV[1] holds it
- * and answers 1 or 0. With nobody queued that is GET and DEL; a holder with callers queued behind
- * it (its value is marked) hands the key to the oldest live waiter in the same script. The
- * hand-over's channel is the prefix — what precedes the first "{" of the lock's name, as the
- * store escapes any "{" in it — followed by CHANNEL.
+ * Release (KEYS: the lock's five names; ARGV: owner): frees ARGV[1]'s hold only while it holds
+ * it and answers 1 or 0. An exclusive holder with nobody queued is GET and DEL; a holder with
+ * callers queued behind it (its value is marked) hands the key over in the same script. A
+ * shared holder (K[1] is a sorted set, so GET fails: redis.pcall reads that as the type check)
+ * drops its hold and, with callers queued, hands the key to those at the front that now fit.
+ * The hand-over's channel is the prefix — what precedes the first "{" of the lock's name, as
+ * the store escapes any "{" in it — followed by CHANNEL.
  */
-export const RELEASE_SCRIPT = `-- keel-lock release: delete the key only while ARGV[1] still holds it; hand it to the next waiter
-local v = redis.call("GET", KEYS[1])
+export const RELEASE_SCRIPT = `-- keel-lock release: free ARGV[1]'s hold only while it holds it; hand the key to the next waiters
+local v = redis.pcall("GET", KEYS[1])
 if v == ARGV[1] then
   return redis.call("DEL", KEYS[1])
 end
-if v ~= "\\0" .. ARGV[1] then
+if type(v) ~= "table" and v ~= "\\0" .. ARGV[1] then
   return 0
 end
 ${PRELUDE}
-free(v, string.sub(K[1], 1, string.find(K[1], "{", 1, true) - 1) .. "${CHANNEL}")
+local channel = string.sub(K[1], 1, string.find(K[1], "{", 1, true) - 1) .. "${CHANNEL}"
+if type(v) ~= "table" then
+  free(v, channel)
+  return 1
+end
+if not shared_grant(ARGV[1], math.floor(now_us() / 1000)) then return 0 end
+unhold(ARGV[1])
+if redis.call("EXISTS", K[3]) == 1 then hand_over(channel) end
 return 1
 `;
 
-/** Resets KEYS[1]'s TTL to ARGV[2] ms only while ARGV[1] still holds it. Answers 1 or 0. */
-export const EXTEND_SCRIPT = `-- keel-lock extend: reset the key's TTL to ARGV[2] ms only while ARGV[1] still holds it
-local holder = redis.call("GET", KEYS[1])
-if holder ~= ARGV[1] and holder ~= "\\0" .. ARGV[1] then
+/**
+ * Extend (KEYS: lock, grants; ARGV: owner, ttl ms): resets ARGV[1]'s hold to expire in ARGV[2]
+ * ms only while it holds it; answers 1 or 0. An exclusive holder is GET and PEXPIRE; a shared
+ * holder's expiry is rescored and both keys expire with the latest hold.
+ */
+export const EXTEND_SCRIPT = `-- keel-lock extend: reset ARGV[1]'s hold to ARGV[2] ms only while ARGV[1] still holds it
+local holder = redis.pcall("GET", KEYS[1])
+if type(holder) ~= "table" then
+  if holder ~= ARGV[1] and holder ~= "\\0" .. ARGV[1] then
+    return 0
+  end
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local s = redis.call("ZSCORE", KEYS[1], ARGV[1])
+if not s or tonumber(s) <= now_ms then
   return 0
 end
-return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+redis.call("ZADD", KEYS[1], "XX", string.format("%.0f", now_ms + tonumber(ARGV[2])), ARGV[1])
+local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+redis.call("PEXPIREAT", KEYS[1], last[2])
+redis.call("PEXPIREAT", KEYS[2], last[2])
+return 1
 `;
 
 /**
- * Force-release (ARGV: channel): deletes KEYS[1] whoever holds it and answers 1, or 0 if nobody
- * did. A queued waiter is handed the key, as on a release.
+ * Force-release (ARGV: channel): frees every hold of KEYS[1] and answers 1, or 0 if nobody held
+ * it. Queued waiters are handed the key, as on a release.
  */
-export const FORCE_RELEASE_SCRIPT = `-- keel-lock force-release: free KEYS[1] whoever holds it; hand it to the next waiter
+export const FORCE_RELEASE_SCRIPT = `-- keel-lock force-release: free KEYS[1] whoever holds it; hand it to the next waiters
 ${PRELUDE}
-local v = redis.call("GET", KEYS[1])
-if v then
+local v = redis.pcall("GET", KEYS[1])
+if type(v) == "string" then
   free(v, ARGV[1])
   return 1
 end
-if redis.call("EXISTS", KEYS[3]) == 1 then grant_next(ARGV[1]) end
-return 0
+local held = 0
+if v then
+  if holds(math.floor(now_us() / 1000)) ~= "none" then held = 1 end
+  redis.call("DEL", K[1], K[5])
+end
+if redis.call("EXISTS", K[3]) == 1 then hand_over(ARGV[1]) end
+return held
 `;
 
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const ACQUIRE_SHA = "c63daa244b0ba5f38a0cdf96979f88f3c55d200e";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "a914215d28d7ec31b845abc66011c4d61084b9b7";
+export const RELEASE_SHA = "5f10f4ac324ea3e9c69cc9b1452982b33b958774";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const EXTEND_SHA = "a64738b7daa6da2e5b5604faf596399fdb28ebd0";
+export const EXTEND_SHA = "cd544d2d2665f06a5339c6982ff1aac0e145dd39";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "72ce7d545219d89dcbca19a6c7fd3700d5d8483e";
+export const ENQUEUE_SHA = "3db851522e1cd5a4869aefed95153ef2a5c7a2e0";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "74f0075b0db960daca76f86b254a1d42c7fe5954";
+export const CHECK_SHA = "c6d67a8a112ae97ef4edfdb2d79740de63713c35";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "576f2755b76c4a7a649eed7cbc1a0d5e5fe308c5";
+export const LEAVE_SHA = "a6c21a29e16f6d8a70736580387f69fbdc84882b";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "e88b95289510268d8078179f576188658d583d73";
+export const FORCE_RELEASE_SHA = "2d3d192a017a579ca35295679987c5ceeda55c53";
+/** SHA-1 of ACQUIRE_SHARED_SCRIPT (checked by the tests). */
+export const ACQUIRE_SHARED_SHA = "1734257c5862b91c69d6f03521871b68ec3a13f3";
 
 // How a script's answer reads.
 export const isOne = (reply) => Number(reply) === 1;
@@ -301,4 +511,13 @@ export function fenceFrom(reply) {
     throw new TypeError(`redisLockStore: acquire script answered ${String(reply)}, expected 0 or a fence in 1..${MAX_FENCE}`);
   }
   return { fence: value };
+}
+
+// ACQUIRE_SHARED_SCRIPT's answer without waiting: {1, fence}, {2, heldLimit}, or {-1}.
+export function sharedAnswer(reply) {
+  if (!Array.isArray(reply)) throw new TypeError(`redisLockStore: the shared acquire script answered ${String(reply)}`);
+  const state = Number(reply[0]);
+  if (state === 1) return fenceFrom(reply[1]);
+  if (state === 2) return { heldLimit: Number(reply[1]) };
+  return false;
 }

@@ -1,13 +1,24 @@
-// keel-lock/redis: waiting without polling — acquireOrWait, withdraw and close, the methods a
-// waiting store adds (every client but @upstash/redis, which has no pub/sub). The queue lives in
-// Redis (ENQUEUE_SCRIPT, CHECK_SCRIPT, LEAVE_SCRIPT); this side keeps the pub/sub connection,
-// the timers and the pending calls. How it works: stores/README.md, "Waiting without polling".
+// keel-lock/redis: waiting without polling — acquireOrWait, acquireSharedOrWait, withdraw and
+// close, the methods a waiting store adds (every client but @upstash/redis, which has no
+// pub/sub). The queue lives in Redis (ENQUEUE_SCRIPT, ACQUIRE_SHARED_SCRIPT, CHECK_SCRIPT,
+// LEAVE_SCRIPT); this side keeps the pub/sub connection, the timers and the pending calls. How
+// it works: stores/README.md, "Waiting without polling" and "Shared holds".
 
 import { idleCloser, LockStoreClosedError, MAX_TTL_MS } from "./args.js";
 import { clientClosed, openSubscriber } from "./redis-clients.js";
-import { CHECK_SCRIPT, CHECK_SHA, ENQUEUE_SCRIPT, ENQUEUE_SHA, fenceFrom, LEAVE_SCRIPT, LEAVE_SHA } from "./redis-scripts.js";
+import {
+  ACQUIRE_SHARED_SCRIPT,
+  ACQUIRE_SHARED_SHA,
+  CHECK_SCRIPT,
+  CHECK_SHA,
+  ENQUEUE_SCRIPT,
+  ENQUEUE_SHA,
+  fenceFrom,
+  LEAVE_SCRIPT,
+  LEAVE_SHA,
+} from "./redis-scripts.js";
 
-// Waiting without polling: acquireOrWait, withdraw, close.
+// Waiting without polling: acquireOrWait, acquireSharedOrWait, withdraw, close.
 //
 // The pub/sub connection is the store's own, so the store keeps it only while it is of use: it
 // is opened by the first wait, closed a moment (IDLE_CLOSE_MS) after the last wait left, and
@@ -49,12 +60,16 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     else wait.resolve(answer);
   }
 
-  // The enqueue's answer for `wait`: {1, fence} took the key; {0, pttl} queued it.
+  // The enqueue's answer for `wait`: {1, fence} took the key; {0, ms until the first hold
+  // expires} queued it; {2, limit} (shared: held under another limit) and {-1} (shared: not
+  // queued) answer at once.
   function enqueued(wait, reply, waitMs, started, wasSubscribed) {
     if (wait.settled) return;
     if (!Array.isArray(reply)) throw new TypeError(`redisLockStore: the enqueue script answered ${String(reply)}`);
     const state = Number(reply[0]);
     if (state === 1) return settle(wait, { ...fenceFrom(Number(reply[1])), waitedMs: 0 });
+    if (state === 2) return settle(wait, { heldLimit: Number(reply[1]) });
+    if (state === -1) return settle(wait, false);
     const lock = wait.lock;
     const pttl = Number(reply[1]);
     // 0 is a key in its last millisecond: it is still held, and its expiry is the next look.
@@ -96,7 +111,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     }
   }
 
-  // When the holder's TTL runs out, this store looks at the key (and so hands it over).
+  // When the first hold's TTL runs out, this store looks at the key (and so hands it over).
   function expiryAt(lock, ms) {
     clearTimeout(expiryTimers.get(lock));
     const timer = setTimeout(() => {
@@ -260,56 +275,86 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     return runScript(LEAVE_SHA, LEAVE_SCRIPT, wait.names, [wait.owner, channel, withdrawing ? "1" : "0"]);
   }
 
+  function checkWait(key, owner, ttlMs, waitMs, pollMs) {
+    check.key(key);
+    checkOwner(owner);
+    check.ttl(ttlMs);
+    if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_TTL_MS) {
+      throw new RangeError(`redisLockStore: waitMs must be a whole number of ms in 0..${MAX_TTL_MS}, got ${waitMs}`);
+    }
+    if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_TTL_MS) {
+      throw new RangeError(`redisLockStore: pollMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${pollMs}`);
+    }
+  }
+
+  // Queues `owner` for `key` through `sha`/`script` (the enqueue or the shared acquire script,
+  // `args` after the owner) unless it is answered at once. The caller checked the arguments.
+  function queueFor(key, owner, waitMs, pollMs, sha, script, args) {
+    const names = lockKeys(key);
+    const lock = names[0];
+    let pending = waits.get(lock);
+    if (pending?.has(owner)) return Promise.reject(new Error(`redisLockStore: ${owner} is already waiting for ${key}`));
+    if (clientClosed(client, clientType)) {
+      return Promise.reject(new LockStoreClosedError("redisLockStore: the Redis client is closed"));
+    }
+    idle.cancel();
+    const started = Date.now();
+    return new Promise((resolve, reject) => {
+      const wait = { key, lock, owner, names, lookEveryMs: Math.max(pollMs, safetyNetMs), resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
+      if (pending === undefined) waits.set(lock, (pending = new Map()));
+      pending.set(owner, wait);
+      // With the subscription up, the hand-over message finds this wait registered. A key
+      // whose waiters queued before it was up is looked at once it is: a message may have
+      // come first.
+      const wasSubscribed = subscriber?.subscribed === true;
+      // Settles once the enqueue's answer has been acted on; never rejects.
+      wait.enqueued = runScript(sha, script, names, [owner, ...args]).then(
+        (reply) => {
+          try {
+            enqueued(wait, reply, waitMs, started, wasSubscribed);
+          } catch (error) {
+            settle(wait, error, true);
+          }
+        },
+        (error) => settle(wait, error, true),
+      );
+    });
+  }
+
   return {
     /**
      * Takes the key if it is free and nobody queues; otherwise joins its FIFO queue and waits up
-     * to `waitMs` for a release (or the holder's expiry) to hand it over. Answers
+     * to `waitMs` for a release (or the holders' expiry) to hand it over. Answers
      * `{ fence, waitedMs }` or `false`.
      */
     acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
       try {
-        check.key(key);
-        checkOwner(owner);
-        check.ttl(ttlMs);
-        if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_TTL_MS) {
-          throw new RangeError(`redisLockStore: waitMs must be a whole number of ms in 0..${MAX_TTL_MS}, got ${waitMs}`);
-        }
-        if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_TTL_MS) {
-          throw new RangeError(`redisLockStore: pollMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${pollMs}`);
-        }
+        checkWait(key, owner, ttlMs, waitMs, pollMs);
       } catch (error) {
         return Promise.reject(error);
       }
       if (waitMs === 0) return store.acquire(key, owner, ttlMs).then((got) => got && { ...got, waitedMs: 0 });
-      const names = lockKeys(key);
-      const lock = names[0];
-      let pending = waits.get(lock);
-      if (pending?.has(owner)) return Promise.reject(new Error(`redisLockStore: ${owner} is already waiting for ${key}`));
-      if (clientClosed(client, clientType)) {
-        return Promise.reject(new LockStoreClosedError("redisLockStore: the Redis client is closed"));
+      const args = [String(ttlMs), String(waitMs), channel];
+      return queueFor(key, owner, waitMs, pollMs, ENQUEUE_SHA, ENQUEUE_SCRIPT, args);
+    },
+
+    /**
+     * A shared hold of `weight` under `limit`, taken at once if it fits and nobody queues;
+     * otherwise the caller joins the key's one FIFO queue (behind exclusive and shared waiters
+     * alike) and waits up to `waitMs` to be handed it. Answers `{ fence, waitedMs }`, `false`,
+     * or `{ heldLimit }` at once when the key is held under another limit.
+     */
+    acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, pollMs) {
+      try {
+        checkWait(key, owner, ttlMs, waitMs, pollMs);
+      } catch (error) {
+        return Promise.reject(error);
       }
-      idle.cancel();
-      const started = Date.now();
-      return new Promise((resolve, reject) => {
-        const wait = { key, lock, owner, names, lookEveryMs: Math.max(pollMs, safetyNetMs), resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
-        if (pending === undefined) waits.set(lock, (pending = new Map()));
-        pending.set(owner, wait);
-        // With the subscription up, the hand-over message finds this wait registered. A key
-        // whose waiters queued before it was up is looked at once it is: a message may have
-        // come first.
-        const wasSubscribed = subscriber?.subscribed === true;
-        // Settles once the enqueue's answer has been acted on; never rejects.
-        wait.enqueued = runScript(ENQUEUE_SHA, ENQUEUE_SCRIPT, names, [owner, String(ttlMs), String(waitMs), channel]).then(
-          (reply) => {
-            try {
-              enqueued(wait, reply, waitMs, started, wasSubscribed);
-            } catch (error) {
-              settle(wait, error, true);
-            }
-          },
-          (error) => settle(wait, error, true),
-        );
-      });
+      if (waitMs === 0) {
+        return store.acquireShared(key, owner, ttlMs, weight, limit).then((got) => (got && "fence" in got ? { ...got, waitedMs: 0 } : got));
+      }
+      const args = [String(ttlMs), String(weight), String(limit), String(waitMs), channel];
+      return queueFor(key, owner, waitMs, pollMs, ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, args);
     },
 
     /**

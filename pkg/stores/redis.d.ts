@@ -31,7 +31,16 @@ export type RedisWaitedGrant = Grant & WaitedGrant & { fence: number };
  * A LockStore over Redis. Every method answers a promise and costs one round trip
  * (a script call: one more after that Redis lost its script cache).
  */
-export type RedisLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "withdraw" | "forceRelease"> & {
+/** A shared acquire refused because the key is held under another limit (never queued). */
+export interface RedisHeldLimit {
+  /** The limit the key's live shared holds were taken under. */
+  heldLimit: number;
+}
+
+export type RedisLockStore = Omit<
+  LockStore,
+  "acquire" | "acquireOrWait" | "withdraw" | "forceRelease" | "acquireShared" | "acquireSharedOrWait"
+> & {
   /**
    * One script, atomically: if the key is free, take it and answer `{ fence }` from the key's
    * counter; if someone holds it, answer `false`. The fence (1..2^53 − 1) is greater than every
@@ -41,8 +50,17 @@ export type RedisLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "with
    */
   acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
   /**
-   * Frees `key` whoever holds it (for operators) and answers whether someone did. A queued
-   * waiter is handed the key, as on a release; the old holder's next extend answers false.
+   * A shared hold of `weight` under `limit` (a semaphore's permits; a read lock is weight 1 under
+   * 2^32 − 1), one script: `{ fence }` when no exclusive holder, nobody queued, and the weight
+   * held plus `weight` is at most `limit`; `false` otherwise; `{ heldLimit }` when the key's
+   * shared holds were taken under another limit. Each hold has its own owner, TTL and fence
+   * (from the key's one counter); `release`/`extend` act on the owner's hold.
+   * Rejects if weight and limit are not whole numbers with 1 ≤ weight ≤ limit ≤ 2^32 − 1.
+   */
+  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<false | Grant | RedisHeldLimit>;
+  /**
+   * Frees every hold of `key` (for operators) and answers whether someone held it. Queued
+   * waiters are handed the key, as on a release; the old holders' next extend answers false.
    */
   forceRelease(key: string): Promise<boolean>;
   /**
@@ -56,6 +74,20 @@ export type RedisLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "with
    * when the client is closed — a wait still queued then rejects with `LockStoreClosedError`.
    */
   acquireOrWait?(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number): Promise<false | RedisWaitedGrant>;
+  /**
+   * `acquireShared`, or join the key's one FIFO queue (behind exclusive and shared waiters alike)
+   * and wait up to `waitMs` to be handed the hold — by a release, or when a hold's TTL passes.
+   * `{ heldLimit }` answers at once and never queues. Absent on @upstash/redis.
+   */
+  acquireSharedOrWait?(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    waitMs: number,
+    pollMs: number,
+  ): Promise<false | RedisWaitedGrant | RedisHeldLimit>;
   /**
    * Afterwards `owner` neither holds nor waits for `key`: leaves the queue, or releases a key it
    * was handed (to the next waiter); a pending `acquireOrWait` of `owner` answers false.
@@ -111,9 +143,9 @@ export declare function detectRedisClient(client: unknown): RedisClientType | nu
 
 /** The acquire script (set-if-absent with nobody queued, then the next fence from the counter). */
 export declare const ACQUIRE_SCRIPT: string;
-/** The release script (compare owner, then DEL; hands the key to the oldest live waiter). */
+/** The release script (compare owner, then DEL, or drop the owner's shared hold; hands the key over). */
 export declare const RELEASE_SCRIPT: string;
-/** The extend script (compare owner, then PEXPIRE). */
+/** The extend script (compare owner, then PEXPIRE, or move the owner's shared hold's expiry). */
 export declare const EXTEND_SCRIPT: string;
 /** SHA-1 of ACQUIRE_SCRIPT. */
 export declare const ACQUIRE_SHA: string;
@@ -127,6 +159,10 @@ export declare const ENQUEUE_SCRIPT: string;
 export declare const CHECK_SCRIPT: string;
 /** A waiter leaves the queue (timeout, withdraw), or releases a key it was handed. */
 export declare const LEAVE_SCRIPT: string;
+/** The shared acquire (or queue) script of `acquireShared` and `acquireSharedOrWait`. */
+export declare const ACQUIRE_SHARED_SCRIPT: string;
+/** SHA-1 of ACQUIRE_SHARED_SCRIPT. */
+export declare const ACQUIRE_SHARED_SHA: string;
 /** The force-release script (DEL whoever holds it, then hand over). */
 export declare const FORCE_RELEASE_SCRIPT: string;
 /** SHA-1 of ENQUEUE_SCRIPT. */

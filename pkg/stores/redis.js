@@ -9,15 +9,18 @@
 //
 // Key names. For lock key K under prefix P every name carries the hash tag {K}, so a lock's
 // names share one Redis Cluster slot: P{K} (the owner token, PX ttl), P{K}:fence (the fence
-// counter, never expires), and, for waiting, P{K}:queue, P{K}:waiters, P{K}:grant. In the braces
-// and in P, "%", "{" and "}" are written "%25", "%7B", "%7D": one-to-one, and the tag is never
-// empty.
+// counter, never expires), and, for waiting and shared holds, P{K}:queue, P{K}:waiters,
+// P{K}:grant (while the key is held shared, P{K} is a sorted set of holders and P{K}:grant their
+// weights and fences). In the braces and in P, "%", "{" and "}" are written "%25", "%7B", "%7D":
+// one-to-one, and the tag is never empty.
 
 import { argumentChecks, LockStoreClosedError, safetyNetOption } from "./args.js";
 import { adapter, CLIENT_TYPES, detectRedisClient, isNoScript } from "./redis-clients.js";
 import {
   ACQUIRE_SCRIPT,
   ACQUIRE_SHA,
+  ACQUIRE_SHARED_SCRIPT,
+  ACQUIRE_SHARED_SHA,
   CHANNEL,
   CHECK_SCRIPT,
   CHECK_SHA,
@@ -29,12 +32,15 @@ import {
   isOne,
   RELEASE_SCRIPT,
   RELEASE_SHA,
+  sharedAnswer,
 } from "./redis-scripts.js";
 import { redisWaiting } from "./redis-waiting.js";
 
 export {
   ACQUIRE_SCRIPT,
   ACQUIRE_SHA,
+  ACQUIRE_SHARED_SCRIPT,
+  ACQUIRE_SHARED_SHA,
   CHECK_SCRIPT,
   CHECK_SHA,
   ENQUEUE_SCRIPT,
@@ -104,9 +110,9 @@ export function redisLockStore(client, options = {}) {
   const escapedPrefix = escapeName(prefix);
   const lockKey = (key) => `${escapedPrefix}{${NEEDS_ESCAPE.test(key) ? escapeName(key) : key}}`;
   // Every name one lock uses, in the order the scripts take them as KEYS (a frozen array; its
-  // `take` is the first three, what the acquire script takes). The names of recently used keys
-  // are kept, so a release finds those its acquire built; the cache is emptied when it reaches
-  // NAMES_CACHED keys.
+  // `take` is the first three, what the acquire script takes, and `extend` the lock and grants
+  // names, what the extend script takes). The names of recently used keys are kept, so a release
+  // finds those its acquire built; the cache is emptied when it reaches NAMES_CACHED keys.
   const names = new Map();
   const lockKeys = (key) => {
     let all = names.get(key);
@@ -114,6 +120,7 @@ export function redisLockStore(client, options = {}) {
       const lock = lockKey(key);
       all = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
       all.take = Object.freeze(all.slice(0, 3));
+      all.extend = Object.freeze([all[0], all[4]]);
       Object.freeze(all);
       if (names.size >= NAMES_CACHED) names.clear();
       names.set(key, all);
@@ -165,10 +172,10 @@ export function redisLockStore(client, options = {}) {
       }
       const all = lockKeys(key);
       const args = [owner, String(ttlMs)];
-      // -1: the lock is free with callers queued (its holder expired). The check script hands it
-      // to the oldest live waiter, dropping those whose deadline passed; a second try then finds
-      // it held (false), or free with nobody left queued (taken). Still free with callers queued
-      // after the look — the fence counter is at its limit — answers false.
+      // -1: the lock is free with callers queued (its holders expired). The check script hands it
+      // to the oldest live waiters that fit, dropping those whose deadline passed; a second try
+      // then finds it held (false), or free with nobody left queued (taken). Still free with
+      // callers queued after the look — the fence counter is at its limit — answers false.
       return runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, all.take, args, (reply) =>
         Number(reply) !== -1
           ? fenceFrom(reply)
@@ -192,8 +199,25 @@ export function redisLockStore(client, options = {}) {
       check.key(key);
       checkOwner(owner);
       check.ttl(ttlMs);
-      const reply = await runScript(EXTEND_SHA, EXTEND_SCRIPT, [lockKey(key)], [owner, String(ttlMs)]);
+      const reply = await runScript(EXTEND_SHA, EXTEND_SCRIPT, lockKeys(key).extend, [owner, String(ttlMs)]);
       return Number(reply) === 1;
+    },
+
+    /**
+     * A shared hold of `weight` under `limit` (a semaphore's permits, a read lock): `{ fence }`,
+     * `false` (no room, or callers queued), or `{ heldLimit }` (held under another limit). The
+     * script checks weight and limit (whole numbers, 1 <= weight <= limit <= 2^32 - 1).
+     */
+    acquireShared(key, owner, ttlMs, weight, limit) {
+      try {
+        check.key(key);
+        checkOwner(owner);
+        check.ttl(ttlMs);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      const args = [owner, String(ttlMs), String(weight), String(limit), "0", channel];
+      return runScript(ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, lockKeys(key), args, sharedAnswer);
     },
 
     async isLocked(key) {
@@ -207,7 +231,7 @@ export function redisLockStore(client, options = {}) {
       return Number.isFinite(ms) && ms > 0 ? ms : null;
     },
 
-    /** Frees `key` whoever holds it (a queued waiter is handed it); true if someone held it. */
+    /** Frees every hold of `key` (queued waiters are handed it); true if someone held it. */
     async forceRelease(key) {
       check.key(key);
       return Number(await runScript(FORCE_RELEASE_SHA, FORCE_RELEASE_SCRIPT, lockKeys(key), [channel])) === 1;
