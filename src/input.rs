@@ -180,16 +180,15 @@ impl InputError {
                 &decimal(*value),
             ]
             .concat(),
-            InputError::InvalidLimit { value, max } => [
-                "a semaphore limit must be a whole number between 1 and ",
-                &decimal(u64::from(*max)),
-                ", got ",
-                &ShowNumber(*value).text(),
-            ]
-            .concat(),
-            InputError::InvalidPermits { value, limit } => [
-                "permits must be a whole number between 1 and the limit, ",
-                &decimal(u64::from(*limit)),
+            InputError::InvalidLimit { value, max: n }
+            | InputError::InvalidPermits { value, limit: n } => [
+                match self {
+                    InputError::InvalidLimit { .. } => {
+                        "a semaphore limit must be a whole number between 1 and "
+                    }
+                    _ => "permits must be a whole number between 1 and the limit, ",
+                },
+                &decimal(u64::from(*n)),
                 ", got ",
                 &ShowNumber(*value).text(),
             ]

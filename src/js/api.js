@@ -41,6 +41,7 @@ const OP_EXTEND = 2;
 const OP_IS_LOCKED = 3;
 const OP_REMAINING_TIME = 4;
 const OP_FORCE_RELEASE = 5;
+const OP_ACQUIRE_SHARED = 6;
 // A JS store's acquire answer, told apart by type.
 const ANSWER_FALSE = 0;
 const ANSWER_TRUE = 1;
@@ -1126,25 +1127,26 @@ function getLockStore() {
 function installMemoryStore(proto) {
   const methods = {
     acquire(key, owner, ttlMs) {
-      return w.__kMemoryCall(this, OP_ACQUIRE, key, owner, ttlMs);
+      return w.__kMemoryCall(this, OP_ACQUIRE, key, owner, ttlMs, undefined, undefined);
     },
     release(key, owner) {
-      return w.__kMemoryCall(this, OP_RELEASE, key, owner, undefined);
+      return w.__kMemoryCall(this, OP_RELEASE, key, owner, undefined, undefined, undefined);
     },
     extend(key, owner, ttlMs) {
-      return w.__kMemoryCall(this, OP_EXTEND, key, owner, ttlMs);
+      return w.__kMemoryCall(this, OP_EXTEND, key, owner, ttlMs, undefined, undefined);
     },
     isLocked(key) {
-      return w.__kMemoryCall(this, OP_IS_LOCKED, key, undefined, undefined);
+      return w.__kMemoryCall(this, OP_IS_LOCKED, key, undefined, undefined, undefined, undefined);
     },
     remainingTime(key) {
-      return w.__kMemoryCall(this, OP_REMAINING_TIME, key, undefined, undefined);
+      return w.__kMemoryCall(this, OP_REMAINING_TIME, key, undefined, undefined, undefined, undefined);
     },
     forceRelease(key) {
-      return w.__kMemoryCall(this, OP_FORCE_RELEASE, key, undefined, undefined);
+      return w.__kMemoryCall(this, OP_FORCE_RELEASE, key, undefined, undefined, undefined, undefined);
     },
     acquireShared(key, owner, ttlMs, weight, limit) {
-      return w.__kMemoryShared(this, key, owner, ttlMs, weight, limit);
+      const answer = w.__kMemoryCall(this, OP_ACQUIRE_SHARED, key, owner, ttlMs, weight, limit);
+      return typeof answer === "number" ? { heldLimit: answer } : answer;
     },
   };
   for (const name of Object.keys(methods)) {

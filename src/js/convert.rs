@@ -195,6 +195,7 @@ pub(crate) fn operation(op: u32) -> Option<Operation> {
         OP_IS_LOCKED => Operation::IsLocked,
         OP_REMAINING_TIME => Operation::RemainingTime,
         OP_FORCE_RELEASE => Operation::ForceRelease,
+        OP_ACQUIRE_SHARED => Operation::AcquireShared,
         _ => return None,
     })
 }
@@ -220,12 +221,17 @@ pub(crate) fn method_name(op: Operation) -> &'static str {
 /// `1 <= weight <= limit <= 2^32 - 1` (else a `RangeError`).
 pub(crate) fn share(weight: &JsValue, limit: &JsValue) -> Result<crate::share::Share, JsValue> {
     use crate::share::Share;
-    let number = |v: &JsValue, name: &str| {
-        v.as_f64()
-            .ok_or_else(|| type_error([name, " must be a number, got ", &describe(v)].concat()))
-    };
+    let number = number_arg;
     let limit = Share::limit_from_f64(number(limit, "limit")?).map_err(input_to_js)?;
     Share::from_f64(number(weight, "weight")?, limit).map_err(input_to_js)
+}
+
+/// `value` as a number, else the `TypeError` "`what` must be a number, got …".
+#[inline(never)]
+pub(crate) fn number_arg(value: &JsValue, what: &str) -> Result<f64, JsValue> {
+    value
+        .as_f64()
+        .ok_or_else(|| type_error([what, " must be a number, got ", &describe(value)].concat()))
 }
 
 pub(crate) fn key(value: &JsValue) -> Result<Key, JsValue> {

@@ -74,6 +74,8 @@ pub fn memory_call(
     k: JsValue,
     o: JsValue,
     t: JsValue,
+    weight: JsValue,
+    limit: JsValue,
 ) -> Result<JsValue, JsValue> {
     let m = &store.inner;
     let op = super::convert::operation(op).ok_or_else(super::convert::bad_operation)?;
@@ -89,31 +91,16 @@ pub fn memory_call(
             .remaining_time_sync(&k)
             .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)),
         Operation::ForceRelease => m.force_release_sync(&k).into(),
-        Operation::AcquireShared => return Err(super::convert::bad_operation()),
-    })
-}
-
-/// `MemoryLockStore.prototype.acquireShared(key, owner, ttlMs, weight, limit)`: `{ fence }`,
-/// `false`, or `{ heldLimit }` when the key's live permits have another limit.
-#[wasm_bindgen(js_name = __kMemoryShared, skip_typescript)]
-pub fn memory_shared(
-    store: &JsMemoryLockStore,
-    k: JsValue,
-    o: JsValue,
-    t: JsValue,
-    weight: JsValue,
-    limit: JsValue,
-) -> Result<JsValue, JsValue> {
-    let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
-    let share = super::convert::share(&weight, &limit)?;
-    Ok(match store.inner.acquire_shared_sync(&k, &o, t, share) {
-        SharedGrant::Granted(grant) => return grant_to_js(Some(grant)),
-        SharedGrant::LimitMismatch { held } => {
-            let answer = js_sys::Object::new();
-            js_sys::Reflect::set(&answer, &"heldLimit".into(), &f64::from(held).into())?;
-            answer.into()
+        Operation::AcquireShared => {
+            let (o, t) = (owner(&o)?, required_ttl(&t)?);
+            let share = super::convert::share(&weight, &limit)?;
+            match m.acquire_shared_sync(&k, &o, t, share) {
+                SharedGrant::Granted(grant) => return grant_to_js(Some(grant)),
+                // JS turns a number into `{ heldLimit }`.
+                SharedGrant::LimitMismatch { held } => JsValue::from_f64(held.into()),
+                _ => JsValue::FALSE,
+            }
         }
-        _ => JsValue::FALSE,
     })
 }
 

@@ -64,6 +64,9 @@ pub const OP_IS_LOCKED: u32 = 3;
 pub const OP_REMAINING_TIME: u32 = 4;
 /// The store's `forceRelease`.
 pub const OP_FORCE_RELEASE: u32 = 5;
+/// The store's `acquireShared` (`__kMemoryCall` only: a limit mismatch answers the held limit
+/// as a number, which JS makes `{ heldLimit }`).
+pub const OP_ACQUIRE_SHARED: u32 = 6;
 
 // ---- A JS store's acquire answer, as JS hands it in (`__kAnswered`) -----------------------
 
@@ -152,6 +155,7 @@ pub const TABLE: &[(&str, f64)] = &[
     ("OP_IS_LOCKED", OP_IS_LOCKED as f64),
     ("OP_REMAINING_TIME", OP_REMAINING_TIME as f64),
     ("OP_FORCE_RELEASE", OP_FORCE_RELEASE as f64),
+    ("OP_ACQUIRE_SHARED", OP_ACQUIRE_SHARED as f64),
     ("ANSWER_FALSE", ANSWER_FALSE as f64),
     ("ANSWER_TRUE", ANSWER_TRUE as f64),
     ("ANSWER_FENCE", ANSWER_FENCE as f64),

@@ -189,11 +189,7 @@ impl<R: Runtime> MemoryLockStore<R> {
             .get(key.as_str())
             .map(|row| row.expires_at)
             .filter(|at| *at > now);
-        let shared = self.shared.borrow();
-        let first_shared = match shared.is_empty() {
-            true => None,
-            false => shared.get(key.as_str()).and_then(|r| r.first_expiry(now)),
-        };
+        let first_shared = self.shared_scan(key, now).first;
         match (exclusive, first_shared) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

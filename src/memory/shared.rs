@@ -27,15 +27,6 @@ impl SharedRow {
         self.live(now).next().is_some()
     }
 
-    /// The earliest expiry of a live hold: when room may next appear.
-    pub(super) fn first_expiry(&self, now: u64) -> Option<u64> {
-        self.live(now).map(|h| h.expires_at).min()
-    }
-
-    fn last_expiry(&self, now: u64) -> Option<u64> {
-        self.live(now).map(|h| h.expires_at).max()
-    }
-
     fn position(&self, owner: &OwnerToken, now: u64) -> Option<usize> {
         self.holds
             .iter()
@@ -43,7 +34,41 @@ impl SharedRow {
     }
 }
 
+/// One pass over a key's live shared holds.
+#[derive(Default, Clone, Copy)]
+pub(super) struct Scan {
+    pub(super) limit: Option<u32>,
+    pub(super) weight: u64,
+    pub(super) first: Option<u64>,
+    pub(super) last: Option<u64>,
+}
+
 impl<R: Runtime> MemoryLockStore<R> {
+    /// The one lookup of `key` in the shared map (kept out of line: every reader shares it).
+    #[inline(never)]
+    pub(super) fn shared_scan(&self, key: &Key, now: u64) -> Scan {
+        let shared = self.shared.borrow();
+        let mut scan = Scan::default();
+        if shared.is_empty() {
+            return scan;
+        }
+        if let Some(row) = shared.get(key.as_str()) {
+            for hold in row.live(now) {
+                scan.limit = Some(row.limit);
+                scan.weight += u64::from(hold.weight);
+                scan.first = Some(
+                    scan.first
+                        .map_or(hold.expires_at, |f| f.min(hold.expires_at)),
+                );
+                scan.last = Some(
+                    scan.last
+                        .map_or(hold.expires_at, |f| f.max(hold.expires_at)),
+                );
+            }
+        }
+        scan
+    }
+
     /// What is live on `key` at `now`.
     pub(super) fn live_holds(&self, key: &Key, now: u64) -> LiveHolds {
         let exclusive = self
@@ -51,24 +76,18 @@ impl<R: Runtime> MemoryLockStore<R> {
             .borrow()
             .get(key.as_str())
             .is_some_and(|row| row.expires_at > now);
-        let mut live = LiveHolds {
+        let scan = self.shared_scan(key, now);
+        LiveHolds {
             exclusive,
-            ..LiveHolds::default()
-        };
-        if let Some(row) = self.shared.borrow().get(key.as_str()) {
-            for hold in row.live(now) {
-                live.limit = Some(row.limit);
-                live.weight += u64::from(hold.weight);
-            }
+            limit: scan.limit,
+            weight: scan.weight,
         }
-        live
     }
 
     /// Whether `key` has a live shared hold (false at once on a store that never had one).
     #[inline]
     pub(super) fn shared_live(&self, key: &Key, now: u64) -> bool {
-        let shared = self.shared.borrow();
-        !shared.is_empty() && shared.get(key.as_str()).is_some_and(|r| r.is_live(now))
+        self.shared_scan(key, now).limit.is_some()
     }
 
     /// Takes `key` for `owner` as `holding` says, if it fits, without looking at the queue.
@@ -172,14 +191,7 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Milliseconds until the last live shared hold on `key` expires.
     pub(super) fn shared_remaining(&self, key: &Key, now: u64) -> Option<u64> {
-        let shared = self.shared.borrow();
-        if shared.is_empty() {
-            return None;
-        }
-        shared
-            .get(key.as_str())
-            .and_then(|row| row.last_expiry(now))
-            .map(|at| at - now)
+        self.shared_scan(key, now).last.map(|at| at - now)
     }
 
     /// Drops every shared hold on `key`; answers whether one was live.

@@ -232,16 +232,10 @@ pub fn options_error(options: JsValue, run: bool) -> JsValue {
 /// `TypeError` (not a number) or `RangeError` (not a whole number in `1..=2^32 - 1`).
 #[wasm_bindgen(js_name = __kLimit, skip_typescript)]
 pub fn limit(value: JsValue) -> f64 {
-    number_or_failed(match value.as_f64() {
-        Some(n) => Share::limit_from_f64(n).map(f64::from).map_err(input_to_js),
-        None => Err(type_error(
-            [
-                "a semaphore limit must be a number, got ",
-                &crate::js::convert::describe(&value),
-            ]
-            .concat(),
-        )),
-    })
+    number_or_failed(
+        crate::js::convert::number_arg(&value, "a semaphore limit")
+            .and_then(|n| Share::limit_from_f64(n).map(f64::from).map_err(input_to_js)),
+    )
 }
 
 /// Makes the slot's next acquire take `permits` (undefined: 1) of `limit`. 0, or [`FAILED`]
@@ -256,19 +250,11 @@ pub fn share(id: f64, permits: JsValue, limit: f64) -> f64 {
             ));
         }
         let lock = lock_of(id)?;
-        let limit = Share::limit_from_f64(limit).map_err(input_to_js)?;
-        let permits = match permits.as_f64() {
-            Some(n) => n,
-            None if permits.is_undefined() => 1.0,
-            None => {
-                return Err(type_error(
-                    [
-                        "permits must be a number, got ",
-                        &crate::js::convert::describe(&permits),
-                    ]
-                    .concat(),
-                ))
-            }
+        // JS passes the limit __kLimit checked.
+        let limit = limit as u32;
+        let permits = match permits.is_undefined() {
+            true => 1.0,
+            false => crate::js::convert::number_arg(&permits, "permits")?,
         };
         let share = Share::from_f64(permits, limit).map_err(input_to_js)?;
         lock.set_holding(Holding::Shared(share));
