@@ -417,12 +417,17 @@ fn set_lock_store_refuses_what_is_not_a_store() {
 fn memory_store_methods_check_their_arguments() {
     let m = JsMemoryLockStore::new();
     // The class's methods, as api.js defines them: one export, the operation by number.
-    let acquire = |k: JsValue, o: JsValue, t: JsValue| memory_call(&m, 0, k, o, t);
+    let acquire =
+        |k: JsValue, o: JsValue, t: JsValue| memory_call(&m, 0, k, o, t, undef(), undef());
     let boolean = |v: JsValue| v.as_bool().expect("answers a boolean");
-    let release = |k: JsValue, o: JsValue| memory_call(&m, 1, k, o, undef()).map(boolean);
-    let extend = |k: JsValue, o: JsValue, t: JsValue| memory_call(&m, 2, k, o, t).map(boolean);
-    let is_locked = |k: JsValue| memory_call(&m, 3, k, undef(), undef()).map(boolean);
-    let remaining_time = |k: JsValue| memory_call(&m, 4, k, undef(), undef());
+    let release =
+        |k: JsValue, o: JsValue| memory_call(&m, 1, k, o, undef(), undef(), undef()).map(boolean);
+    let extend = |k: JsValue, o: JsValue, t: JsValue| {
+        memory_call(&m, 2, k, o, t, undef(), undef()).map(boolean)
+    };
+    let is_locked =
+        |k: JsValue| memory_call(&m, 3, k, undef(), undef(), undef(), undef()).map(boolean);
+    let remaining_time = |k: JsValue| memory_call(&m, 4, k, undef(), undef(), undef(), undef());
     let k = s(&fresh_key("memory-args"));
     let owner = s("owner-1");
 
@@ -510,7 +515,7 @@ async fn memory_store_does_not_grow_without_bound() {
         for i in 0..PER_WAVE {
             let key = s(&format!("wasm-test:sweep:{wave}:{i}"));
             let grant = fulfilled_sync(
-                memory_call(&memory, 0, key, s("owner"), num(30.0)),
+                memory_call(&memory, 0, key, s("owner"), num(30.0), undef(), undef()),
                 "acquire",
             );
             assert!(grant.is_object(), "a fresh key is granted: {grant:?}");
