@@ -2,7 +2,12 @@
 //!
 //! ```text
 //! keel-lock:3:<ttl ms>:<deadline, epoch ms>:<fence, or empty>:<owner, base64url>:<key, base64url>:<check>
+//! keel-lock:4:<the same fields up to the key>:<weight>:<limit>:<check>
 //! ```
+//!
+//! Version 4 is a shared hold's (a semaphore's permits, a read lock): the same fields plus the
+//! hold's weight and limit, so the restored handle acquires again as what it was. A lock's hold
+//! is still written as version 3, which builds that predate shared holds read too.
 //!
 //! Versioned so a later format can be told apart; base64url so any key survives queues, URLs
 //! and headers unchanged. `<check>` is the 32-bit FNV-1a hash of everything before its `:`, in
@@ -19,12 +24,13 @@ use crate::base64url;
 use crate::grant::Fence;
 use crate::input::{decimal, InputError, Key, Ttl};
 use crate::prelude::*;
+use crate::share::{Holding, Share};
 use crate::token::OwnerToken;
 
 const MAGIC: &str = "keel-lock";
 
-/// The format version this build writes.
-pub const FORMAT_VERSION: u32 = 3;
+/// The newest format version this build writes (for a shared hold; a lock's is version 3).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// Longest string `parse` will look at; real ones are well under 1 KiB.
 const MAX_SERIALIZED_BYTES: usize = 4096;
@@ -45,6 +51,8 @@ pub struct SerializedLock {
     pub deadline_ms: u64,
     /// The hold's fence, when its store keeps fences.
     pub fence: Option<Fence>,
+    /// How the hold holds its key: a lock's, or a shared hold's weight and limit.
+    pub holding: Holding,
 }
 
 fn malformed(reason: impl Into<String>) -> InputError {
@@ -106,7 +114,17 @@ fn check(body: &str) -> [u8; 8] {
 impl SerializedLock {
     /// The string form.
     pub fn encode(&self) -> String {
-        let body = self.body("3");
+        let body = match self.holding {
+            Holding::Exclusive => self.body("3"),
+            Holding::Shared(share) => [
+                self.body("4").as_str(),
+                ":",
+                &decimal(share.weight().into()),
+                ":",
+                &decimal(share.limit().into()),
+            ]
+            .concat(),
+        };
         let check = check(&body);
         // Hex digits are ASCII: the conversion cannot fail.
         let check = core::str::from_utf8(&check).unwrap_or_default();
@@ -151,24 +169,35 @@ impl SerializedLock {
         if fields[0] != MAGIC {
             return Err(malformed("it does not start with \"keel-lock:\""));
         }
+        let checked = |sum: &str| match sum.as_bytes() == check(body) {
+            true => Ok(()),
+            false => Err(malformed(
+                "it was cut short or altered: its check does not match",
+            )),
+        };
+        let mut share = None;
         let (ttl, deadline, fence, owner, key) = match (fields.get(1).copied(), &fields[..]) {
+            (Some("4"), [_, _, ttl, deadline, fence, owner, key, weight, limit, sum]) => {
+                checked(sum)?;
+                let weight = u32::try_from(number(weight, "weight")?).unwrap_or(0);
+                let limit = u32::try_from(number(limit, "limit")?).unwrap_or(0);
+                share = Some(Share::new(weight, limit)?);
+                (*ttl, *deadline, Some(*fence), *owner, *key)
+            }
             (Some("3"), [_, _, ttl, deadline, fence, owner, key, sum]) => {
-                if sum.as_bytes() != check(body) {
-                    return Err(malformed(
-                        "it was cut short or altered: its check does not match",
-                    ));
-                }
+                checked(sum)?;
                 (*ttl, *deadline, Some(*fence), *owner, *key)
             }
             (Some("2"), [_, _, ttl, deadline, fence, owner, key]) => {
                 (*ttl, *deadline, Some(*fence), *owner, *key)
             }
             (Some("1"), [_, _, ttl, deadline, owner, key]) => (*ttl, *deadline, None, *owner, *key),
-            (Some(v @ ("1" | "2" | "3")), _) => {
+            (Some(v @ ("1" | "2" | "3" | "4")), _) => {
                 let expected = match v {
                     "1" => " has 6",
                     "2" => " has 7",
-                    _ => " has 8",
+                    "3" => " has 8",
+                    _ => " has 10",
                 };
                 return Err(malformed(
                     [
@@ -207,12 +236,13 @@ impl SerializedLock {
             owner,
             key: Key::new(decode_text(key, "key")?)?,
             fence,
+            holding: share.map_or(Holding::Exclusive, Holding::Shared),
         };
         // What remains non-canonical after the field checks (a base64url tail with stray bits)
         // shows up as a difference from what `encode` writes.
         let canonical = match fields[1] {
             // The check already matched the body: the body alone is compared.
-            "3" => parsed.body("3") == body,
+            "3" | "4" => parsed.encode().get(..body.len()) == Some(body),
             "2" => parsed.body("2") == text,
             _ => true,
         };
@@ -234,7 +264,33 @@ mod tests {
             owner: OwnerToken::mint().unwrap(),
             deadline_ms: 1_700_000_060_000,
             fence: Some(Fence::new(41).unwrap()),
+            holding: Holding::Exclusive,
         }
+    }
+
+    #[test]
+    fn a_shared_hold_round_trips_as_version_four() {
+        let s = SerializedLock {
+            holding: Holding::Shared(Share::new(2, 5).unwrap()),
+            ..sample()
+        };
+        let text = s.encode();
+        assert!(text.starts_with("keel-lock:4:"), "{text}");
+        assert_eq!(SerializedLock::parse(&text).unwrap(), s);
+        let (body, _) = text.rsplit_once(':').unwrap();
+        // Weight above the limit, a limit of 0, a weight written with a leading zero: refused
+        // even under a matching check.
+        for (from, to) in [(":2:5", ":6:5"), (":2:5", ":1:0"), (":2:5", ":02:5")] {
+            let edited = body.replacen(from, to, 1);
+            let forged = [
+                edited.as_str(),
+                ":",
+                core::str::from_utf8(&check(&edited)).unwrap(),
+            ]
+            .concat();
+            assert!(SerializedLock::parse(&forged).is_err(), "{forged}");
+        }
+        assert!(SerializedLock::parse(&text[..text.len() - 12]).is_err());
     }
 
     #[test]
@@ -292,7 +348,7 @@ mod tests {
     fn refuses_other_versions_and_garbage() {
         let text = sample().encode();
         assert!(matches!(
-            SerializedLock::parse(&text.replacen(":3:", ":4:", 1)),
+            SerializedLock::parse(&text.replacen(":3:", ":5:", 1)),
             Err(InputError::UnsupportedSerializedVersion { .. })
         ));
         for bad in [

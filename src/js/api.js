@@ -1106,7 +1106,7 @@ function restoreLock(serialized) {
   if (typeof serialized !== "string") throw w.__kNotSerialized();
   const id = w.__kRestore(serialized, store.binding);
   if (id === FAILED) throw w.__kError();
-  return new Lock(internal, textOf(w.__kKeyOf(id)), ok(w.__kTtlOf(id)), store, id);
+  return new Lock(internal, textOf(w.__kKeyOf(id)), ok(w.__kTtlOf(id)), store, id, ok(w.__kLimitOf(id)));
 }
 
 function setLockStore(store) {

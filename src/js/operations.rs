@@ -254,6 +254,16 @@ pub fn key_of(id: f64) -> f64 {
     text(lock_of(id).map(|lock| lock.key().as_str().to_owned()))
 }
 
+/// The limit of slot `id`'s lock's shared holds, or 0 for a lock.
+#[wasm_bindgen(js_name = __kLimitOf, skip_typescript)]
+pub fn limit_of(id: f64) -> f64 {
+    number_or_failed(lock_of(id).map(|lock| {
+        lock.current_holding()
+            .share()
+            .map_or(0.0, |share| share.limit().into())
+    }))
+}
+
 /// The TTL in ms of slot `id`'s lock.
 #[wasm_bindgen(js_name = __kTtlOf, skip_typescript)]
 pub fn ttl_of(id: f64) -> f64 {

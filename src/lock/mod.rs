@@ -249,7 +249,8 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// can extend or release a lock another process acquired.
     pub fn restore(serialized: SerializedLock, store: S, runtime: R) -> Self {
         let (wall, mono) = (runtime.now_ms(), runtime.monotonic_ms());
-        let lock = Lock::new(serialized.key, serialized.ttl, store, runtime);
+        let lock =
+            Lock::new(serialized.key, serialized.ttl, store, runtime).holding(serialized.holding);
         *lock.hold.borrow_mut() = Hold::Held {
             owner: serialized.owner,
             deadline: shift(serialized.deadline_ms, wall, mono),
@@ -647,6 +648,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 // Another process reads it by its wall clock.
                 deadline_ms: shift(*deadline, mono, wall).max(1),
                 fence: *fence,
+                holding: self.holding.get(),
             }
             .encode()),
             _ => Err(self.not_held(HoldOperation::Serialize)),

@@ -114,12 +114,23 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// queue is removed.
     pub(super) fn hand_over(&self, key: &Key, now: u64) {
         let mut ran_out = Vec::new();
-        let mut granted = Vec::new();
+        // The first grant needs no allocation: only readers and permits come several at once.
+        let mut first: Option<Rc<Waiter>> = None;
+        let mut more = Vec::new();
         {
             let mut queues = self.queues.borrow_mut();
             let Some(queue) = queues.get_mut(key.as_str()) else {
                 return;
             };
+            // A live lock: nobody fits, whatever waits (the common case on a contended lock).
+            let locked = self
+                .rows
+                .borrow()
+                .get(key.as_str())
+                .is_some_and(|row| row.expires_at > now);
+            if locked {
+                return;
+            }
             let waiters = &mut queue.waiters;
             loop {
                 while let Some(front) = waiters.front() {
@@ -137,14 +148,19 @@ impl<R: Runtime> MemoryLockStore<R> {
                 if !fits {
                     break;
                 }
-                let waiter = waiters.pop_front().expect("the front was just read");
+                let Some(waiter) = waiters.pop_front() else {
+                    break;
+                };
                 let grant =
                     match self.take_holding(key, &waiter.owner, waiter.ttl, waiter.holding, now) {
                         SharedGrant::Granted(g) => Some(g.waited(now.saturating_sub(waiter.since))),
                         _ => None,
                     };
                 waiter.grant.set(grant);
-                granted.push(waiter);
+                match first {
+                    None => first = Some(waiter),
+                    Some(_) => more.push(waiter),
+                }
             }
             if waiters.is_empty() && queue.keeper.is_none() {
                 queues.remove(key.as_str());
@@ -152,7 +168,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         }
         // Told with no store borrow held: a waker may poll its waiter right away.
         ran_out.iter().for_each(|t| t.wake());
-        for waiter in granted {
+        for waiter in first.into_iter().chain(more) {
             waiter.wake();
             // The new holder may expire before the timekeeper's timer: make it look again.
             self.keep_time_by(key, now.saturating_add(waiter.ttl.as_ms()));

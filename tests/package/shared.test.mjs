@@ -5,6 +5,7 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import {
   lock,
+  restoreLock,
   semaphore,
   readLock,
   writeLock,
@@ -109,6 +110,28 @@ for (const [name, makeStore] of [
       assert.ok((await alive.getRemainingTime()) > 5_000, "until the last permit expires");
       await late.release();
       await alive.release();
+    });
+
+    it("hands a permit to another process with serialize()/restoreLock(), kind and all", async () => {
+      setLockStore(makeStore());
+      const key = fresh("restore");
+      const held = semaphore(key, 3);
+      assert.equal(await held.acquire({ permits: 2 }), true);
+      const text = held.serialize();
+      assert.match(text, /^keel-lock:4:/);
+      const restored = restoreLock(text);
+      assert.equal(restored.limit, 3);
+      assert.equal(restored.fence, held.fence);
+      await restored.extend(10_000);
+      assert.equal(await semaphore(key, 3).acquire({ permits: 2 }), false, "its two permits stay taken");
+      assert.equal(await restored.release(), true);
+      assert.equal(await restored.acquire({ permits: 3 }), true, "it acquires again as a semaphore");
+      assert.equal(await restored.release(), true);
+      assert.match((await lock(fresh("plain")).hold()).serialize(), /^keel-lock:3:/, "a lock's is still version 3");
+      const reader = readLock(key);
+      await reader.acquire();
+      assert.equal(restoreLock(reader.serialize()).limit, 2 ** 32 - 1);
+      await reader.release();
     });
 
     it("refuses two limits on one key with LimitMismatchError", async () => {
