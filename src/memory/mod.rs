@@ -74,15 +74,22 @@ impl BuildHasher for KeyHasher {
     }
 }
 
+/// A key's row: its lock's holder, or — `shared` set — the header of its shared holds, whose
+/// expiry is the last of theirs and whose owner no caller can match (so the lock rules refuse
+/// every exclusive request while a shared hold is live, with no second lookup).
 struct Row {
     owner: OwnerToken,
     expires_at: u64,
+    shared: Option<Box<shared::SharedRow>>,
 }
 
 impl Row {
     fn view(&self) -> RowView<'_> {
         RowView {
-            owner: self.owner.as_str(),
+            owner: match self.shared {
+                None => self.owner.as_str(),
+                Some(_) => "",
+            },
             expires_at: self.expires_at,
         }
     }
@@ -120,8 +127,6 @@ impl Row {
 /// ```
 pub struct MemoryLockStore<R: Runtime> {
     rows: RefCell<HashMap<Key, Row, KeyHasher>>,
-    /// Semaphore permits and read locks, per key (`shared.rs`).
-    shared: RefCell<HashMap<Key, shared::SharedRow, KeyHasher>>,
     queues: RefCell<HashMap<Key, Queue, KeyHasher>>,
     /// The maps' hasher, kept to draw its keys before a map is borrowed.
     hasher: KeyHasher,
@@ -136,7 +141,6 @@ impl<R: Runtime> MemoryLockStore<R> {
         let hasher = KeyHasher::default();
         MemoryLockStore {
             rows: RefCell::new(HashMap::with_hasher(hasher.clone())),
-            shared: RefCell::new(HashMap::with_hasher(hasher.clone())),
             queues: RefCell::new(HashMap::with_hasher(hasher.clone())),
             hasher,
             next_sweep_at: Cell::new(SWEEP_FLOOR),
@@ -167,8 +171,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         rows.retain(|_, row| row.expires_at > now);
         let removed = before - rows.len();
         self.next_sweep_at.set((rows.len() * 2).max(SWEEP_FLOOR));
-        drop(rows);
-        removed + self.purge_shared(now)
+        removed
     }
 
     /// Reads `key`'s row, asks [`crate::rows`] what to do, applies it, answers `granted`.
@@ -193,6 +196,8 @@ impl<R: Runtime> MemoryLockStore<R> {
                         let row = entry.get_mut();
                         row.owner = owner.clone();
                         row.expires_at = expires_at;
+                        // An expired header taken over by a lock.
+                        row.shared = None;
                     }
                 }
                 decision.granted
@@ -203,6 +208,7 @@ impl<R: Runtime> MemoryLockStore<R> {
                     entry.insert(Row {
                         owner: owner.clone(),
                         expires_at,
+                        shared: None,
                     });
                 }
                 decision.granted
@@ -235,9 +241,7 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Set-if-absent without looking at the queue.
     pub(super) fn take(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, now: u64) -> Option<Grant> {
-        if self.shared_live(key, now)
-            || !self.decide(key, owner, |row| rows::acquire(row, now, ttl))
-        {
+        if !self.decide(key, owner, |row| rows::acquire(row, now, ttl)) {
             return None;
         }
         Some(Grant::new(self.next_fence()))
@@ -266,7 +270,7 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// caller (the JS binding reads it in JS, saving a call out of the wasm).
     pub(crate) fn release_at(&self, key: &Key, owner: &OwnerToken, now: u64) -> bool {
         let released = self.decide(key, owner, |row| rows::release(row, now, owner))
-            || self.release_shared(key, owner, now);
+            || self.change_shared(key, owner, None, now);
         if released {
             self.hand_over(key, now);
         }
@@ -326,7 +330,7 @@ impl<R: Runtime> MemoryLockStore<R> {
     pub fn extend_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
         let now = self.runtime.monotonic_ms();
         let extended = self.decide(key, owner, |row| rows::extend(row, now, owner, ttl))
-            || self.extend_shared(key, owner, ttl, now);
+            || self.change_shared(key, owner, Some(ttl), now);
         if extended {
             // A shorter TTL than before moves the expiry the waiters' timer was set for.
             self.keep_time_by(key, now.saturating_add(ttl.as_ms()));
@@ -343,17 +347,14 @@ impl<R: Runtime> MemoryLockStore<R> {
             .borrow_mut()
             .remove(key.as_str())
             .is_some_and(|row| row.expires_at > now);
-        let shared = self.force_release_shared(key, now);
         self.hand_over(key, now);
-        held || shared
+        held
     }
 
     /// Synchronous [`LockStore::remaining_time`].
     pub fn remaining_time_sync(&self, key: &Key) -> Option<u64> {
         let now = self.runtime.monotonic_ms();
-        let exclusive =
-            rows::remaining_time(self.rows.borrow().get(key.as_str()).map(Row::view), now);
-        exclusive.max(self.shared_remaining(key, now))
+        rows::remaining_time(self.rows.borrow().get(key.as_str()).map(Row::view), now)
     }
 }
 

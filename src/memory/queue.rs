@@ -127,7 +127,7 @@ impl<R: Runtime> MemoryLockStore<R> {
                 .rows
                 .borrow()
                 .get(key.as_str())
-                .is_some_and(|row| row.expires_at > now);
+                .is_some_and(|row| row.expires_at > now && row.shared.is_none());
             if locked {
                 return;
             }
@@ -199,16 +199,11 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// When `key`'s next live hold expires, if any: the time a waiter may next fit.
     pub(super) fn expiry(&self, key: &Key, now: u64) -> Option<u64> {
-        let exclusive = self
-            .rows
-            .borrow()
-            .get(key.as_str())
-            .map(|row| row.expires_at)
-            .filter(|at| *at > now);
-        let first_shared = self.shared_scan(key, now).first;
-        match (exclusive, first_shared) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let rows = self.rows.borrow();
+        let row = rows.get(key.as_str()).filter(|row| row.expires_at > now)?;
+        match &row.shared {
+            None => Some(row.expires_at),
+            Some(shared) => shared.first_expiry(now),
         }
     }
 

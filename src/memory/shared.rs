@@ -1,12 +1,14 @@
-//! The memory store's shared holds (semaphore permits, read locks): a second map beside the
-//! exclusive rows, so a store that never sees a shared hold pays one `is_empty` per exclusive
-//! acquire for it. The grant rule is [`crate::share::fit`]; the queue is the key's one FIFO.
+//! The memory store's shared holds (semaphore permits, read locks). They live in the key's one
+//! row: while a key is held shared its row is their header (an owner nobody matches, the last
+//! hold's expiry), so the lock rules refuse every exclusive request, `remaining_time` and purging
+//! work unchanged, and an exclusive acquire pays nothing for shared holds existing. The grant
+//! rule is [`crate::share::fit`]; the queue is the key's one FIFO.
 
 use super::*;
 use crate::share::{fit, Fit, Holding, LiveHolds, Share, SharedGrant};
 
 /// One owner's permits on a key.
-pub(super) struct SharedHold {
+struct SharedHold {
     owner: OwnerToken,
     expires_at: u64,
     weight: u32,
@@ -23,8 +25,14 @@ impl SharedRow {
         self.holds.iter().filter(move |h| h.expires_at > now)
     }
 
-    pub(super) fn is_live(&self, now: u64) -> bool {
-        self.live(now).next().is_some()
+    /// The earliest expiry of a live hold: when room may next appear.
+    pub(super) fn first_expiry(&self, now: u64) -> Option<u64> {
+        self.live(now).map(|h| h.expires_at).min()
+    }
+
+    /// The last expiry of a live hold: the header's.
+    fn last_expiry(&self, now: u64) -> Option<u64> {
+        self.live(now).map(|h| h.expires_at).max()
     }
 
     fn position(&self, owner: &OwnerToken, now: u64) -> Option<usize> {
@@ -34,60 +42,25 @@ impl SharedRow {
     }
 }
 
-/// One pass over a key's live shared holds.
-#[derive(Default, Clone, Copy)]
-pub(super) struct Scan {
-    pub(super) limit: Option<u32>,
-    pub(super) weight: u64,
-    pub(super) first: Option<u64>,
-    pub(super) last: Option<u64>,
-}
-
 impl<R: Runtime> MemoryLockStore<R> {
-    /// The one lookup of `key` in the shared map (kept out of line: every reader shares it).
+    /// What is live on `key` at `now` (kept out of line: every reader shares it).
     #[inline(never)]
-    pub(super) fn shared_scan(&self, key: &Key, now: u64) -> Scan {
-        let shared = self.shared.borrow();
-        let mut scan = Scan::default();
-        if shared.is_empty() {
-            return scan;
-        }
-        if let Some(row) = shared.get(key.as_str()) {
-            for hold in row.live(now) {
-                scan.limit = Some(row.limit);
-                scan.weight += u64::from(hold.weight);
-                scan.first = Some(
-                    scan.first
-                        .map_or(hold.expires_at, |f| f.min(hold.expires_at)),
-                );
-                scan.last = Some(
-                    scan.last
-                        .map_or(hold.expires_at, |f| f.max(hold.expires_at)),
-                );
+    pub(super) fn live_holds(&self, key: &Key, now: u64) -> LiveHolds {
+        let mut live = LiveHolds::default();
+        let rows = self.rows.borrow();
+        let Some(row) = rows.get(key.as_str()).filter(|row| row.expires_at > now) else {
+            return live;
+        };
+        match &row.shared {
+            None => live.exclusive = true,
+            Some(shared) => {
+                for hold in shared.live(now) {
+                    live.limit = Some(shared.limit);
+                    live.weight += u64::from(hold.weight);
+                }
             }
         }
-        scan
-    }
-
-    /// What is live on `key` at `now`.
-    pub(super) fn live_holds(&self, key: &Key, now: u64) -> LiveHolds {
-        let exclusive = self
-            .rows
-            .borrow()
-            .get(key.as_str())
-            .is_some_and(|row| row.expires_at > now);
-        let scan = self.shared_scan(key, now);
-        LiveHolds {
-            exclusive,
-            limit: scan.limit,
-            weight: scan.weight,
-        }
-    }
-
-    /// Whether `key` has a live shared hold (false at once on a store that never had one).
-    #[inline]
-    pub(super) fn shared_live(&self, key: &Key, now: u64) -> bool {
-        self.shared_scan(key, now).limit.is_some()
+        live
     }
 
     /// Takes `key` for `owner` as `holding` says, if it fits, without looking at the queue.
@@ -108,21 +81,31 @@ impl<R: Runtime> MemoryLockStore<R> {
             Fit::Full => return SharedGrant::Busy,
             Fit::Mismatch { held } => return SharedGrant::LimitMismatch { held },
         }
-        self.hasher.keys();
-        let mut shared = self.shared.borrow_mut();
-        let row = shared.entry(key.clone()).or_insert_with(|| SharedRow {
-            limit: share.limit(),
-            holds: Vec::new(),
-        });
-        row.holds.retain(|h| h.expires_at > now);
-        // Every live hold had this limit (or none was live): the row takes it.
-        row.limit = share.limit();
-        row.holds.push(SharedHold {
+        let expires_at = now.saturating_add(ttl.as_ms());
+        let hold = SharedHold {
             owner: owner.clone(),
-            expires_at: now.saturating_add(ttl.as_ms()),
+            expires_at,
             weight: share.weight(),
+        };
+        self.hasher.keys();
+        let mut rows = self.rows.borrow_mut();
+        let row = rows.entry(key.clone()).or_insert_with(|| Row {
+            owner: owner.clone(),
+            expires_at: 0,
+            shared: None,
         });
-        drop(shared);
+        // It fits: the row is free, or the header of holds under this limit.
+        let shared = row.shared.get_or_insert_with(|| {
+            Box::new(SharedRow {
+                limit: share.limit(),
+                holds: Vec::new(),
+            })
+        });
+        shared.holds.retain(|h| h.expires_at > now);
+        shared.limit = share.limit();
+        shared.holds.push(hold);
+        row.expires_at = row.expires_at.max(expires_at);
+        drop(rows);
         SharedGrant::Granted(Grant::new(self.next_fence()))
     }
 
@@ -158,61 +141,46 @@ impl<R: Runtime> MemoryLockStore<R> {
         self.acquire_shared_at(key, owner, ttl, share, self.runtime.monotonic_ms())
     }
 
-    /// Frees `owner`'s live shared hold on `key`; answers whether it had one.
-    pub(super) fn release_shared(&self, key: &Key, owner: &OwnerToken, now: u64) -> bool {
-        let mut shared = self.shared.borrow_mut();
-        let Some(row) = shared.get_mut(key.as_str()) else {
+    /// Changes `owner`'s live shared hold on `key`: ends it (`ttl` `None`) or moves its expiry
+    /// to `ttl` from `now`; the header follows. Answers whether `owner` had one.
+    pub(super) fn change_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Option<Ttl>,
+        now: u64,
+    ) -> bool {
+        let mut rows = self.rows.borrow_mut();
+        let Some(row) = rows.get_mut(key.as_str()) else {
             return false;
         };
-        let Some(at) = row.position(owner, now) else {
+        let Some(shared) = row.shared.as_mut() else {
             return false;
         };
-        row.holds.swap_remove(at);
-        if !row.is_live(now) {
-            shared.remove(key.as_str());
+        let Some(at) = shared.position(owner, now) else {
+            return false;
+        };
+        match ttl {
+            None => drop(shared.holds.swap_remove(at)),
+            Some(ttl) => {
+                if let Some(hold) = shared.holds.get_mut(at) {
+                    hold.expires_at = now.saturating_add(ttl.as_ms());
+                }
+            }
+        }
+        match shared.last_expiry(now) {
+            Some(last) => row.expires_at = last,
+            None => drop(rows.remove(key.as_str())),
         }
         true
     }
 
-    /// Moves `owner`'s live shared hold on `key` to expire `ttl` from `now`.
-    pub(super) fn extend_shared(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, now: u64) -> bool {
-        let mut shared = self.shared.borrow_mut();
-        let Some(row) = shared.get_mut(key.as_str()) else {
-            return false;
-        };
-        match row.position(owner, now) {
-            Some(at) => {
-                row.holds[at].expires_at = now.saturating_add(ttl.as_ms());
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Milliseconds until the last live shared hold on `key` expires.
-    pub(super) fn shared_remaining(&self, key: &Key, now: u64) -> Option<u64> {
-        self.shared_scan(key, now).last.map(|at| at - now)
-    }
-
-    /// Drops every shared hold on `key`; answers whether one was live.
-    pub(super) fn force_release_shared(&self, key: &Key, now: u64) -> bool {
-        let mut shared = self.shared.borrow_mut();
-        !shared.is_empty() && shared.remove(key.as_str()).is_some_and(|r| r.is_live(now))
-    }
-
-    /// Drops expired shared holds, and keys left without a live one.
-    pub(super) fn purge_shared(&self, now: u64) -> usize {
-        let mut shared = self.shared.borrow_mut();
-        let before = shared.len();
-        shared.retain(|_, row| {
-            row.holds.retain(|h| h.expires_at > now);
-            !row.holds.is_empty()
-        });
-        before - shared.len()
-    }
-
-    /// Keys holding shared holds right now, expired ones included (for cleanup tests).
+    /// Keys held shared right now, expired ones not yet swept included (for cleanup tests).
     pub fn stored_shared_keys(&self) -> usize {
-        self.shared.borrow().len()
+        self.rows
+            .borrow()
+            .values()
+            .filter(|row| row.shared.is_some())
+            .count()
     }
 }
