@@ -4,7 +4,7 @@
 // round), medians over rounds. Writes bench/results/latest.json and bench/results/results.md,
 // and prints the markdown to stdout.
 //
-//   node run.mjs [--quick] [--only=1,2,2b,3,4]
+//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6]
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync, mkdirSync, existsSync, readdirSync, statSync } from "node:fs";
 import { gzipSync } from "node:zlib";
@@ -21,7 +21,7 @@ import { createLock as createUniversalLock, IoredisAdapter } from "redlock-unive
 
 import pg from "pg";
 
-import { lock, setLockStore, MemoryLockStore } from "../pkg/node/index.mjs";
+import { lock, setLockStore, getLockStore, MemoryLockStore } from "../pkg/node/index.mjs";
 import { redisLockStore } from "../pkg/stores/redis.js";
 import { databaseLockStore } from "../pkg/stores/sql.js";
 import { AsyncMapStore, FloorLock, FloorLockAsync, FloorStore } from "./lib/floor.mjs";
@@ -31,12 +31,16 @@ import { startPostgres } from "./lib/postgres.mjs";
 import { buildWorkers, startWorkerd, startWorkers } from "./lib/workerd.mjs";
 import { staggered, orderStats } from "./lib/contention.mjs";
 import { durableObjectUncontended, durableObjectUncontendedMarkdown } from "./lib/durable-object-uncontended.mjs";
+import { semaphoreInIsolate, semaphoreRedis, semaphoreMarkdown } from "./lib/semaphores.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
 const argv = process.argv.slice(2);
 const QUICK = argv.includes("--quick");
-const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? "1,2,3,4").split(",").map(Number);
+const SECTIONS = [1, 2, 3, 4, 5, 6];
+const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? SECTIONS.join(",")).split(",").map(Number);
+// Every section ran (and not --quick): the results are written as the latest full run.
+const FULL = !QUICK && SECTIONS.every((n) => ONLY.includes(n));
 // Section 2b (Durable Object, uncontended) runs in a full run, or when named: --only=2b.
 const DO_UNCONTENDED = !argv.some((a) => a.startsWith("--only=")) || argv.find((a) => a.startsWith("--only=")).slice(7).split(",").includes("2b");
 const scale = (n) => (QUICK ? Math.max(1, Math.round(n / 5)) : n);
@@ -49,6 +53,8 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.error("[bench]", ...a);
 const results = { meta: {}, sections: {} };
 const started = performance.now();
+// The package's default store, before any section installs another (section 5 runs on it).
+const DEFAULT_STORE = getLockStore();
 
 // Every contention-with-arrival-order scenario (1b ordered, 3, 3b, 3c): WAITERS waiters on one
 // key, waiter i started ORDER_GAP_MS after waiter i − 1, each holding the key for CS_MS (sleep)
@@ -975,6 +981,7 @@ function markdown() {
     for (const r of w.rows) L.push(`| ${r.impl} | ${r.readyMs} | ${r.firstRequestMs} | ${r.warmRequestMs} | ${r.firstOverWarm} | ${r.warmSameKeyRequestMs} | ${r.readyPlusFirstMs} | ${r.keelOverThisReadyPlusFirst} |`);
     L.push("", how.note);
   }
+  if (s.semaphoreInIsolate || s.semaphoreRedis) L.push(...semaphoreMarkdown(s.semaphoreInIsolate, s.semaphoreRedis));
   return L.join("\n") + "\n";
 }
 
@@ -1002,13 +1009,26 @@ let admin;
 try {
   if (ONLY.includes(1)) await inIsolate();
   if (ONLY.includes(2)) await asyncStoreRuns();
-  if (ONLY.includes(2) || ONLY.includes(3)) {
+  if (ONLY.includes(5)) results.sections.semaphoreInIsolate = await semaphoreInIsolate({ quick: QUICK, log, interleave, pairedRatio, memoryStore: DEFAULT_STORE });
+  if (ONLY.includes(2) || ONLY.includes(3) || ONLY.includes(6)) {
     server = await startRedis();
     log(`redis-server ${server.version} on port ${server.port} (pid ${server.pid})`);
     admin = new Redis({ port: server.port, host: "127.0.0.1" });
-    conns = await redisContenders(server.port);
+    if (ONLY.includes(2) || ONLY.includes(3)) conns = await redisContenders(server.port);
     if (ONLY.includes(2)) await redisUncontended(server, admin, conns.contenders.filter((c) => !c.contentionOnly));
     if (ONLY.includes(3)) await redisContention(admin, conns.contenders);
+    if (ONLY.includes(6)) {
+      const makeClient = async () => {
+        const c = countedClient(server.port);
+        await c.connect();
+        return c;
+      };
+      results.sections.semaphoreRedis = {
+        server: `redis-server ${server.version}, 127.0.0.1, --save '' --appendonly no`,
+        client: "ioredis 5.11.1, one connection per library",
+        ...(await semaphoreRedis({ quick: QUICK, log, interleave, pairedRatio, admin, makeClient, settle })),
+      };
+    }
   }
   if (DO_UNCONTENDED) results.sections.durableObjectUncontended = await durableObjectUncontended({ quick: QUICK, log, interleave, pairedRatio });
   if (ONLY.includes(3)) {
@@ -1034,7 +1054,7 @@ results.meta.durationS = round((performance.now() - started) / 1000, 1);
 
 const md = markdown();
 mkdirSync(join(HERE, "results"), { recursive: true });
-if (!QUICK && ONLY.length === 4) {
+if (FULL) {
   writeFileSync(join(HERE, "results/latest.json"), JSON.stringify(results, null, 2) + "\n");
   writeFileSync(join(HERE, "results/results.md"), md);
 } else {
