@@ -143,6 +143,10 @@ let spareKey;
 let spareTtl = 0;
 let spareStore = null;
 let spareLimit = 0;
+// The slot whose core lock was last told its permits, and how many: a semaphore running again on
+// its slot (or the spare) with the same permits skips the call into the wasm.
+let sharedId = 0;
+let sharedPermits = 0;
 let current = null; // the store lock() binds to: { object, binding, memory, acquire, release, … }
 const internal = Symbol("keel-lock internal");
 
@@ -548,12 +552,17 @@ export class Lock {
       }
     }
     if (this.#limit !== 0) {
-      // Permits are checked against the limit (a RangeError) before anything starts.
-      if (w.__kShare(id, permits, this.#limit) === FAILED) {
-        this.#done(KEPT);
-        return Promise.reject(w.__kError());
+      const p = permits ?? 1;
+      if (id !== sharedId || p !== sharedPermits) {
+        // Permits are checked against the limit (a RangeError) before anything starts.
+        if (w.__kShare(id, permits, this.#limit) === FAILED) {
+          this.#done(KEPT);
+          return Promise.reject(w.__kError());
+        }
+        sharedId = id;
+        sharedPermits = p;
       }
-      this.#permits = permits ?? 1;
+      this.#permits = p;
     }
     this.#busy = true;
     this.#runAutoExtend = keep;
@@ -1051,9 +1060,14 @@ let acceptedTtlMs;
 let acceptedTtl = 0;
 
 function lock(key, ttlMs) {
+  return handle(key, ttlMs, 0);
+}
+
+/** A handle on `key` for `ttlMs`, its holds shared under `limit` (0: a lock). */
+function handle(key, ttlMs, limit) {
   const store = current ?? bind();
   if (typeof key === "string" && (ttlMs === undefined || (typeof ttlMs === "number" && ttlMs === ttlMs))) {
-    if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store);
+    if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store, 0, limit);
     let ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, false);
     // A U+FFFD the wasm saw is the key's own when the string has no lone surrogate.
     if (ttl === CHECK_KEY_AS_STRING && typeof key.isWellFormed === "function" && key.isWellFormed()) {
@@ -1065,7 +1079,7 @@ function lock(key, ttlMs) {
       acceptedKeys.add(key);
       acceptedTtlMs = ttlMs;
       acceptedTtl = ttl;
-      return new Lock(internal, key, ttl, store);
+      return new Lock(internal, key, ttl, store, 0, limit);
     }
   }
   // Anything else is judged, and if wrong reported, by the core. A key only its JS string can
@@ -1074,27 +1088,26 @@ function lock(key, ttlMs) {
   if (error !== undefined) throw error;
   const ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, true);
   if (ttl === FAILED) throw w.__kError();
-  return new Lock(internal, key, ttl, store);
+  return new Lock(internal, key, ttl, store, 0, limit);
 }
 
 /** The largest limit, 2^32 - 1: the limit of read locks. */
 const READ_LIMIT = 4294967295;
 
-/** `lock(key, ttlMs)` as a handle whose holds are shared under `limit`. */
-function shared(key, ttlMs, limit) {
-  // lock() checks the key and TTL, and binds the current store.
-  const exclusive = lock(key, ttlMs);
-  return new Lock(internal, exclusive.key, exclusive.ttlMs, current, 0, limit);
-}
+// The last limit the core accepted: checking one is a pure function of it.
+let acceptedLimit = 0;
 
 function semaphore(key, limit, ttlMs) {
-  const checked = w.__kLimit(limit);
-  if (checked === FAILED) throw w.__kError();
-  return shared(key, ttlMs, checked);
+  if (limit !== acceptedLimit) {
+    const checked = w.__kLimit(limit);
+    if (checked === FAILED) throw w.__kError();
+    acceptedLimit = checked;
+  }
+  return handle(key, ttlMs, acceptedLimit);
 }
 
 function readLock(key, ttlMs) {
-  return shared(key, ttlMs, READ_LIMIT);
+  return handle(key, ttlMs, READ_LIMIT);
 }
 
 function writeLock(key, ttlMs) {

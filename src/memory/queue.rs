@@ -132,6 +132,8 @@ impl<R: Runtime> MemoryLockStore<R> {
                 return;
             }
             let waiters = &mut queue.waiters;
+            // What is live, read once and kept up to date with each grant below.
+            let mut live = self.live_holds(key, now);
             loop {
                 while let Some(front) = waiters.front() {
                     if front.gone.get() || front.timed_out.get() {
@@ -144,18 +146,25 @@ impl<R: Runtime> MemoryLockStore<R> {
                     }
                 }
                 let Some(front) = waiters.front() else { break };
-                let fits = fit(self.live_holds(key, now), front.holding) == Fit::Fits;
-                if !fits {
+                if fit(live, front.holding) != Fit::Fits {
                     break;
                 }
                 let Some(waiter) = waiters.pop_front() else {
                     break;
                 };
-                let grant =
-                    match self.take_holding(key, &waiter.owner, waiter.ttl, waiter.holding, now) {
-                        SharedGrant::Granted(g) => Some(g.waited(now.saturating_sub(waiter.since))),
-                        _ => None,
-                    };
+                let (owner, ttl) = (&waiter.owner, waiter.ttl);
+                let grant = match waiter.holding {
+                    Holding::Exclusive => {
+                        live.exclusive = true;
+                        self.take(key, owner, ttl, now)
+                    }
+                    Holding::Shared(share) => {
+                        live.limit = Some(share.limit());
+                        live.weight += u64::from(share.weight());
+                        Some(self.put_shared(key, owner, ttl, share, now))
+                    }
+                };
+                let grant = grant.map(|g| g.waited(now.saturating_sub(waiter.since)));
                 waiter.grant.set(grant);
                 match first {
                     None => first = Some(waiter),

@@ -77,10 +77,21 @@ impl<R: Runtime> MemoryLockStore<R> {
             Holding::Shared(share) => share,
         };
         match fit(self.live_holds(key, now), holding) {
-            Fit::Fits => {}
-            Fit::Full => return SharedGrant::Busy,
-            Fit::Mismatch { held } => return SharedGrant::LimitMismatch { held },
+            Fit::Fits => SharedGrant::Granted(self.put_shared(key, owner, ttl, share, now)),
+            Fit::Full => SharedGrant::Busy,
+            Fit::Mismatch { held } => SharedGrant::LimitMismatch { held },
         }
+    }
+
+    /// Records `owner`'s shared hold on `key`, which the caller found fits, and draws its fence.
+    pub(super) fn put_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        now: u64,
+    ) -> Grant {
         let expires_at = now.saturating_add(ttl.as_ms());
         let hold = SharedHold {
             owner: owner.clone(),
@@ -106,7 +117,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         shared.holds.push(hold);
         row.expires_at = row.expires_at.max(expires_at);
         drop(rows);
-        SharedGrant::Granted(Grant::new(self.next_fence()))
+        Grant::new(self.next_fence())
     }
 
     /// [`LockStore::acquire_shared`] at `now`: FIFO first (a queued waiter is never passed),
@@ -121,13 +132,14 @@ impl<R: Runtime> MemoryLockStore<R> {
     ) -> SharedGrant {
         self.hand_over(key, now);
         let holding = Holding::Shared(share);
-        if let Fit::Mismatch { held } = fit(self.live_holds(key, now), holding) {
-            return SharedGrant::LimitMismatch { held };
+        if !self.has_waiters(key) {
+            return self.take_holding(key, owner, ttl, holding, now);
         }
-        if self.has_waiters(key) {
-            return SharedGrant::Busy;
+        // Queued callers come first; a mismatch is still said at once.
+        match fit(self.live_holds(key, now), holding) {
+            Fit::Mismatch { held } => SharedGrant::LimitMismatch { held },
+            _ => SharedGrant::Busy,
         }
-        self.take_holding(key, owner, ttl, holding, now)
     }
 
     /// Synchronous [`LockStore::acquire_shared`].
@@ -168,10 +180,9 @@ impl<R: Runtime> MemoryLockStore<R> {
                 }
             }
         }
-        match shared.last_expiry(now) {
-            Some(last) => row.expires_at = last,
-            None => drop(rows.remove(key.as_str())),
-        }
+        // With no live hold left the header expires now: free, and its allocations kept for
+        // the key's next shared hold (the sweep drops it if none comes).
+        row.expires_at = shared.last_expiry(now).unwrap_or(now);
         true
     }
 
