@@ -24,6 +24,12 @@ export class LockDurableObject extends DurableObject {
   acquireOrWait(key, owner, ttlMs, waitMs) {
     return this.#core.acquireOrWait(key, owner, ttlMs, waitMs);
   }
+  acquireShared(key, owner, ttlMs, weight, limit) {
+    return this.#core.acquireShared(key, owner, ttlMs, weight, limit);
+  }
+  acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs) {
+    return this.#core.acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs);
+  }
   withdraw(key, owner) {
     return this.#core.withdraw(key, owner);
   }

@@ -19,6 +19,22 @@ export declare class DurableObjectLockStore implements LockStore {
   acquire(key: string, owner: string, ttlMs: number): Promise<Grant | false>;
   /** One RPC that stays open while the call waits in the key's FIFO queue (at most `waitMs`). */
   acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs?: number): Promise<WaitedGrant | false>;
+  /**
+   * A shared hold (semaphore permits, a read lock) of `weight` out of `limit`: a grant, `false`
+   * (no room now, or callers queued first), or `{ heldLimit }` when the key's live shared holds
+   * have another limit.
+   */
+  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<Grant | false | { heldLimit: number }>;
+  /** `acquireShared`, or one RPC open while the call waits in the key's one FIFO queue (at most `waitMs`). */
+  acquireSharedOrWait(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    waitMs: number,
+    pollMs?: number,
+  ): Promise<WaitedGrant | false | { heldLimit: number }>;
   /** Leave the key's queue, or release the key if it was already handed to `owner`. */
   withdraw(key: string, owner: string): Promise<void>;
   release(key: string, owner: string): Promise<boolean>;
@@ -36,7 +52,9 @@ export interface LockObjectSnapshot {
   /** When the cleanup alarm fires, or `null` when none is set. */
   alarm: number | null;
   rows: { key: string; expiresAt: number }[];
-  /** `acquireOrWait` calls queued in this instance (in memory: a restart empties the queue). */
+  /** Shared holds (semaphore permits, read locks), one per owner. */
+  shared: { key: string; expiresAt: number; weight: number; limit: number }[];
+  /** `acquireOrWait` and `acquireSharedOrWait` calls queued in this instance (in memory: a restart empties the queue). */
   waiting: number;
 }
 
@@ -49,6 +67,15 @@ export declare class LockDurableObject {
   constructor(ctx: unknown, env: unknown);
   acquire(key: string, owner: string, ttlMs: number): Promise<Grant | false>;
   acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number): Promise<WaitedGrant | false>;
+  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<Grant | false | { heldLimit: number }>;
+  acquireSharedOrWait(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    waitMs: number,
+  ): Promise<WaitedGrant | false | { heldLimit: number }>;
   withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;
   forceRelease(key: string): Promise<boolean>;

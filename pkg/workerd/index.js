@@ -50,6 +50,17 @@ export class LockDurableObject extends DurableObject {
     return this.#core.acquireOrWait(key, owner, ttlMs, waitMs);
   }
   /** Leave the key's queue, or release the key if it was already handed to `owner`. */
+  /**
+   * A shared hold (semaphore permits, a read lock) of `weight` out of `limit`: `{ fence }`,
+   * `false`, or `{ heldLimit }` when the key's live shared holds have another limit.
+   */
+  acquireShared(key, owner, ttlMs, weight, limit) {
+    return this.#core.acquireShared(key, owner, ttlMs, weight, limit);
+  }
+  /** `acquireShared`, or wait in the key's one FIFO queue up to `waitMs`. */
+  acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs) {
+    return this.#core.acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs);
+  }
   withdraw(key, owner) {
     return this.#core.withdraw(key, owner);
   }

@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::input::{AcquireOptions, Key, Ttl};
 use crate::lock::Lock;
 use crate::serialized::SerializedLock;
+use crate::share::{Holding, Share, MAX_LIMIT};
 
 // Generated glue (canonical ABI lifting and lowering) is unsafe by nature; nothing else here is.
 #[allow(unsafe_code)]
@@ -42,7 +43,8 @@ mod bindings {
 }
 
 use bindings::exports::keel::lock::lock as wit_lock;
-use bindings::exports::keel::lock::types::LockError;
+use bindings::exports::keel::lock::shared as wit_shared;
+use bindings::exports::keel::lock::types::{LockError, MismatchedLimits};
 
 /// The bucket `new` and `restore` use: the name Spin and most hosts give their default store.
 pub const DEFAULT_BUCKET: &str = "default";
@@ -71,11 +73,13 @@ fn wit_error(e: Error<KeyValueError>) -> LockError {
             error,
         } => LockError::StoreError(format!("{store} store failed during {operation}: {error}")),
         Error::Random(e) => LockError::RandomUnavailable(e.to_string()),
+        Error::LimitMismatch { key, held, asked } => {
+            LockError::LimitMismatch(MismatchedLimits { key, held, asked })
+        }
         // The component API has neither cancellation nor force-release.
-        Error::Aborted
-        | Error::Unsupported { .. }
-        | Error::StoreTimeout { .. }
-        | Error::LimitMismatch { .. } => LockError::StoreError(e.to_string()),
+        Error::Aborted | Error::Unsupported { .. } | Error::StoreTimeout { .. } => {
+            LockError::StoreError(e.to_string())
+        }
     }
 }
 
@@ -88,12 +92,41 @@ fn open_bucket(bucket: &str) -> Result<KeyValueLockStore, LockError> {
 }
 
 fn new_lock(bucket: &str, key: String, ttl_ms: u64) -> Result<wit_lock::Lock, LockError> {
+    new_holding(bucket, key, ttl_ms, Holding::Exclusive)
+}
+
+fn new_holding(
+    bucket: &str,
+    key: String,
+    ttl_ms: u64,
+    holding: Holding,
+) -> Result<wit_lock::Lock, LockError> {
     let key = Key::new(key).map_err(invalid)?;
     let ttl = Ttl::from_ms(ttl_ms).map_err(invalid)?;
     let store = open_bucket(bucket)?;
     Ok(wit_lock::Lock::new(ComponentLock {
-        inner: Lock::new(key, ttl, store, WasiRuntime),
+        inner: Lock::new(key, ttl, store, WasiRuntime).holding(holding),
     }))
+}
+
+impl wit_shared::Guest for Component {
+    fn semaphore(
+        bucket: String,
+        key: String,
+        limit: u32,
+        ttl_ms: u64,
+    ) -> Result<wit_lock::Lock, LockError> {
+        let share = Share::new(1, limit).map_err(invalid)?;
+        new_holding(&bucket, key, ttl_ms, Holding::Shared(share))
+    }
+
+    fn read_lock(bucket: String, key: String, ttl_ms: u64) -> Result<wit_lock::Lock, LockError> {
+        new_holding(&bucket, key, ttl_ms, Holding::Shared(Share::READ))
+    }
+
+    fn write_lock(bucket: String, key: String, ttl_ms: u64) -> Result<wit_lock::Lock, LockError> {
+        new_holding(&bucket, key, ttl_ms, Holding::Exclusive)
+    }
 }
 
 fn restore_lock(bucket: &str, serialized: &str) -> Result<wit_lock::Lock, LockError> {
@@ -157,6 +190,21 @@ impl wit_lock::GuestLock for ComponentLock {
 
     fn fence(&self) -> Option<u64> {
         self.inner.fence().map(|f| f.get())
+    }
+
+    fn set_permits(&self, permits: u32) -> Result<(), LockError> {
+        // A read lock is shared too, but its weight is 1 by definition.
+        let limit = match self.inner.current_holding().share() {
+            Some(share) if share.limit() != MAX_LIMIT => share.limit(),
+            _ => {
+                return Err(LockError::InvalidInput(
+                    "set-permits needs a semaphore handle (shared.semaphore)".to_owned(),
+                ))
+            }
+        };
+        let share = Share::new(permits, limit).map_err(invalid)?;
+        self.inner.set_holding(Holding::Shared(share));
+        Ok(())
     }
 
     fn key(&self) -> String {

@@ -6,7 +6,9 @@
 //! class on the caller's side.
 //!
 //! Waiting is one RPC too: `acquireOrWait` stays open while the caller waits in the object's
-//! queue, and the object resolves it with the grant when it hands the key over.
+//! queue, and the object resolves it with the grant when it hands the key over. Shared holds
+//! (semaphores, read locks) are the same two calls with the share's terms:
+//! `acquireShared(key, owner, ttlMs, weight, limit)` and `acquireSharedOrWait(…, waitMs)`.
 
 use alloc::rc::Rc;
 
@@ -18,12 +20,13 @@ use super::{describe, key, promise, type_error, WorkersRuntime};
 use crate::error::InputError;
 use crate::grant::Grant;
 use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS};
-use crate::js::convert::{owner, required_ttl};
+use crate::js::convert::{object, owner, required_ttl, share};
 use crate::js::promises::{grant_answer, settled};
 use crate::js::store::answers;
 use crate::lock::Lock;
 use crate::per_thread::PerThread;
 use crate::runtime::Runtime;
+use crate::share::{Holding, Share, SharedGrant};
 use crate::store::{ForceRelease, LockStore, Wait};
 use crate::token::OwnerToken;
 
@@ -122,6 +125,25 @@ extern "C" {
         t: &JsValue,
         w: &JsValue,
     ) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural, js_name = acquireShared)]
+    fn acquire_shared(
+        this: &Stub,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        weight: &JsValue,
+        limit: &JsValue,
+    ) -> Result<JsValue, JsValue>;
+    #[wasm_bindgen(method, catch, structural, js_name = acquireSharedOrWait)]
+    fn acquire_shared_or_wait(
+        this: &Stub,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        weight: &JsValue,
+        limit: &JsValue,
+        w: &JsValue,
+    ) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(method, catch, structural)]
     fn withdraw(this: &Stub, k: &JsValue, o: &JsValue) -> Result<JsValue, JsValue>;
     #[wasm_bindgen(method, catch, structural)]
@@ -141,6 +163,8 @@ extern "C" {
 enum Rpc {
     Acquire,
     AcquireOrWait,
+    AcquireShared,
+    AcquireSharedOrWait,
     Withdraw,
     Release,
     ForceRelease,
@@ -154,6 +178,8 @@ impl Rpc {
         match self {
             Rpc::Acquire => "acquire",
             Rpc::AcquireOrWait => "acquireOrWait",
+            Rpc::AcquireShared => "acquireShared",
+            Rpc::AcquireSharedOrWait => "acquireSharedOrWait",
             Rpc::Withdraw => "withdraw",
             Rpc::Release => "release",
             Rpc::ForceRelease => "forceRelease",
@@ -168,6 +194,8 @@ impl Rpc {
         match self {
             Rpc::Acquire => "LockDurableObject.acquire()",
             Rpc::AcquireOrWait => "LockDurableObject.acquireOrWait()",
+            Rpc::AcquireShared => "LockDurableObject.acquireShared()",
+            Rpc::AcquireSharedOrWait => "LockDurableObject.acquireSharedOrWait()",
             Rpc::Withdraw => "LockDurableObject.withdraw()",
             Rpc::Release => "LockDurableObject.release()",
             Rpc::ForceRelease => "LockDurableObject.forceRelease()",
@@ -254,6 +282,10 @@ impl DurableObjectLockStore {
         let answer = match (rpc, rest) {
             (Rpc::Acquire, [o, t]) => stub.acquire(k, o, t),
             (Rpc::AcquireOrWait, [o, t, w]) => stub.acquire_or_wait(k, o, t, w),
+            (Rpc::AcquireShared, [o, t, n, l]) => stub.acquire_shared(k, o, t, n, l),
+            (Rpc::AcquireSharedOrWait, [o, t, n, l, w]) => {
+                stub.acquire_shared_or_wait(k, o, t, n, l, w)
+            }
             (Rpc::Withdraw, [o]) => stub.withdraw(k, o),
             (Rpc::Release, [o]) => stub.release(k, o),
             (Rpc::ForceRelease, []) => stub.force_release(k),
@@ -296,34 +328,59 @@ impl DurableObjectLockStore {
     /// object may have recorded a grant to `owner` before failing, so that is released first
     /// (no hold is left that nobody knows of); then plain acquires every `poll_ms` until the
     /// wait that began at `started` is spent. A plain acquire never overtakes callers queued
-    /// in the restarted object, and never yields a second holder.
+    /// in the restarted object, and never yields a second holder. A shared hold polls
+    /// `acquireShared` the same way; a limit mismatch ends it at once.
+    #[allow(clippy::too_many_arguments)]
     async fn poll_after_failed_wait(
         &self,
         key: &Key,
         owner: &OwnerToken,
         ttl: Ttl,
+        holding: Holding,
         wait: Wait,
         started: u64,
         failure: JsValue,
-    ) -> Result<Option<Grant>, JsValue> {
+    ) -> Result<SharedGrant, JsValue> {
         if self.release(key, owner).await.is_err() {
             return Err(failure);
         }
         let give_up_at = started.saturating_add(wait.wait_ms);
         loop {
             let sent = WorkersRuntime.now_ms();
-            if let Some(grant) = self.acquire(key, owner, ttl).await? {
+            let answer = match holding {
+                Holding::Exclusive => self.acquire(key, owner, ttl).await?.into(),
+                Holding::Shared(share) => self.acquire_shared(key, owner, ttl, share).await?,
+            };
+            match answer {
                 // The TTL ran from no earlier than this attempt was sent.
-                return Ok(Some(grant.waited(sent.saturating_sub(started))));
+                SharedGrant::Granted(grant) => {
+                    return Ok(SharedGrant::Granted(
+                        grant.waited(sent.saturating_sub(started)),
+                    ))
+                }
+                SharedGrant::Busy => {}
+                other => return Ok(other),
             }
             let now = WorkersRuntime.now_ms();
             if now >= give_up_at {
-                return Ok(None);
+                return Ok(SharedGrant::Busy);
             }
             let pause = wait.poll_ms.max(1).min(give_up_at - now);
             WorkersRuntime.sleep(pause).await;
         }
     }
+}
+
+/// The arguments of a shared RPC call: key, owner, TTL, weight, limit.
+fn args5(key: &Key, owner: &OwnerToken, ttl: Ttl, share: Share) -> [JsValue; 5] {
+    let [k, o, t] = args3(key, owner, ttl);
+    [
+        k,
+        o,
+        t,
+        JsValue::from_f64(share.weight().into()),
+        JsValue::from_f64(share.limit().into()),
+    ]
 }
 
 /// `acquireOrWait`'s answer, by the seam's rules (`false`, or `{ fence, waitedMs }`).
@@ -381,6 +438,49 @@ impl LockStore for DurableObjectLockStore {
         true
     }
 
+    fn hands_over_shared(&self) -> bool {
+        true
+    }
+
+    /// One `acquireShared` call: the object judges the share against the key's live holds.
+    async fn acquire_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+    ) -> Result<SharedGrant, JsValue> {
+        let args = args5(key, owner, ttl, share);
+        let rpc = Rpc::AcquireShared;
+        let answer = self.call_acquiring(key, owner, rpc, &args).await?;
+        answers::shared(rpc.method(), &answer, false)
+    }
+
+    /// One `acquireSharedOrWait` call, open while the caller waits in the key's one queue; when
+    /// that call fails, plain `acquireShared` calls every `wait.poll_ms` until the wait is
+    /// spent, as for a lock.
+    async fn acquire_shared_or_wait(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        wait: Wait,
+    ) -> Result<SharedGrant, JsValue> {
+        let started = WorkersRuntime.now_ms();
+        let [k, o, t, n, l] = args5(key, owner, ttl, share);
+        let args = [k, o, t, n, l, JsValue::from_f64(wait.wait_ms as f64)];
+        let rpc = Rpc::AcquireSharedOrWait;
+        match self.call_acquiring(key, owner, rpc, &args).await {
+            Ok(answer) => answers::shared(rpc.method(), &answer, true),
+            Err(failure) => {
+                let holding = Holding::Shared(share);
+                self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure)
+                    .await
+            }
+        }
+    }
+
     /// One `acquireOrWait` call, open while the caller waits in the object's queue. When that
     /// call fails, plain acquires every `wait.poll_ms` until the wait is spent (see
     /// `DurableObjectLockStore::poll_after_failed_wait`).
@@ -400,8 +500,13 @@ impl LockStore for DurableObjectLockStore {
         {
             Ok(answer) => waited_grant(&answer),
             Err(failure) => {
-                self.poll_after_failed_wait(key, owner, ttl, wait, started, failure)
-                    .await
+                let holding = Holding::Exclusive;
+                let polled =
+                    self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure);
+                Ok(match polled.await? {
+                    SharedGrant::Granted(grant) => Some(grant),
+                    _ => None,
+                })
             }
         }
     }
@@ -432,8 +537,8 @@ impl LockStore for DurableObjectLockStore {
 }
 
 /// `new DurableObjectLockStore(env.LOCKS)` for JS Workers: a store object with the five
-/// `LockStore` methods and the waiting pair (`acquireOrWait`, `withdraw`), ready for
-/// `setLockStore`.
+/// `LockStore` methods, the waiting pair (`acquireOrWait`, `withdraw`) and the shared pair
+/// (`acquireShared`, `acquireSharedOrWait`), ready for `setLockStore`.
 #[wasm_bindgen(js_name = DurableObjectLockStore)]
 pub struct JsDurableObjectLockStore {
     inner: Rc<DurableObjectLockStore>,
@@ -472,6 +577,10 @@ per_thread! {
     // A valid answer (`false`, `true`, or the object's `{ fence }`) is passed on as it is.
     static ACQUIRED: Function = answer_step(|answer| {
         answers::acquire(Rpc::Acquire.method(), &answer).map(|_| answer)
+    });
+    // `false`, `{ fence }` or `{ heldLimit }`, passed on as it is.
+    static SHARED: Function = answer_step(|answer| {
+        answers::shared(Rpc::AcquireShared.method(), &answer, false).map(|_| answer)
     });
     static RELEASED: Function = answer_step(|answer| {
         answers::boolean(Rpc::Release.method(), &answer).map(JsValue::from_bool)
@@ -512,6 +621,31 @@ fn checked3(k: JsValue, o: JsValue, t: JsValue) -> Result<[JsValue; 3], JsValue>
     owner(&o)?;
     let t = JsValue::from_f64(required_ttl(&t)?.as_ms() as f64);
     Ok([k, o, t])
+}
+
+fn checked5(
+    k: JsValue,
+    o: JsValue,
+    t: JsValue,
+    weight: JsValue,
+    limit: JsValue,
+) -> Result<[JsValue; 5], JsValue> {
+    let [k, o, t] = checked3(k, o, t)?;
+    let share = share(&weight, &limit)?;
+    let weight = JsValue::from_f64(share.weight().into());
+    Ok([k, o, t, weight, JsValue::from_f64(share.limit().into())])
+}
+
+/// A shared acquire's answer as the JS seam has it: `{ fence }` (`{ fence, waitedMs }` after a
+/// wait), `false`, or `{ heldLimit }`.
+fn shared_grant_to_js(answer: SharedGrant) -> Result<JsValue, JsValue> {
+    match answer {
+        SharedGrant::Granted(grant) => waited_grant_to_js(grant),
+        SharedGrant::Busy | SharedGrant::Unsupported => Ok(JsValue::FALSE),
+        SharedGrant::LimitMismatch { held } => {
+            object(&[("heldLimit", JsValue::from_f64(held.into()))])
+        }
+    }
 }
 
 impl JsDurableObjectLockStore {
@@ -577,6 +711,54 @@ impl JsDurableObjectLockStore {
                     Some(grant) => waited_grant_to_js(grant),
                     None => Ok(JsValue::FALSE),
                 }
+            })
+        })
+    }
+
+    /// A shared hold of `weight` permits out of `limit`, in the key's Durable Object: `{ fence }`,
+    /// `false` (no room now, or callers queued first) or `{ heldLimit }` (the live shared holds
+    /// have another limit).
+    #[wasm_bindgen(js_name = acquireShared)]
+    pub fn acquire_shared(
+        &self,
+        k: JsValue,
+        o: JsValue,
+        t: JsValue,
+        weight: JsValue,
+        limit: JsValue,
+    ) -> Promise {
+        let sent = checked5(k, o, t, weight, limit);
+        self.answered(Rpc::AcquireShared, sent, &SHARED)
+    }
+
+    /// `acquireShared`, or wait in the key's one FIFO queue for up to `waitMs`:
+    /// `{ fence, waitedMs }`, `false` when the wait is spent, `{ heldLimit }` at once. `pollMs`
+    /// (default 50) paces the plain attempts made if the object restarts meanwhile.
+    #[wasm_bindgen(js_name = acquireSharedOrWait)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_shared_or_wait(
+        &self,
+        k: JsValue,
+        o: JsValue,
+        t: JsValue,
+        weight: JsValue,
+        limit: JsValue,
+        w: JsValue,
+        p: JsValue,
+    ) -> Promise {
+        spawn(&self.inner, move |s| {
+            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
+            let share = share(&weight, &limit)?;
+            let wait = Wait {
+                wait_ms: wait_ms("waitMs", &w)?,
+                poll_ms: match p.is_undefined() {
+                    true => DEFAULT_RETRY_DELAY_MS,
+                    false => wait_ms("pollMs", &p)?,
+                },
+            };
+            Ok(async move {
+                let answer = s.acquire_shared_or_wait(&k, &o, t, share, wait).await?;
+                shared_grant_to_js(answer)
             })
         })
     }

@@ -1,11 +1,21 @@
-//! The object's alarm: kept at or before the earliest expiry in storage, it deletes expired
-//! rows when it fires and hands their keys to waiting calls.
+//! The object's alarm: kept at or before the earliest expiry in storage (lock rows and shared
+//! holds), it deletes expired rows when it fires and hands the room they leave to waiting calls:
+//! a permit's expiry frees its weight alone.
 
 use super::*;
 
 impl Inner {
+    /// The earliest expiry in storage, exclusive rows and shared holds alike.
     pub(super) fn next_expiry(&self) -> Result<Option<u64>, JsValue> {
-        first_number(self.exec(NEXT_EXPIRY, &[])?)
+        let exclusive = first_number(self.exec(NEXT_EXPIRY, &[])?)?;
+        if !self.shared_seen.get() {
+            return Ok(exclusive);
+        }
+        let shared = first_number(self.exec(NEXT_SHARED_EXPIRY, &[])?)?;
+        Ok(match (exclusive, shared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
     }
 
     /// Brings the alarm up to date with the rows written since it last was: when one of them
@@ -57,6 +67,9 @@ impl Inner {
             }
         }
         self.exec(DELETE_EXPIRED, &[JsValue::from_f64(now as f64)])?;
+        if self.shared_seen.get() {
+            self.exec(DELETE_EXPIRED_SHARED, &[JsValue::from_f64(now as f64)])?;
+        }
         // The alarm that just fired is spent (workerd drops it when this handler succeeds
         // without setting another). The next expiry covers every row, those just handed over
         // included.

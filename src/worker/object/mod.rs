@@ -15,8 +15,15 @@
 //!
 //! No handler runs a Rust future: each answers a promise that is already settled, or the
 //! promise of the alarm call its writes needed, chained to the answer; a queued call's promise
-//! is settled by whoever ends its wait (`src/worker/object.js` holds the JS side). The parts: `sql.rs` (rows and fences in storage),
-//! `queue.rs` (the waiting calls), `alarm.rs`; this file has the handlers.
+//! is settled by whoever ends its wait (`src/worker/object.js` holds the JS side).
+//!
+//! Shared holds (semaphore permits, read locks; `acquireShared`, `acquireSharedOrWait`) live in
+//! a second table, one row per `(key, owner)`, judged by [`crate::share::fit`]; their waiters
+//! join the same queue, and a hand-over grants the front waiters in order while each fits. An
+//! object that never kept a shared hold never reads that table on the exclusive path.
+//!
+//! The parts: `sql.rs` (rows, shared holds and fences in storage), `queue.rs` (the waiting
+//! calls), `alarm.rs`; this file has the handlers.
 
 use alloc::collections::VecDeque;
 use alloc::rc::{Rc, Weak};
@@ -30,11 +37,13 @@ use super::{describe, key, type_error};
 use crate::grant::{Fence, Grant};
 use crate::input::{whole_wait_ms, Key, Ttl, MAX_WAIT_MS};
 use crate::js::convert::{
-    fence_to_js, grant_to_js, not_a_number, object, owner, required_ttl as ttl, wait_range_error,
+    fence_to_js, grant_to_js, not_a_number, object, owner, required_ttl as ttl, share,
+    wait_range_error,
 };
 use crate::memory::KeyHasher;
 use crate::prelude::*;
 use crate::rows::{self, Change, Decision, RowView};
+use crate::share::{Holding, SharedGrant};
 use crate::token::OwnerToken;
 
 mod alarm;
@@ -63,8 +72,8 @@ extern "C" {
 /// A Durable Object holding lock rows in its SQLite storage; the object's own clock decides
 /// expiry. Exported to JS under the same name: workerd instantiates the JS
 /// `LockDurableObject extends DurableObject` class, which builds one of these and forwards
-/// `acquire`, `acquireOrWait`, `withdraw`, `release`, `forceRelease`, `extend`, `isLocked`,
-/// `remainingTime`, `inspect` and `alarm` to it.
+/// `acquire`, `acquireOrWait`, `acquireShared`, `acquireSharedOrWait`, `withdraw`, `release`,
+/// `forceRelease`, `extend`, `isLocked`, `remainingTime`, `inspect` and `alarm` to it.
 #[wasm_bindgen(js_name = LockDurableObjectCore)]
 pub struct LockDurableObjectCore {
     inner: Rc<Inner>,
@@ -82,6 +91,9 @@ pub(super) struct Inner {
     /// expiry is not earlier than it leaves it too. When it fires, the handler deletes what
     /// expired and points it at the next expiry, or leaves none when no row remains.
     alarm_at: Cell<Option<Option<u64>>>,
+    /// Whether storage may hold shared holds: read once by the constructor, set by the first
+    /// shared grant. While false, no handler reads the shared table.
+    shared_seen: Cell<bool>,
     /// The earliest expiry written since the alarm was last brought up to date
     /// ([`Inner::cover_writes`]).
     uncovered: Cell<Option<u64>>,
@@ -145,11 +157,6 @@ fn now() -> u64 {
 }
 
 impl Inner {
-    /// Answers `decision.granted`, after covering what this turn wrote with the alarm.
-    pub(super) fn answer(&self, decision: Decision) -> Result<Promise, JsValue> {
-        self.answer_with(JsValue::from_bool(decision.granted))
-    }
-
     /// Answers `granted`, after covering what this turn wrote with the alarm (at once when that
     /// needs no alarm call).
     pub(super) fn answer_with(&self, granted: JsValue) -> Result<Promise, JsValue> {
@@ -192,6 +199,7 @@ impl LockDurableObjectCore {
             storage,
             alarm_at: Cell::new(None),
             uncovered: Cell::new(None),
+            shared_seen: Cell::new(false),
             queues: RefCell::new(HashMap::with_hasher(hasher)),
             last_waiter: Cell::new(0),
             look: looker(this.clone()),
@@ -199,6 +207,10 @@ impl LockDurableObjectCore {
         });
         inner.exec(CREATE, &[])?;
         inner.exec(CREATE_FENCES, &[])?;
+        inner.exec(CREATE_SHARED, &[])?;
+        inner
+            .shared_seen
+            .set(first_number(inner.exec(ANY_SHARED, &[])?)? != Some(0));
         Ok(LockDurableObjectCore { inner })
     }
 
@@ -217,6 +229,47 @@ impl LockDurableObjectCore {
         self.inner.answer_with(grant_to_js(grant)?)
     }
 
+    /// A shared hold of `weight` permits out of `limit` (a read lock: 1 out of 2^32 − 1) when
+    /// it fits beside the live holds and nobody is queued: `{ fence }`; `false` when not now;
+    /// `{ heldLimit }` when the live shared holds have another limit (never granted, never
+    /// queued). Refused while an exclusive hold is live; an exclusive acquire is refused while
+    /// any shared hold is.
+    #[wasm_bindgen(js_name = acquireShared)]
+    pub fn acquire_shared(
+        &self,
+        k: JsValue,
+        o: JsValue,
+        t: JsValue,
+        weight: JsValue,
+        limit: JsValue,
+    ) -> Result<Promise, JsValue> {
+        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
+        let holding = Holding::Shared(share(&weight, &limit)?);
+        let now = now();
+        self.inner.hand_over(&k, now);
+        let answer = self.inner.try_now(&k, &o, t, holding, now)?;
+        self.inner.answer_with(shared_to_js(answer)?)
+    }
+
+    /// `acquireShared`, or wait in the key's one FIFO queue (exclusive and shared waiters alike)
+    /// for up to `waitMs`: `{ fence, waitedMs }` once a hand-over grants it, `false` when the
+    /// wait is spent, `{ heldLimit }` at once on a limit mismatch.
+    #[wasm_bindgen(js_name = acquireSharedOrWait)]
+    pub fn acquire_shared_or_wait(
+        &self,
+        k: JsValue,
+        o: JsValue,
+        t: JsValue,
+        weight: JsValue,
+        limit: JsValue,
+        w: JsValue,
+    ) -> Result<Promise, JsValue> {
+        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
+        let holding = Holding::Shared(share(&weight, &limit)?);
+        let w = wait_ms("waitMs", &w)?;
+        self.wait_for(k, o, t, holding, w)
+    }
+
     /// Acquire now if the key is free and nobody is still waiting for it (`{ fence }`); otherwise
     /// wait in the key's FIFO queue for up to `waitMs` for the object to hand it over on release
     /// or at the holder's expiry (`{ fence, waitedMs }`, the grant already in storage), or
@@ -230,15 +283,23 @@ impl LockDurableObjectCore {
         w: JsValue,
     ) -> Result<Promise, JsValue> {
         let (k, o, t, w) = (key(&k)?, owner(&o)?, ttl(&t)?, wait_ms("waitMs", &w)?);
+        self.wait_for(k, o, t, Holding::Exclusive, w)
+    }
+
+    /// Takes `holding` now if it may, or queues the call for up to `w` ms.
+    fn wait_for(
+        &self,
+        k: Key,
+        o: OwnerToken,
+        t: Ttl,
+        holding: Holding,
+        w: u64,
+    ) -> Result<Promise, JsValue> {
         let since = now();
         self.inner.hand_over(&k, since);
-        if !self.inner.has_waiters(&k) {
-            let grant = self.inner.take(&k, &o, t, since)?;
-            if grant.is_some() || w == 0 {
-                return self.inner.answer_with(grant_to_js(grant)?);
-            }
-        } else if w == 0 {
-            return Ok(Promise::resolve(&JsValue::FALSE));
+        match self.inner.try_now(&k, &o, t, holding, since)? {
+            SharedGrant::Busy if w > 0 => {}
+            answer => return self.inner.answer_with(shared_to_js(answer)?),
         }
         let id = self.inner.last_waiter.get().wrapping_add(1);
         self.inner.last_waiter.set(id);
@@ -247,6 +308,7 @@ impl LockDurableObjectCore {
             id,
             owner: o,
             ttl: t,
+            holding,
             since,
             give_up_at: since.saturating_add(w),
             answer: RefCell::new(Some((
@@ -272,6 +334,8 @@ impl LockDurableObjectCore {
         let (k, o) = (key(&k)?, owner(&o)?);
         if let Some(waiter) = self.inner.dequeue(&k, &o) {
             self.inner.settle(&waiter, Outcome::NotGranted);
+            // It may have been the front waiter that did not fit: those behind may now.
+            self.inner.hand_over(&k, now());
             return Ok(Promise::resolve(&JsValue::TRUE));
         }
         self.release(k.as_str().into(), o.as_str().into())
@@ -285,50 +349,57 @@ impl LockDurableObjectCore {
         let d = self
             .inner
             .decide(&k, &o, now, |row, now| rows::release(row, now, &o))?;
-        if d.granted {
+        let released = d.granted || self.inner.release_shared(&k, &o, now)?;
+        if released {
             self.inner.hand_over(&k, now);
         }
-        self.inner.answer(d)
+        self.inner.answer_with(JsValue::from_bool(released))
     }
 
-    /// Frees the key whoever holds it (operators clearing a stuck lock): the row goes, or the
-    /// oldest waiter still waiting is handed the key, as on a release. Resolves whether anyone held it. The
-    /// holder learns at its next extend.
+    /// Frees the key whoever holds it (operators clearing a stuck lock): every hold goes, and
+    /// the waiters at the front are handed the key, as on a release. Resolves whether any hold
+    /// was live. The holders learn at their next extend.
     #[wasm_bindgen(js_name = forceRelease)]
     pub fn force_release(&self, k: JsValue) -> Result<Promise, JsValue> {
         let k = key(&k)?;
         let now = now();
-        let Some((holder, _)) = self.inner.row(&k)? else {
-            return Ok(Promise::resolve(&JsValue::FALSE));
-        };
-        let holder = OwnerToken::parse(holder)
-            .map_err(|_| storage_error("a lock row has a malformed owner"))?;
-        let d = self.inner.decide(&k, &holder, now, |row, now| {
-            rows::release(row, now, &holder)
-        })?;
-        if d.granted {
+        let mut freed = false;
+        if let Some((holder, _)) = self.inner.row(&k)? {
+            let holder = OwnerToken::parse(holder)
+                .map_err(|_| storage_error("a lock row has a malformed owner"))?;
+            freed = self
+                .inner
+                .decide(&k, &holder, now, |row, now| {
+                    rows::release(row, now, &holder)
+                })?
+                .granted;
+        }
+        freed |= self.inner.force_release_shared(&k, now)?;
+        if freed {
             self.inner.hand_over(&k, now);
         }
-        self.inner.answer(d)
+        self.inner.answer_with(JsValue::from_bool(freed))
     }
 
     /// Compare-owner-and-reset-expiry to `ttlMs` from now; moves the alarm.
     pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
+        let now = now();
         let d = self
             .inner
-            .decide(&k, &o, now(), |row, now| rows::extend(row, now, &o, t))?;
-        self.inner.answer(d)
+            .decide(&k, &o, now, |row, now| rows::extend(row, now, &o, t))?;
+        let extended = d.granted || self.inner.extend_shared(&k, &o, t, now)?;
+        self.inner.answer_with(JsValue::from_bool(extended))
     }
 
-    /// Whether anyone holds the key now.
+    /// Whether any hold of the key is live now.
     #[wasm_bindgen(js_name = isLocked)]
     pub fn is_locked(&self, k: JsValue) -> Result<bool, JsValue> {
         Ok(self.remaining_ms(k)?.is_some())
     }
 
-    /// Milliseconds until the key expires, or `null` (never `undefined`: the seam's answer rules
-    /// refuse anything else).
+    /// Milliseconds until the key's last live hold expires, or `null` (never `undefined`: the
+    /// seam's answer rules refuse anything else).
     #[wasm_bindgen(js_name = remainingTime)]
     #[wasm_bindgen(unchecked_return_type = "number | null")]
     pub fn remaining_time(&self, k: JsValue) -> Result<JsValue, JsValue> {
@@ -339,12 +410,7 @@ impl LockDurableObjectCore {
 
     fn remaining_ms(&self, k: JsValue) -> Result<Option<u64>, JsValue> {
         let k = key(&k)?;
-        let row = self.inner.row(&k)?;
-        let view = row.as_ref().map(|(owner, expires_at)| RowView {
-            owner,
-            expires_at: *expires_at,
-        });
-        Ok(rows::remaining_time(view, now()))
+        self.inner.remaining(&k, now())
     }
 
     /// The alarm handler: hands expired keys to their waiters, deletes the remaining expired
@@ -361,9 +427,10 @@ impl LockDurableObjectCore {
         }
     }
 
-    /// Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }], waiting }` — what storage holds
-    /// right now, expired rows not yet deleted included, and how many `acquireOrWait` calls
-    /// this instance has queued. Owner tokens are never exposed.
+    /// Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }], shared: [{ key, expiresAt,
+    /// weight, limit }], waiting }` — what storage holds right now, expired rows not yet deleted
+    /// included, and how many waiting calls this instance has queued. Owner tokens are never
+    /// exposed.
     pub fn inspect(&self) -> Promise {
         self.inspected().unwrap_or_else(|e| Promise::reject(&e))
     }
@@ -379,11 +446,23 @@ impl LockDurableObjectCore {
                 rows.push(&object(&[("key", key), ("expiresAt", at)])?);
             }
         }
+        let shared = Array::new();
+        let list = inner.exec(LIST_SHARED, &[])?.raw();
+        while let Some(row) = next_row(&list)? {
+            let number = |i: u32| as_ms(&row.get(i)).map_or(JsValue::NULL, |n| (n as f64).into());
+            shared.push(&object(&[
+                ("key", row.get(0)),
+                ("expiresAt", number(1)),
+                ("weight", number(2)),
+                ("limit", number(3)),
+            ])?);
+        }
         let alarm = inner.storage.get_alarm().map_err(storage_error)?;
         let out = object(&[
             ("now", (now() as f64).into()),
             ("alarm", JsValue::NULL),
             ("rows", rows.into()),
+            ("shared", shared.into()),
             ("waiting", JsValue::from_f64(inner.waiting() as f64)),
         ])?;
         Ok(with_alarm(&alarm, &out, &inner.alarm_failed))

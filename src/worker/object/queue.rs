@@ -1,14 +1,16 @@
-//! The object's waiting calls: an in-memory FIFO queue per key, the hand-over of a freed key to
-//! the oldest call whose wait is not spent, and each queued call's own look at the holder's
-//! expiry.
+//! The object's waiting calls: an in-memory FIFO queue per key (exclusive and shared waiters
+//! alike), the hand-over to the front calls whose wait is not spent while each fits, and each
+//! queued call's own look at the next expiry.
 
 use super::*;
 
-/// An `acquireOrWait` call parked in its key's queue.
+/// An `acquireOrWait` or `acquireSharedOrWait` call parked in its key's queue.
 pub(super) struct Waiter {
     pub(super) id: u32,
     pub(super) owner: OwnerToken,
     pub(super) ttl: Ttl,
+    /// Exclusive, or the permits it waits for.
+    pub(super) holding: Holding,
     /// When it joined the queue, by the object's clock.
     pub(super) since: u64,
     /// When its wait is spent, by the object's clock: from then on it is never handed the key.
@@ -45,41 +47,46 @@ impl Inner {
         self.queues.borrow().values().map(VecDeque::len).sum()
     }
 
-    /// When `key` is free at `now` and has waiters, grants it to the oldest one still waiting:
-    /// writes the row and the fence, then settles the waiter (its call resolves once the alarm
-    /// covers the new row). A waiter whose wait is spent by `now` (the object was busy when its
-    /// timer was due) is answered `false` and passed over, as if its timer had run first. A
-    /// storage failure fails that waiter's call rather than the operation that freed the key;
-    /// a failed read leaves the queue alone (the waiters' timers try again). Answers whether
-    /// it took any waiter out of the queue.
+    /// Grants `key` to its front waiters in order while each fits beside what is live at `now`
+    /// (one writer; or readers and permits until the next does not fit — nobody passes the
+    /// front waiter): writes each hold and its fence, then settles the waiter (its call resolves
+    /// once the alarm covers the new row). A waiter whose wait is spent by `now` (the object was
+    /// busy when its timer was due) is answered `false` and passed over, as if its timer had
+    /// run first. A storage failure fails that waiter's call rather than the operation that
+    /// freed the key, and ends this hand-over; a failed read leaves the queue alone (the
+    /// waiters' timers try again). Answers whether it took any waiter out of the queue.
     pub(super) fn hand_over(&self, key: &Key, now: u64) -> bool {
-        if !self.has_waiters(key) {
-            return false;
-        }
-        if !matches!(self.expiry(key, now), Ok(None)) {
-            return false;
-        }
         let mut popped = false;
-        while let Some(waiter) = self.pop_waiter(key) {
-            popped = true;
+        while let Some(waiter) = self.front_waiter(key) {
             if waiter.give_up_at <= now {
+                self.leave(key, &waiter);
+                popped = true;
                 self.settle(&waiter, Outcome::NotGranted);
                 continue;
             }
-            let outcome = match self.take(key, &waiter.owner, waiter.ttl, now) {
-                Ok(Some(grant)) => Outcome::Granted(grant.waited(now.saturating_sub(waiter.since))),
-                Ok(None) => Outcome::Failed(storage_error("a free key refused its hand-over")),
-                Err(e) => Outcome::Failed(e),
-            };
+            let outcome =
+                match self.take_holding(key, &waiter.owner, waiter.ttl, waiter.holding, now) {
+                    Ok(SharedGrant::Granted(grant)) => {
+                        Outcome::Granted(grant.waited(now.saturating_sub(waiter.since)))
+                    }
+                    // Not yet (a mismatched limit too: it waits for the other holds to go).
+                    Ok(_) => break,
+                    Err(e) => Outcome::Failed(e),
+                };
+            self.leave(key, &waiter);
+            popped = true;
+            let failed = matches!(outcome, Outcome::Failed(_));
             self.settle(&waiter, outcome);
-            break;
+            if failed {
+                break;
+            }
         }
         popped
     }
 
-    /// Takes the oldest waiter out of `key`'s queue.
-    pub(super) fn pop_waiter(&self, key: &Key) -> Option<Rc<Waiter>> {
-        self.remove_waiter(key, VecDeque::pop_front)
+    /// The oldest waiter in `key`'s queue.
+    pub(super) fn front_waiter(&self, key: &Key) -> Option<Rc<Waiter>> {
+        self.queues.borrow().get(key.as_str())?.front().cloned()
     }
 
     /// Takes the waiter `pick` chooses out of `key`'s queue; a queue left empty goes with it.
@@ -143,9 +150,9 @@ impl Inner {
     }
 
     /// A queued call's look, when it queues and whenever its timer fires: it ends the wait
-    /// once it is spent, hands the key over at once when it finds the key free, and otherwise
-    /// sets its timer for the holder's expiry (the holder may never release) or its own
-    /// deadline, whichever is first. A hand-over settles the waiter in between.
+    /// once it is spent, hands the key over at once when the front waiters fit, and otherwise
+    /// sets its timer for the next expiry of a live hold (a holder may never release) or its
+    /// own deadline, whichever is first. A hand-over settles the waiter in between.
     pub(super) fn look(&self, key: &Key, waiter: &Waiter) {
         loop {
             if waiter.is_settled() {
@@ -155,15 +162,18 @@ impl Inner {
             if now >= waiter.give_up_at {
                 self.leave(key, waiter);
                 self.settle(waiter, Outcome::NotGranted);
+                // It may have been the front waiter that did not fit: those behind may now.
+                self.hand_over(key, now);
                 return;
+            }
+            // Room by this reading (a hold expired since the call queued): hand it over now
+            // rather than wait for the alarm. Each such pass takes at least one waiter out of
+            // the queue (this one, or one before it), so the loop ends.
+            if self.hand_over(key, now) {
+                continue;
             }
             let until = match self.expiry(key, now) {
                 Ok(Some(expiry)) => expiry.min(waiter.give_up_at),
-                // Free by this reading (the holder expired since the call queued): hand it over
-                // now rather than wait for the alarm. Each such pass takes at least one waiter
-                // out of the queue (this one, or one before it), so the loop ends; a pass that
-                // took none (a failed read) waits for the deadline instead.
-                Ok(None) if self.hand_over(key, now) => continue,
                 Ok(None) | Err(_) => waiter.give_up_at,
             };
             let ms = until.saturating_sub(now).max(1) as f64;

@@ -1,7 +1,8 @@
-//! The object's storage: the lock rows and the fence counters in its SQLite, the statements,
-//! and the row reads and writes each handler makes in its synchronous turn.
+//! The object's storage: the lock rows, the shared holds and the fence counters in its SQLite,
+//! the statements, and the reads and writes each handler makes in its synchronous turn.
 
 use super::*;
+use crate::share::{fit, Fit, Holding, LiveHolds, SharedGrant};
 
 pub(super) const CREATE: &str = "CREATE TABLE IF NOT EXISTS keel_locks (
     key TEXT PRIMARY KEY NOT NULL,
@@ -23,6 +24,45 @@ pub(super) const DELETE: &str = "DELETE FROM keel_locks WHERE key = ?";
 pub(super) const DELETE_EXPIRED: &str = "DELETE FROM keel_locks WHERE expires_at <= ?";
 pub(super) const NEXT_EXPIRY: &str = "SELECT MIN(expires_at) FROM keel_locks";
 pub(super) const LIST: &str = "SELECT key, expires_at FROM keel_locks ORDER BY key";
+
+/// Shared holds (semaphore permits, read locks): one row per `(key, owner)`, beside the
+/// exclusive rows rather than in them, so `keel_locks` and its statements stay as they were and
+/// an object made before shared holds existed keeps its data (this table is created beside it).
+/// `lim` is the limit every live hold of the key has (the grant rule keeps them equal).
+pub(super) const CREATE_SHARED: &str = "CREATE TABLE IF NOT EXISTS keel_shared (
+    key TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    expires_at INTEGER NOT NULL,
+    weight INTEGER NOT NULL,
+    lim INTEGER NOT NULL,
+    PRIMARY KEY (key, owner)
+) WITHOUT ROWID";
+pub(super) const ANY_SHARED: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM keel_shared LIMIT 1)";
+/// The live shared holds of a key: their limit, total weight, first and last expiry.
+pub(super) const SHARED_LIVE: &str = "SELECT lim, SUM(weight), MIN(expires_at), MAX(expires_at)
+    FROM keel_shared WHERE key = ? AND expires_at > ? GROUP BY lim";
+pub(super) const UPSERT_SHARED: &str =
+    "INSERT INTO keel_shared (key, owner, expires_at, weight, lim)
+    VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, owner) DO UPDATE SET
+    expires_at = excluded.expires_at, weight = excluded.weight, lim = excluded.lim";
+pub(super) const RELEASE_SHARED: &str =
+    "DELETE FROM keel_shared WHERE key = ? AND owner = ? AND expires_at > ? RETURNING 1";
+pub(super) const EXTEND_SHARED: &str =
+    "UPDATE keel_shared SET expires_at = ? WHERE key = ? AND owner = ? AND expires_at > ? RETURNING 1";
+pub(super) const FORCE_SHARED: &str = "DELETE FROM keel_shared WHERE key = ? RETURNING expires_at";
+pub(super) const DELETE_EXPIRED_SHARED: &str = "DELETE FROM keel_shared WHERE expires_at <= ?";
+pub(super) const NEXT_SHARED_EXPIRY: &str = "SELECT MIN(expires_at) FROM keel_shared";
+pub(super) const LIST_SHARED: &str =
+    "SELECT key, expires_at, weight, lim FROM keel_shared ORDER BY key, expires_at";
+
+/// What a key's live shared holds are, as one read found them.
+#[derive(Clone, Copy, Default)]
+pub(super) struct SharedLive {
+    pub(super) limit: Option<u32>,
+    pub(super) weight: u64,
+    pub(super) first_expiry: Option<u64>,
+    pub(super) last_expiry: Option<u64>,
+}
 
 #[wasm_bindgen]
 extern "C" {
@@ -105,11 +145,7 @@ impl Inner {
         match decision.change {
             Change::Keep => {}
             Change::Put { expires_at } => {
-                let earliest = self
-                    .uncovered
-                    .get()
-                    .map_or(expires_at, |e| e.min(expires_at));
-                self.uncovered.set(Some(earliest));
+                self.wrote_expiry(expires_at);
                 self.exec(
                     UPSERT,
                     &[
@@ -124,6 +160,15 @@ impl Inner {
             }
         }
         Ok(decision)
+    }
+
+    /// Notes an expiry written this turn, for the alarm to cover ([`Inner::cover_writes`]).
+    pub(super) fn wrote_expiry(&self, expires_at: u64) {
+        let earliest = self
+            .uncovered
+            .get()
+            .map_or(expires_at, |e| e.min(expires_at));
+        self.uncovered.set(Some(earliest));
     }
 
     /// Bumps and answers `key`'s fence counter. Runs in the same synchronous turn as the row
@@ -143,6 +188,11 @@ impl Inner {
         ttl: Ttl,
         now: u64,
     ) -> Result<Option<Grant>, JsValue> {
+        // An object that never kept a shared hold skips this read: the exclusive path makes
+        // the statements it always made.
+        if self.shared_seen.get() && self.shared_live(key, now)?.limit.is_some() {
+            return Ok(None);
+        }
         let d = self.decide(key, owner, now, |row, now| rows::acquire(row, now, ttl))?;
         Ok(match d.granted {
             true => Some(Grant::new(Some(self.next_fence(key)?))),
@@ -150,8 +200,201 @@ impl Inner {
         })
     }
 
-    /// The expiry of `key`'s live hold, if any.
+    /// The earliest expiry of `key`'s live holds, if any: when room may next appear.
     pub(super) fn expiry(&self, key: &Key, now: u64) -> Result<Option<u64>, JsValue> {
-        Ok(self.row(key)?.map(|(_, at)| at).filter(|at| *at > now))
+        let exclusive = self.row(key)?.map(|(_, at)| at).filter(|at| *at > now);
+        if !self.shared_seen.get() {
+            return Ok(exclusive);
+        }
+        let shared = self.shared_live(key, now)?.first_expiry;
+        Ok(match (exclusive, shared) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
+    /// Milliseconds until the last live hold of `key` expires.
+    pub(super) fn remaining(&self, key: &Key, now: u64) -> Result<Option<u64>, JsValue> {
+        let row = self.row(key)?;
+        let view = row.as_ref().map(|(owner, expires_at)| RowView {
+            owner,
+            expires_at: *expires_at,
+        });
+        let exclusive = rows::remaining_time(view, now);
+        if !self.shared_seen.get() {
+            return Ok(exclusive);
+        }
+        let shared = self.shared_live(key, now)?.last_expiry.map(|at| at - now);
+        Ok(exclusive.max(shared))
+    }
+
+    /// `key`'s live shared holds at `now` (none on an object that never kept one).
+    pub(super) fn shared_live(&self, key: &Key, now: u64) -> Result<SharedLive, JsValue> {
+        if !self.shared_seen.get() {
+            return Ok(SharedLive::default());
+        }
+        let cursor = self.exec(
+            SHARED_LIVE,
+            &[key.as_str().into(), JsValue::from_f64(now as f64)],
+        )?;
+        let Some(row) = next_row(&cursor.raw())? else {
+            return Ok(SharedLive::default());
+        };
+        let number = |i: u32| as_ms(&row.get(i));
+        match (number(0), number(1), number(2), number(3)) {
+            (Some(limit), Some(weight), Some(first), Some(last)) => Ok(SharedLive {
+                limit: u32::try_from(limit)
+                    .ok()
+                    .filter(|l| *l > 0)
+                    .map(Some)
+                    .ok_or_else(|| storage_error("a shared hold has a malformed limit"))?,
+                weight,
+                first_expiry: Some(first),
+                last_expiry: Some(last),
+            }),
+            _ => Err(storage_error("a shared hold has an unexpected shape")),
+        }
+    }
+
+    /// What is live on `key` at `now`, for the grant rule.
+    pub(super) fn live_holds(&self, key: &Key, now: u64) -> Result<LiveHolds, JsValue> {
+        let exclusive = self.row(key)?.is_some_and(|(_, at)| at > now);
+        let shared = self.shared_live(key, now)?;
+        Ok(LiveHolds {
+            exclusive,
+            limit: shared.limit,
+            weight: shared.weight,
+        })
+    }
+
+    /// Takes `key` for `owner` as `holding` says, if it fits beside the live holds, without
+    /// looking at the queue: the row and the fence in this synchronous turn.
+    pub(super) fn take_holding(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        holding: Holding,
+        now: u64,
+    ) -> Result<SharedGrant, JsValue> {
+        let share = match holding {
+            Holding::Exclusive => return Ok(self.take(key, owner, ttl, now)?.into()),
+            Holding::Shared(share) => share,
+        };
+        match fit(self.live_holds(key, now)?, holding) {
+            Fit::Fits => {}
+            Fit::Full => return Ok(SharedGrant::Busy),
+            Fit::Mismatch { held } => return Ok(SharedGrant::LimitMismatch { held }),
+        }
+        let expires_at = now.saturating_add(ttl.as_ms());
+        self.wrote_expiry(expires_at);
+        self.exec(
+            UPSERT_SHARED,
+            &[
+                key.as_str().into(),
+                owner.as_str().into(),
+                JsValue::from_f64(expires_at as f64),
+                JsValue::from_f64(share.weight().into()),
+                JsValue::from_f64(share.limit().into()),
+            ],
+        )?;
+        self.shared_seen.set(true);
+        Ok(SharedGrant::Granted(Grant::new(Some(
+            self.next_fence(key)?,
+        ))))
+    }
+
+    /// A request's answer now: the limit mismatch at once, refused while anyone is queued
+    /// (FIFO: nobody passes a waiter), else the grant rule.
+    pub(super) fn try_now(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        holding: Holding,
+        now: u64,
+    ) -> Result<SharedGrant, JsValue> {
+        if let (Holding::Shared(_), true) = (holding, self.shared_seen.get()) {
+            if let Fit::Mismatch { held } = fit(self.live_holds(key, now)?, holding) {
+                return Ok(SharedGrant::LimitMismatch { held });
+            }
+        }
+        if self.has_waiters(key) {
+            return Ok(SharedGrant::Busy);
+        }
+        self.take_holding(key, owner, ttl, holding, now)
+    }
+
+    /// Frees `owner`'s live shared hold on `key`; answers whether it had one.
+    pub(super) fn release_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        now: u64,
+    ) -> Result<bool, JsValue> {
+        if !self.shared_seen.get() {
+            return Ok(false);
+        }
+        let cursor = self.exec(
+            RELEASE_SHARED,
+            &[
+                key.as_str().into(),
+                owner.as_str().into(),
+                JsValue::from_f64(now as f64),
+            ],
+        )?;
+        Ok(next_row(&cursor.raw())?.is_some())
+    }
+
+    /// Moves `owner`'s live shared hold on `key` to expire `ttl` from `now`.
+    pub(super) fn extend_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        now: u64,
+    ) -> Result<bool, JsValue> {
+        if !self.shared_seen.get() {
+            return Ok(false);
+        }
+        let expires_at = now.saturating_add(ttl.as_ms());
+        let cursor = self.exec(
+            EXTEND_SHARED,
+            &[
+                JsValue::from_f64(expires_at as f64),
+                key.as_str().into(),
+                owner.as_str().into(),
+                JsValue::from_f64(now as f64),
+            ],
+        )?;
+        let extended = next_row(&cursor.raw())?.is_some();
+        if extended {
+            self.wrote_expiry(expires_at);
+        }
+        Ok(extended)
+    }
+
+    /// Drops every shared hold on `key`; answers whether one was live.
+    pub(super) fn force_release_shared(&self, key: &Key, now: u64) -> Result<bool, JsValue> {
+        if !self.shared_seen.get() {
+            return Ok(false);
+        }
+        let rows = self.exec(FORCE_SHARED, &[key.as_str().into()])?.raw();
+        let mut live = false;
+        while let Some(row) = next_row(&rows)? {
+            live |= as_ms(&row.get(0)).is_some_and(|at| at > now);
+        }
+        Ok(live)
+    }
+}
+
+/// A shared acquire's answer on the seam: `{ fence }`, `false` or `{ heldLimit }`.
+pub(super) fn shared_to_js(answer: SharedGrant) -> Result<JsValue, JsValue> {
+    match answer {
+        SharedGrant::Granted(grant) => grant_to_js(Some(grant)),
+        SharedGrant::Busy | SharedGrant::Unsupported => Ok(JsValue::FALSE),
+        SharedGrant::LimitMismatch { held } => {
+            object(&[("heldLimit", JsValue::from_f64(held.into()))])
+        }
     }
 }

@@ -37,7 +37,7 @@ wasmtime::component::bindgen!({
 });
 
 use exports::keel::lock::conformance::{Options as ConformanceOptions, Outcome};
-pub use exports::keel::lock::types::LockError;
+pub use exports::keel::lock::types::{LockError, MismatchedLimits};
 use wasi::keyvalue::{atomics, store};
 
 /// Bucket names the host refuses with `no-such-store` start with this.
@@ -769,6 +769,53 @@ impl Instance {
         api(&self.bindings)
             .lock()
             .call_remaining_time(&mut self.store, l.0)
+    }
+
+    /// `shared.semaphore(bucket, key, limit, ttl-ms)`.
+    pub fn semaphore(
+        &mut self,
+        bucket: &str,
+        key: &str,
+        limit: u32,
+        ttl_ms: u64,
+    ) -> Answer<LockHandle> {
+        let r = self.bindings.keel_lock_shared().call_semaphore(
+            &mut self.store,
+            bucket,
+            key,
+            limit,
+            ttl_ms,
+        )?;
+        Ok(r.map(LockHandle))
+    }
+
+    /// `shared.read-lock(bucket, key, ttl-ms)`.
+    pub fn read_lock(&mut self, bucket: &str, key: &str, ttl_ms: u64) -> Answer<LockHandle> {
+        let r = self.bindings.keel_lock_shared().call_read_lock(
+            &mut self.store,
+            bucket,
+            key,
+            ttl_ms,
+        )?;
+        Ok(r.map(LockHandle))
+    }
+
+    /// `shared.write-lock(bucket, key, ttl-ms)`.
+    pub fn write_lock(&mut self, bucket: &str, key: &str, ttl_ms: u64) -> Answer<LockHandle> {
+        let r = self.bindings.keel_lock_shared().call_write_lock(
+            &mut self.store,
+            bucket,
+            key,
+            ttl_ms,
+        )?;
+        Ok(r.map(LockHandle))
+    }
+
+    /// `lock.set-permits(permits)`.
+    pub fn set_permits(&mut self, l: LockHandle, permits: u32) -> Answer<()> {
+        api(&self.bindings)
+            .lock()
+            .call_set_permits(&mut self.store, l.0, permits)
     }
 
     /// `lock.key()`.

@@ -494,7 +494,11 @@ fn production_world_exports_only_the_lock_api() {
         "KEEL_LOCK_PRODUCTION_COMPONENT must name the component built with `--features component` \
          (scripts/test.d/60-component.sh sets it)",
     );
-    let lock_api = ["keel:lock/lock@0.1.0", "keel:lock/types@0.1.0"];
+    let lock_api = [
+        "keel:lock/lock@0.1.0",
+        "keel:lock/shared@0.1.0",
+        "keel:lock/types@0.1.0",
+    ];
     let exports = |path: &std::path::Path| component_exports(path).expect("read the exports");
     assert_eq!(exports(std::path::Path::new(&production)), lock_api);
     let mut testing = lock_api.to_vec();

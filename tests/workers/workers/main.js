@@ -11,7 +11,7 @@ import {
 // The conformance kit, from its own entry (and its own wasm instance): it drives the
 // DurableObjectLockStore made by "keel-lock" through the store's five methods.
 import { lockStoreResults } from "keel-lock/testing";
-import { Counter, Ledger, contend, rpcCounts, stats, sleep, useStore } from "./shared.js";
+import { Counter, Ledger, READ_LIMIT, contend, contendShared, rpcCounts, stats, sleep, useStore } from "./shared.js";
 
 /**
  * The package's Durable Object plus one test hook: `crash()` resets the object the way an
@@ -620,6 +620,257 @@ const waitingSuite = {
   },
 };
 
+/** `promise`, with `settled` telling whether it has settled yet. */
+function watched(promise) {
+  const w = { settled: false, promise };
+  promise.then(() => (w.settled = true), () => (w.settled = true));
+  return w;
+}
+/** Checks a store answer is a grant: `{ fence }` (plus `waitedMs` after a wait); answers the fence. */
+function fenceOf(answer, what) {
+  check(Number.isSafeInteger(answer?.fence) && answer.fence >= 1, `${what}: answered ${JSON.stringify(answer)}`);
+  return answer.fence;
+}
+function increasing(fences, what) {
+  for (let i = 1; i < fences.length; i++) check(fences[i] > fences[i - 1], `${what}: fence ${fences[i]} after ${fences[i - 1]}`);
+}
+
+/**
+ * Shared holds (semaphore permits, read locks) in the Durable Object, driven through the store's
+ * own methods (`acquireShared`, `acquireSharedOrWait`, and the exclusive ones beside them) and
+ * the object's RPC; each case on a fresh key. Owners are plain tokens, as the lock API would mint.
+ */
+const sharedSuite = {
+  async "permits up to the limit, weights counted, each permit its own fence"(env) {
+    const key = unique("permits");
+    const store = useStore(env);
+    const a = fenceOf(await store.acquireShared(key, "a", 10_000, 1, 3), "a: 1 of 3");
+    const b = fenceOf(await store.acquireShared(key, "b", 20_000, 2, 3), "b: 2 of 3");
+    eq(await store.acquireShared(key, "c", 10_000, 1, 3), false, "c: a fourth permit");
+    eq(await store.acquire(key, "x", 10_000), false, "an exclusive acquire beside permits");
+    eq(await store.isLocked(key), true, "isLocked with permits held");
+    const left = await store.remainingTime(key);
+    check(left > 10_000 && left <= 20_000, `remainingTime is until the last permit expires: ${left}`);
+    eq(await store.release(key, "a"), true, "a releases its permit");
+    eq(await store.release(key, "a"), false, "a releases again");
+    eq(await store.isLocked(key), true, "b still holds two permits");
+    const c = fenceOf(await store.acquireShared(key, "c", 10_000, 1, 3), "c after a released");
+    increasing([a, b, c], "grants");
+    eq(await store.extend(key, "c", 30_000), true, "c extends its own permit");
+    check((await store.remainingTime(key)) > 20_000, "remainingTime after c's extend");
+    eq(await store.extend(key, "a", 30_000), false, "a, released, cannot extend");
+    const snapshot = await stubFor(env, key).inspect();
+    eq(snapshot.shared.map((h) => [h.weight, h.limit]).sort(), [[1, 3], [2, 3]], "shared holds in storage");
+    eq(snapshot.rows, [], "no exclusive row");
+    eq(await store.release(key, "b"), true, "b releases");
+    eq(await store.release(key, "c"), true, "c releases");
+    eq(await store.isLocked(key), false, "isLocked after every permit went");
+    eq(await store.remainingTime(key), null, "remainingTime after every permit went");
+    const x = fenceOf(await store.acquire(key, "x", 10_000), "exclusive acquire once every permit went");
+    check(x > c, `the lock's fence ${x} after the permits' ${c}`);
+    eq(await store.acquireShared(key, "d", 10_000, 1, 3), false, "a permit while the lock is held");
+    eq(await store.release(key, "x"), true, "lock release");
+  },
+  async "readers share, a writer excludes them and is excluded"(env) {
+    const key = unique("rw");
+    const store = useStore(env);
+    const r1 = fenceOf(await store.acquireShared(key, "r1", 10_000, 1, READ_LIMIT), "reader 1");
+    const r2 = fenceOf(await store.acquireShared(key, "r2", 10_000, 1, READ_LIMIT), "reader 2");
+    eq(await store.acquire(key, "w", 10_000), false, "a writer beside readers");
+    eq(await store.acquireOrWait(key, "w", 10_000, 0), false, "a writer beside readers, no wait");
+    eq(await store.release(key, "r1"), true, "reader 1 leaves");
+    eq(await store.acquire(key, "w", 10_000), false, "a writer beside one reader");
+    eq(await store.release(key, "r2"), true, "reader 2 leaves");
+    const w = fenceOf(await store.acquire(key, "w", 10_000), "the writer once the readers left");
+    eq(await store.acquireShared(key, "r3", 10_000, 1, READ_LIMIT), false, "a reader beside the writer");
+    increasing([r1, r2, w], "grants");
+    eq(await store.release(key, "w"), true, "writer release");
+  },
+  async "a limit mismatch answers { heldLimit } at once and never queues"(env) {
+    const key = unique("mismatch");
+    const store = useStore(env);
+    const stub = stubFor(env, key);
+    fenceOf(await store.acquireShared(key, "a", 10_000, 1, 3), "a: 1 of 3");
+    eq(await store.acquireShared(key, "b", 10_000, 1, 4), { heldLimit: 3 }, "1 of 4 beside 1 of 3");
+    eq(await stub.acquireShared(key, "b", 10_000, 1, 4), { heldLimit: 3 }, "the object's own answer");
+    eq(await store.acquireSharedOrWait(key, "b", 10_000, 1, 4, 10_000, 10), { heldLimit: 3 }, "waiting with another limit");
+    eq((await stub.inspect()).waiting, 0, "calls queued after the mismatch");
+    eq(await store.acquireShared(key, "r", 10_000, 1, READ_LIMIT), { heldLimit: 3 }, "a reader beside permits");
+    eq(await store.release(key, "a"), true, "a releases");
+    fenceOf(await store.acquireShared(key, "b", 10_000, 4, 4), "4 of 4 once the limit-3 holds went");
+    eq(await store.release(key, "b"), true, "b releases");
+  },
+  async "a heavy waiter is not starved by later single permits"(env) {
+    const key = unique("heavy");
+    const store = useStore(env);
+    fenceOf(await store.acquireShared(key, "a", 60_000, 2, 3), "a: 2 of 3");
+    const heavy = watched(store.acquireSharedOrWait(key, "heavy", 10_000, 3, 3, 20_000, 10));
+    await untilQueued(env, key, 1);
+    // One permit is free, but the heavy waiter is queued first.
+    eq(await store.acquireShared(key, "late", 10_000, 1, 3), false, "a later single permit");
+    const late = watched(store.acquireSharedOrWait(key, "late", 10_000, 1, 3, 20_000, 10));
+    await untilQueued(env, key, 2);
+    eq(await store.release(key, "a"), true, "a releases");
+    const granted = await heavy.promise;
+    fenceOf(granted, "the heavy waiter");
+    check(Number.isSafeInteger(granted.waitedMs), `waitedMs ${granted.waitedMs}`);
+    await sleep(50);
+    check(!late.settled, "the later single permit was granted beside all three");
+    eq(await store.release(key, "heavy"), true, "heavy releases");
+    fenceOf(await late.promise, "the later permit after the heavy one left");
+    eq(await store.release(key, "late"), true, "late releases");
+    eq((await stubFor(env, key).inspect()).waiting, 0, "calls queued at the end");
+  },
+  async "a queued writer is not overtaken by later readers; one release grants several readers"(env) {
+    const key = unique("writer-queue");
+    const store = useStore(env);
+    const r1 = fenceOf(await store.acquireShared(key, "r1", 60_000, 1, READ_LIMIT), "reader 1");
+    const writer = watched(store.acquireOrWait(key, "w", 10_000, 20_000, 10));
+    await untilQueued(env, key, 1);
+    eq(await store.acquireShared(key, "r2", 10_000, 1, READ_LIMIT), false, "a reader behind the queued writer");
+    const readers = ["r2", "r3", "r4"].map((o) => watched(store.acquireSharedOrWait(key, o, 10_000, 1, READ_LIMIT, 20_000, 10)));
+    await untilQueued(env, key, 4);
+    const writer2 = watched(store.acquireOrWait(key, "w2", 10_000, 20_000, 10));
+    await untilQueued(env, key, 5);
+    eq(await store.release(key, "r1"), true, "reader 1 leaves");
+    const w = fenceOf(await writer.promise, "the queued writer");
+    await sleep(50);
+    check(readers.every((r) => !r.settled), "a reader was granted beside the writer");
+    eq(await store.release(key, "w"), true, "the writer releases");
+    // One release: the three readers at the front together, and the second writer still waits.
+    const fences = [];
+    for (const [i, r] of readers.entries()) fences.push(fenceOf(await r.promise, `reader ${i + 2}`));
+    const snapshot = await stubFor(env, key).inspect();
+    eq(snapshot.shared.length, 3, "readers holding after the writer's release");
+    eq(snapshot.waiting, 1, "the second writer still queued");
+    check(!writer2.settled, "the second writer was granted beside readers");
+    increasing([r1, w, ...fences], "grants");
+    for (const o of ["r2", "r3", "r4"]) eq(await store.release(key, o), true, `${o} releases`);
+    check(fenceOf(await writer2.promise, "the second writer") > fences[2], "second writer's fence");
+    eq(await store.release(key, "w2"), true, "second writer releases");
+  },
+  async "an exclusive waiter waits for every permit"(env) {
+    const key = unique("writer-waits");
+    const store = useStore(env);
+    fenceOf(await store.acquireShared(key, "a", 60_000, 1, 2), "a");
+    fenceOf(await store.acquireShared(key, "b", 60_000, 1, 2), "b");
+    const writer = watched(store.acquireOrWait(key, "w", 10_000, 20_000, 10));
+    await untilQueued(env, key, 1);
+    eq(await store.release(key, "a"), true, "a releases");
+    await sleep(50);
+    check(!writer.settled, "the writer was granted beside a permit");
+    eq(await store.release(key, "b"), true, "b releases");
+    fenceOf(await writer.promise, "the writer once both permits went");
+    eq(await store.release(key, "w"), true, "writer releases");
+  },
+  async "a crashed permit frees only its own weight at its TTL, and the alarm deletes it"(env) {
+    const key = unique("permit-expiry");
+    const store = useStore(env);
+    const stub = stubFor(env, key);
+    fenceOf(await store.acquireShared(key, "crashed", 500, 1, 2), "the permit that will crash");
+    fenceOf(await store.acquireShared(key, "alive", 60_000, 1, 2), "the permit that stays");
+    const expiry = (await stub.inspect()).shared.find((h) => h.expiresAt < Date.now() + 10_000).expiresAt;
+    eq((await stub.inspect()).alarm, expiry, "the alarm at the first permit's expiry");
+    const waiter = await store.acquireSharedOrWait(key, "waiter", 60_000, 1, 2, 20_000, 10);
+    fenceOf(waiter, "the waiter, at the crashed permit's expiry");
+    const snapshot = await stub.inspect();
+    check(snapshot.now >= expiry, `granted at ${snapshot.now}, before the crashed permit's expiry ${expiry}`);
+    eq(await store.release(key, "crashed"), false, "the crashed permit's late release");
+    eq(await store.acquireShared(key, "third", 60_000, 1, 2), false, "a third permit beside the two live");
+    // Left to the alarm alone: it deletes the expired row and points at the next expiry.
+    const deadline = Date.now() + 15_000;
+    let after = await stub.inspect();
+    while (after.shared.length !== 2 && Date.now() < deadline) {
+      await sleep(50);
+      after = await stub.inspect();
+    }
+    eq(after.shared.length, 2, "shared rows after the alarm");
+    eq(after.alarm, Math.min(...after.shared.map((h) => h.expiresAt)), "the alarm at the next permit's expiry");
+    eq(await store.release(key, "alive"), true, "alive releases");
+    eq(await store.release(key, "waiter"), true, "waiter releases");
+  },
+  async "a lone permit's row goes with the alarm, and no alarm is left"(env) {
+    const key = unique("permit-alarm");
+    const stub = stubFor(env, key);
+    fenceOf(await useStore(env).acquireShared(key, "p", 200, 1, 5), "permit");
+    const deadline = Date.now() + 15_000;
+    let after = await stub.inspect();
+    while ((after.shared.length > 0 || after.alarm !== null) && Date.now() < deadline) {
+      await sleep(50);
+      after = await stub.inspect();
+    }
+    eq(after.shared, [], "shared rows after the alarm");
+    eq(after.alarm, null, "alarm after the last permit went");
+  },
+  async "forceRelease frees every hold and hands over to the front waiters"(env) {
+    const key = unique("force-shared");
+    const store = useStore(env);
+    fenceOf(await store.acquireShared(key, "a", 60_000, 2, 2), "a: 2 of 2");
+    const waiters = ["b", "c"].map((o) => watched(store.acquireSharedOrWait(key, o, 10_000, 1, 2, 20_000, 10)));
+    await untilQueued(env, key, 2);
+    eq(await store.forceRelease(key), true, "forceRelease of the permits");
+    for (const w of waiters) fenceOf(await w.promise, "a waiter after the force-release");
+    eq(await store.extend(key, "a", 10_000), false, "the forced-out holder's extend");
+    eq(await store.forceRelease(key), true, "forceRelease of the waiters' permits");
+    eq(await store.forceRelease(key), false, "forceRelease of a free key");
+  },
+  async "withdraw takes a shared waiter out, and the waiters behind it move up"(env) {
+    const key = unique("withdraw-shared");
+    const store = useStore(env);
+    const stub = stubFor(env, key);
+    fenceOf(await store.acquireShared(key, "a", 60_000, 1, 3), "a: 1 of 3");
+    // The front waiter needs all three; the one behind it needs one, which is free.
+    const heavy = watched(stub.acquireSharedOrWait(key, "heavy", 10_000, 3, 3, 20_000));
+    await untilQueued(env, key, 1);
+    const light = watched(stub.acquireSharedOrWait(key, "light", 10_000, 1, 3, 20_000));
+    await untilQueued(env, key, 2);
+    eq(await stub.withdraw(key, "heavy"), true, "the heavy waiter withdraws");
+    eq(await heavy.promise, false, "the withdrawn call");
+    fenceOf(await light.promise, "the waiter behind it, granted as it moved up");
+    eq(await stub.withdraw(key, "light"), true, "withdraw of a granted permit releases it");
+    eq(await store.release(key, "light"), false, "the withdrawn permit is gone");
+    eq(await store.release(key, "a"), true, "a releases");
+  },
+  async "a spent shared waiter is passed over, and the one behind it granted"(env) {
+    const key = unique("spent-shared");
+    const store = useStore(env);
+    fenceOf(await store.acquireShared(key, "a", 60_000, 1, 3), "a: 1 of 3");
+    const heavy = store.acquireSharedOrWait(key, "heavy", 10_000, 3, 3, 300, 10);
+    await untilQueued(env, key, 1);
+    const light = watched(store.acquireSharedOrWait(key, "light", 10_000, 1, 3, 20_000, 10));
+    await untilQueued(env, key, 2);
+    eq(await heavy, false, "the heavy waiter's wait ran out");
+    fenceOf(await light.promise, "the light waiter, granted once the heavy one left");
+    eq(await store.release(key, "light"), true, "light releases");
+    eq(await store.release(key, "a"), true, "a releases");
+  },
+  async "bad share terms are refused before any RPC, and by the object"(env) {
+    const key = unique("bad-share");
+    const store = useStore(env);
+    const stub = stubFor(env, key);
+    for (const target of [store, stub]) {
+      const who = target === store ? "store" : "object";
+      await rejects(target.acquireShared(key, "o", 1000, 0, 3), RangeError, /permits|weight/, `${who}: weight 0`);
+      await rejects(target.acquireShared(key, "o", 1000, 4, 3), RangeError, /permits|weight/, `${who}: weight above the limit`);
+      await rejects(target.acquireShared(key, "o", 1000, 1.5, 3), RangeError, /permits|weight/, `${who}: fractional weight`);
+      await rejects(target.acquireShared(key, "o", 1000, 1, 0), RangeError, /limit/, `${who}: limit 0`);
+      await rejects(target.acquireShared(key, "o", 1000, 1, 2 ** 32), RangeError, /limit/, `${who}: limit 2^32`);
+      await rejects(target.acquireShared(key, "o", 1000, "1", 3), TypeError, /weight must be a number/, `${who}: string weight`);
+      await rejects(target.acquireShared(key, "o", 1000, 1), TypeError, /limit must be a number/, `${who}: no limit`);
+      await rejects(target.acquireShared(key, "o", -1, 1, 3), RangeError, /ttlMs/, `${who}: negative TTL`);
+      await rejects(target.acquireSharedOrWait(key, "o", 1000, 1, 3, -1), RangeError, /waitMs/, `${who}: negative wait`);
+    }
+    eq(rpcCounts(key).acquireShared ?? 0, 0, "bad calls that reached the object through the store");
+    eq(await stub.isLocked(key), false, "the key after the garbage");
+  },
+  async "the exclusive path makes the RPCs it always made"(env) {
+    const key = unique("hot-path");
+    const [ran] = await lock(key, 5_000).run(() => 1);
+    check(ran, "run");
+    eq(rpcCounts(key), { acquire: 1, release: 1 }, "RPCs for one uncontended run()");
+  },
+};
+
 async function route(request, env) {
   useStore(env);
   const url = new URL(request.url);
@@ -640,6 +891,15 @@ async function route(request, env) {
       if (!fn) throw new Error(`no such case ${body.name}`);
       return { ok: true, report: (await fn(env, body.options)) ?? null };
     }
+    case "/shared":
+      return Object.keys(sharedSuite);
+    case "/shared-case": {
+      const fn = sharedSuite[body.name];
+      if (!fn) throw new Error(`no such case ${body.name}`);
+      return { ok: true, report: (await fn(env, body.options)) ?? null };
+    }
+    case "/contend-shared":
+      return contendShared(env, body);
     case "/inspect":
       return stubFor(env, body.key).inspect();
     case "/rpcs":

@@ -39,30 +39,39 @@ export function useStore(env) {
   return store;
 }
 
-/** Overlap counter: a second Durable Object that sees every critical section enter and exit. */
+/**
+ * Overlap counter: a second Durable Object that sees every critical section enter and exit.
+ * `weight` counts a section as that many (a semaphore's permits); `writer` marks an exclusive
+ * section, which must find nobody inside and keep everyone out (`clashes` counts breaches).
+ */
 export class Counter extends DurableObject {
   inside = 0;
   maxInside = 0;
   entered = 0;
   refused = 0;
+  writers = 0;
+  clashes = 0;
   fences = [];
   order = [];
-  enter(fence = null, label = null) {
+  enter(fence = null, label = null, weight = 1, writer = false) {
+    if (this.writers > 0 || (writer && this.inside > 0)) this.clashes += 1;
+    if (writer) this.writers += 1;
     this.fences.push(fence);
     if (label !== null) this.order.push(label);
-    this.inside += 1;
+    this.inside += weight;
     this.entered += 1;
     this.maxInside = Math.max(this.maxInside, this.inside);
   }
-  exit() {
-    this.inside -= 1;
+  exit(weight = 1, writer = false) {
+    if (writer) this.writers -= 1;
+    this.inside -= weight;
   }
   refuse() {
     this.refused += 1;
   }
   stats() {
-    const { inside, maxInside, entered, refused, fences, order } = this;
-    return { inside, maxInside, entered, refused, fences, order };
+    const { inside, maxInside, entered, refused, fences, order, clashes } = this;
+    return { inside, maxInside, entered, refused, fences, order, clashes };
   }
 }
 
@@ -116,4 +125,34 @@ export async function contend(env, { key, mode, n, runId, holdMs = 5, label = nu
 
 export async function stats(env, runId) {
   return env.COUNTER.get(env.COUNTER.idFromName(runId)).stats();
+}
+
+/** The limit of read locks: 2^32 - 1, "no limit". */
+export const READ_LIMIT = 4294967295;
+
+/**
+ * One contender for shared holds, through the store's own methods (the JS lock API has no
+ * semaphore yet): `kind` "permit" takes `weight` of `limit`, "read" a read lock, "write" the key
+ * alone. It waits in the key's queue, enters the Counter weighted, holds `holdMs`, releases.
+ */
+export async function contendShared(env, { key, runId, kind = "permit", weight = 1, limit = 1, holdMs = 20, label = null, timeout = 60_000 }) {
+  const store = useStore(env);
+  const counter = env.COUNTER.get(env.COUNTER.idFromName(runId));
+  const owner = `o-${crypto.randomUUID()}`;
+  const started = Date.now();
+  const writer = kind === "write";
+  const [w, l] = kind === "read" ? [1, READ_LIMIT] : [weight, limit];
+  const grant = writer
+    ? await store.acquireOrWait(key, owner, 30_000, timeout, 10)
+    : await store.acquireSharedOrWait(key, owner, 30_000, w, l, timeout, 10);
+  if (!grant || grant.fence === undefined) {
+    await counter.refuse();
+    return { ran: false, grant };
+  }
+  const inside = writer ? 1 : w;
+  await counter.enter(grant.fence, label, inside, writer);
+  await sleep(holdMs);
+  await counter.exit(inside, writer);
+  const released = await store.release(key, owner);
+  return { ran: true, fence: grant.fence, released, waitedMs: Date.now() - started };
 }
