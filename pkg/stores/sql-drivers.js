@@ -20,11 +20,21 @@ export function detectDriver(db) {
 }
 
 // Each driver answers two primitives: `row(sql, params)` → the first row or null, and
-// `count(sql, params)` → rows changed.
+// `count(sql, params)` → rows changed; and `rows([[sql, params], …], more)` → each statement's
+// first row, the later ones run only when `more(first row)` says so (null when not run). D1
+// sends them all in one batch (one round trip, one transaction); the others one by one.
 export function driverFor(db, driver) {
+  const oneByOne = (io) => async (list, more) => {
+    const first = await io.row(...list[0]);
+    if (!more(first)) return [first, ...list.slice(1).map(() => null)];
+    const answers = [first];
+    for (const [sql, params] of list.slice(1)) answers.push(await io.row(sql, params));
+    return answers;
+  };
+  const withRows = (io) => Object.assign(io, { rows: io.rows ?? oneByOne(io) });
   switch (driver) {
     case "d1":
-      return {
+      return withRows({
         async row(sql, params) {
           return (await db.prepare(sql).bind(...params).first()) ?? null;
         },
@@ -32,7 +42,11 @@ export function driverFor(db, driver) {
           const result = await db.prepare(sql).bind(...params).run();
           return Number(result?.meta?.changes ?? 0);
         },
-      };
+        async rows(list) {
+          const results = await db.batch(list.map(([sql, params]) => db.prepare(sql).bind(...params)));
+          return results.map((result) => result?.results?.[0] ?? null);
+        },
+      });
     case "sqlite": {
       // Synchronous drivers: prepare each statement once per handle.
       const cache = new Map();
@@ -44,17 +58,17 @@ export function driverFor(db, driver) {
         }
         return stmt;
       };
-      return {
+      return withRows({
         async row(sql, params) {
           return prepared(sql).get(...params) ?? null;
         },
         async count(sql, params) {
           return Number(prepared(sql).run(...params)?.changes ?? 0);
         },
-      };
+      });
     }
     case "pg":
-      return {
+      return withRows({
         async row(sql, params) {
           const result = await db.query(sql, params);
           return result?.rows?.[0] ?? null;
@@ -63,7 +77,7 @@ export function driverFor(db, driver) {
           const result = await db.query(sql, params);
           return Number(result?.rowCount ?? 0);
         },
-      };
+      });
     default:
       throw new TypeError(`keel-lock sql store: driver must be one of ${DRIVERS.join(", ")}`);
   }

@@ -1,5 +1,5 @@
-// keel-lock/sql: waiting without polling on PostgreSQL — acquireOrWait, withdraw and close, the
-// methods a pg store adds. The queue and the hand-over are SQL (sql-schema.js); this side keeps
+// keel-lock/sql: waiting without polling on PostgreSQL — acquireOrWait, acquireSharedOrWait,
+// withdraw and close, the methods a pg store adds. The queue and the hand-over are SQL (sql-schema.js); this side keeps
 // the LISTEN connection, the timers and the pending calls.
 
 import { argumentChecks, idleCloser, LockStoreClosedError, unrefTimer } from "./args.js";
@@ -16,8 +16,8 @@ const isPgPool = (db) => typeof db.connect === "function" && typeof db.totalCoun
 /**
  * Waiting without polling on PostgreSQL: acquireOrWait / withdraw / close for databaseLockStore.
  *
- * The queue is the waiters table; the hand-over happens in SQL (statements.release, .acquire,
- * .tick). This side only waits: each pending call is an entry in `waiting` (by key, then owner),
+ * The queue is the waiters table, exclusive and shared waiters in one FIFO; the hand-over
+ * happens in SQL (statements.release, .acquire, .tick, and the shared holds' functions). This side only waits: each pending call is an entry in `waiting` (by key, then owner),
  * woken by NOTIFY on one LISTEN connection per store. A grant's notification carries its fence
  * and waited ms, so a waiter granted by someone's release costs no statement of its own. Timers:
  *   - per call: its deadline (then `leave`), and the safety net every max(pollMs, safetyNetMs)
@@ -32,7 +32,7 @@ const isPgPool = (db) => typeof db.connect === "function" && typeof db.totalCoun
  * fail with LockStoreClosedError (a single client's "end" event at once; a pool, which has no
  * such event, at the wait's next safety-net look).
  */
-export function pgWaiting(db, sql, io, options, safetyNetMs) {
+export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare) {
   const waiting = new Map(); // key -> Map(owner -> entry)
   const expiryTimers = new Map(); // key -> { at, timer }
   let listener = null; // { client, own: boolean, dead: boolean, close() }
@@ -112,26 +112,26 @@ export function pgWaiting(db, sql, io, options, safetyNetMs) {
     expiryTimers.set(key, { at, timer });
   }
 
-  // One tick statement: hands `key` over if it is free or expired, and settles what it learns.
+  // One tick statement: hands `key` to the front waiters that fit, and settles what it learns.
   // With an owner, also answers that waiter's own state.
   async function tick(key, owner) {
-    const row = await io.row(sql.tick, [key, owner]);
-    if (row === null) return;
+    const r = (await io.row(sql.tick, [key, owner]))?.r;
+    if (!r) return;
     const entries = entriesOf(key);
-    if (row.g_owner !== null && row.g_owner !== undefined) {
-      const granted = entries?.get(row.g_owner);
-      if (granted?.state === "waiting") settle(granted, grantOf(row.g_fence, row.g_waited_ms));
+    const grants = Array.isArray(r.grants) ? r.grants : [];
+    for (const [grantee, fence, waitedMs] of grants) {
+      const granted = entries?.get(grantee);
+      if (granted?.state === "waiting") settle(granted, grantOf(fence, waitedMs));
     }
     if (owner !== null) {
       const entry = entries?.get(owner);
-      if (entry?.state === "waiting" && row.g_owner !== owner) {
-        if (!truthy(row.me_exists)) settle(entry, false); // withdrawn or swept elsewhere
-        else if (truthy(row.me_granted)) {
-          settle(entry, truthy(row.me_grant_live) ? grantOf(row.me_fence, row.me_waited_ms) : false);
-        }
+      if (entry?.state === "waiting" && !grants.some(([grantee]) => grantee === owner)) {
+        const me = r.me;
+        if (me === null || me === undefined) settle(entry, false); // withdrawn or swept elsewhere
+        else if (truthy(me.granted)) settle(entry, truthy(me.grant_live) ? grantOf(me.fence, me.waited_ms) : false);
       }
     }
-    if (row.remaining !== null) expireAfter(key, row.remaining);
+    if (r.remaining !== null && r.remaining !== undefined) expireAfter(key, r.remaining);
   }
 
   function onNotification(message) {
@@ -264,6 +264,71 @@ export function pgWaiting(db, sql, io, options, safetyNetMs) {
     }
   }
 
+  // acquireOrWait and acquireSharedOrWait: `share` is null, or { weight, limit }.
+  async function takeOrWait(key, owner, ttlMs, share, waitMs, pollMs) {
+    if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_WAIT_MS) {
+      throw new RangeError(`databaseLockStore: waitMs must be a whole number of ms in 0..${MAX_WAIT_MS}, got ${waitMs}`);
+    }
+    if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_WAIT_MS) {
+      throw new RangeError(`databaseLockStore: pollMs must be a whole number of ms in 1..${MAX_WAIT_MS}, got ${pollMs}`);
+    }
+    if (entriesOf(key)?.has(owner)) {
+      throw new Error(`databaseLockStore: ${owner} is already waiting for this key`);
+    }
+    // Listening before joining the queue, so no grant's notification can come too early.
+    await ensureListener();
+    let entry;
+    const answer = new Promise((resolve, reject) => {
+      entry = { key, owner, lookEveryMs: Math.max(pollMs, safetyNetMs), state: "waiting", withdrawn: false, resolve, reject };
+    });
+    // The deadline timer can settle (or fail) `answer` while the enqueue below is still in
+    // flight, before the caller holds `answer`: marked handled so that an early failure is not
+    // an unhandled rejection (the caller still sees it when it awaits).
+    answer.catch(() => {});
+    let entries = waiting.get(key);
+    if (!entries) waiting.set(key, (entries = new Map()));
+    entries.set(owner, entry);
+    entry.deadlineTimer = setTimeout(() => leave(entry), waitMs);
+    let row;
+    try {
+      row = share === null
+        ? await io.row(sql.enqueue, [key, owner, ttlMs, waitMs])
+        : (await io.row(sql.acquireSharedWait, [key, owner, ttlMs, share.weight, share.limit, waitMs]))?.r;
+    } catch (error) {
+      // Whether or not the enqueue committed, the caller neither holds nor waits afterwards.
+      await release(key, owner).catch(() => {});
+      fail(entry, error);
+      return answer;
+    }
+    if (row?.fence !== null && row?.fence !== undefined) {
+      try {
+        settle(entry, grantOf(row.fence, 0));
+      } catch (error) {
+        await release(key, owner).catch(() => {});
+        fail(entry, error);
+      }
+      return answer;
+    }
+    // A limit mismatch is answered at once, never queued; so is a shared request that could
+    // not queue (its owner already holds the key).
+    if (row?.held_limit !== null && row?.held_limit !== undefined) {
+      settle(entry, { heldLimit: Number(row.held_limit) });
+      return answer;
+    }
+    if (share !== null && row?.queued === false) {
+      settle(entry, false);
+      return answer;
+    }
+    if (entry.state === "waiting") {
+      schedulePoll(entry);
+      const remaining = row?.remaining === null || row?.remaining === undefined ? null : Number(row.remaining);
+      // No holder, or an expired one: nobody is going to release — hand over now.
+      if (remaining === null || remaining <= 0) tick(key, owner).catch(() => {});
+      else expireAfter(key, remaining);
+    }
+    return answer;
+  }
+
   return {
     /**
      * Takes the key, or queues for it and waits up to waitMs for the store to hand it over.
@@ -273,55 +338,20 @@ export function pgWaiting(db, sql, io, options, safetyNetMs) {
       check.key(key);
       check.owner(owner);
       check.ttl(ttlMs);
-      if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_WAIT_MS) {
-        throw new RangeError(`databaseLockStore: waitMs must be a whole number of ms in 0..${MAX_WAIT_MS}, got ${waitMs}`);
-      }
-      if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_WAIT_MS) {
-        throw new RangeError(`databaseLockStore: pollMs must be a whole number of ms in 1..${MAX_WAIT_MS}, got ${pollMs}`);
-      }
-      if (entriesOf(key)?.has(owner)) {
-        throw new Error(`databaseLockStore: ${owner} is already waiting for this key`);
-      }
-      // Listening before joining the queue, so no grant's notification can come too early.
-      await ensureListener();
-      let entry;
-      const answer = new Promise((resolve, reject) => {
-        entry = { key, owner, lookEveryMs: Math.max(pollMs, safetyNetMs), state: "waiting", withdrawn: false, resolve, reject };
-      });
-      // The deadline timer can settle (or fail) `answer` while the enqueue below is still in
-      // flight, before the caller holds `answer`: marked handled so that an early failure is not
-      // an unhandled rejection (the caller still sees it when it awaits).
-      answer.catch(() => {});
-      let entries = waiting.get(key);
-      if (!entries) waiting.set(key, (entries = new Map()));
-      entries.set(owner, entry);
-      entry.deadlineTimer = setTimeout(() => leave(entry), waitMs);
-      let row;
-      try {
-        row = await io.row(sql.enqueue, [key, owner, ttlMs, waitMs]);
-      } catch (error) {
-        // Whether or not the enqueue committed, the caller neither holds nor waits afterwards.
-        await io.row(sql.release, [key, owner]).catch(() => {});
-        fail(entry, error);
-        return answer;
-      }
-      if (row?.fence !== null && row?.fence !== undefined) {
-        try {
-          settle(entry, grantOf(row.fence, 0));
-        } catch (error) {
-          await io.row(sql.release, [key, owner]).catch(() => {});
-          fail(entry, error);
-        }
-        return answer;
-      }
-      if (entry.state === "waiting") {
-        schedulePoll(entry);
-        const remaining = row?.remaining === null || row?.remaining === undefined ? null : Number(row.remaining);
-        // No holder, or an expired one: nobody is going to release — hand over now.
-        if (remaining === null || remaining <= 0) tick(key, owner).catch(() => {});
-        else expireAfter(key, remaining);
-      }
-      return answer;
+      return takeOrWait(key, owner, ttlMs, null, waitMs, pollMs);
+    },
+
+    /**
+     * acquireShared, or the back of the key's one queue (exclusive and shared waiters alike)
+     * for up to waitMs. Answers { fence, waitedMs }, false (the wait is spent, no longer
+     * queued), or { heldLimit } at once when the live holds are under another limit.
+     */
+    async acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, pollMs) {
+      check.key(key);
+      check.owner(owner);
+      check.ttl(ttlMs);
+      checkShare(weight, limit);
+      return takeOrWait(key, owner, ttlMs, { weight, limit }, waitMs, pollMs);
     },
 
     /**
@@ -341,7 +371,7 @@ export function pgWaiting(db, sql, io, options, safetyNetMs) {
         }
       }
       try {
-        await io.row(sql.release, [key, owner]);
+        await release(key, owner);
       } finally {
         if (entry && entry.state === "withdrawing") {
           entry.state = "waiting";

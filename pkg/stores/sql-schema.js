@@ -97,6 +97,25 @@ function objectNames(table) {
     waiters: inSchema(fitIdentifier(last, "_waiters")),
     waitersIndex: quote(fitIdentifier(last, "_waiters_queue_idx")),
     channel: fitIdentifier(parts.join("_"), "_wake"),
+    // Shared holds (semaphore permits, read locks): one row per (key, owner) in <table>_shared,
+    // its expiry index, and (SQLite) the triggers that keep the key's lock row in step with
+    // them; (Postgres) the functions that run each shared operation.
+    shared: inSchema(fitIdentifier(last, "_shared")),
+    sharedBare: quote(fitIdentifier(last, "_shared")),
+    sharedLast: fitIdentifier(last, "_shared"),
+    sharedIndex: fitIdentifier(last, "_shared_expires_at_idx"),
+    sharedIndexInSchema: inSchema(fitIdentifier(last, "_shared_expires_at_idx")),
+    tableBare: quote(last),
+    sharedTriggers: Object.fromEntries(
+      ["fence_on_insert", "fence_on_update", "on_insert", "on_update", "on_delete"].map((t) => [
+        t,
+        inSchema(fitIdentifier(last, `_shared_${t}`)),
+      ]),
+    ),
+    headerTrigger: inSchema(fitIdentifier(last, "_shared_header_gone")),
+    functions: Object.fromEntries(
+      ["take_shared", "release_shared", "extend_shared", "hand_over", "tick"].map((f) => [f, inSchema(fitIdentifier(last, `_${f}`))]),
+    ),
   };
 }
 
@@ -129,14 +148,37 @@ export function schemaStatements(dialect, table) {
         "  deadline    BIGINT NOT NULL,\n" +
         "  granted_at  BIGINT,\n" +
         "  fence       BIGINT,\n" +
+        "  weight      BIGINT,\n" + // a shared waiter's permits and limit; NULL: exclusive
+        "  lim         BIGINT,\n" +
         "  PRIMARY KEY (key, owner)\n" +
         ")",
       `CREATE INDEX IF NOT EXISTS ${n.waitersIndex} ON ${n.waiters} (key, seq)`,
+      // Shared holds, one row per holder. While any is live the key's lock row is their header:
+      // owner '' (no caller's owner can be empty), expires_at the latest of their expiries — so
+      // an exclusive acquire, isLocked and remainingTime read the lock row exactly as before.
+      `CREATE TABLE IF NOT EXISTS ${n.shared} (\n` +
+        "  key        TEXT   NOT NULL,\n" +
+        "  owner      TEXT   NOT NULL,\n" +
+        "  expires_at BIGINT NOT NULL,\n" +
+        "  weight     BIGINT NOT NULL,\n" +
+        "  lim        BIGINT NOT NULL,\n" +
+        "  fence      BIGINT NOT NULL,\n" +
+        "  PRIMARY KEY (key, owner)\n" +
+        ")",
+      `CREATE INDEX IF NOT EXISTS ${quote(n.sharedIndex)} ON ${n.shared} (expires_at)`,
+      ...postgresFunctions(n),
     ];
   }
   // SQLite: the index and triggers take the schema qualifier, the table in ON must not.
   const raise =
     `BEGIN UPDATE ${n.counterBare} SET value = NEW.fence WHERE id = 1 AND value < NEW.fence; END`;
+  const now = SQLITE_NOW;
+  const t = n.tableBare;
+  const sh = n.sharedBare;
+  const on = quote(n.sharedLast);
+  // The key's lock row as the header of its shared holds (owner '', expires_at their latest
+  // expiry), kept in step by triggers so that every shared operation is one statement.
+  const liveShared = (ref) => `SELECT 1 FROM ${sh} WHERE key = ${ref}.key AND expires_at > ${now}`;
   return [
     `CREATE TABLE IF NOT EXISTS ${n.table} (\n` +
       "  key        TEXT    PRIMARY KEY NOT NULL,\n" +
@@ -145,16 +187,54 @@ export function schemaStatements(dialect, table) {
       `  fence      INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL})\n` +
       ")",
     `CREATE INDEX IF NOT EXISTS ${n.indexInSchema} ON ${quote(n.last)} (expires_at)`,
+    `CREATE TABLE IF NOT EXISTS ${n.shared} (\n` +
+      "  key        TEXT    NOT NULL,\n" +
+      "  owner      TEXT    NOT NULL,\n" +
+      "  expires_at INTEGER NOT NULL,\n" +
+      "  weight     INTEGER NOT NULL,\n" +
+      "  lim        INTEGER NOT NULL,\n" +
+      `  fence      INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL}),\n` +
+      "  PRIMARY KEY (key, owner)\n" +
+      ") WITHOUT ROWID",
+    `CREATE INDEX IF NOT EXISTS ${n.sharedIndexInSchema} ON ${on} (expires_at)`,
     `CREATE TABLE IF NOT EXISTS ${n.counter} (\n` +
       "  id    INTEGER PRIMARY KEY CHECK (id = 1),\n" +
       `  value INTEGER NOT NULL CHECK (value BETWEEN 0 AND ${MAX_FENCE_SQL})\n` +
       ")",
-    // Seeded once; from the lock rows' fences if the counter is ever recreated next to them.
-    `INSERT OR IGNORE INTO ${n.counter} (id, value) SELECT 1, COALESCE(MAX(fence), 0) FROM ${n.table}`,
+    // Seeded once; from the rows' fences if the counter is ever recreated next to them.
+    `INSERT OR IGNORE INTO ${n.counter} (id, value) SELECT 1, ` +
+      `max(COALESCE((SELECT MAX(fence) FROM ${n.table}), 0), COALESCE((SELECT MAX(fence) FROM ${n.shared}), 0))`,
     `CREATE TRIGGER IF NOT EXISTS ${n.insertTrigger} AFTER INSERT ON ${quote(n.last)} WHEN NEW.fence IS NOT NULL ${raise}`,
     `CREATE TRIGGER IF NOT EXISTS ${n.updateTrigger} AFTER UPDATE OF fence ON ${quote(n.last)} WHEN NEW.fence IS NOT NULL ${raise}`,
+    `CREATE TRIGGER IF NOT EXISTS ${n.sharedTriggers.fence_on_insert} AFTER INSERT ON ${on} WHEN NEW.fence IS NOT NULL ${raise}`,
+    `CREATE TRIGGER IF NOT EXISTS ${n.sharedTriggers.fence_on_update} AFTER UPDATE OF fence ON ${on} WHEN NEW.fence IS NOT NULL ${raise}`,
+    // A grant: expired holds of the key go, and the header is raised to the new expiry (or
+    // replaces an expired exclusive row; a live one was ruled out by the grant's statement).
+    `CREATE TRIGGER IF NOT EXISTS ${n.sharedTriggers.on_insert} AFTER INSERT ON ${on} BEGIN ` +
+      `DELETE FROM ${sh} WHERE key = NEW.key AND expires_at <= ${now}; ` +
+      `INSERT INTO ${t} (key, owner, expires_at, fence) VALUES (NEW.key, '', NEW.expires_at, NULL) ` +
+      "ON CONFLICT (key) DO UPDATE SET owner = '', fence = NULL, " +
+      "expires_at = max(CASE WHEN owner = '' THEN expires_at ELSE 0 END, excluded.expires_at); END",
+    // An extend (or a holder taking back its own expired row): the header is the latest expiry.
+    `CREATE TRIGGER IF NOT EXISTS ${n.sharedTriggers.on_update} AFTER UPDATE OF expires_at ON ${on} BEGIN ` +
+      `INSERT INTO ${t} (key, owner, expires_at, fence) VALUES (NEW.key, '', NEW.expires_at, NULL) ` +
+      "ON CONFLICT (key) DO UPDATE SET owner = '', fence = NULL, " +
+      `expires_at = (SELECT max(expires_at) FROM ${sh} WHERE key = NEW.key); END`,
+    // A release: the header follows the holds still live, and goes with the last of them.
+    `CREATE TRIGGER IF NOT EXISTS ${n.sharedTriggers.on_delete} AFTER DELETE ON ${on} BEGIN ` +
+      `UPDATE ${t} SET expires_at = (SELECT max(expires_at) FROM ${sh} WHERE key = OLD.key AND expires_at > ${now}) ` +
+      `WHERE key = OLD.key AND owner = '' AND EXISTS (${liveShared("OLD")}); ` +
+      `DELETE FROM ${t} WHERE key = OLD.key AND owner = '' AND NOT EXISTS (${liveShared("OLD")}); END`,
+    // A header deleted (forceRelease, purgeExpired) takes its holds with it.
+    `CREATE TRIGGER IF NOT EXISTS ${n.headerTrigger} AFTER DELETE ON ${quote(n.last)} WHEN OLD.owner = '' BEGIN ` +
+      `DELETE FROM ${sh} WHERE key = OLD.key; END`,
   ];
 }
+
+// Milliseconds since the epoch by SQLite's clock. julianday('now') has ms resolution and is
+// fixed for the duration of one statement (its triggers included); this works on every SQLite
+// version that has upsert (unixepoch('subsec') would need 3.42+).
+const SQLITE_NOW = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
 // What createTable() runs after the CREATE TABLE and before the rest of schemaStatements(), to
 // bring a table from the layout without fences up to date. SQLite has no ADD COLUMN IF NOT EXISTS: the statement fails with "duplicate
@@ -169,15 +249,21 @@ export function upgradeStatements(dialect, table) {
   return [`ALTER TABLE ${n.table} ADD COLUMN fence INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL})`];
 }
 
+// What createTable() runs after all of schemaStatements(): a waiters table from before shared
+// holds gets their columns (Postgres; SQLite has no queue). No-ops on a table that has them.
+export function lateUpgradeStatements(dialect, table) {
+  const n = objectNames(table);
+  if (dialect !== "postgres") return [];
+  return [`ALTER TABLE ${n.waiters} ADD COLUMN IF NOT EXISTS weight BIGINT, ADD COLUMN IF NOT EXISTS lim BIGINT`];
+}
+
 // The statements, per dialect. Parameters are listed in the order each statement binds them.
 export function statements(dialect, table) {
   const n = objectNames(table);
   const t = n.table;
   if (dialect === "sqlite") {
-    // Milliseconds since the epoch by SQLite's clock. julianday('now') has ms resolution and is
-    // fixed for the duration of one statement; this works on every SQLite version that has
-    // upsert (unixepoch('subsec') would need 3.42+).
-    const now = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+    const now = SQLITE_NOW;
+    const sh = n.shared;
     return {
       // The new fence is read from the counter inside the statement, which already holds
       // SQLite's write lock; the triggers raise the counter when the row is written.
@@ -193,8 +279,33 @@ export function statements(dialect, table) {
         `WHERE key = ? AND owner = ? AND expires_at > ${now} RETURNING 1 AS ok`, // ttl, key, owner
       isLocked: `SELECT 1 AS held FROM ${t} WHERE key = ? AND expires_at > ${now}`, // key
       remainingTime: `SELECT expires_at - ${now} AS remaining FROM ${t} WHERE key = ? AND expires_at > ${now}`, // key
-      purge: `DELETE FROM ${t} WHERE expires_at <= ${now}`,
+      // Headers first (their holds go with them, by trigger), then expired holds of live keys.
+      purge: [`DELETE FROM ${t} WHERE expires_at <= ${now}`, `DELETE FROM ${sh} WHERE expires_at <= ${now}`],
       now: `SELECT ${now} AS now`,
+
+      // Shared holds. A grant when no exclusive hold is live, the caller holds no live share of
+      // the key, every live share is under this limit and the weights fit; else no row. The
+      // conflict path takes back the caller's own expired row. The header follows by trigger.
+      acquireShared: {
+        text:
+          `INSERT INTO ${sh} AS cur (key, owner, expires_at, weight, lim, fence) ` +
+          `SELECT ?, ?, ${now} + CAST(? AS INTEGER), ?, ?, (SELECT value + 1 FROM ${n.counter} WHERE id = 1) ` +
+          `WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = ? AND owner <> '' AND expires_at > ${now}) ` +
+          `AND NOT EXISTS (SELECT 1 FROM ${sh} WHERE key = ? AND expires_at > ${now} AND (owner = ? OR lim <> ?)) ` +
+          `AND (SELECT COALESCE(SUM(weight), 0) + ? <= ? FROM ${sh} WHERE key = ? AND expires_at > ${now}) ` +
+          "ON CONFLICT (key, owner) DO UPDATE SET expires_at = excluded.expires_at, weight = excluded.weight, " +
+          "lim = excluded.lim, fence = excluded.fence RETURNING fence",
+        params: (key, owner, ttl, weight, limit) => [key, owner, ttl, weight, limit, key, key, owner, limit, weight, limit, key],
+      },
+      // After a refusal: the limit of live holds under another limit, if any.
+      heldLimit: {
+        text: `SELECT lim FROM ${sh} WHERE key = ? AND expires_at > ${now} AND lim <> ? LIMIT 1`,
+        params: (key, limit) => [key, limit],
+      },
+      releaseShared: `DELETE FROM ${sh} WHERE key = ? AND owner = ? RETURNING expires_at > ${now} AS live`, // key, owner
+      extendShared:
+        `UPDATE ${sh} SET expires_at = ${now} + CAST(? AS INTEGER) ` +
+        `WHERE key = ? AND owner = ? AND expires_at > ${now} RETURNING 1 AS ok`, // ttl, key, owner
     };
   }
   return postgresStatements(n);
@@ -222,29 +333,25 @@ function postgresStatements(n) {
   const clockCte = "c AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS now)";
   const clock = `WITH ${clockCte} `;
   const nowSql = "(SELECT now FROM c)";
+  const f = n.functions;
   // Waiters still in the running: not granted, deadline not passed.
   const live = "w.granted_at IS NULL AND w.deadline > c.now";
-  // A NOTIFY on the table's channel. The payload is JSON: [key, owner, fence, waitedMs, ttlMs]
-  // for a grant, [key, null] for "the key was freed, look again". A payload over Postgres's
-  // 8000-byte limit (a very long key or owner) becomes ["", null]: every waiter looks again.
-  const notify = (json) =>
-    `pg_notify('${n.channel}', CASE WHEN octet_length(${json}) <= 7900 THEN ${json} ELSE '["",null]' END)`;
+  const notify = notifier(n);
   const grantedPayload = "json_build_array(g.key, g.owner, g.fence, g.waited_ms, g.ttl_ms)::text";
   const freedPayload = "json_build_array($1::text, NULL)::text";
-  // Rows nobody needs any more: waiters whose deadline passed, grants older than their TTL.
-  const stale =
-    "((w.granted_at IS NULL AND w.deadline <= c.now) OR (w.granted_at IS NOT NULL AND w.granted_at + w.ttl_ms <= c.now))";
+  const stale = staleAt("c.now");
   const grantReturning = "RETURNING w.key, w.owner, w.fence, w.granted_at - w.enqueued_at AS waited_ms, w.ttl_ms";
 
   // Hands key $1 to its oldest live waiter if the lock is free or expired, when `guard` holds.
   // CTEs: l (the lock row, locked), head (the oldest live waiter, locked; rows that stopped
   // qualifying while it waited for the lock are skipped), hw (the lock row written for the head,
   // only if it is still free), g (the head marked granted, with a fence drawn after hw), swept.
+  // A shared head is not granted here: its waiters' stores hand over (tick) at the expiry.
   const grantChain = (guard) =>
     `l AS (SELECT cur.expires_at FROM ${t} AS cur WHERE cur.key = $1 AND ${guard} FOR UPDATE OF cur), ` +
-    `head AS (SELECT w.owner, w.ttl_ms FROM ${w} AS w, c WHERE w.key = $1 AND ${live} AND ${guard} ` +
+    `head AS (SELECT w.owner, w.ttl_ms, w.weight FROM ${w} AS w, c WHERE w.key = $1 AND ${live} AND ${guard} ` +
     "AND NOT EXISTS (SELECT 1 FROM l WHERE l.expires_at > c.now) ORDER BY w.seq LIMIT 1 FOR UPDATE OF w), " +
-    `hw AS (INSERT INTO ${t} AS cur (key, owner, expires_at) SELECT $1, head.owner, c.now + head.ttl_ms FROM head, c ` +
+    `hw AS (INSERT INTO ${t} AS cur (key, owner, expires_at) SELECT $1, head.owner, c.now + head.ttl_ms FROM head, c WHERE head.weight IS NULL ` +
     "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at " +
     `WHERE cur.expires_at <= ${nowSql} RETURNING cur.owner), ` +
     `g AS (UPDATE ${w} AS w SET granted_at = c.now, fence = ${seq} FROM hw, c WHERE w.key = $1 AND w.owner = hw.owner ` +
@@ -274,16 +381,20 @@ function postgresStatements(n) {
       `WITH ${clockCte}, ` +
       `mine AS (SELECT cur.expires_at > c.now AS live, cur.queued_until > c.now AS queued FROM ${t} AS cur, c ` +
       "WHERE cur.key = $1 AND cur.owner = $2 FOR UPDATE OF cur), " +
-      `head AS (SELECT w.owner, w.ttl_ms FROM ${w} AS w, c WHERE w.key = $1 AND w.owner <> $2 AND ${live} ` +
+      `head AS (SELECT w.owner, w.ttl_ms, w.weight IS NULL AS exclusive FROM ${w} AS w, c WHERE w.key = $1 AND w.owner <> $2 AND ${live} ` +
       "AND EXISTS (SELECT 1 FROM mine) ORDER BY w.seq LIMIT 1 FOR UPDATE OF w), " +
-      `moved AS (UPDATE ${t} AS cur SET owner = head.owner, expires_at = c.now + head.ttl_ms FROM head, c ` +
+      // A shared head: the row stays, expired (a header of no holds, queued_until kept), and
+      // the caller runs `tick` next, which grants the front waiters that fit.
+      `moved AS (UPDATE ${t} AS cur SET owner = CASE WHEN head.exclusive THEN head.owner ELSE '' END, ` +
+      "expires_at = CASE WHEN head.exclusive THEN c.now + head.ttl_ms ELSE 0 END FROM head, c " +
       "WHERE cur.key = $1 AND cur.owner = $2 RETURNING cur.owner), " +
       `freed AS (DELETE FROM ${t} AS cur WHERE cur.key = $1 AND cur.owner = $2 AND NOT EXISTS (SELECT 1 FROM head) RETURNING 1), ` +
       `g AS (UPDATE ${w} AS w SET granted_at = c.now, fence = ${seq} FROM moved, c WHERE w.key = $1 AND w.owner = moved.owner ` +
       `${grantReturning}), ` +
       `gone AS (DELETE FROM ${w} AS w USING c WHERE w.key = $1 AND (w.owner = $2 OR ${stale})) ` +
       `SELECT mine.live, ${notifyGrant} AS notified, ` +
-      `(SELECT count(*) FROM (SELECT ${notify(freedPayload)} WHERE mine.queued AND NOT EXISTS (SELECT 1 FROM head)) AS sent) AS freed_notified ` +
+      `(SELECT count(*) FROM (SELECT ${notify(freedPayload)} WHERE mine.queued AND NOT EXISTS (SELECT 1 FROM head)) AS sent) AS freed_notified, ` +
+      "EXISTS (SELECT 1 FROM head WHERE NOT head.exclusive) AS hand_over " +
       "FROM mine",
     extend:
       clock +
@@ -295,12 +406,18 @@ function postgresStatements(n) {
     holder: clock + `SELECT cur.owner FROM ${t} AS cur, c WHERE cur.key = $1 AND cur.expires_at > c.now`,
     remainingTime:
       clock + `SELECT cur.expires_at - c.now AS remaining FROM ${t} AS cur, c WHERE cur.key = $1 AND cur.expires_at > c.now`,
-    // Lock rows expired by the database clock go (the count answered); so do waiter rows nobody
-    // will ask for any more.
+    // Lock rows and shared holds expired by the database clock go (the count answered); so do
+    // waiter rows nobody will ask for any more. Rows another statement has locked are left to
+    // it: purging never waits for a row lock, so it cannot deadlock with the hand-over.
     purge:
       clock +
-      `, swept AS (DELETE FROM ${w} AS w USING c WHERE ${stale}) ` +
-      `DELETE FROM ${t} AS cur USING c WHERE cur.expires_at <= c.now`,
+      `, swept AS (DELETE FROM ${w} AS w WHERE (w.key, w.owner) IN ` +
+      `(SELECT w.key, w.owner FROM ${w} AS w, c WHERE ${stale} FOR UPDATE OF w SKIP LOCKED)), ` +
+      `holds AS (DELETE FROM ${n.shared} AS s WHERE (s.key, s.owner) IN ` +
+      `(SELECT s.key, s.owner FROM ${n.shared} AS s, c WHERE s.expires_at <= c.now FOR UPDATE OF s SKIP LOCKED) RETURNING 1), ` +
+      `locks AS (DELETE FROM ${t} AS cur WHERE cur.key IN ` +
+      `(SELECT cur.key FROM ${t} AS cur, c WHERE cur.expires_at <= c.now FOR UPDATE OF cur SKIP LOCKED) RETURNING 1) ` +
+      "SELECT (SELECT count(*) FROM holds) + (SELECT count(*) FROM locks) AS purged",
     now: clock + "SELECT now FROM c",
 
     // acquireOrWait's first statement ($1 key, $2 owner, $3 ttl, $4 wait): take the key if it is
@@ -325,17 +442,10 @@ function postgresStatements(n) {
       "SELECT (SELECT fence FROM fenced) AS fence, " +
       "(SELECT e.expires_at - c.now FROM (SELECT expires_at FROM won WHERE won.owner <> $2 UNION ALL SELECT expires_at FROM raised) AS e, c LIMIT 1) AS remaining, " +
       "(SELECT count(*) FROM joined) AS joined",
-    // A waiter's look ($1 key, $2 owner or null): hand the key to the oldest live waiter if it is
-    // free or expired; answer that grant (g_*), the caller's own row as this statement sees it
-    // (me_*), and the holder's ms left as of now.
-    tick:
-      `WITH ${clockCte}, ${grantChain("true")}, ` +
-      `me AS (SELECT w.fence, w.granted_at - w.enqueued_at AS waited_ms, w.granted_at IS NOT NULL AS granted, ` +
-      `w.granted_at + w.ttl_ms > c.now AS grant_live FROM ${w} AS w, c WHERE w.key = $1 AND w.owner = $2) ` +
-      "SELECT g.owner AS g_owner, g.fence AS g_fence, g.waited_ms AS g_waited_ms, g.ttl_ms AS g_ttl_ms, " +
-      "EXISTS (SELECT 1 FROM me) AS me_exists, me.granted AS me_granted, me.grant_live AS me_grant_live, me.fence AS me_fence, me.waited_ms AS me_waited_ms, " +
-      `COALESCE(g.ttl_ms, (SELECT l.expires_at - c.now FROM l, c)) AS remaining, ${notifyGrant} AS notified ` +
-      "FROM (SELECT 1) AS one LEFT JOIN g ON true LEFT JOIN me ON true",
+    // A waiter's look ($1 key, $2 owner or null): hand the key over to the front waiters that
+    // fit; answers JSON { grants: [[owner, fence, waitedMs, ttlMs], …], me: the caller's waiter
+    // row or null, remaining: ms until the next hold expires, or null }.
+    tick: `SELECT ${f.tick}($1, $2::text) AS r`,
     // A waiter whose wait is spent leaves the queue ($1 key, $2 owner). If the key was handed to
     // it before it left (and the grant is still live), that grant is answered.
     leave:
@@ -345,5 +455,196 @@ function postgresStatements(n) {
       "(gone.granted_at IS NOT NULL AND gone.granted_at + gone.ttl_ms > c.now) AS granted FROM gone, c",
     listen: `LISTEN ${quote(n.channel)}`,
     unlisten: `UNLISTEN ${quote(n.channel)}`,
+
+    // Shared holds, each one call of a function (postgresFunctions) that locks the key's lock
+    // row first: the function's later statements then see every shared hold of the key as of now.
+    // JSON { fence } | { held_limit } | { fence: null, queued, remaining } ($1 key, $2 owner,
+    // $3 ttl, $4 weight, $5 limit[, $6 wait]).
+    acquireShared: { text: `SELECT ${f.take_shared}($1, $2, $3::bigint, $4::bigint, $5::bigint, NULL) AS r`, params: (...a) => a },
+    acquireSharedWait: `SELECT ${f.take_shared}($1, $2, $3::bigint, $4::bigint, $5::bigint, $6::bigint) AS r`,
+    // JSON { live } ($1 key, $2 owner, or null: every hold of the key).
+    releaseShared: `SELECT ${f.release_shared}($1, $2::text) AS r`,
+    extendShared: `SELECT ${f.extend_shared}($2, $3, $1::bigint) AS ok`, // ttl, key, owner
   };
 }
+
+// The PL/pgSQL functions behind the shared operations and the hand-over. Each locks the key's
+// lock row before it reads anything else, creating an expired one (owner '', expires_at 0) when
+// there is none, so every operation on a key — exclusive statements included, which write or
+// lock that row — runs one at a time; in READ COMMITTED each statement of a function takes a
+// fresh snapshot, so what it reads after the lock is current. Fences are drawn under that lock.
+function postgresFunctions(n) {
+  const t = n.table;
+  const s = n.shared;
+  const w = n.waiters;
+  const f = n.functions;
+  const seq = `nextval('${n.sequence}')`;
+  const nowMs = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+  const notify = notifier(n);
+  const liveWaiters = `SELECT 1 FROM ${w} AS w WHERE w.key = p_key AND w.granted_at IS NULL AND w.deadline > now_ms`;
+  // Lock the key's lock row into `cur`; with `create`, insert an expired one first if missing.
+  const lockRow = (create = "true") =>
+    "LOOP\n" +
+    `  SELECT * INTO cur FROM ${t} AS l WHERE l.key = p_key FOR UPDATE;\n` +
+    "  EXIT WHEN FOUND;\n" +
+    `  EXIT WHEN NOT (${create});\n` +
+    `  INSERT INTO ${t} AS l (key, owner, expires_at) VALUES (p_key, '', 0) ON CONFLICT (key) DO NOTHING;\n` +
+    "  made := FOUND;\n" +
+    "END LOOP;\n";
+  // The shared holds' header takes a new expiry (or replaces an expired exclusive row).
+  const raiseHeader = (expiry) =>
+    `UPDATE ${t} AS l SET owner = '', expires_at = GREATEST(CASE WHEN l.owner = '' THEN l.expires_at ELSE 0 END, ${expiry}) WHERE l.key = p_key;\n`;
+  // ms until the next live hold of the key expires, or null.
+  const soonest =
+    `SELECT * INTO cur FROM ${t} AS l WHERE l.key = p_key;\n` +
+    "IF cur.owner <> '' AND cur.expires_at > now_ms THEN soonest := cur.expires_at;\n" +
+    `ELSE SELECT min(s.expires_at) INTO soonest FROM ${s} AS s WHERE s.key = p_key AND s.expires_at > now_ms; END IF;\n`;
+  const fn = (name, args, returns, declare, body) =>
+    `CREATE OR REPLACE FUNCTION ${name}(${args}) RETURNS ${returns} LANGUAGE plpgsql AS $fn$\n` +
+    `DECLARE\n${declare}BEGIN\n${body}END\n$fn$`;
+
+  return [
+    // Grants the front waiters of p_key in order while each fits beside the live holds and
+    // those granted so far; stops at the first that does not. The caller holds the lock row.
+    fn(
+      f.hand_over,
+      "p_key text, now_ms bigint",
+      "json",
+      `  cur ${t}%ROWTYPE;\n  wr record;\n  held bigint;\n  held_limit bigint;\n  next_fence bigint;\n  grants json[] := '{}';\n`,
+      `SELECT * INTO cur FROM ${t} AS l WHERE l.key = p_key;\n` +
+        "IF FOUND AND NOT (cur.owner <> '' AND cur.expires_at > now_ms) THEN\n" +
+        `  SELECT COALESCE(sum(s.weight), 0), min(s.lim) INTO held, held_limit FROM ${s} AS s WHERE s.key = p_key AND s.expires_at > now_ms;\n` +
+        `  FOR wr IN SELECT w.owner, w.ttl_ms, w.enqueued_at, w.weight, w.lim FROM ${w} AS w\n` +
+        "      WHERE w.key = p_key AND w.granted_at IS NULL AND w.deadline > now_ms ORDER BY w.seq FOR UPDATE OF w LOOP\n" +
+        "    IF wr.weight IS NULL THEN\n" +
+        "      EXIT WHEN held > 0 OR cardinality(grants) > 0;\n" +
+        `      DELETE FROM ${s} AS s WHERE s.key = p_key;\n` +
+        `      UPDATE ${t} AS l SET owner = wr.owner, expires_at = now_ms + wr.ttl_ms WHERE l.key = p_key;\n` +
+        `      next_fence := ${seq};\n` +
+        "    ELSE\n" +
+        "      EXIT WHEN (held_limit IS NOT NULL AND wr.lim <> held_limit) OR held + wr.weight > wr.lim;\n" +
+        `      next_fence := ${seq};\n` +
+        `      INSERT INTO ${s} AS s (key, owner, expires_at, weight, lim, fence)\n` +
+        "        VALUES (p_key, wr.owner, now_ms + wr.ttl_ms, wr.weight, wr.lim, next_fence)\n" +
+        "        ON CONFLICT (key, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, weight = EXCLUDED.weight,\n" +
+        "        lim = EXCLUDED.lim, fence = EXCLUDED.fence;\n" +
+        `      ${raiseHeader("now_ms + wr.ttl_ms")}` +
+        "      held := held + wr.weight;\n" +
+        "      held_limit := wr.lim;\n" +
+        "    END IF;\n" +
+        `    UPDATE ${w} AS w SET granted_at = now_ms, fence = next_fence WHERE w.key = p_key AND w.owner = wr.owner;\n` +
+        `    PERFORM ${notify("json_build_array(p_key, wr.owner, next_fence, now_ms - wr.enqueued_at, wr.ttl_ms)::text")};\n` +
+        "    grants := grants || json_build_array(wr.owner, next_fence, now_ms - wr.enqueued_at, wr.ttl_ms);\n" +
+        "    EXIT WHEN wr.weight IS NULL;\n" +
+        "  END LOOP;\n" +
+        "END IF;\n" +
+        `DELETE FROM ${w} AS w WHERE w.key = p_key AND ${staleAt("now_ms")};\n` +
+        "RETURN array_to_json(grants);\n",
+    ),
+    // acquireShared (p_wait null) and acquireSharedOrWait.
+    fn(
+      f.take_shared,
+      "p_key text, p_owner text, p_ttl bigint, p_weight bigint, p_limit bigint, p_wait bigint",
+      "json",
+      `  cur ${t}%ROWTYPE;\n  made boolean := false;\n  now_ms bigint;\n  excl boolean;\n  held bigint;\n` +
+        "  held_limit bigint;\n  mine boolean;\n  next_fence bigint;\n  joined boolean;\n  soonest bigint;\n",
+      lockRow() +
+        `now_ms := ${nowMs};\n` +
+        // Waiters queued for a key that is free, or freed by an expiry, go first, as far as they fit.
+        `IF EXISTS (${liveWaiters}) THEN\n` +
+        `  PERFORM ${f.hand_over}(p_key, now_ms);\n` +
+        `  SELECT * INTO cur FROM ${t} AS l WHERE l.key = p_key;\n` +
+        "END IF;\n" +
+        "excl := cur.owner <> '' AND cur.expires_at > now_ms;\n" +
+        "SELECT COALESCE(sum(s.weight), 0), min(s.lim), COALESCE(bool_or(s.owner = p_owner), false) INTO held, held_limit, mine\n" +
+        `  FROM ${s} AS s WHERE s.key = p_key AND s.expires_at > now_ms;\n` +
+        "IF NOT excl AND held_limit IS NOT NULL AND held_limit <> p_limit THEN\n" +
+        "  RETURN json_build_object('held_limit', held_limit);\n" +
+        "END IF;\n" +
+        `IF NOT excl AND NOT mine AND held + p_weight <= p_limit AND NOT EXISTS (${liveWaiters}) THEN\n` +
+        `  DELETE FROM ${s} AS s WHERE s.key = p_key AND s.expires_at <= now_ms;\n` +
+        `  next_fence := ${seq};\n` +
+        `  INSERT INTO ${s} (key, owner, expires_at, weight, lim, fence) VALUES (p_key, p_owner, now_ms + p_ttl, p_weight, p_limit, next_fence);\n` +
+        `  ${raiseHeader("now_ms + p_ttl")}` +
+        "  RETURN json_build_object('fence', next_fence);\n" +
+        "END IF;\n" +
+        // Not queued: no wait asked, or the caller already holds the key (it would wait for itself).
+        "IF p_wait IS NULL OR mine OR (excl AND cur.owner = p_owner) THEN\n" +
+        `  IF made THEN DELETE FROM ${t} AS l WHERE l.key = p_key AND l.owner = '' AND l.expires_at <= now_ms; END IF;\n` +
+        "  RETURN json_build_object('fence', NULL, 'queued', false);\n" +
+        "END IF;\n" +
+        `INSERT INTO ${w} (key, owner, ttl_ms, enqueued_at, deadline, weight, lim)\n` +
+        "  VALUES (p_key, p_owner, p_ttl, now_ms, now_ms + p_wait, p_weight, p_limit) ON CONFLICT (key, owner) DO NOTHING;\n" +
+        "joined := FOUND;\n" +
+        `UPDATE ${t} AS l SET queued_until = GREATEST(l.queued_until, now_ms + p_wait) WHERE l.key = p_key;\n` +
+        soonest +
+        "RETURN json_build_object('fence', NULL, 'queued', joined, 'remaining', soonest - now_ms);\n",
+    ),
+    // release (p_owner) and forceRelease (p_owner null) of shared holds, then the hand-over.
+    fn(
+      f.release_shared,
+      "p_key text, p_owner text",
+      "json",
+      `  cur ${t}%ROWTYPE;\n  now_ms bigint;\n  was_live boolean;\n  newest bigint;\n  grants json;\n`,
+      `SELECT * INTO cur FROM ${t} AS l WHERE l.key = p_key FOR UPDATE;\n` +
+        `now_ms := ${nowMs};\n` +
+        `WITH gone AS (DELETE FROM ${s} AS s WHERE s.key = p_key AND (p_owner IS NULL OR s.owner = p_owner) RETURNING s.expires_at > now_ms AS live)\n` +
+        "  SELECT COALESCE(bool_or(gone.live), false) INTO was_live FROM gone;\n" +
+        // Afterwards the owner neither holds nor waits (what withdraw needs).
+        `IF p_owner IS NOT NULL THEN DELETE FROM ${w} AS w WHERE w.key = p_key AND w.owner = p_owner; END IF;\n` +
+        "IF cur.owner IS DISTINCT FROM '' THEN RETURN json_build_object('live', was_live); END IF;\n" +
+        `SELECT max(s.expires_at) INTO newest FROM ${s} AS s WHERE s.key = p_key AND s.expires_at > now_ms;\n` +
+        `UPDATE ${t} AS l SET expires_at = COALESCE(newest, 0) WHERE l.key = p_key;\n` +
+        `grants := ${f.hand_over}(p_key, now_ms);\n` +
+        // Nothing held and nobody to hand to: the row goes, as an exclusive release's does; a
+        // waiter that joined unseen is told to look (see postgresStatements). Waiters left
+        // waiting are told too: the next expiry they wait for may now be sooner.
+        "IF json_array_length(grants) = 0 THEN\n" +
+        `  IF newest IS NULL THEN DELETE FROM ${t} AS l WHERE l.key = p_key AND l.owner = '' AND l.expires_at <= now_ms; END IF;\n` +
+        `  IF (newest IS NULL AND cur.queued_until > now_ms) OR EXISTS (${liveWaiters}) THEN\n` +
+        `    PERFORM ${notify("json_build_array(p_key, NULL)::text")};\n` +
+        "  END IF;\n" +
+        "END IF;\n" +
+        "RETURN json_build_object('live', was_live);\n",
+    ),
+    fn(
+      f.extend_shared,
+      "p_key text, p_owner text, p_ttl bigint",
+      "boolean",
+      `  cur ${t}%ROWTYPE;\n  now_ms bigint;\n`,
+      `SELECT * INTO cur FROM ${t} AS l WHERE l.key = p_key FOR UPDATE;\n` +
+        "IF cur.owner IS DISTINCT FROM '' THEN RETURN false; END IF;\n" +
+        `now_ms := ${nowMs};\n` +
+        `UPDATE ${s} AS s SET expires_at = now_ms + p_ttl WHERE s.key = p_key AND s.owner = p_owner AND s.expires_at > now_ms;\n` +
+        "IF NOT FOUND THEN RETURN false; END IF;\n" +
+        `UPDATE ${t} AS l SET expires_at = (SELECT max(s.expires_at) FROM ${s} AS s WHERE s.key = p_key AND s.expires_at > now_ms) WHERE l.key = p_key;\n` +
+        "RETURN true;\n",
+    ),
+    // A waiting store's look (statements.tick).
+    fn(
+      f.tick,
+      "p_key text, p_owner text",
+      "json",
+      `  cur ${t}%ROWTYPE;\n  made boolean := false;\n  now_ms bigint;\n  grants json;\n  soonest bigint;\n`,
+      lockRow(`EXISTS (SELECT 1 FROM ${w} AS w WHERE w.key = p_key AND w.granted_at IS NULL)`) +
+        `now_ms := ${nowMs};\n` +
+        `grants := ${f.hand_over}(p_key, now_ms);\n` +
+        `IF made AND json_array_length(grants) = 0 THEN DELETE FROM ${t} AS l WHERE l.key = p_key AND l.owner = '' AND l.expires_at <= now_ms; END IF;\n` +
+        soonest +
+        "RETURN json_build_object('grants', grants, 'remaining', soonest - now_ms, 'me',\n" +
+        "  (SELECT json_build_object('fence', w.fence, 'waited_ms', w.granted_at - w.enqueued_at, 'granted', w.granted_at IS NOT NULL,\n" +
+        `    'grant_live', w.granted_at + w.ttl_ms > now_ms) FROM ${w} AS w WHERE w.key = p_key AND w.owner = p_owner));\n`,
+    ),
+  ];
+}
+
+// Waiter rows nobody needs any more, as of `now`: waiters whose deadline passed, grants older
+// than their TTL.
+const staleAt = (now) =>
+  `((w.granted_at IS NULL AND w.deadline <= ${now}) OR (w.granted_at IS NOT NULL AND w.granted_at + w.ttl_ms <= ${now}))`;
+
+// A NOTIFY on the table's channel. The payload is JSON: [key, owner, fence, waitedMs, ttlMs]
+// for a grant, [key, null] for "the key was freed, look again". A payload over Postgres's
+// 8000-byte limit (a very long key or owner) becomes ["", null]: every waiter looks again.
+const notifier = (n) => (json) =>
+  `pg_notify('${n.channel}', CASE WHEN octet_length(${json}) <= 7900 THEN ${json} ELSE '["",null]' END)`;

@@ -1,4 +1,4 @@
-import type { Grant, LockStore, WaitedGrant } from "../index.js";
+import type { Grant, HeldLimit, LockStore, WaitedGrant } from "../index.js";
 
 /** The database drivers `databaseLockStore` adapts to. */
 export type DatabaseDriver = "d1" | "sqlite" | "pg";
@@ -42,7 +42,10 @@ export interface SchemaOptions {
 }
 
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
-export type DatabaseLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "withdraw" | "forceRelease"> & {
+export type DatabaseLockStore = Omit<
+  LockStore,
+  "acquire" | "acquireOrWait" | "acquireShared" | "acquireSharedOrWait" | "withdraw" | "forceRelease"
+> & {
   /**
    * Atomic set-if-absent judged by the database's clock: `{ fence }` if this call took the lock,
    * `false` if someone holds it. The fence (1..2^53 − 1) is greater than every fence this table
@@ -53,8 +56,17 @@ export type DatabaseLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "w
    */
   acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
   /**
-   * Free `key` whoever holds it (operators clearing a stuck lock); `true` if someone did. On
-   * Postgres a queued waiter is handed the key, as on any release.
+   * A shared hold of `weight` permits under `limit` (semaphores; a read lock is weight 1 under
+   * 2^32 − 1), for `ttlMs`, one row per owner: `{ fence }` (from the same counter as `acquire`),
+   * `false` (an exclusive hold is live, the weights would not fit, the owner already holds the
+   * key, or — Postgres — callers are queued), or `{ heldLimit }` when the live holds are under
+   * another limit. `acquire` is refused while any shared hold is live; `release` and `extend`
+   * act on the owner's own hold. Rejects with RangeError unless `1 <= weight <= limit <= 2^32 − 1`.
+   */
+  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<false | Grant | HeldLimit>;
+  /**
+   * Free `key` whoever holds it (operators clearing a stuck lock, every shared hold included);
+   * `true` if someone did. On Postgres queued waiters are handed the key, as on any release.
    */
   forceRelease(key: string): Promise<boolean>;
   readonly table: string;
@@ -65,7 +77,7 @@ export type DatabaseLockStore = Omit<LockStore, "acquire" | "acquireOrWait" | "w
    * without fences (idempotent; held locks stay held).
    */
   createTable(): Promise<void>;
-  /** Delete rows expired by the database's clock; resolves to how many went. */
+  /** Delete rows (locks and shared holds) expired by the database's clock; resolves to how many went. */
   purgeExpired(): Promise<number>;
   /** The database's clock in ms since the Unix epoch (what expiry is judged by). */
   now(): Promise<number>;
@@ -88,6 +100,21 @@ export type PostgresLockStore = DatabaseLockStore & {
    * ended, a wait still queued rejects with `LockStoreClosedError`.
    */
   acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number): Promise<false | SqlWaitedGrant>;
+  /**
+   * `acquireShared`, or the back of the same FIFO queue as `acquireOrWait` (shared and exclusive
+   * waiters alike; a hand-over grants the front waiters while each fits) for up to `waitMs`.
+   * Answers `{ fence, waitedMs }`, `false` (the wait is spent; no longer queued), or at once
+   * `{ heldLimit }` (never queued).
+   */
+  acquireSharedOrWait(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    waitMs: number,
+    pollMs: number,
+  ): Promise<false | SqlWaitedGrant | HeldLimit>;
   /**
    * Afterwards `owner` neither holds nor waits for `key`: leaves the queue, releases a grant it
    * got (handing the key to the next waiter); a pending `acquireOrWait` of `owner` answers false.
@@ -113,7 +140,8 @@ export type PostgresLockStore = DatabaseLockStore & {
  * A LockStore over a Cloudflare D1 binding, a better-sqlite3 Database or a pg Pool/Client.
  * Throws TypeError for an invalid table name or an unrecognised handle. With pg (detected, or
  * `driver: "pg"`) the store is a `PostgresLockStore`; SQLite and D1 stores have no
- * `acquireOrWait`, so callers waiting on them poll `acquire`.
+ * `acquireOrWait` / `acquireSharedOrWait`, so callers waiting on them poll `acquire` /
+ * `acquireShared`.
  */
 export declare function databaseLockStore(db: object, options: DatabaseLockStoreOptions & { driver: "d1" | "sqlite" }): DatabaseLockStore;
 export declare function databaseLockStore(db: object, options: DatabaseLockStoreOptions & { driver: "pg" }): PostgresLockStore;
@@ -128,8 +156,9 @@ export default databaseLockStore;
 /**
  * The lock table's DDL for a dialect, as `;`-terminated statements: the table, its expiry index
  * and the fence counter (SQLite: a `<table>_fence` table and two triggers; PostgreSQL: a
- * `<table>_fence_seq` sequence, and the `<table>_waiters` queue with its index). For a fresh
- * database; `createTable()` also upgrades.
+ * `<table>_fence_seq` sequence, and the `<table>_waiters` queue with its index), and the shared
+ * holds' `<table>_shared` table (SQLite: with triggers; PostgreSQL: with PL/pgSQL functions). For
+ * a fresh database; `createTable()` also upgrades.
  */
 export declare function schema(options?: SchemaOptions): string;
 

@@ -17,10 +17,11 @@
 //   extend    UPDATE … SET expires_at = now + ttl WHERE key AND owner AND not expired RETURNING
 //   isLocked / remainingTime   SELECT … WHERE key AND not expired
 //
-// PostgreSQL also waits without polling (acquireOrWait / withdraw / close): a FIFO queue table
-// <table>_waiters; release, and acquire of an expired key, hand the key to the oldest live
-// waiter in the same statement and NOTIFY it; one LISTEN connection per store (see pgWaiting
-// and postgresStatements). SQLite and D1 have no such methods: their callers poll acquire.
+// PostgreSQL also waits without polling (acquireOrWait / acquireSharedOrWait / withdraw /
+// close): a FIFO queue table <table>_waiters; release, and acquire of an expired key, hand the
+// key to the oldest live waiter in the same statement and NOTIFY it; one LISTEN connection per
+// store (see pgWaiting and postgresStatements). SQLite and D1 have no such methods: their
+// callers poll acquire and acquireShared.
 //
 // "now" is always the database's clock (SQLite: julianday('now'); Postgres: clock_timestamp()),
 // never the caller's Date.now(): callers' clocks drift, the database is the one judge.
@@ -40,17 +41,45 @@
 //               triggers raise the counter to it in the same statement, under SQLite's write lock.
 //               Failed attempts change no row, so no trigger fires.
 //
+// Shared holds (semaphore permits, read locks: acquireShared, and acquireSharedOrWait on pg) are
+// rows of <table>_shared keyed by (key, owner). While any is live, the key's lock row is their
+// header (owner '', expires_at the latest of theirs), so the exclusive statements above refuse,
+// and answer isLocked/remainingTime, without reading the shared table. SQLite keeps the header in
+// step by triggers, so each shared operation is one statement; PostgreSQL runs each in a PL/pgSQL
+// function that locks the lock row first (see sql-schema.js, postgresFunctions).
+//
 // The parts: sql-schema.js (the table and the statements), sql-drivers.js (the handles it adapts
 // to), sql-pg-waiting.js (PostgreSQL's waiting without polling).
 
 import { argumentChecks, LockStoreClosedError, safetyNetOption } from "./args.js";
 import { detectDriver, DRIVERS, driverFor, toFence, truthy } from "./sql-drivers.js";
 import { pgWaiting } from "./sql-pg-waiting.js";
-import { DEFAULT_TABLE, dialectOf, schema, schemaStatements, statements, tableParts, upgradeStatements } from "./sql-schema.js";
+import {
+  DEFAULT_TABLE,
+  dialectOf,
+  lateUpgradeStatements,
+  schema,
+  schemaStatements,
+  statements,
+  tableParts,
+  upgradeStatements,
+} from "./sql-schema.js";
 
 export { detectDriver, LockStoreClosedError, schema };
 
 const check = argumentChecks("databaseLockStore");
+
+/** The largest limit of a shared hold, 2^32 − 1 (a read lock's). */
+const MAX_LIMIT = 4_294_967_295;
+
+function checkShare(weight, limit) {
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LIMIT) {
+    throw new RangeError(`databaseLockStore: limit must be a whole number in 1..${MAX_LIMIT}, got ${limit}`);
+  }
+  if (!Number.isInteger(weight) || weight < 1 || weight > limit) {
+    throw new RangeError(`databaseLockStore: weight must be a whole number in 1..${limit} (the limit), got ${weight}`);
+  }
+}
 
 /**
  * A keel-lock LockStore in a SQL table.
@@ -86,6 +115,45 @@ export function databaseLockStore(db, options = {}) {
     throw new TypeError("databaseLockStore: options.listen must be a function answering a pg client");
   }
 
+  const postgres = dialect === "postgres";
+  // A shared hold's answer as the database gave it: Postgres answers JSON from its function,
+  // SQLite a row of the grant (or nothing) and, after a refusal, the limit of the live holds.
+  async function takeShared(key, owner, ttlMs, weight, limit) {
+    const { text, params } = sql.acquireShared;
+    if (postgres) {
+      const r = (await io.row(text, params(key, owner, ttlMs, weight, limit)))?.r ?? null;
+      if (r?.held_limit !== null && r?.held_limit !== undefined) return { heldLimit: Number(r.held_limit) };
+      return r?.fence === null || r?.fence === undefined ? null : r.fence;
+    }
+    const [row, held] = await io.rows(
+      [
+        [text, params(key, owner, ttlMs, weight, limit)],
+        [sql.heldLimit.text, sql.heldLimit.params(key, limit)],
+      ],
+      (first) => first === null, // the limit is asked only after a refusal
+    );
+    if (row !== null) return row.fence;
+    return held === null ? null : { heldLimit: Number(held.lim) };
+  }
+
+  // Releases `owner`'s shared hold of `key` (every hold of it, owner null: Postgres only).
+  async function releaseShared(key, owner) {
+    const row = await io.row(sql.releaseShared, [key, owner]);
+    return truthy(postgres ? row?.r?.live : row?.live);
+  }
+
+  // Any hold of `owner`: the exclusive statement first, so a lock's release is the one statement
+  // it always was; only when the owner holds no lock row is its shared hold looked for.
+  async function releaseAny(key, owner) {
+    const row = await io.row(sql.release, [key, owner]);
+    if (row !== null) {
+      // A shared waiter was at the front: hand over now rather than at its store's next look.
+      if (truthy(row.hand_over)) await io.row(sql.tick, [key, null]).catch(() => {});
+      return truthy(row.live);
+    }
+    return releaseShared(key, owner);
+  }
+
   const store = {
     table,
     driver,
@@ -108,20 +176,42 @@ export function databaseLockStore(db, options = {}) {
       return { fence };
     },
 
+    /**
+     * A shared hold of `weight` permits under `limit` (a semaphore's permits; a read lock is
+     * weight 1 under 2^32 − 1): `{ fence }`, `false` (does not fit, or callers are queued), or
+     * `{ heldLimit }` when the live holds are under another limit.
+     */
+    async acquireShared(key, owner, ttlMs, weight, limit) {
+      check.key(key);
+      check.owner(owner);
+      check.ttl(ttlMs);
+      checkShare(weight, limit);
+      const answer = await takeShared(key, owner, ttlMs, weight, limit);
+      if (answer === null) return false;
+      if (typeof answer === "object") return answer;
+      try {
+        return { fence: toFence(answer) };
+      } catch (error) {
+        await releaseShared(key, owner).catch(() => {});
+        throw error;
+      }
+    },
+
     async release(key, owner) {
       check.key(key);
       check.owner(owner);
       // Deletes our row even if it has expired (nobody took it over, so it is garbage), but
-      // answers true only if the lock was still live.
-      const row = await io.row(sql.release, [key, owner]);
-      return row !== null && truthy(row.live);
+      // answers true only if the hold was still live.
+      return releaseAny(key, owner);
     },
 
     async extend(key, owner, ttlMs) {
       check.key(key);
       check.owner(owner);
       check.ttl(ttlMs);
-      return (await io.row(sql.extend, [ttlMs, key, owner])) !== null;
+      if ((await io.row(sql.extend, [ttlMs, key, owner])) !== null) return true;
+      const row = await io.row(sql.extendShared, [ttlMs, key, owner]);
+      return row !== null && truthy(row.ok);
     },
 
     async isLocked(key) {
@@ -137,6 +227,7 @@ export function databaseLockStore(db, options = {}) {
     async forceRelease(key) {
       check.key(key);
       if (sql.forceRelease) {
+        // SQLite: a header's holds go with it, by trigger.
         const row = await io.row(sql.forceRelease, [key]);
         return row !== null && truthy(row.live);
       }
@@ -144,8 +235,8 @@ export function databaseLockStore(db, options = {}) {
       for (let attempt = 0; attempt < 8; attempt++) {
         const holder = await io.row(sql.holder, [key]);
         if (holder === null) return false;
-        const row = await io.row(sql.release, [key, holder.owner]);
-        if (row !== null && truthy(row.live)) return true;
+        // Owner '' is the header of shared holds: all of them go.
+        if (holder.owner === "" ? await releaseShared(key, null) : await releaseAny(key, holder.owner)) return true;
       }
       throw new Error(`databaseLockStore: forceRelease(${JSON.stringify(key)}): the key kept changing hands`);
     },
@@ -173,11 +264,15 @@ export function databaseLockStore(db, options = {}) {
         }
       }
       for (const statement of rest) await io.count(statement, []);
+      for (const statement of lateUpgradeStatements(dialect, table)) await io.count(statement, []);
     },
 
-    /** Deletes rows that have expired by the database's clock; answers how many went. */
+    /** Deletes rows (locks and shared holds) expired by the database's clock; answers how many went. */
     async purgeExpired() {
-      return io.count(sql.purge, []);
+      if (postgres) return Number((await io.row(sql.purge, []))?.purged ?? 0);
+      let purged = 0;
+      for (const statement of sql.purge) purged += await io.count(statement, []);
+      return purged;
     },
 
     /** The database's clock, in ms since the Unix epoch — the clock every expiry is judged by. */
@@ -186,8 +281,8 @@ export function databaseLockStore(db, options = {}) {
       return Number(row?.now);
     },
   };
-  if (dialect !== "postgres") return store; // SQLite and D1: waiting callers poll acquire
-  const wait = pgWaiting(db, sql, io, options, safetyNetMs);
+  if (!postgres) return store; // SQLite and D1: waiting callers poll acquire and acquireShared
+  const wait = pgWaiting(db, sql, io, options, safetyNetMs, releaseAny, checkShare);
   Object.defineProperties(store, Object.getOwnPropertyDescriptors(wait));
   store.end = store.close;
   return store;

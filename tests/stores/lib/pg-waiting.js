@@ -11,7 +11,7 @@ import { randomBytes } from "node:crypto";
 import { afterEach, describe, test } from "node:test";
 import pg from "pg";
 import { databaseLockStore } from "../../../pkg/stores/sql.js";
-import { fenceLedger } from "./sql-suite.js";
+import { fenceLedger, READ_LIMIT } from "./sql-suite.js";
 import { sleep } from "./servers.js";
 
 const LONG = 60_000;
@@ -35,6 +35,20 @@ async function lockRow(pool, key, table = "keel_locks") {
   const { rows } = await pool.query(`SELECT owner FROM "${table}" WHERE key = $1 AND expires_at > (extract(epoch FROM clock_timestamp()) * 1000)::bigint`, [key]);
   return rows[0]?.owner ?? null;
 }
+
+/** Who holds `key` now: the lock row's owner, or the owners of its live shared holds, sorted. */
+async function holders(pool, key, table = "keel_locks") {
+  const now = "(extract(epoch FROM clock_timestamp()) * 1000)::bigint";
+  const { rows } = await pool.query(
+    `SELECT owner FROM "${table}" WHERE key = $1 AND owner <> '' AND expires_at > ${now} ` +
+      `UNION ALL SELECT owner FROM "${table}_shared" WHERE key = $1 AND expires_at > ${now}`,
+    [key],
+  );
+  return rows.map((r) => r.owner).sort();
+}
+
+/** Whether `promise` has settled within `ms` (its answer, or the string "pending"). */
+const within = (promise, ms) => Promise.race([promise, sleep(ms).then(() => "pending")]);
 
 /** Resolves once `count` callers are queued for `key` (rows in the waiters table). */
 async function queued(pool, key, count, table = "keel_locks") {
@@ -461,6 +475,207 @@ export function registerPgWaitingTests(env) {
       assert.ok(await b.acquireOrWait(key, waiter, LONG, 1_000, 50));
       assert.equal(b.listening, true);
       assert.equal(await b.release(key, waiter), true);
+    });
+  });
+
+  describe("waiting with shared holds (pg): acquireSharedOrWait in the one FIFO queue", () => {
+    afterEach(async () => {
+      for (const store of made.splice(0)) await store.close();
+    });
+
+    test("a waiter for 3 permits is not starved: later single permits, which would fit, queue behind it", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("heavy");
+      const [p1, p2, heavy, single, newcomer] = [owner("p1"), owner("p2"), owner("heavy"), owner("single"), owner("newcomer")];
+      const ledger = fenceLedger();
+      ledger.take(key, await a.acquireShared(key, p1, LONG, 1, 3), "p1");
+      ledger.take(key, await a.acquireShared(key, p2, LONG, 1, 3), "p2");
+      const heavyWait = b.acquireSharedOrWait(key, heavy, LONG, 3, 3, 20_000, 60_000);
+      await queued(pools[0], key, 1);
+      assert.equal(await a.acquireShared(key, newcomer, LONG, 1, 3), false, "a newcomer's permit overtook the queued heavy waiter");
+      const singleWait = a.acquireSharedOrWait(key, single, LONG, 1, 3, 20_000, 60_000);
+      await queued(pools[0], key, 2);
+      assert.equal(await a.release(key, p1), true);
+      assert.equal(await within(singleWait, 300), "pending", "the single permit overtook the heavy waiter");
+      assert.deepEqual(await holders(pools[0], key), [p2]);
+      assert.equal(await a.release(key, p2), true);
+      const got = await heavyWait;
+      ledger.take(key, got, "the heavy waiter");
+      assert.ok(got.waitedMs >= 300, `waitedMs ${got.waitedMs}`);
+      assert.deepEqual(await holders(pools[0], key), [heavy]);
+      assert.equal(await within(singleWait, 200), "pending", "a permit was granted beside 3 of 3");
+      assert.equal(await b.release(key, heavy), true);
+      ledger.take(key, await singleWait, "the single waiter, after the heavy one");
+      assert.equal(await a.release(key, single), true);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+      assert.equal(await lockRow(pools[0], key), null);
+    });
+
+    test("a queued writer is not overtaken by readers that come later; its release then lets them all in at once", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const stores = pools.slice(0, 3).map((p) => storeOn(p));
+      const key = uniqueKey("writer");
+      const [reader, writer, late, r1, r2, r3] = ["reader", "writer", "late", "r1", "r2", "r3"].map(owner);
+      const ledger = fenceLedger();
+      ledger.take(key, await stores[0].acquireShared(key, reader, LONG, 1, READ_LIMIT), "the first reader");
+      const writerWait = stores[1].acquireOrWait(key, writer, LONG, 20_000, 60_000);
+      await queued(pools[0], key, 1);
+      assert.equal(await stores[2].acquireShared(key, late, LONG, 1, READ_LIMIT), false, "a later reader overtook the queued writer");
+      const readers = [];
+      for (const [i, r] of [r1, r2, r3].entries()) {
+        readers.push(stores[i % stores.length].acquireSharedOrWait(key, r, LONG, 1, READ_LIMIT, 20_000, 60_000));
+        await queued(pools[0], key, i + 2);
+      }
+      assert.equal(await stores[0].release(key, reader), true);
+      const w = await writerWait;
+      ledger.take(key, w, "the writer");
+      assert.deepEqual(await holders(pools[0], key), [writer]);
+      for (const r of readers) assert.equal(await within(r, 100), "pending", "a reader was let in beside the writer");
+      assert.equal(await stores[1].release(key, writer), true);
+      const granted = await Promise.all(readers);
+      // One release, three grants, in queue order.
+      for (const [i, g] of granted.entries()) ledger.take(key, g, `reader ${i + 1}`);
+      assert.deepEqual(await holders(pools[0], key), [r1, r2, r3].sort());
+      assert.equal(await stores[2].acquire(key, owner("writer2"), LONG), false);
+      for (const [i, r] of [r1, r2, r3].entries()) assert.equal(await stores[i % stores.length].release(key, r), true);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+      assert.equal(await lockRow(pools[0], key), null);
+    });
+
+    test("a hand-over grants front waiters while each fits and stops at the first that does not (weight, then limit)", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("fits");
+      const [writer, s1, s2, s3, s4] = ["writer", "s1", "s2", "s3", "s4"].map(owner);
+      assert.ok(await a.acquire(key, writer, LONG));
+      const w1 = b.acquireSharedOrWait(key, s1, LONG, 1, 3, 20_000, 60_000);
+      await queued(pools[0], key, 1);
+      const w2 = a.acquireSharedOrWait(key, s2, LONG, 2, 3, 20_000, 60_000);
+      await queued(pools[0], key, 2);
+      const w3 = b.acquireSharedOrWait(key, s3, LONG, 1, 3, 20_000, 60_000);
+      await queued(pools[0], key, 3);
+      const w4 = a.acquireSharedOrWait(key, s4, LONG, 1, 5, 20_000, 60_000);
+      await queued(pools[0], key, 4);
+      assert.equal(await a.release(key, writer), true);
+      const [g1, g2] = await Promise.all([w1, w2]);
+      assert.ok(g1.fence < g2.fence, `fences out of queue order: ${g1.fence}, ${g2.fence}`);
+      assert.deepEqual(await holders(pools[0], key), [s1, s2].sort());
+      assert.equal(await within(w3, 200), "pending", "a waiter was granted past the limit");
+      assert.equal(await b.release(key, s1), true);
+      const g3 = await w3;
+      assert.ok(g3.fence > g2.fence);
+      assert.equal(await within(w4, 200), "pending", "a waiter under another limit was granted beside the held permits");
+      assert.equal(await a.release(key, s2), true);
+      assert.equal(await within(w4, 200), "pending");
+      assert.equal(await b.release(key, s3), true);
+      const g4 = await w4;
+      assert.ok(g4.fence > g3.fence);
+      assert.deepEqual(await holders(pools[0], key), [s4]);
+      assert.equal(await a.release(key, s4), true);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+    });
+
+    test("a permit whose holder crashed frees its capacity at its expiry: the waiter is handed it then, not at its next poll", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("permit-crash");
+      const [crashed, steady, waiter, writer] = ["crashed", "steady", "waiter", "writer"].map(owner);
+      const ledger = fenceLedger();
+      ledger.take(key, await a.acquireShared(key, crashed, 600, 1, 2), "the crashing holder");
+      ledger.take(key, await a.acquireShared(key, steady, 1_500, 1, 2), "the steady holder");
+      const started = Date.now();
+      const answer = await b.acquireSharedOrWait(key, waiter, LONG, 1, 2, 20_000, 60_000);
+      ledger.take(key, answer, "the waiter, at the permit's expiry");
+      assert.ok(Date.now() - started < 1_400, `granted after ${Date.now() - started} ms: not at the first permit's expiry`);
+      assert.ok(answer.waitedMs >= 300, `waitedMs ${answer.waitedMs}: granted before the permit expired?`);
+      assert.equal(await a.release(key, crashed), false, "the crashed holder still held its permit");
+      // An exclusive waiter behind permits is handed the key when the last of them expires.
+      const writerWait = b.acquireOrWait(key, writer, LONG, 20_000, 60_000);
+      assert.equal(await b.release(key, waiter), true);
+      const w = await writerWait;
+      ledger.take(key, w, "the writer, at the last permit's expiry");
+      assert.ok(Date.now() - started >= 1_300, "the writer was let in beside a live permit");
+      assert.equal(await b.release(key, writer), true);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+    });
+
+    test("acquireSharedOrWait: a limit mismatch is answered at once and not queued; a spent wait answers false and leaves no row", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const store = storeOn(pools[0]);
+      const key = uniqueKey("shared-wait");
+      const [holder, other, late] = ["holder", "other", "late"].map(owner);
+      const free = await store.acquireSharedOrWait(key, holder, LONG, 2, 2, 1_000, 50);
+      assert.deepEqual(Object.keys(free).sort(), ["fence", "waitedMs"]);
+      assert.equal(free.waitedMs, 0);
+      assert.deepEqual(await within(store.acquireSharedOrWait(key, other, LONG, 1, 4, 10_000, 60_000), 1_000), { heldLimit: 2 });
+      assert.deepEqual(await waiterRows(pools[0], key), [], "a mismatched request was queued");
+      assert.equal(await store.acquireSharedOrWait(key, late, LONG, 1, 2, 300, 60_000), false);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+      assert.equal(store.waitingCount, 0);
+      await assert.rejects(store.acquireSharedOrWait(key, late, LONG, 3, 2, 300, 50), RangeError);
+      assert.equal(await store.release(key, holder), true);
+      assert.equal(await lockRow(pools[0], key), null, "the key went to a waiter that had left");
+    });
+
+    test("withdraw: a queued shared waiter leaves at once; withdraw after a grant releases the permit and hands it on", { timeout: 30_000 }, async () => {
+      const { pools } = env();
+      const [a, b] = [storeOn(pools[0]), storeOn(pools[1])];
+      const key = uniqueKey("shared-withdraw");
+      const [holder, w1, w2] = ["holder", "w1", "w2"].map(owner);
+      assert.ok(await a.acquireShared(key, holder, LONG, 1, 1));
+      const first = b.acquireSharedOrWait(key, w1, LONG, 1, 1, 20_000, 60_000);
+      await queued(pools[0], key, 1);
+      const second = b.acquireSharedOrWait(key, w2, LONG, 1, 1, 20_000, 60_000);
+      await queued(pools[0], key, 2);
+      await b.withdraw(key, w1);
+      assert.equal(await within(first, 1_000), false);
+      assert.deepEqual((await waiterRows(pools[0], key)).map((r) => r.owner), [w2]);
+      // The holder withdraws too (its grant is released): the next waiter is handed the permit.
+      await a.withdraw(key, holder);
+      assert.ok(await second, "the remaining waiter was not granted");
+      assert.deepEqual(await holders(pools[0], key), [w2]);
+      await b.withdraw(key, w2);
+      assert.equal(await lockRow(pools[0], key), null);
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+    });
+
+    test("readers and writers over 4 stores, all waiting in one queue: a writer is always alone, readers share, fences are unique, the queue ends empty", { timeout: 60_000 }, async () => {
+      const { pools } = env();
+      const stores = pools.map((p) => storeOn(p));
+      const key = uniqueKey("rw-mix");
+      let readers = 0;
+      let writers = 0;
+      let mostReaders = 0;
+      const fences = new Set();
+      await Promise.all(
+        Array.from({ length: 24 }, async (_, i) => {
+          const store = stores[i % stores.length];
+          const me = owner(`c${i}`);
+          const write = i % 4 === 0;
+          const answer = write
+            ? await store.acquireOrWait(key, me, LONG, 30_000, 10_000)
+            : await store.acquireSharedOrWait(key, me, LONG, 1, READ_LIMIT, 30_000, 10_000);
+          assert.ok(answer && Number.isInteger(answer.fence), `${me} was not granted`);
+          assert.ok(!fences.has(answer.fence), `fence ${answer.fence} handed out twice`);
+          fences.add(answer.fence);
+          if (write) {
+            assert.equal(readers + writers, 0, `a writer was let in beside ${readers} readers and ${writers} writers`);
+            writers++;
+          } else {
+            assert.equal(writers, 0, "a reader was let in beside a writer");
+            mostReaders = Math.max(mostReaders, ++readers);
+          }
+          await sleep(5);
+          if (write) writers--;
+          else readers--;
+          assert.equal(await store.release(key, me), true);
+        }),
+      );
+      assert.equal(fences.size, 24);
+      assert.ok(mostReaders > 1, "readers never shared the key");
+      assert.deepEqual(await waiterRows(pools[0], key), []);
+      assert.equal(await lockRow(pools[0], key), null);
     });
   });
 }

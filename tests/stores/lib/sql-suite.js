@@ -121,10 +121,14 @@ async function dropLockTable(raw, dialect, table) {
   const last = parts[parts.length - 1];
   const schemaPrefix = parts.length === 2 ? `"${parts[0]}".` : "";
   await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}"`, []);
+  await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_shared"`, []);
   if (dialect === "sqlite") await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_fence"`, []);
   else {
     await raw(`DROP SEQUENCE IF EXISTS ${schemaPrefix}"${last}_fence_seq"`, []);
     await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_waiters"`, []);
+    for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick"]) {
+      await raw(`DROP FUNCTION IF EXISTS ${schemaPrefix}"${last}_${fn}"`, []);
+    }
   }
 }
 
@@ -259,7 +263,7 @@ export function registerSqlTests(env, { driver }) {
           [],
         )
       ).map((r) => r.name);
-      assert.deepEqual(waiterColumns, ["key", "owner", "seq", "ttl_ms", "enqueued_at", "deadline", "granted_at", "fence"]);
+      assert.deepEqual(waiterColumns, ["key", "owner", "seq", "ttl_ms", "enqueued_at", "deadline", "granted_at", "fence", "weight", "lim"]);
       const [seq] = await raw(
         "SELECT max_value::text AS max, cache_size::text AS cache, cycle FROM pg_sequences WHERE sequencename = 'keel_locks_fence_seq'",
         [],
@@ -546,4 +550,305 @@ export function registerSqlTests(env, { driver }) {
       await dropLockTable(raw, "sqlite", table);
     });
   }
+
+  registerSharedTests(env, { driver });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Shared holds: semaphore permits (weight under a limit) and read locks (weight 1 under
+// READ_LIMIT), next to exclusive locks on the same keys.
+
+export const READ_LIMIT = 4_294_967_295;
+
+/** The weights of the live shared holds of `key`, read from the table itself. */
+async function liveShares(raw, key, table = "keel_locks") {
+  const rows = await raw(
+    `SELECT owner, weight, lim, expires_at FROM "${table}_shared" WHERE key = ? ORDER BY owner`,
+    [key],
+  );
+  return rows;
+}
+
+/**
+ * `requests` ([{ weight, limit }]) for one key at once, spread over `stores`, each with its own
+ * owner; answers [{ owner, weight, answer }].
+ */
+export async function raceShared(stores, key, requests, ttl) {
+  const owners = requests.map(owner);
+  const answers = await Promise.all(
+    requests.map(({ weight, limit }, i) => stores[i % stores.length].acquireShared(key, owners[i], ttl, weight, limit)),
+  );
+  return requests.map(({ weight }, i) => ({ owner: owners[i], weight, answer: answers[i] }));
+}
+
+function registerSharedTests(env, { driver }) {
+  test("shared: acquireShared grants permits up to the limit, answers false past it, and release frees exactly one holder's permits", async () => {
+    const { stores } = env();
+    const [store, other] = [stores[0], stores[stores.length - 1]];
+    const key = uniqueKey("permits");
+    const [a, b, c, d] = [owner(), owner(), owner(), owner()];
+    const first = await store.acquireShared(key, a, LONG, 2, 3);
+    assert.deepEqual(Object.keys(first), ["fence"]);
+    assert.ok(Number.isSafeInteger(first.fence) && first.fence >= 1);
+    assert.ok(acquired(await other.acquireShared(key, b, LONG, 1, 3)), "a permit that fits was refused");
+    assert.equal(await store.acquireShared(key, c, LONG, 1, 3), false, "a fourth permit of 3 was granted");
+    assert.equal(await store.acquireShared(key, b, LONG, 1, 3), false, "a holder was granted a second hold");
+    assert.equal(await other.release(key, a), true);
+    assert.equal(await other.release(key, a), false, "a permit was released twice");
+    assert.equal(await store.isLocked(key), true, "releasing one holder freed the others");
+    assert.ok(acquired(await store.acquireShared(key, c, LONG, 2, 3)), "the released permits were not free again");
+    assert.equal(await store.acquireShared(key, d, LONG, 1, 3), false);
+    assert.equal(await store.release(key, b), true);
+    assert.equal(await store.release(key, c), true);
+    assert.equal(await store.isLocked(key), false);
+    assert.equal(await store.remainingTime(key), null);
+    // Invalid weights and limits are refused before any SQL runs.
+    for (const [weight, limit] of [[0, 3], [4, 3], [1, 0], [1, READ_LIMIT + 1], [1.5, 3], [1, 2.5], ["1", 3], [1, NaN]]) {
+      await assert.rejects(async () => store.acquireShared(key, d, LONG, weight, limit), RangeError, `weight ${weight}, limit ${limit}`);
+    }
+    await assert.rejects(async () => store.acquireShared("", d, LONG, 1, 3), TypeError);
+    await assert.rejects(async () => store.acquireShared(key, d, 0, 1, 3), RangeError);
+    assert.equal(await store.isLocked(key), false, "a refused call left a hold behind");
+  });
+
+  test("shared: at most `limit` permits are ever held by racing callers (6 rounds of 40, weights 1–3 under 7, and 4 exclusive acquirers), and the rows agree", { timeout: 60_000 }, async () => {
+    const { stores, raw } = env();
+    const key = uniqueKey("race");
+    const ledger = fenceLedger();
+    for (let round = 0; round < 6; round++) {
+      const requests = Array.from({ length: 40 }, (_, i) => ({ weight: 1 + ((i + round) % 3), limit: 7 }));
+      const writers = Array.from({ length: 4 }, () => owner());
+      const [results, written] = await Promise.all([
+        raceShared(stores, key, requests, LONG),
+        Promise.all(writers.map((w, i) => stores[(i + 1) % stores.length].acquire(key, w, LONG))),
+      ]);
+      const winners = results.filter((r) => acquired(r.answer));
+      const writer = writers.filter((_, i) => acquired(written[i]));
+      if (writer.length > 0) {
+        // A lock won the race: alone.
+        assert.deepEqual([writer.length, winners.length], [1, 0], `round ${round}: ${writer.length} locks beside ${winners.length} permits`);
+        assert.equal(await stores[0].release(key, writer[0]), true);
+        continue;
+      }
+      const held = winners.reduce((sum, r) => sum + r.weight, 0);
+      assert.ok(held <= 7, `round ${round}: ${held} permits of 7 granted`);
+      assert.ok(held >= 5, `round ${round}: only ${held} permits of 7 granted (a free permit was refused)`);
+      for (const r of results) if (!acquired(r.answer)) assert.equal(r.answer, false, `round ${round}: a refusal answered ${inspect(r.answer)}`);
+      const fences = winners.map((r) => r.answer.fence).sort((x, y) => x - y);
+      assert.equal(new Set(fences).size, fences.length, `round ${round}: a fence was handed out twice`);
+      for (const fence of fences) ledger.take(key, { fence }, `round ${round}`);
+      const rows = await liveShares(raw, key);
+      assert.deepEqual(rows.map((r) => r.owner).sort(), winners.map((r) => r.owner).sort(), `round ${round}: rows and winners differ`);
+      assert.equal(await stores[0].acquire(key, owner(), LONG), false, "an exclusive acquire was granted beside permits");
+      await Promise.all(winners.map((r, i) => stores[i % stores.length].release(key, r.owner)));
+      assert.equal(await stores[0].isLocked(key), false, `round ${round}: held after every holder released`);
+    }
+  });
+
+  test("shared: each permit expires on its own; the key reads as held until the last one does", { timeout: 30_000 }, async () => {
+    const { stores, raw } = env();
+    const store = stores[0];
+    const key = uniqueKey("permit-expiry");
+    const [short, long, next, writer] = [owner(), owner(), owner(), owner()];
+    assert.ok(acquired(await store.acquireShared(key, short, SHORT, 1, 2)));
+    assert.ok(acquired(await store.acquireShared(key, long, 4_000, 1, 2)));
+    assert.equal(await store.acquireShared(key, next, LONG, 1, 2), false);
+    await sleep(SHORT + SETTLE);
+    assert.equal(await store.extend(key, short, LONG), false, "an expired permit was extended");
+    assert.ok(acquired(await store.acquireShared(key, next, LONG, 1, 2)), "an expired permit was not free again");
+    assert.equal(await store.release(key, short), false, "an expired permit released as live");
+    assert.deepEqual((await liveShares(raw, key)).map((r) => r.owner).sort(), [long, next].sort(), "the expired permit's row was not cleaned");
+    assert.equal(await store.release(key, next), true);
+    const left = await store.remainingTime(key);
+    assert.ok(left > 2_000 && left <= 4_000, `remainingTime ${left} is not the remaining permit's`);
+    assert.equal(await store.acquire(key, writer, LONG), false, "an exclusive acquire was granted beside a live permit");
+    assert.equal(await store.extend(key, long, SHORT), true, "a holder could not shorten its permit");
+    await sleep(SHORT + SETTLE);
+    assert.equal(await store.isLocked(key), false, "held after its last permit expired");
+    assert.equal(await store.remainingTime(key), null);
+    assert.ok(acquired(await store.acquire(key, writer, LONG)), "an exclusive acquire was refused after every permit expired");
+    assert.equal(await store.release(key, writer), true);
+  });
+
+  test("shared: release and extend act on the caller's own hold only; remainingTime is the last hold's", async () => {
+    const { stores } = env();
+    const store = stores[0];
+    const key = uniqueKey("owned");
+    const [a, b, stranger] = [owner(), owner(), owner()];
+    assert.ok(acquired(await store.acquireShared(key, a, 5_000, 1, READ_LIMIT)));
+    assert.ok(acquired(await store.acquireShared(key, b, 30_000, 1, READ_LIMIT)));
+    let left = await store.remainingTime(key);
+    assert.ok(left > 25_000 && left <= 30_000, `remainingTime ${left}: not the last expiry`);
+    assert.equal(await store.release(key, stranger), false);
+    assert.equal(await store.extend(key, stranger, LONG), false);
+    assert.equal(await store.extend(key, a, LONG), true);
+    left = await store.remainingTime(key);
+    assert.ok(left > LONG - 5_000 && left <= LONG, `remainingTime ${left} after extending one hold`);
+    assert.equal(await store.release(key, a), true);
+    left = await store.remainingTime(key);
+    assert.ok(left > 20_000 && left <= 30_000, `remainingTime ${left}: the released hold still counts`);
+    assert.equal(await store.extend(key, a, LONG), false, "a released hold was extended");
+    assert.equal(await store.release(key, b), true);
+    assert.equal(await store.remainingTime(key), null);
+    assert.equal(await store.isLocked(key), false);
+  });
+
+  test("shared: readers share, and a writer excludes them (and they it)", async () => {
+    const { stores } = env();
+    const [store, other] = [stores[0], stores[stores.length - 1]];
+    const key = uniqueKey("rw");
+    const readers = [owner(), owner(), owner()];
+    const writer = owner();
+    for (const r of readers) assert.ok(acquired(await store.acquireShared(key, r, LONG, 1, READ_LIMIT)), "readers did not share");
+    assert.equal(await other.acquire(key, writer, LONG), false, "a writer was let in beside readers");
+    for (const r of readers) assert.equal(await other.release(key, r), true);
+    assert.ok(acquired(await other.acquire(key, writer, LONG)), "the writer could not take the key after the readers left");
+    assert.equal(await store.acquireShared(key, owner(), LONG, 1, READ_LIMIT), false, "a reader was let in beside a writer");
+    assert.equal(await store.acquireShared(key, owner(), LONG, 2, 5), false, "a permit was granted beside a writer");
+    assert.equal(await store.acquireShared(key, writer, LONG, 1, READ_LIMIT), false, "the writer took a read hold beside its own");
+    assert.equal(await store.release(key, writer), true);
+    assert.ok(acquired(await store.acquireShared(key, readers[0], LONG, 1, READ_LIMIT)));
+    assert.equal(await store.release(key, readers[0]), true);
+  });
+
+  test("shared: holds under another limit answer { heldLimit } and are never granted; an expired hold's limit does not count", async () => {
+    const { stores, raw } = env();
+    const store = stores[0];
+    const key = uniqueKey("mismatch");
+    const [a, b, c] = [owner(), owner(), owner()];
+    assert.ok(acquired(await store.acquireShared(key, a, LONG, 1, 3)));
+    assert.deepEqual(await store.acquireShared(key, b, LONG, 1, 5), { heldLimit: 3 });
+    assert.deepEqual(await store.acquireShared(key, b, LONG, 1, READ_LIMIT), { heldLimit: 3 }, "a reader beside permits");
+    assert.deepEqual((await liveShares(raw, key)).map((r) => r.owner), [a], "a mismatched request left a row");
+    assert.equal(await store.release(key, a), true);
+    assert.ok(acquired(await store.acquireShared(key, b, SHORT, 1, 5)), "the new limit was refused once nothing was held");
+    await sleep(SHORT + SETTLE);
+    assert.ok(acquired(await store.acquireShared(key, c, LONG, 3, 3)), "an expired hold's limit still counted");
+    assert.deepEqual(await store.acquireShared(key, b, LONG, 1, 5), { heldLimit: 3 });
+    assert.equal(await store.release(key, c), true);
+  });
+
+  test("shared: fences strictly increase across every grant of a key — locks, permits, read holds, races, expiry", { timeout: 60_000 }, async () => {
+    const { stores } = env();
+    const [store, other] = [stores[0], stores[stores.length - 1]];
+    const key = uniqueKey("shared-fences");
+    const ledger = fenceLedger();
+    let w = owner();
+    ledger.take(key, await store.acquire(key, w, LONG), "a lock");
+    assert.equal(await store.release(key, w), true);
+    const permits = [owner(), owner(), owner()];
+    for (const p of permits) ledger.take(key, await other.acquireShared(key, p, LONG, 1, 3), "a permit");
+    for (const p of permits) assert.equal(await store.release(key, p), true);
+    w = owner();
+    ledger.take(key, await other.acquire(key, w, SHORT), "a lock after permits");
+    await sleep(SHORT + SETTLE);
+    const reader = owner();
+    ledger.take(key, await store.acquireShared(key, reader, SHORT, 1, READ_LIMIT), "a reader after the lock expired");
+    await sleep(SHORT + SETTLE);
+    ledger.take(key, await other.acquire(key, owner(), SHORT), "a lock after the reader expired");
+    await sleep(SHORT + SETTLE);
+    // A race of readers: all are granted, each a fence of its own above the last.
+    const results = await raceShared(stores, key, Array.from({ length: 20 }, () => ({ weight: 1, limit: READ_LIMIT })), LONG);
+    assert.ok(results.every((r) => acquired(r.answer)), "a racing reader was refused");
+    for (const fence of results.map((r) => r.answer.fence).sort((x, y) => x - y)) ledger.take(key, { fence }, "racing readers");
+    assert.equal(await store.forceRelease(key), true);
+    ledger.take(key, await store.acquire(key, owner(), LONG), "a lock after forceRelease of readers");
+    assert.equal(await store.forceRelease(key), true);
+  });
+
+  test("shared: forceRelease frees every hold of the key; the holders find out at their next extend", async () => {
+    const { stores, raw } = env();
+    const [store, other] = [stores[0], stores[stores.length - 1]];
+    const key = uniqueKey("force-shared");
+    const holders = [owner(), owner()];
+    for (const h of holders) assert.ok(acquired(await store.acquireShared(key, h, LONG, 2, 4)));
+    assert.equal(await other.forceRelease(key), true);
+    assert.equal(await store.isLocked(key), false);
+    assert.deepEqual(await liveShares(raw, key), [], "forceRelease left shared rows");
+    for (const h of holders) assert.equal(await store.extend(key, h, LONG), false, "a forced-out holder extended");
+    assert.equal(await store.forceRelease(key), false, "nothing left to free");
+    const w = owner();
+    assert.ok(acquired(await store.acquire(key, w, LONG)));
+    assert.equal(await store.release(key, w), true);
+  });
+
+  test("shared: expired holds leave nothing behind — purgeExpired() deletes their rows and their key's row", async () => {
+    const { stores, raw } = env();
+    const store = stores[0];
+    const [gone, kept] = [uniqueKey("purge-shared"), uniqueKey("purge-kept")];
+    const [a, b, c] = [owner(), owner(), owner()];
+    assert.ok(acquired(await store.acquireShared(gone, a, SHORT, 1, 2)));
+    assert.ok(acquired(await store.acquireShared(gone, b, SHORT, 1, 2)));
+    assert.ok(acquired(await store.acquireShared(kept, a, SHORT, 1, 2)));
+    assert.ok(acquired(await store.acquireShared(kept, c, LONG, 1, 2)));
+    await sleep(SHORT + SETTLE);
+    assert.ok((await store.purgeExpired()) >= 3, "purgeExpired() removed fewer than the expired rows");
+    assert.deepEqual(await liveShares(raw, gone), []);
+    assert.deepEqual(await raw("SELECT key FROM keel_locks WHERE key = ?", [gone]), [], "the key's row outlived its holds");
+    assert.deepEqual((await liveShares(raw, kept)).map((r) => r.owner), [c], "a live hold was purged");
+    assert.equal(await store.isLocked(kept), true);
+    assert.equal(await store.release(kept, c), true);
+    assert.deepEqual(await raw("SELECT key FROM keel_locks WHERE key = ?", [kept]), [], "the key's row outlived its last release");
+    assert.deepEqual(await liveShares(raw, kept), []);
+  });
+
+  test("shared: createTable() adds shared holds to a table from before them; its locks stay held", async () => {
+    const { db, raw, dialect } = env();
+    const table = uniqueTable("before_shared");
+    // The layout of the previous release: lock table, fence counter and (Postgres) the queue
+    // without the shared waiters' columns.
+    if (dialect === "sqlite") {
+      for (const ddl of unfencedDdl(dialect, table)) await raw(ddl, []);
+      await raw(`ALTER TABLE "${table}" ADD COLUMN fence INTEGER`, []);
+    } else {
+      await raw(`CREATE TABLE "${table}" (key TEXT PRIMARY KEY, owner TEXT NOT NULL, expires_at BIGINT NOT NULL, queued_until BIGINT NOT NULL DEFAULT 0)`, []);
+      await raw(`CREATE SEQUENCE "${table}_fence_seq" AS BIGINT MINVALUE 1 MAXVALUE ${MAX_FENCE} START 1 CACHE 1 NO CYCLE`, []);
+      await raw(
+        `CREATE TABLE "${table}_waiters" (key TEXT NOT NULL, owner TEXT NOT NULL, seq BIGINT GENERATED ALWAYS AS IDENTITY, ttl_ms BIGINT NOT NULL, ` +
+          "enqueued_at BIGINT NOT NULL, deadline BIGINT NOT NULL, granted_at BIGINT, fence BIGINT, PRIMARY KEY (key, owner))",
+        [],
+      );
+    }
+    const store = databaseLockStore(db, { table });
+    const [held, key, a, b] = [uniqueKey("held"), uniqueKey("new"), owner(), owner()];
+    const now = await store.now();
+    await raw(`INSERT INTO "${table}" (key, owner, expires_at) VALUES (?, ?, ?)`, [held, a, now + LONG]);
+    await store.createTable();
+    await store.createTable();
+    assert.equal(await store.isLocked(held), true, "the upgrade dropped a live lock");
+    assert.equal(await store.acquireShared(held, b, LONG, 1, 2), false, "a permit was granted beside a lock from before the upgrade");
+    assert.equal(await store.release(held, a), true);
+    assert.ok(acquired(await store.acquireShared(key, a, LONG, 1, 2)));
+    assert.ok(acquired(await store.acquireShared(key, b, LONG, 1, 2)));
+    assert.equal(await store.acquire(key, owner(), LONG), false);
+    assert.equal(await store.release(key, a), true);
+    assert.equal(await store.release(key, b), true);
+    if (dialect === "postgres") {
+      const columns = (
+        await raw("SELECT column_name AS name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position", [`${table}_waiters`])
+      ).map((r) => r.name);
+      assert.deepEqual(columns.slice(-2), ["weight", "lim"]);
+      // The queue works for shared waiters on the upgraded table.
+      const w = owner();
+      assert.ok(acquired(await store.acquire(key, a, LONG)));
+      const waiting = store.acquireSharedOrWait(key, w, LONG, 1, 2, 10_000, 60_000);
+      await sleep(100);
+      assert.equal(await store.release(key, a), true);
+      assert.ok(acquired(await waiting), "a shared waiter was not handed the key on the upgraded table");
+      assert.equal(await store.release(key, w), true);
+      await store.close();
+    }
+    await dropLockTable(raw, dialect, table);
+  });
+
+  test("shared: schema() lays out the shared holds table (and, per dialect, its triggers or functions)", () => {
+    for (const dialect of ["sqlite", "postgres"]) {
+      const ddl = schema({ dialect, table: "my_locks" });
+      assert.match(ddl, /CREATE TABLE IF NOT EXISTS "my_locks_shared" \(\s*key\s+TEXT\s+NOT NULL,\s*owner\s+TEXT\s+NOT NULL,\s*expires_at\s+(BIGINT|INTEGER) NOT NULL,\s*weight\s+(BIGINT|INTEGER) NOT NULL,\s*lim\s+(BIGINT|INTEGER) NOT NULL,\s*fence/);
+      assert.match(ddl, /PRIMARY KEY \(key, owner\)/);
+      assert.match(ddl, /CREATE INDEX IF NOT EXISTS "my_locks_shared_expires_at_idx"/);
+    }
+    assert.match(schema({ dialect: "sqlite", table: "my_locks" }), /CREATE TRIGGER IF NOT EXISTS "my_locks_shared_on_insert" AFTER INSERT ON "my_locks_shared"/);
+    assert.match(schema({ dialect: "postgres", table: "my_locks" }), /CREATE OR REPLACE FUNCTION "my_locks_take_shared"\(/);
+  });
 }

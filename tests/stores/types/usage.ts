@@ -28,6 +28,15 @@ export async function usage(): Promise<void> {
   const fence: number | undefined = won ? won.fence : undefined;
   const forced: boolean = await sql.forceRelease("k");
   const left: number | null = await sql.remainingTime("k");
+  // Shared holds: { fence }, false or { heldLimit }; the pg store also waits for them.
+  const permit = await sql.acquireShared("k", "o", 1000, 1, 3);
+  const heldLimit: number | undefined = permit && "heldLimit" in permit ? permit.heldLimit : undefined;
+  const pgStore = databaseLockStore({ query: async () => ({}) });
+  const waitedPermit = await pgStore.acquireSharedOrWait("k", "o", 1000, 2, 3, 5_000, 50);
+  const waitedMs: number | undefined = waitedPermit && "waitedMs" in waitedPermit ? waitedPermit.waitedMs : undefined;
+  // @ts-expect-error the SQLite store does not wait in the database
+  sql.acquireSharedOrWait;
+  void [heldLimit, waitedMs];
 
   // @ts-expect-error prefix must be a string
   redisLockStore(new IORedis(), { prefix: 1 });
