@@ -17,15 +17,24 @@ const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that co
 -- K[2] fence counter   K[3] queue (list of owners, oldest first)
 -- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs", plus " weight limit" if shared)
 -- K[5] grants: beside an exclusive holder, "fence waitedMs owner" of the last hand-over (PX
---      ttl); beside shared holders, a hash owner -> "weight fence waitedMs" with "\\0limit" and
---      "\\0total" (the weight held), PEXPIREAT as K[1]
+--      ttl); beside shared holders, a hash with "\\0limit", "\\0total" (the weight held),
+--      "\\0last" (the latest hold's expiry, which both keys carry: a script that knows it
+--      need not look the set up to keep them timed) and owner -> "weight fence waitedMs" for
+--      each holder handed the key or holding more than one permit (a holder without one holds
+--      weight 1), PEXPIREAT as K[1]
 local K = KEYS
 local MARK = "\\0"
 local MAX = ${MAX_FENCE}
 
+-- Redis's clock in µs, read once per script (a script runs in one go: one moment serves it
+-- all, and each TIME is a command). A script that read TIME before this part may set clock_us.
+local clock_us
 local function now_us()
-  local t = redis.call("TIME")
-  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+  if not clock_us then
+    local t = redis.call("TIME")
+    clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  return clock_us
 end
 
 local function int(n)
@@ -42,20 +51,20 @@ local function next_fence()
   return fence
 end
 
--- The weight of a shared holder's record, 0 without one.
+-- The weight of a shared holder: its record's, 1 without one.
 local function weight_of(who)
   local g = redis.call("HGET", K[5], who)
-  return g and tonumber(string.match(g, "^(%d+)")) or 0
+  return g and tonumber(string.match(g, "^(%d+)")) or 1
 end
 
--- K[5] expires with the latest shared hold (K[1] already does: it is set to the same moment);
--- with no hold left both go.
+-- K[1] and K[5] expire with the latest shared hold, noted in K[5]; with no hold left both go.
 local function retime()
   local last = redis.call("ZRANGE", K[1], -1, -1, "WITHSCORES")
   if #last == 0 then
     redis.call("DEL", K[1], K[5])
     return
   end
+  redis.call("HSET", K[5], "\\0last", last[2])
   redis.call("PEXPIREAT", K[1], last[2])
   redis.call("PEXPIREAT", K[5], last[2])
 end
@@ -84,25 +93,31 @@ local function holds(now_ms)
   return "shared", tonumber(r[1]) or 0, tonumber(r[2]) or 0
 end
 
--- Adds a shared hold of weight w under limit for ttl ms (kind: how the key was held before);
--- the caller retimes K[1] and K[5] afterwards.
-local function hold_shared(who, w, limit, ttl, fence, waited, kind, now_ms)
+-- Adds a shared hold of weight w under limit for ttl ms beside total weight held before (kind:
+-- how the key was held before), with a record of its fence and wait if handed (or of its weight
+-- if above 1); the caller retimes K[1] and K[5] afterwards.
+local function hold_shared(who, w, limit, ttl, fence, waited, kind, now_ms, total, handed)
+  redis.call("ZADD", K[1], int(now_ms + ttl), who)
+  local fields = {"HSET", K[5], "\\0total", int(total + w)}
   if kind == "none" then
     redis.call("DEL", K[5]) -- a grant record left by an exclusive holder that expired
-    redis.call("HSET", K[5], "\\0limit", int(limit))
+    fields[#fields + 1] = "\\0limit"
+    fields[#fields + 1] = int(limit)
   end
-  redis.call("ZADD", K[1], int(now_ms + ttl), who)
-  redis.call("HSET", K[5], who, int(w) .. " " .. int(fence) .. " " .. int(waited))
-  redis.call("HINCRBY", K[5], "\\0total", int(w))
+  if handed or w ~= 1 then
+    fields[#fields + 1] = who
+    fields[#fields + 1] = int(w) .. " " .. int(fence) .. " " .. int(waited)
+  end
+  redis.call(unpack(fields))
 end
 
--- Drops who's shared hold.
-local function unhold(who)
+-- Drops who's shared hold; retimes the keys unless the caller hands over next (which does).
+local function unhold(who, handing)
   local w = weight_of(who)
   redis.call("ZREM", K[1], who)
   redis.call("HDEL", K[5], who)
-  if w > 0 then redis.call("HINCRBY", K[5], "\\0total", int(-w)) end
-  retime()
+  redis.call("HINCRBY", K[5], "\\0total", int(-w))
+  if not handing then retime() end
 end
 
 -- {1, fence, waitedMs} if who holds a live shared hold of K[1] at now_ms, else nil. Without its
@@ -118,9 +133,10 @@ local function shared_grant(who, now_ms)
 end
 
 -- ms until the first hold of K[1] expires (a shared hold's expiry frees room for waiters), or
--- PTTL's -2 when nobody holds it.
-local function next_expiry(now_ms)
-  if redis.call("TYPE", K[1])["ok"] ~= "zset" then return redis.call("PTTL", K[1]) end
+-- PTTL's -2 when nobody holds it. kind, if given, is how K[1] is held (saves a TYPE).
+local function next_expiry(now_ms, kind)
+  if not kind and redis.call("TYPE", K[1])["ok"] == "zset" then kind = "shared" end
+  if kind ~= "shared" then return redis.call("PTTL", K[1]) end
   local first = redis.call("ZRANGE", K[1], 0, 0, "WITHSCORES")
   return math.max(0, tonumber(first[2]) - now_ms)
 end
@@ -152,7 +168,7 @@ local function hand_over(channel)
       redis.call("HDEL", K[4], who)
       local waited = math.max(0, math.floor((now - tonumber(enq)) / 1000))
       if w then
-        hold_shared(who, w, l, tonumber(ttl), fence, waited, kind, now_ms)
+        hold_shared(who, w, l, tonumber(ttl), fence, waited, kind, now_ms, total, true)
         kind, total, limit = "shared", total + w, l
       else
         local value = who
@@ -169,7 +185,7 @@ local function hand_over(channel)
   end
   if #grants == 0 then return nil end
   if kind == "shared" then retime() end
-  local next_ms = int(next_expiry(now_ms))
+  local next_ms = int(next_expiry(now_ms, kind))
   for _, g in ipairs(grants) do
     redis.call("PUBLISH", channel, cjson.encode({K[1], g[1], g[2], g[3], next_ms}))
   end
@@ -289,13 +305,77 @@ return {0, next_expiry(math.floor(now / 1000))}
  * caller joins the queue as ENQUEUE_SCRIPT queues and the answer is {0, ms until the first hold
  * expires}. A weight or limit outside 1..2^32-1, or a weight above the limit, is an error and
  * changes nothing.
+ * With nobody queued, a free key or one held shared under the same limit with room is taken
+ * before PRELUDE (whose functions Lua would create on every run): one EXISTS tells the lock, the
+ * queue and the grants apart, HMGET reads the limit and the weight held, and the hold is one
+ * ZADD, one INCR and one HSET, the keys' expiry moved only when it is the latest. The weight
+ * held counts expired holds not yet dropped, so a hold that fits with them fits; anything else
+ * (a full key with an expired hold, another limit, an owner asking again) goes the full way.
  */
 export const ACQUIRE_SHARED_SCRIPT = `-- keel-lock shared acquire: add ARGV[1]'s hold of weight ARGV[3] under limit ARGV[4], or queue
 local w, l, wait, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[2])
 if not (w and l and wait and ttl) or w % 1 ~= 0 or l % 1 ~= 0 or w < 1 or w > l or l > 4294967295 or wait < 0 then
   return redis.error_reply("ERR keel-lock: weight and limit must be whole numbers, 1 <= weight <= limit <= 4294967295")
 end
+local t
+repeat
+  -- 0: free; 5: held (the grants hash beside a zset, or an exclusive holder's grant record);
+  -- anything else (2 set: callers queue) takes the full way
+  local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3], KEYS[5], KEYS[5], KEYS[5], KEYS[5])
+  local total, latest = 0, 0
+  if state == 5 then
+    local r = redis.pcall("HMGET", KEYS[5], "\\0limit", "\\0total", "\\0last")
+    if r.err then -- a string: the key is held exclusively
+      if wait == 0 then return {-1} end
+      break
+    end
+    if tonumber(r[1]) ~= l or not r[2] or not r[3] then break end
+    total, latest = tonumber(r[2]), tonumber(r[3])
+  elseif state ~= 0 then
+    break
+  end
+  t = redis.call("TIME")
+  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if total + w > l then
+    if wait ~= 0 then break end
+    -- full, unless its first hold expired (the full way drops it and looks again)
+    local first = redis.pcall("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
+    if first[2] and tonumber(first[2]) > now_ms then return {-1} end
+    break
+  end
+  local expiry = now_ms + ttl
+  local at = string.format("%.0f", expiry)
+  local added = redis.pcall("ZADD", KEYS[1], "NX", at, ARGV[1])
+  if added ~= 1 then break end -- it asks again (or, an error, the key is not a set after all)
+  local fence = redis.pcall("INCR", KEYS[2])
+  if type(fence) ~= "number" or fence < 1 or fence > ${MAX_FENCE} then
+    redis.call("ZREM", KEYS[1], ARGV[1])
+    if type(fence) ~= "number" then return fence end
+    redis.call("DECR", KEYS[2])
+    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
+  end
+  local fields = {"HSET", KEYS[5], "\\0total", string.format("%.0f", total + w)}
+  if state == 0 then
+    fields[5] = "\\0limit"
+    fields[6] = string.format("%.0f", l)
+  end
+  if w ~= 1 then
+    fields[#fields + 1] = ARGV[1]
+    fields[#fields + 1] = string.format("%.0f %.0f 0", w, fence)
+  end
+  if expiry > latest then
+    fields[#fields + 1] = "\\0last"
+    fields[#fields + 1] = at
+  end
+  redis.call(unpack(fields))
+  if expiry > latest then
+    redis.call("PEXPIREAT", KEYS[1], at)
+    redis.call("PEXPIREAT", KEYS[5], at)
+  end
+  return {1, fence}
+until true
 ${PRELUDE}
+if t then clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2]) end
 if redis.call("EXISTS", K[3]) == 1 then hand_over(ARGV[6]) end
 local now = now_us()
 local now_ms = math.floor(now / 1000)
@@ -309,7 +389,7 @@ if kind ~= "exclusive" and redis.call("EXISTS", K[3]) == 0 and (kind == "none" o
   if not fence then
     return redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..${MAX_FENCE}")
   end
-  hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms)
+  hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms, total, false)
   retime()
   return {1, fence}
 end
@@ -414,7 +494,10 @@ return {0}
  * it and answers 1 or 0. An exclusive holder with nobody queued is GET and DEL; a holder with
  * callers queued behind it (its value is marked) hands the key over in the same script. A
  * shared holder (K[1] is a sorted set, so GET fails: redis.pcall reads that as the type check)
- * drops its hold and, with callers queued, hands the key to those at the front that now fit.
+ * drops its hold before PRELUDE: TIME and ZSCORE (is it live), HMGET of its record and the
+ * weight held, EXISTS of the queue; the last hold deletes both keys, another is ZREM plus the
+ * weight given back, the keys' expiry moved only if its hold was the latest. With callers
+ * queued, the key goes to those at the front that now fit.
  * The hand-over's channel is the prefix — what precedes the first "{" of the lock's name, as
  * the store escapes any "{" in it — followed by CHANNEL.
  */
@@ -423,18 +506,51 @@ local v = redis.pcall("GET", KEYS[1])
 if v == ARGV[1] then
   return redis.call("DEL", KEYS[1])
 end
-if type(v) ~= "table" and v ~= "\\0" .. ARGV[1] then
+local t
+if type(v) == "table" then
+  t = redis.call("TIME")
+  local s = redis.call("ZSCORE", KEYS[1], ARGV[1])
+  if not s or tonumber(s) <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
+    return 0
+  end
+  local r = redis.call("HMGET", KEYS[5], ARGV[1], "\\0total", "\\0last")
+  local w = r[1] and tonumber(string.match(r[1], "^(%d+)")) or 1
+  local total = tonumber(r[2]) or 0
+  local queued = redis.call("EXISTS", KEYS[3]) == 1
+  -- every hold weighs 1 or more: no weight beside its own, no other hold
+  if total <= w then
+    redis.call("DEL", KEYS[1], KEYS[5])
+  else
+    redis.call("ZREM", KEYS[1], ARGV[1])
+    if r[1] then redis.call("HDEL", KEYS[5], ARGV[1]) end
+    local fields = {"HSET", KEYS[5], "\\0total", string.format("%.0f", total - w)}
+    -- the keys expire with the latest hold: only dropping that one moves their expiry (the
+    -- hand-over below retimes them itself)
+    if not queued and not (r[3] and tonumber(s) < tonumber(r[3])) then
+      local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+      if not last[2] then
+        fields = {"DEL", KEYS[5]}
+      elseif not r[3] or tonumber(last[2]) < tonumber(s) then -- (not when another ties with it)
+        redis.call("PEXPIREAT", KEYS[1], last[2])
+        redis.call("PEXPIREAT", KEYS[5], last[2])
+        fields[5] = "\\0last"
+        fields[6] = last[2]
+      end
+    end
+    redis.call(unpack(fields))
+  end
+  if not queued then return 1 end
+elseif v ~= "\\0" .. ARGV[1] then
   return 0
 end
 ${PRELUDE}
 local channel = string.sub(K[1], 1, string.find(K[1], "{", 1, true) - 1) .. "${CHANNEL}"
-if type(v) ~= "table" then
+if not t then
   free(v, channel)
   return 1
 end
-if not shared_grant(ARGV[1], math.floor(now_us() / 1000)) then return 0 end
-unhold(ARGV[1])
-if redis.call("EXISTS", K[3]) == 1 then hand_over(channel) end
+clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+if not hand_over(channel) then retime() end
 return 1
 `;
 
@@ -459,6 +575,7 @@ if not s or tonumber(s) <= now_ms then
 end
 redis.call("ZADD", KEYS[1], "XX", string.format("%.0f", now_ms + tonumber(ARGV[2])), ARGV[1])
 local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+redis.call("HSET", KEYS[2], "\\0last", last[2])
 redis.call("PEXPIREAT", KEYS[1], last[2])
 redis.call("PEXPIREAT", KEYS[2], last[2])
 return 1
@@ -487,19 +604,19 @@ return held
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const ACQUIRE_SHA = "c63daa244b0ba5f38a0cdf96979f88f3c55d200e";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "5f10f4ac324ea3e9c69cc9b1452982b33b958774";
+export const RELEASE_SHA = "21f1a92340c33205dfe746d338c01f70de29c1f7";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const EXTEND_SHA = "cd544d2d2665f06a5339c6982ff1aac0e145dd39";
+export const EXTEND_SHA = "43fdcf77e9259419ff1ecbf4de53ca32626f45f8";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "3db851522e1cd5a4869aefed95153ef2a5c7a2e0";
+export const ENQUEUE_SHA = "447754f55f32bdca20d0dd8d5e5266573d173751";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "c6d67a8a112ae97ef4edfdb2d79740de63713c35";
+export const CHECK_SHA = "703d838b8b6bbc917eaedae799b4374b138ea40d";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "a6c21a29e16f6d8a70736580387f69fbdc84882b";
+export const LEAVE_SHA = "5e91fa12171056389706a3378495e3a3bee1d941";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "2d3d192a017a579ca35295679987c5ceeda55c53";
+export const FORCE_RELEASE_SHA = "f9d97f37d03710d2184e14141aa340cc5a5dc31e";
 /** SHA-1 of ACQUIRE_SHARED_SCRIPT (checked by the tests). */
-export const ACQUIRE_SHARED_SHA = "1734257c5862b91c69d6f03521871b68ec3a13f3";
+export const ACQUIRE_SHARED_SHA = "63b541aa4732d98e7534e7d3d9a0d08fdb0b241b";
 
 // How a script's answer reads.
 export const isOne = (reply) => Number(reply) === 1;

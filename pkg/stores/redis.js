@@ -10,8 +10,8 @@
 // Key names. For lock key K under prefix P every name carries the hash tag {K}, so a lock's
 // names share one Redis Cluster slot: P{K} (the owner token, PX ttl), P{K}:fence (the fence
 // counter, never expires), and, for waiting and shared holds, P{K}:queue, P{K}:waiters,
-// P{K}:grant (while the key is held shared, P{K} is a sorted set of holders and P{K}:grant their
-// weights and fences). In the braces and in P, "%", "{" and "}" are written "%25", "%7B", "%7D":
+// P{K}:grant (while the key is held shared, P{K} is a sorted set of holders and P{K}:grant the
+// limit, the weight held and the holders' records). In the braces and in P, "%", "{" and "}" are written "%25", "%7B", "%7D":
 // one-to-one, and the tag is never empty.
 
 import { argumentChecks, LockStoreClosedError, safetyNetOption } from "./args.js";

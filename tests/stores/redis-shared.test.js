@@ -500,6 +500,56 @@ describe("shared holds on a standalone Redis (ioredis 5, node-redis 5)", () => {
     assert.equal(await store.release(key, a), true);
   });
 
+  test("the uncontended shared path is cheap: the acquire and release scripts' commands on a free key and beside another hold", async () => {
+    const store = stores[0];
+    for (const script of [ACQUIRE_SHARED_SCRIPT, RELEASE_SCRIPT]) await admin.script("LOAD", script);
+    const count = async (op) => {
+      await admin.config("RESETSTAT");
+      await op();
+      const counts = {};
+      for (const line of (await admin.info("commandstats")).split("\n")) {
+        const m = /^cmdstat_([^:]+):calls=(\d+)/.exec(line.trim());
+        if (m && !["info", "config"].includes(m[1].split("|")[0])) counts[m[1]] = Number(m[2]);
+      }
+      return counts;
+    };
+    const key = uniqueKey("cheap");
+    const [a, b] = [owner("a"), owner("b")];
+    assert.deepEqual(await count(() => store.acquireShared(key, a, LONG, 1, 4)), { evalsha: 1, exists: 1, time: 1, zadd: 1, incr: 1, hset: 1, pexpireat: 2 });
+    // b's hold is the later one: the keys' expiry moves with it, and not when a's is dropped.
+    await sleep(5);
+    assert.deepEqual(await count(() => store.acquireShared(key, b, LONG, 2, 4)), { evalsha: 1, exists: 1, hmget: 1, time: 1, zadd: 1, incr: 1, hset: 1, pexpireat: 2 });
+    assert.deepEqual(await count(() => store.release(key, a)), { evalsha: 1, get: 1, time: 1, zscore: 1, hmget: 1, exists: 1, zrem: 1, hset: 1 });
+    assert.deepEqual(await count(() => store.release(key, b)), { evalsha: 1, get: 1, time: 1, zscore: 1, hmget: 1, exists: 1, del: 1 });
+    await nothingLeft(admin, store, key);
+  });
+
+  test("the quick path leaves to the full one what it cannot see: an expired hold in a full key, an owner whose own hold expired", { timeout: 10_000 }, async () => {
+    const [s1, s2] = stores;
+    const key = uniqueKey("expired-inside");
+    const [gone, steady, next] = [owner("gone"), owner("steady"), owner("next")];
+    assert.ok(await s1.acquireShared(key, gone, 150, 1, 2));
+    assert.ok(await s1.acquireShared(key, steady, LONG, 1, 2));
+    assert.equal(await s2.acquireShared(key, next, LONG, 1, 2), false, "a third permit of 2");
+    await sleep(250);
+    const n = namesOf(s1, key);
+    assert.equal(await admin.zcard(n.lock), 2, "the expired hold is still in the set");
+    assert.ok(await s2.acquireShared(key, next, LONG, 1, 2), "the expired permit did not come back");
+    assert.ok(await s1.acquireShared(key, gone, LONG, 1, 3).then((x) => x.heldLimit === 2), "another limit");
+    for (const who of [next, steady]) assert.equal(await s2.release(key, who), true);
+    await nothingLeft(admin, s1, key);
+
+    // Room for it, but its own expired hold is still in the set.
+    assert.ok(await s1.acquireShared(key, gone, 150, 1, 3));
+    assert.ok(await s1.acquireShared(key, steady, LONG, 1, 3));
+    await sleep(250);
+    assert.equal(await admin.zscore(n.lock, gone) !== null, true, "the expired hold is still in the set");
+    assert.ok(await s2.acquireShared(key, gone, LONG, 1, 3), "an owner whose own hold expired asks again");
+    assert.equal(await admin.hget(n.grant, "\0total"), "2", "the expired hold's weight was not given back");
+    for (const who of [gone, steady]) assert.equal(await s2.release(key, who), true);
+    await nothingLeft(admin, s1, key);
+  });
+
   test("ACQUIRE_SHARED_SCRIPT is one round trip: a free key, a full one, a mismatch", async () => {
     const store = stores[1];
     await admin.script("LOAD", ACQUIRE_SHARED_SCRIPT);
