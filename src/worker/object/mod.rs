@@ -219,14 +219,7 @@ impl LockDurableObjectCore {
     /// still waiting first, and while anyone is still queued (the hand-over to the one before
     /// failed in storage) a plain acquire is refused.
     pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
-        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        let now = now();
-        self.inner.hand_over(&k, now);
-        if self.inner.has_waiters(&k) {
-            return Ok(Promise::resolve(&JsValue::FALSE));
-        }
-        let grant = self.inner.take(&k, &o, t, now)?;
-        self.inner.answer_with(grant_to_js(grant)?)
+        self.acquiring(&k, &o, &t, None, None)
     }
 
     /// A shared hold of `weight` permits out of `limit` (a read lock: 1 out of 2^32 − 1) when
@@ -243,12 +236,7 @@ impl LockDurableObjectCore {
         weight: JsValue,
         limit: JsValue,
     ) -> Result<Promise, JsValue> {
-        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        let holding = Holding::Shared(share(&weight, &limit)?);
-        let now = now();
-        self.inner.hand_over(&k, now);
-        let answer = self.inner.try_now(&k, &o, t, holding, now)?;
-        self.inner.answer_with(shared_to_js(answer)?)
+        self.acquiring(&k, &o, &t, Some((&weight, &limit)), None)
     }
 
     /// `acquireShared`, or wait in the key's one FIFO queue (exclusive and shared waiters alike)
@@ -264,10 +252,7 @@ impl LockDurableObjectCore {
         limit: JsValue,
         w: JsValue,
     ) -> Result<Promise, JsValue> {
-        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        let holding = Holding::Shared(share(&weight, &limit)?);
-        let w = wait_ms("waitMs", &w)?;
-        self.wait_for(k, o, t, holding, w)
+        self.acquiring(&k, &o, &t, Some((&weight, &limit)), Some(&w))
     }
 
     /// Acquire now if the key is free and nobody is still waiting for it (`{ fence }`); otherwise
@@ -282,8 +267,32 @@ impl LockDurableObjectCore {
         t: JsValue,
         w: JsValue,
     ) -> Result<Promise, JsValue> {
-        let (k, o, t, w) = (key(&k)?, owner(&o)?, ttl(&t)?, wait_ms("waitMs", &w)?);
-        self.wait_for(k, o, t, Holding::Exclusive, w)
+        self.acquiring(&k, &o, &t, None, Some(&w))
+    }
+
+    /// The four acquiring handlers in one body (kept out of line, so that each export's glue
+    /// does not carry its own copy): checks the arguments in the order the handlers take them
+    /// (key, owner, TTL, then the share's terms, then `waitMs`), then takes the hold now or
+    /// queues the call. A plain acquire is a wait of 0 ms: it never queues.
+    #[inline(never)]
+    fn acquiring(
+        &self,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        terms: Option<(&JsValue, &JsValue)>,
+        w: Option<&JsValue>,
+    ) -> Result<Promise, JsValue> {
+        let (k, o, t) = (key(k)?, owner(o)?, ttl(t)?);
+        let holding = match terms {
+            Some((weight, limit)) => Holding::Shared(share(weight, limit)?),
+            None => Holding::Exclusive,
+        };
+        let w = match w {
+            Some(w) => wait_ms("waitMs", w)?,
+            None => 0,
+        };
+        self.wait_for(k, o, t, holding, w)
     }
 
     /// Takes `holding` now if it may, or queues the call for up to `w` ms.
