@@ -323,6 +323,43 @@ impl DurableObjectLockStore {
         answers::boolean(rpc.method(), &answer)
     }
 
+    /// One waiting call — `acquireOrWait`, or `acquireSharedOrWait` for a share — open while
+    /// the caller waits in the key's one queue; when it fails, plain attempts every
+    /// `wait.poll_ms` until the wait is spent (see `poll_after_failed_wait`). One body for both
+    /// kinds, so the wasm has one such future rather than one per kind.
+    async fn wait_in_queue(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        holding: Holding,
+        wait: Wait,
+    ) -> Result<SharedGrant, JsValue> {
+        let started = WorkersRuntime.now_ms();
+        let w = JsValue::from_f64(wait.wait_ms as f64);
+        let [k, o, t] = args3(key, owner, ttl);
+        let (rpc, args, n) = match holding {
+            Holding::Exclusive => {
+                let none = JsValue::UNDEFINED;
+                (Rpc::AcquireOrWait, [k, o, t, w, none.clone(), none], 4)
+            }
+            Holding::Shared(share) => {
+                let [n, l] = terms(share);
+                (Rpc::AcquireSharedOrWait, [k, o, t, n, l, w], 6)
+            }
+        };
+        match self.call_acquiring(key, owner, rpc, &args[..n]).await {
+            Ok(answer) => match holding {
+                Holding::Exclusive => answers::waited(rpc.method(), &answer).map(Into::into),
+                Holding::Shared(_) => answers::shared(rpc.method(), &answer, true),
+            },
+            Err(failure) => {
+                self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure)
+                    .await
+            }
+        }
+    }
+
     /// The safety net of [`LockStore::acquire_or_wait`] when the waiting call failed — most
     /// likely the object was restarted or evicted, and its in-memory queue went with it. The
     /// object may have recorded a grant to `owner` before failing, so that is released first
@@ -371,21 +408,12 @@ impl DurableObjectLockStore {
     }
 }
 
-/// The arguments of a shared RPC call: key, owner, TTL, weight, limit.
-fn args5(key: &Key, owner: &OwnerToken, ttl: Ttl, share: Share) -> [JsValue; 5] {
-    let [k, o, t] = args3(key, owner, ttl);
+/// A share's terms as RPC arguments: weight, limit.
+fn terms(share: Share) -> [JsValue; 2] {
     [
-        k,
-        o,
-        t,
         JsValue::from_f64(share.weight().into()),
         JsValue::from_f64(share.limit().into()),
     ]
-}
-
-/// `acquireOrWait`'s answer, by the seam's rules (`false`, or `{ fence, waitedMs }`).
-fn waited_grant(answer: &JsValue) -> Result<Option<Grant>, JsValue> {
-    answers::waited(Rpc::AcquireOrWait.method(), answer)
 }
 
 fn args3(key: &Key, owner: &OwnerToken, ttl: Ttl) -> [JsValue; 3] {
@@ -450,7 +478,9 @@ impl LockStore for DurableObjectLockStore {
         ttl: Ttl,
         share: Share,
     ) -> Result<SharedGrant, JsValue> {
-        let args = args5(key, owner, ttl, share);
+        let [k, o, t] = args3(key, owner, ttl);
+        let [n, l] = terms(share);
+        let args = [k, o, t, n, l];
         let rpc = Rpc::AcquireShared;
         let answer = self.call_acquiring(key, owner, rpc, &args).await?;
         answers::shared(rpc.method(), &answer, false)
@@ -467,18 +497,8 @@ impl LockStore for DurableObjectLockStore {
         share: Share,
         wait: Wait,
     ) -> Result<SharedGrant, JsValue> {
-        let started = WorkersRuntime.now_ms();
-        let [k, o, t, n, l] = args5(key, owner, ttl, share);
-        let args = [k, o, t, n, l, JsValue::from_f64(wait.wait_ms as f64)];
-        let rpc = Rpc::AcquireSharedOrWait;
-        match self.call_acquiring(key, owner, rpc, &args).await {
-            Ok(answer) => answers::shared(rpc.method(), &answer, true),
-            Err(failure) => {
-                let holding = Holding::Shared(share);
-                self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure)
-                    .await
-            }
-        }
+        let holding = Holding::Shared(share);
+        self.wait_in_queue(key, owner, ttl, holding, wait).await
     }
 
     /// One `acquireOrWait` call, open while the caller waits in the object's queue. When that
@@ -491,24 +511,11 @@ impl LockStore for DurableObjectLockStore {
         ttl: Ttl,
         wait: Wait,
     ) -> Result<Option<Grant>, JsValue> {
-        let started = WorkersRuntime.now_ms();
-        let [k, o, t] = args3(key, owner, ttl);
-        let args = [k, o, t, JsValue::from_f64(wait.wait_ms as f64)];
-        match self
-            .call_acquiring(key, owner, Rpc::AcquireOrWait, &args)
-            .await
-        {
-            Ok(answer) => waited_grant(&answer),
-            Err(failure) => {
-                let holding = Holding::Exclusive;
-                let polled =
-                    self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure);
-                Ok(match polled.await? {
-                    SharedGrant::Granted(grant) => Some(grant),
-                    _ => None,
-                })
-            }
-        }
+        let answer = self.wait_in_queue(key, owner, ttl, Holding::Exclusive, wait);
+        Ok(match answer.await? {
+            SharedGrant::Granted(grant) => Some(grant),
+            _ => None,
+        })
     }
 
     async fn force_release(&self, key: &Key) -> Result<ForceRelease, JsValue> {
@@ -631,9 +638,8 @@ fn checked5(
     limit: JsValue,
 ) -> Result<[JsValue; 5], JsValue> {
     let [k, o, t] = checked3(k, o, t)?;
-    let share = share(&weight, &limit)?;
-    let weight = JsValue::from_f64(share.weight().into());
-    Ok([k, o, t, weight, JsValue::from_f64(share.limit().into())])
+    let [n, l] = terms(share(&weight, &limit)?);
+    Ok([k, o, t, n, l])
 }
 
 /// A shared acquire's answer as the JS seam has it: `{ fence }` (`{ fence, waitedMs }` after a
@@ -667,6 +673,37 @@ impl JsDurableObjectLockStore {
             Err(e) => Promise::reject(&e),
         }
     }
+
+    /// `acquireOrWait` and `acquireSharedOrWait` (with the share's `terms`) in one body and one
+    /// future: the arguments checked in the order the methods take them, then the waiting call.
+    fn waiting(
+        &self,
+        k: JsValue,
+        o: JsValue,
+        t: JsValue,
+        terms: Option<(JsValue, JsValue)>,
+        w: JsValue,
+        p: JsValue,
+    ) -> Promise {
+        spawn(&self.inner, move |s| {
+            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
+            let holding = match terms {
+                Some((weight, limit)) => Holding::Shared(share(&weight, &limit)?),
+                None => Holding::Exclusive,
+            };
+            let wait = Wait {
+                wait_ms: wait_ms("waitMs", &w)?,
+                poll_ms: match p.is_undefined() {
+                    true => DEFAULT_RETRY_DELAY_MS,
+                    false => wait_ms("pollMs", &p)?,
+                },
+            };
+            Ok(async move {
+                let answer = s.wait_in_queue(&k, &o, t, holding, wait).await?;
+                shared_grant_to_js(answer)
+            })
+        })
+    }
 }
 
 #[wasm_bindgen(js_class = DurableObjectLockStore)]
@@ -697,22 +734,7 @@ impl JsDurableObjectLockStore {
         w: JsValue,
         p: JsValue,
     ) -> Promise {
-        spawn(&self.inner, move |s| {
-            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
-            let wait = Wait {
-                wait_ms: wait_ms("waitMs", &w)?,
-                poll_ms: match p.is_undefined() {
-                    true => DEFAULT_RETRY_DELAY_MS,
-                    false => wait_ms("pollMs", &p)?,
-                },
-            };
-            Ok(async move {
-                match s.acquire_or_wait(&k, &o, t, wait).await? {
-                    Some(grant) => waited_grant_to_js(grant),
-                    None => Ok(JsValue::FALSE),
-                }
-            })
-        })
+        self.waiting(k, o, t, None, w, p)
     }
 
     /// A shared hold of `weight` permits out of `limit`, in the key's Durable Object: `{ fence }`,
@@ -746,21 +768,7 @@ impl JsDurableObjectLockStore {
         w: JsValue,
         p: JsValue,
     ) -> Promise {
-        spawn(&self.inner, move |s| {
-            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
-            let share = share(&weight, &limit)?;
-            let wait = Wait {
-                wait_ms: wait_ms("waitMs", &w)?,
-                poll_ms: match p.is_undefined() {
-                    true => DEFAULT_RETRY_DELAY_MS,
-                    false => wait_ms("pollMs", &p)?,
-                },
-            };
-            Ok(async move {
-                let answer = s.acquire_shared_or_wait(&k, &o, t, share, wait).await?;
-                shared_grant_to_js(answer)
-            })
-        })
+        self.waiting(k, o, t, Some((weight, limit)), w, p)
     }
 
     /// Frees the key whoever holds it (operators); resolves whether anyone did.
