@@ -607,39 +607,29 @@ per_thread! {
     });
 }
 
-// The arguments of a call from JS, checked as the object checks them (a bad one rejects the
-// call before anything is sent) and passed on as the caller gave them: a valid key is
-// well-formed UTF-16 and a valid owner printable ASCII, so the strings are the ones the
-// checks read. The TTL goes as the whole milliseconds it stands for.
-
-fn checked1(k: JsValue) -> Result<[JsValue; 1], JsValue> {
-    key(&k)?;
-    Ok([k])
-}
-
-fn checked2(k: JsValue, o: JsValue) -> Result<[JsValue; 2], JsValue> {
-    key(&k)?;
-    owner(&o)?;
-    Ok([k, o])
-}
-
-fn checked3(k: JsValue, o: JsValue, t: JsValue) -> Result<[JsValue; 3], JsValue> {
-    key(&k)?;
-    owner(&o)?;
-    let t = JsValue::from_f64(required_ttl(&t)?.as_ms() as f64);
-    Ok([k, o, t])
-}
-
-fn checked5(
-    k: JsValue,
-    o: JsValue,
-    t: JsValue,
-    weight: JsValue,
-    limit: JsValue,
-) -> Result<[JsValue; 5], JsValue> {
-    let [k, o, t] = checked3(k, o, t)?;
-    let [n, l] = terms(share(&weight, &limit)?);
-    Ok([k, o, t, n, l])
+/// The arguments of a call from JS — key, then as many of owner, TTL, weight and limit as the
+/// method takes — checked as the object checks them (a bad one rejects the call before anything
+/// is sent) and passed on as the caller gave them: a valid key is well-formed UTF-16 and a valid
+/// owner printable ASCII, so the strings are the ones the checks read. The TTL goes as the
+/// whole milliseconds it stands for, the share's terms as the numbers they stand for. One
+/// routine for every method, with the unused tail left `undefined` (never sent).
+fn checked(args: &[&JsValue]) -> Result<[JsValue; 5], JsValue> {
+    let mut out = [(); 5].map(|()| JsValue::UNDEFINED);
+    if let Some(k) = args.first() {
+        key(k)?;
+        out[0] = JsValue::clone(k);
+    }
+    if let Some(o) = args.get(1) {
+        owner(o)?;
+        out[1] = JsValue::clone(o);
+    }
+    if let Some(t) = args.get(2) {
+        out[2] = JsValue::from_f64(required_ttl(t)?.as_ms() as f64);
+    }
+    if let (Some(weight), Some(limit)) = (args.get(3), args.get(4)) {
+        [out[3], out[4]] = terms(share(weight, limit)?);
+    }
+    Ok(out)
 }
 
 /// A shared acquire's answer as the JS seam has it: `{ fence }` (`{ fence, waitedMs }` after a
@@ -655,16 +645,18 @@ fn shared_grant_to_js(answer: SharedGrant) -> Result<JsValue, JsValue> {
 }
 
 impl JsDurableObjectLockStore {
-    /// One RPC call sent now, its answer judged by `step`: the promise of the checked answer.
-    /// Bad arguments (`sent` failed) or a failed send reject it. Nothing here awaits in Rust:
-    /// the call's own promise, then `step`, settle the answer.
-    fn answered<const N: usize>(
+    /// One RPC call with `args` (see [`checked`]) sent now, its answer judged by `step`: the
+    /// promise of the checked answer. Bad arguments or a failed send reject it. Nothing here
+    /// awaits in Rust: the call's own promise, then `step`, settle the answer.
+    #[inline(never)]
+    fn answered(
         &self,
         rpc: Rpc,
-        sent: Result<[JsValue; N], JsValue>,
+        args: &[&JsValue],
         step: &'static PerThread<Function>,
     ) -> Promise {
-        match sent.and_then(|args| self.inner.send(rpc, &args)) {
+        let sent = checked(args).and_then(|all| self.inner.send(rpc, &all[..args.len()]));
+        match sent {
             Ok((_, answer)) => step.with(|step| {
                 Promise::resolve(&answer)
                     .unchecked_into::<Then>()
@@ -675,29 +667,36 @@ impl JsDurableObjectLockStore {
     }
 
     /// `acquireOrWait` and `acquireSharedOrWait` (with the share's `terms`) in one body and one
-    /// future: the arguments checked in the order the methods take them, then the waiting call.
+    /// future: the arguments checked in the order the methods take them (a bad one rejects the
+    /// promise), then the waiting call.
+    #[inline(never)]
     fn waiting(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        terms: Option<(JsValue, JsValue)>,
-        w: JsValue,
-        p: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        terms: Option<(&JsValue, &JsValue)>,
+        w: &JsValue,
+        p: &JsValue,
     ) -> Promise {
-        spawn(&self.inner, move |s| {
-            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
+        let checked = || -> Result<_, JsValue> {
+            let (k, o, t) = (key(k)?, owner(o)?, required_ttl(t)?);
             let holding = match terms {
-                Some((weight, limit)) => Holding::Shared(share(&weight, &limit)?),
+                Some((weight, limit)) => Holding::Shared(share(weight, limit)?),
                 None => Holding::Exclusive,
             };
             let wait = Wait {
-                wait_ms: wait_ms("waitMs", &w)?,
+                wait_ms: wait_ms("waitMs", w)?,
                 poll_ms: match p.is_undefined() {
                     true => DEFAULT_RETRY_DELAY_MS,
-                    false => wait_ms("pollMs", &p)?,
+                    false => wait_ms("pollMs", p)?,
                 },
             };
+            Ok((k, o, t, holding, wait))
+        };
+        let checked = checked();
+        spawn(&self.inner, move |s| {
+            let (k, o, t, holding, wait) = checked?;
             Ok(async move {
                 let answer = s.wait_in_queue(&k, &o, t, holding, wait).await?;
                 shared_grant_to_js(answer)
@@ -717,9 +716,8 @@ impl JsDurableObjectLockStore {
     }
 
     /// Atomic set-if-absent, in the key's Durable Object: `{ fence }` or `false`.
-    pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
-        let sent = checked3(k, o, t);
-        self.answered(Rpc::Acquire, sent, &ACQUIRED)
+    pub fn acquire(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Promise {
+        self.answered(Rpc::Acquire, &[k, o, t], &ACQUIRED)
     }
 
     /// Acquire, or wait in the key's queue in its Durable Object for up to `waitMs`: `{ fence }`
@@ -728,11 +726,11 @@ impl JsDurableObjectLockStore {
     #[wasm_bindgen(js_name = acquireOrWait)]
     pub fn acquire_or_wait(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        w: JsValue,
-        p: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        w: &JsValue,
+        p: &JsValue,
     ) -> Promise {
         self.waiting(k, o, t, None, w, p)
     }
@@ -743,14 +741,13 @@ impl JsDurableObjectLockStore {
     #[wasm_bindgen(js_name = acquireShared)]
     pub fn acquire_shared(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        weight: JsValue,
-        limit: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        weight: &JsValue,
+        limit: &JsValue,
     ) -> Promise {
-        let sent = checked5(k, o, t, weight, limit);
-        self.answered(Rpc::AcquireShared, sent, &SHARED)
+        self.answered(Rpc::AcquireShared, &[k, o, t, weight, limit], &SHARED)
     }
 
     /// `acquireShared`, or wait in the key's one FIFO queue for up to `waitMs`:
@@ -760,55 +757,51 @@ impl JsDurableObjectLockStore {
     #[allow(clippy::too_many_arguments)]
     pub fn acquire_shared_or_wait(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        weight: JsValue,
-        limit: JsValue,
-        w: JsValue,
-        p: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        weight: &JsValue,
+        limit: &JsValue,
+        w: &JsValue,
+        p: &JsValue,
     ) -> Promise {
         self.waiting(k, o, t, Some((weight, limit)), w, p)
     }
 
     /// Frees the key whoever holds it (operators); resolves whether anyone did.
     #[wasm_bindgen(js_name = forceRelease)]
-    pub fn force_release(&self, k: JsValue) -> Promise {
-        let sent = checked1(k);
-        self.answered(Rpc::ForceRelease, sent, &FORCE_RELEASED)
+    pub fn force_release(&self, k: &JsValue) -> Promise {
+        self.answered(Rpc::ForceRelease, &[k], &FORCE_RELEASED)
     }
 
     /// Stop waiting: leave the key's queue, or release the key if it was already handed over.
-    pub fn withdraw(&self, k: JsValue, o: JsValue) -> Promise {
+    pub fn withdraw(&self, k: &JsValue, o: &JsValue) -> Promise {
+        let checked = key(k).and_then(|k| Ok((k, owner(o)?)));
         spawn(&self.inner, move |s| {
-            let (k, o) = (key(&k)?, owner(&o)?);
+            let (k, o) = checked?;
             Ok(async move { s.withdraw(&k, &o).await.map(|()| JsValue::UNDEFINED) })
         })
     }
 
     /// Compare-owner-and-delete.
-    pub fn release(&self, k: JsValue, o: JsValue) -> Promise {
-        let sent = checked2(k, o);
-        self.answered(Rpc::Release, sent, &RELEASED)
+    pub fn release(&self, k: &JsValue, o: &JsValue) -> Promise {
+        self.answered(Rpc::Release, &[k, o], &RELEASED)
     }
 
     /// Compare-owner-and-reset-expiry.
-    pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
-        let sent = checked3(k, o, t);
-        self.answered(Rpc::Extend, sent, &EXTENDED)
+    pub fn extend(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Promise {
+        self.answered(Rpc::Extend, &[k, o, t], &EXTENDED)
     }
 
     /// Whether anyone holds the key.
     #[wasm_bindgen(js_name = isLocked)]
-    pub fn is_locked(&self, k: JsValue) -> Promise {
-        let sent = checked1(k);
-        self.answered(Rpc::IsLocked, sent, &LOCKED)
+    pub fn is_locked(&self, k: &JsValue) -> Promise {
+        self.answered(Rpc::IsLocked, &[k], &LOCKED)
     }
 
     /// Milliseconds until the key expires, or `null`.
     #[wasm_bindgen(js_name = remainingTime)]
-    pub fn remaining_time(&self, k: JsValue) -> Promise {
-        let sent = checked1(k);
-        self.answered(Rpc::RemainingTime, sent, &REMAINING)
+    pub fn remaining_time(&self, k: &JsValue) -> Promise {
+        self.answered(Rpc::RemainingTime, &[k], &REMAINING)
     }
 }
