@@ -137,8 +137,14 @@ pub(super) fn waited_grant_to_js(grant: Grant) -> Result<JsValue, JsValue> {
     ])
 }
 
+/// A storage failure (`e`, the exception or a message of ours) as the error a handler answers.
 fn storage_error(e: impl Into<JsValue>) -> JsValue {
-    let e: JsValue = e.into();
+    storage_error_of(e.into())
+}
+
+/// [`storage_error`]'s one body, not one per argument type.
+#[inline(never)]
+fn storage_error_of(e: JsValue) -> JsValue {
     let text = e
         .as_string()
         .or_else(|| {
