@@ -109,53 +109,12 @@ fn method(target: &JsValue, name: &str) -> Result<Function, JsValue> {
         })
 }
 
-#[wasm_bindgen]
+#[wasm_bindgen(module = "/src/worker/stub.js")]
 extern "C" {
-    /// A `LockDurableObject` stub. Its methods are called as `stub.acquire(…)`, as a JS caller
-    /// would: no `Reflect`, no argument array. (Not `Function.prototype.call` either: on an RPC
-    /// stub, `.call` is itself a remote property.)
-    type Stub;
-    #[wasm_bindgen(method, catch, structural)]
-    fn acquire(this: &Stub, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = acquireOrWait)]
-    fn acquire_or_wait(
-        this: &Stub,
-        k: &JsValue,
-        o: &JsValue,
-        t: &JsValue,
-        w: &JsValue,
-    ) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = acquireShared)]
-    fn acquire_shared(
-        this: &Stub,
-        k: &JsValue,
-        o: &JsValue,
-        t: &JsValue,
-        weight: &JsValue,
-        limit: &JsValue,
-    ) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = acquireSharedOrWait)]
-    fn acquire_shared_or_wait(
-        this: &Stub,
-        k: &JsValue,
-        o: &JsValue,
-        t: &JsValue,
-        weight: &JsValue,
-        limit: &JsValue,
-        w: &JsValue,
-    ) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural)]
-    fn withdraw(this: &Stub, k: &JsValue, o: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural)]
-    fn release(this: &Stub, k: &JsValue, o: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = forceRelease)]
-    fn force_release(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural)]
-    fn extend(this: &Stub, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = isLocked)]
-    fn is_locked(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = remainingTime)]
-    fn remaining_time(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
+    /// `stub[name](...args)`: one import for every method, rather than one per method (see
+    /// `src/worker/stub.js`).
+    #[wasm_bindgen(catch, variadic, js_name = rpc)]
+    fn call_stub(stub: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue, JsValue>;
 }
 
 /// The object method an RPC call names.
@@ -186,6 +145,18 @@ impl Rpc {
             Rpc::Extend => "extend",
             Rpc::IsLocked => "isLocked",
             Rpc::RemainingTime => "remainingTime",
+        }
+    }
+
+    /// How many arguments the method takes, the key first.
+    fn arity(self) -> usize {
+        match self {
+            Rpc::ForceRelease | Rpc::IsLocked | Rpc::RemainingTime => 1,
+            Rpc::Withdraw | Rpc::Release => 2,
+            Rpc::Acquire | Rpc::Extend => 3,
+            Rpc::AcquireOrWait => 4,
+            Rpc::AcquireShared => 5,
+            Rpc::AcquireSharedOrWait => 6,
         }
     }
 
@@ -274,29 +245,14 @@ impl DurableObjectLockStore {
     /// Sends the RPC call `rpc` with `args` to the object of the key, which every call has as
     /// its first argument; answers the stub and the call's answer.
     fn send(&self, rpc: Rpc, args: &[JsValue]) -> Result<(JsValue, JsValue), JsValue> {
-        let wrong_args = || type_error([rpc.method(), ": wrong arguments"].concat());
-        let [k, rest @ ..] = args else {
-            return Err(wrong_args());
+        let (Some(k), true) = (args.first(), args.len() == rpc.arity()) else {
+            return Err(type_error([rpc.method(), ": wrong arguments"].concat()));
         };
-        let stub: Stub = self.stub(k)?.unchecked_into();
-        let answer = match (rpc, rest) {
-            (Rpc::Acquire, [o, t]) => stub.acquire(k, o, t),
-            (Rpc::AcquireOrWait, [o, t, w]) => stub.acquire_or_wait(k, o, t, w),
-            (Rpc::AcquireShared, [o, t, n, l]) => stub.acquire_shared(k, o, t, n, l),
-            (Rpc::AcquireSharedOrWait, [o, t, n, l, w]) => {
-                stub.acquire_shared_or_wait(k, o, t, n, l, w)
-            }
-            (Rpc::Withdraw, [o]) => stub.withdraw(k, o),
-            (Rpc::Release, [o]) => stub.release(k, o),
-            (Rpc::ForceRelease, []) => stub.force_release(k),
-            (Rpc::Extend, [o, t]) => stub.extend(k, o, t),
-            (Rpc::IsLocked, []) => stub.is_locked(k),
-            (Rpc::RemainingTime, []) => stub.remaining_time(k),
-            _ => return Err(wrong_args()),
-        };
+        let stub = self.stub(k)?;
+        let answer = call_stub(&stub, rpc.name(), args);
         // A stub without the method (a namespace bound to some other class) says so.
         let answer = answer.map_err(|e| method(&stub, rpc.name()).err().unwrap_or(e))?;
-        Ok((stub.into(), answer))
+        Ok((stub, answer))
     }
 
     /// One RPC call: `stub[rpc](...args)`, awaited.
