@@ -109,53 +109,12 @@ fn method(target: &JsValue, name: &str) -> Result<Function, JsValue> {
         })
 }
 
-#[wasm_bindgen]
+#[wasm_bindgen(module = "/src/worker/stub.js")]
 extern "C" {
-    /// A `LockDurableObject` stub. Its methods are called as `stub.acquire(…)`, as a JS caller
-    /// would: no `Reflect`, no argument array. (Not `Function.prototype.call` either: on an RPC
-    /// stub, `.call` is itself a remote property.)
-    type Stub;
-    #[wasm_bindgen(method, catch, structural)]
-    fn acquire(this: &Stub, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = acquireOrWait)]
-    fn acquire_or_wait(
-        this: &Stub,
-        k: &JsValue,
-        o: &JsValue,
-        t: &JsValue,
-        w: &JsValue,
-    ) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = acquireShared)]
-    fn acquire_shared(
-        this: &Stub,
-        k: &JsValue,
-        o: &JsValue,
-        t: &JsValue,
-        weight: &JsValue,
-        limit: &JsValue,
-    ) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = acquireSharedOrWait)]
-    fn acquire_shared_or_wait(
-        this: &Stub,
-        k: &JsValue,
-        o: &JsValue,
-        t: &JsValue,
-        weight: &JsValue,
-        limit: &JsValue,
-        w: &JsValue,
-    ) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural)]
-    fn withdraw(this: &Stub, k: &JsValue, o: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural)]
-    fn release(this: &Stub, k: &JsValue, o: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = forceRelease)]
-    fn force_release(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural)]
-    fn extend(this: &Stub, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = isLocked)]
-    fn is_locked(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
-    #[wasm_bindgen(method, catch, structural, js_name = remainingTime)]
-    fn remaining_time(this: &Stub, k: &JsValue) -> Result<JsValue, JsValue>;
+    /// `stub[name](...args)`: one import for every method, rather than one per method (see
+    /// `src/worker/stub.js`).
+    #[wasm_bindgen(catch, variadic, js_name = rpc)]
+    fn call_stub(stub: &JsValue, name: &str, args: &[JsValue]) -> Result<JsValue, JsValue>;
 }
 
 /// The object method an RPC call names.
@@ -186,6 +145,18 @@ impl Rpc {
             Rpc::Extend => "extend",
             Rpc::IsLocked => "isLocked",
             Rpc::RemainingTime => "remainingTime",
+        }
+    }
+
+    /// How many arguments the method takes, the key first.
+    fn arity(self) -> usize {
+        match self {
+            Rpc::ForceRelease | Rpc::IsLocked | Rpc::RemainingTime => 1,
+            Rpc::Withdraw | Rpc::Release => 2,
+            Rpc::Acquire | Rpc::Extend => 3,
+            Rpc::AcquireOrWait => 4,
+            Rpc::AcquireShared => 5,
+            Rpc::AcquireSharedOrWait => 6,
         }
     }
 
@@ -274,29 +245,14 @@ impl DurableObjectLockStore {
     /// Sends the RPC call `rpc` with `args` to the object of the key, which every call has as
     /// its first argument; answers the stub and the call's answer.
     fn send(&self, rpc: Rpc, args: &[JsValue]) -> Result<(JsValue, JsValue), JsValue> {
-        let wrong_args = || type_error([rpc.method(), ": wrong arguments"].concat());
-        let [k, rest @ ..] = args else {
-            return Err(wrong_args());
+        let (Some(k), true) = (args.first(), args.len() == rpc.arity()) else {
+            return Err(type_error([rpc.method(), ": wrong arguments"].concat()));
         };
-        let stub: Stub = self.stub(k)?.unchecked_into();
-        let answer = match (rpc, rest) {
-            (Rpc::Acquire, [o, t]) => stub.acquire(k, o, t),
-            (Rpc::AcquireOrWait, [o, t, w]) => stub.acquire_or_wait(k, o, t, w),
-            (Rpc::AcquireShared, [o, t, n, l]) => stub.acquire_shared(k, o, t, n, l),
-            (Rpc::AcquireSharedOrWait, [o, t, n, l, w]) => {
-                stub.acquire_shared_or_wait(k, o, t, n, l, w)
-            }
-            (Rpc::Withdraw, [o]) => stub.withdraw(k, o),
-            (Rpc::Release, [o]) => stub.release(k, o),
-            (Rpc::ForceRelease, []) => stub.force_release(k),
-            (Rpc::Extend, [o, t]) => stub.extend(k, o, t),
-            (Rpc::IsLocked, []) => stub.is_locked(k),
-            (Rpc::RemainingTime, []) => stub.remaining_time(k),
-            _ => return Err(wrong_args()),
-        };
+        let stub = self.stub(k)?;
+        let answer = call_stub(&stub, rpc.name(), args);
         // A stub without the method (a namespace bound to some other class) says so.
         let answer = answer.map_err(|e| method(&stub, rpc.name()).err().unwrap_or(e))?;
-        Ok((stub.into(), answer))
+        Ok((stub, answer))
     }
 
     /// One RPC call: `stub[rpc](...args)`, awaited.
@@ -321,6 +277,43 @@ impl DurableObjectLockStore {
     async fn boolean(&self, rpc: Rpc, args: &[JsValue]) -> Result<bool, JsValue> {
         let answer = self.call(rpc, args).await?;
         answers::boolean(rpc.method(), &answer)
+    }
+
+    /// One waiting call — `acquireOrWait`, or `acquireSharedOrWait` for a share — open while
+    /// the caller waits in the key's one queue; when it fails, plain attempts every
+    /// `wait.poll_ms` until the wait is spent (see `poll_after_failed_wait`). One body for both
+    /// kinds, so the wasm has one such future rather than one per kind.
+    async fn wait_in_queue(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        holding: Holding,
+        wait: Wait,
+    ) -> Result<SharedGrant, JsValue> {
+        let started = WorkersRuntime.now_ms();
+        let w = JsValue::from_f64(wait.wait_ms as f64);
+        let [k, o, t] = args3(key, owner, ttl);
+        let (rpc, args, n) = match holding {
+            Holding::Exclusive => {
+                let none = JsValue::UNDEFINED;
+                (Rpc::AcquireOrWait, [k, o, t, w, none.clone(), none], 4)
+            }
+            Holding::Shared(share) => {
+                let [n, l] = terms(share);
+                (Rpc::AcquireSharedOrWait, [k, o, t, n, l, w], 6)
+            }
+        };
+        match self.call_acquiring(key, owner, rpc, &args[..n]).await {
+            Ok(answer) => match holding {
+                Holding::Exclusive => answers::waited(rpc.method(), &answer).map(Into::into),
+                Holding::Shared(_) => answers::shared(rpc.method(), &answer, true),
+            },
+            Err(failure) => {
+                self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure)
+                    .await
+            }
+        }
     }
 
     /// The safety net of [`LockStore::acquire_or_wait`] when the waiting call failed — most
@@ -371,21 +364,12 @@ impl DurableObjectLockStore {
     }
 }
 
-/// The arguments of a shared RPC call: key, owner, TTL, weight, limit.
-fn args5(key: &Key, owner: &OwnerToken, ttl: Ttl, share: Share) -> [JsValue; 5] {
-    let [k, o, t] = args3(key, owner, ttl);
+/// A share's terms as RPC arguments: weight, limit.
+fn terms(share: Share) -> [JsValue; 2] {
     [
-        k,
-        o,
-        t,
         JsValue::from_f64(share.weight().into()),
         JsValue::from_f64(share.limit().into()),
     ]
-}
-
-/// `acquireOrWait`'s answer, by the seam's rules (`false`, or `{ fence, waitedMs }`).
-fn waited_grant(answer: &JsValue) -> Result<Option<Grant>, JsValue> {
-    answers::waited(Rpc::AcquireOrWait.method(), answer)
 }
 
 fn args3(key: &Key, owner: &OwnerToken, ttl: Ttl) -> [JsValue; 3] {
@@ -450,7 +434,9 @@ impl LockStore for DurableObjectLockStore {
         ttl: Ttl,
         share: Share,
     ) -> Result<SharedGrant, JsValue> {
-        let args = args5(key, owner, ttl, share);
+        let [k, o, t] = args3(key, owner, ttl);
+        let [n, l] = terms(share);
+        let args = [k, o, t, n, l];
         let rpc = Rpc::AcquireShared;
         let answer = self.call_acquiring(key, owner, rpc, &args).await?;
         answers::shared(rpc.method(), &answer, false)
@@ -467,18 +453,8 @@ impl LockStore for DurableObjectLockStore {
         share: Share,
         wait: Wait,
     ) -> Result<SharedGrant, JsValue> {
-        let started = WorkersRuntime.now_ms();
-        let [k, o, t, n, l] = args5(key, owner, ttl, share);
-        let args = [k, o, t, n, l, JsValue::from_f64(wait.wait_ms as f64)];
-        let rpc = Rpc::AcquireSharedOrWait;
-        match self.call_acquiring(key, owner, rpc, &args).await {
-            Ok(answer) => answers::shared(rpc.method(), &answer, true),
-            Err(failure) => {
-                let holding = Holding::Shared(share);
-                self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure)
-                    .await
-            }
-        }
+        let holding = Holding::Shared(share);
+        self.wait_in_queue(key, owner, ttl, holding, wait).await
     }
 
     /// One `acquireOrWait` call, open while the caller waits in the object's queue. When that
@@ -491,24 +467,11 @@ impl LockStore for DurableObjectLockStore {
         ttl: Ttl,
         wait: Wait,
     ) -> Result<Option<Grant>, JsValue> {
-        let started = WorkersRuntime.now_ms();
-        let [k, o, t] = args3(key, owner, ttl);
-        let args = [k, o, t, JsValue::from_f64(wait.wait_ms as f64)];
-        match self
-            .call_acquiring(key, owner, Rpc::AcquireOrWait, &args)
-            .await
-        {
-            Ok(answer) => waited_grant(&answer),
-            Err(failure) => {
-                let holding = Holding::Exclusive;
-                let polled =
-                    self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure);
-                Ok(match polled.await? {
-                    SharedGrant::Granted(grant) => Some(grant),
-                    _ => None,
-                })
-            }
-        }
+        let answer = self.wait_in_queue(key, owner, ttl, Holding::Exclusive, wait);
+        Ok(match answer.await? {
+            SharedGrant::Granted(grant) => Some(grant),
+            _ => None,
+        })
     }
 
     async fn force_release(&self, key: &Key) -> Result<ForceRelease, JsValue> {
@@ -600,40 +563,29 @@ per_thread! {
     });
 }
 
-// The arguments of a call from JS, checked as the object checks them (a bad one rejects the
-// call before anything is sent) and passed on as the caller gave them: a valid key is
-// well-formed UTF-16 and a valid owner printable ASCII, so the strings are the ones the
-// checks read. The TTL goes as the whole milliseconds it stands for.
-
-fn checked1(k: JsValue) -> Result<[JsValue; 1], JsValue> {
-    key(&k)?;
-    Ok([k])
-}
-
-fn checked2(k: JsValue, o: JsValue) -> Result<[JsValue; 2], JsValue> {
-    key(&k)?;
-    owner(&o)?;
-    Ok([k, o])
-}
-
-fn checked3(k: JsValue, o: JsValue, t: JsValue) -> Result<[JsValue; 3], JsValue> {
-    key(&k)?;
-    owner(&o)?;
-    let t = JsValue::from_f64(required_ttl(&t)?.as_ms() as f64);
-    Ok([k, o, t])
-}
-
-fn checked5(
-    k: JsValue,
-    o: JsValue,
-    t: JsValue,
-    weight: JsValue,
-    limit: JsValue,
-) -> Result<[JsValue; 5], JsValue> {
-    let [k, o, t] = checked3(k, o, t)?;
-    let share = share(&weight, &limit)?;
-    let weight = JsValue::from_f64(share.weight().into());
-    Ok([k, o, t, weight, JsValue::from_f64(share.limit().into())])
+/// The arguments of a call from JS — key, then as many of owner, TTL, weight and limit as the
+/// method takes — checked as the object checks them (a bad one rejects the call before anything
+/// is sent) and passed on as the caller gave them: a valid key is well-formed UTF-16 and a valid
+/// owner printable ASCII, so the strings are the ones the checks read. The TTL goes as the
+/// whole milliseconds it stands for, the share's terms as the numbers they stand for. One
+/// routine for every method, with the unused tail left `undefined` (never sent).
+fn checked(args: &[&JsValue]) -> Result<[JsValue; 5], JsValue> {
+    let mut out = [(); 5].map(|()| JsValue::UNDEFINED);
+    if let Some(k) = args.first() {
+        key(k)?;
+        out[0] = JsValue::clone(k);
+    }
+    if let Some(o) = args.get(1) {
+        owner(o)?;
+        out[1] = JsValue::clone(o);
+    }
+    if let Some(t) = args.get(2) {
+        out[2] = JsValue::from_f64(required_ttl(t)?.as_ms() as f64);
+    }
+    if let (Some(weight), Some(limit)) = (args.get(3), args.get(4)) {
+        [out[3], out[4]] = terms(share(weight, limit)?);
+    }
+    Ok(out)
 }
 
 /// A shared acquire's answer as the JS seam has it: `{ fence }` (`{ fence, waitedMs }` after a
@@ -649,16 +601,18 @@ fn shared_grant_to_js(answer: SharedGrant) -> Result<JsValue, JsValue> {
 }
 
 impl JsDurableObjectLockStore {
-    /// One RPC call sent now, its answer judged by `step`: the promise of the checked answer.
-    /// Bad arguments (`sent` failed) or a failed send reject it. Nothing here awaits in Rust:
-    /// the call's own promise, then `step`, settle the answer.
-    fn answered<const N: usize>(
+    /// One RPC call with `args` (see [`checked`]) sent now, its answer judged by `step`: the
+    /// promise of the checked answer. Bad arguments or a failed send reject it. Nothing here
+    /// awaits in Rust: the call's own promise, then `step`, settle the answer.
+    #[inline(never)]
+    fn answered(
         &self,
         rpc: Rpc,
-        sent: Result<[JsValue; N], JsValue>,
+        args: &[&JsValue],
         step: &'static PerThread<Function>,
     ) -> Promise {
-        match sent.and_then(|args| self.inner.send(rpc, &args)) {
+        let sent = checked(args).and_then(|all| self.inner.send(rpc, &all[..args.len()]));
+        match sent {
             Ok((_, answer)) => step.with(|step| {
                 Promise::resolve(&answer)
                     .unchecked_into::<Then>()
@@ -666,6 +620,44 @@ impl JsDurableObjectLockStore {
             }),
             Err(e) => Promise::reject(&e),
         }
+    }
+
+    /// `acquireOrWait` and `acquireSharedOrWait` (with the share's `terms`) in one body and one
+    /// future: the arguments checked in the order the methods take them (a bad one rejects the
+    /// promise), then the waiting call.
+    #[inline(never)]
+    fn waiting(
+        &self,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        terms: Option<(&JsValue, &JsValue)>,
+        w: &JsValue,
+        p: &JsValue,
+    ) -> Promise {
+        let checked = || -> Result<_, JsValue> {
+            let (k, o, t) = (key(k)?, owner(o)?, required_ttl(t)?);
+            let holding = match terms {
+                Some((weight, limit)) => Holding::Shared(share(weight, limit)?),
+                None => Holding::Exclusive,
+            };
+            let wait = Wait {
+                wait_ms: wait_ms("waitMs", w)?,
+                poll_ms: match p.is_undefined() {
+                    true => DEFAULT_RETRY_DELAY_MS,
+                    false => wait_ms("pollMs", p)?,
+                },
+            };
+            Ok((k, o, t, holding, wait))
+        };
+        let checked = checked();
+        spawn(&self.inner, move |s| {
+            let (k, o, t, holding, wait) = checked?;
+            Ok(async move {
+                let answer = s.wait_in_queue(&k, &o, t, holding, wait).await?;
+                shared_grant_to_js(answer)
+            })
+        })
     }
 }
 
@@ -680,9 +672,8 @@ impl JsDurableObjectLockStore {
     }
 
     /// Atomic set-if-absent, in the key's Durable Object: `{ fence }` or `false`.
-    pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
-        let sent = checked3(k, o, t);
-        self.answered(Rpc::Acquire, sent, &ACQUIRED)
+    pub fn acquire(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Promise {
+        self.answered(Rpc::Acquire, &[k, o, t], &ACQUIRED)
     }
 
     /// Acquire, or wait in the key's queue in its Durable Object for up to `waitMs`: `{ fence }`
@@ -691,28 +682,13 @@ impl JsDurableObjectLockStore {
     #[wasm_bindgen(js_name = acquireOrWait)]
     pub fn acquire_or_wait(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        w: JsValue,
-        p: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        w: &JsValue,
+        p: &JsValue,
     ) -> Promise {
-        spawn(&self.inner, move |s| {
-            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
-            let wait = Wait {
-                wait_ms: wait_ms("waitMs", &w)?,
-                poll_ms: match p.is_undefined() {
-                    true => DEFAULT_RETRY_DELAY_MS,
-                    false => wait_ms("pollMs", &p)?,
-                },
-            };
-            Ok(async move {
-                match s.acquire_or_wait(&k, &o, t, wait).await? {
-                    Some(grant) => waited_grant_to_js(grant),
-                    None => Ok(JsValue::FALSE),
-                }
-            })
-        })
+        self.waiting(k, o, t, None, w, p)
     }
 
     /// A shared hold of `weight` permits out of `limit`, in the key's Durable Object: `{ fence }`,
@@ -721,14 +697,13 @@ impl JsDurableObjectLockStore {
     #[wasm_bindgen(js_name = acquireShared)]
     pub fn acquire_shared(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        weight: JsValue,
-        limit: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        weight: &JsValue,
+        limit: &JsValue,
     ) -> Promise {
-        let sent = checked5(k, o, t, weight, limit);
-        self.answered(Rpc::AcquireShared, sent, &SHARED)
+        self.answered(Rpc::AcquireShared, &[k, o, t, weight, limit], &SHARED)
     }
 
     /// `acquireShared`, or wait in the key's one FIFO queue for up to `waitMs`:
@@ -738,69 +713,51 @@ impl JsDurableObjectLockStore {
     #[allow(clippy::too_many_arguments)]
     pub fn acquire_shared_or_wait(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        weight: JsValue,
-        limit: JsValue,
-        w: JsValue,
-        p: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        weight: &JsValue,
+        limit: &JsValue,
+        w: &JsValue,
+        p: &JsValue,
     ) -> Promise {
-        spawn(&self.inner, move |s| {
-            let (k, o, t) = (key(&k)?, owner(&o)?, required_ttl(&t)?);
-            let share = share(&weight, &limit)?;
-            let wait = Wait {
-                wait_ms: wait_ms("waitMs", &w)?,
-                poll_ms: match p.is_undefined() {
-                    true => DEFAULT_RETRY_DELAY_MS,
-                    false => wait_ms("pollMs", &p)?,
-                },
-            };
-            Ok(async move {
-                let answer = s.acquire_shared_or_wait(&k, &o, t, share, wait).await?;
-                shared_grant_to_js(answer)
-            })
-        })
+        self.waiting(k, o, t, Some((weight, limit)), w, p)
     }
 
     /// Frees the key whoever holds it (operators); resolves whether anyone did.
     #[wasm_bindgen(js_name = forceRelease)]
-    pub fn force_release(&self, k: JsValue) -> Promise {
-        let sent = checked1(k);
-        self.answered(Rpc::ForceRelease, sent, &FORCE_RELEASED)
+    pub fn force_release(&self, k: &JsValue) -> Promise {
+        self.answered(Rpc::ForceRelease, &[k], &FORCE_RELEASED)
     }
 
     /// Stop waiting: leave the key's queue, or release the key if it was already handed over.
-    pub fn withdraw(&self, k: JsValue, o: JsValue) -> Promise {
+    pub fn withdraw(&self, k: &JsValue, o: &JsValue) -> Promise {
+        let checked = key(k).and_then(|k| Ok((k, owner(o)?)));
         spawn(&self.inner, move |s| {
-            let (k, o) = (key(&k)?, owner(&o)?);
+            let (k, o) = checked?;
             Ok(async move { s.withdraw(&k, &o).await.map(|()| JsValue::UNDEFINED) })
         })
     }
 
     /// Compare-owner-and-delete.
-    pub fn release(&self, k: JsValue, o: JsValue) -> Promise {
-        let sent = checked2(k, o);
-        self.answered(Rpc::Release, sent, &RELEASED)
+    pub fn release(&self, k: &JsValue, o: &JsValue) -> Promise {
+        self.answered(Rpc::Release, &[k, o], &RELEASED)
     }
 
     /// Compare-owner-and-reset-expiry.
-    pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Promise {
-        let sent = checked3(k, o, t);
-        self.answered(Rpc::Extend, sent, &EXTENDED)
+    pub fn extend(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Promise {
+        self.answered(Rpc::Extend, &[k, o, t], &EXTENDED)
     }
 
     /// Whether anyone holds the key.
     #[wasm_bindgen(js_name = isLocked)]
-    pub fn is_locked(&self, k: JsValue) -> Promise {
-        let sent = checked1(k);
-        self.answered(Rpc::IsLocked, sent, &LOCKED)
+    pub fn is_locked(&self, k: &JsValue) -> Promise {
+        self.answered(Rpc::IsLocked, &[k], &LOCKED)
     }
 
     /// Milliseconds until the key expires, or `null`.
     #[wasm_bindgen(js_name = remainingTime)]
-    pub fn remaining_time(&self, k: JsValue) -> Promise {
-        let sent = checked1(k);
-        self.answered(Rpc::RemainingTime, sent, &REMAINING)
+    pub fn remaining_time(&self, k: &JsValue) -> Promise {
+        self.answered(Rpc::RemainingTime, &[k], &REMAINING)
     }
 }

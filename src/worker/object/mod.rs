@@ -69,6 +69,15 @@ extern "C" {
     fn with_alarm(read: &Promise, out: &JsValue, failed: &Function) -> Promise;
 }
 
+/// What [`LockDurableObjectCore::edit`] does to a key's holds.
+#[derive(Clone, Copy)]
+enum Edit<'a> {
+    Release(&'a OwnerToken),
+    Extend(&'a OwnerToken, Ttl),
+    /// Whoever holds it.
+    Force,
+}
+
 /// A Durable Object holding lock rows in its SQLite storage; the object's own clock decides
 /// expiry. Exported to JS under the same name: workerd instantiates the JS
 /// `LockDurableObject extends DurableObject` class, which builds one of these and forwards
@@ -128,8 +137,14 @@ pub(super) fn waited_grant_to_js(grant: Grant) -> Result<JsValue, JsValue> {
     ])
 }
 
+/// A storage failure (`e`, the exception or a message of ours) as the error a handler answers.
 fn storage_error(e: impl Into<JsValue>) -> JsValue {
-    let e: JsValue = e.into();
+    storage_error_of(e.into())
+}
+
+/// [`storage_error`]'s one body, not one per argument type.
+#[inline(never)]
+fn storage_error_of(e: JsValue) -> JsValue {
     let text = e
         .as_string()
         .or_else(|| {
@@ -218,15 +233,8 @@ impl LockDurableObjectCore {
     /// `false` otherwise. Never overtakes waiting calls: a free key goes to the oldest waiter
     /// still waiting first, and while anyone is still queued (the hand-over to the one before
     /// failed in storage) a plain acquire is refused.
-    pub fn acquire(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
-        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        let now = now();
-        self.inner.hand_over(&k, now);
-        if self.inner.has_waiters(&k) {
-            return Ok(Promise::resolve(&JsValue::FALSE));
-        }
-        let grant = self.inner.take(&k, &o, t, now)?;
-        self.inner.answer_with(grant_to_js(grant)?)
+    pub fn acquire(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<Promise, JsValue> {
+        self.acquiring(k, o, t, None, None)
     }
 
     /// A shared hold of `weight` permits out of `limit` (a read lock: 1 out of 2^32 − 1) when
@@ -237,18 +245,13 @@ impl LockDurableObjectCore {
     #[wasm_bindgen(js_name = acquireShared)]
     pub fn acquire_shared(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        weight: JsValue,
-        limit: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        weight: &JsValue,
+        limit: &JsValue,
     ) -> Result<Promise, JsValue> {
-        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        let holding = Holding::Shared(share(&weight, &limit)?);
-        let now = now();
-        self.inner.hand_over(&k, now);
-        let answer = self.inner.try_now(&k, &o, t, holding, now)?;
-        self.inner.answer_with(shared_to_js(answer)?)
+        self.acquiring(k, o, t, Some((weight, limit)), None)
     }
 
     /// `acquireShared`, or wait in the key's one FIFO queue (exclusive and shared waiters alike)
@@ -257,17 +260,14 @@ impl LockDurableObjectCore {
     #[wasm_bindgen(js_name = acquireSharedOrWait)]
     pub fn acquire_shared_or_wait(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        weight: JsValue,
-        limit: JsValue,
-        w: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        weight: &JsValue,
+        limit: &JsValue,
+        w: &JsValue,
     ) -> Result<Promise, JsValue> {
-        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
-        let holding = Holding::Shared(share(&weight, &limit)?);
-        let w = wait_ms("waitMs", &w)?;
-        self.wait_for(k, o, t, holding, w)
+        self.acquiring(k, o, t, Some((weight, limit)), Some(w))
     }
 
     /// Acquire now if the key is free and nobody is still waiting for it (`{ fence }`); otherwise
@@ -277,13 +277,37 @@ impl LockDurableObjectCore {
     #[wasm_bindgen(js_name = acquireOrWait)]
     pub fn acquire_or_wait(
         &self,
-        k: JsValue,
-        o: JsValue,
-        t: JsValue,
-        w: JsValue,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        w: &JsValue,
     ) -> Result<Promise, JsValue> {
-        let (k, o, t, w) = (key(&k)?, owner(&o)?, ttl(&t)?, wait_ms("waitMs", &w)?);
-        self.wait_for(k, o, t, Holding::Exclusive, w)
+        self.acquiring(k, o, t, None, Some(w))
+    }
+
+    /// The four acquiring handlers in one body (kept out of line, so that each export's glue
+    /// does not carry its own copy): checks the arguments in the order the handlers take them
+    /// (key, owner, TTL, then the share's terms, then `waitMs`), then takes the hold now or
+    /// queues the call. A plain acquire is a wait of 0 ms: it never queues.
+    #[inline(never)]
+    fn acquiring(
+        &self,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        terms: Option<(&JsValue, &JsValue)>,
+        w: Option<&JsValue>,
+    ) -> Result<Promise, JsValue> {
+        let (k, o, t) = (key(k)?, owner(o)?, ttl(t)?);
+        let holding = match terms {
+            Some((weight, limit)) => Holding::Shared(share(weight, limit)?),
+            None => Holding::Exclusive,
+        };
+        let w = match w {
+            Some(w) => wait_ms("waitMs", w)?,
+            None => 0,
+        };
+        self.wait_for(k, o, t, holding, w)
     }
 
     /// Takes `holding` now if it may, or queues the call for up to `w` ms.
@@ -330,71 +354,81 @@ impl LockDurableObjectCore {
     /// The caller with `owner` stopped waiting for the key: a queued call leaves the queue and
     /// resolves `false`; a key already handed to `owner` is released (and handed on). Resolves
     /// `true` when it did either.
-    pub fn withdraw(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
-        let (k, o) = (key(&k)?, owner(&o)?);
+    pub fn withdraw(&self, k: &JsValue, o: &JsValue) -> Result<Promise, JsValue> {
+        let (k, o) = (key(k)?, owner(o)?);
         if let Some(waiter) = self.inner.dequeue(&k, &o) {
             self.inner.settle(&waiter, Outcome::NotGranted);
             // It may have been the front waiter that did not fit: those behind may now.
             self.inner.hand_over(&k, now());
             return Ok(Promise::resolve(&JsValue::TRUE));
         }
-        self.release(k.as_str().into(), o.as_str().into())
+        self.edit(&k, Edit::Release(&o))
     }
 
     /// Compare-owner-and-delete. Resolves `true` when this owner held the key and freed it;
     /// the oldest waiter still waiting, if any, holds the key when it resolves.
-    pub fn release(&self, k: JsValue, o: JsValue) -> Result<Promise, JsValue> {
-        let (k, o) = (key(&k)?, owner(&o)?);
-        let now = now();
-        let d = self
-            .inner
-            .decide(&k, &o, now, |row, now| rows::release(row, now, &o))?;
-        let released = d.granted || self.inner.release_shared(&k, &o, now)?;
-        if released {
-            self.inner.hand_over(&k, now);
-        }
-        self.inner.answer_with(JsValue::from_bool(released))
+    pub fn release(&self, k: &JsValue, o: &JsValue) -> Result<Promise, JsValue> {
+        let (k, o) = (key(k)?, owner(o)?);
+        self.edit(&k, Edit::Release(&o))
     }
 
     /// Frees the key whoever holds it (operators clearing a stuck lock): every hold goes, and
     /// the waiters at the front are handed the key, as on a release. Resolves whether any hold
     /// was live. The holders learn at their next extend.
     #[wasm_bindgen(js_name = forceRelease)]
-    pub fn force_release(&self, k: JsValue) -> Result<Promise, JsValue> {
-        let k = key(&k)?;
-        let now = now();
-        let mut freed = false;
-        if let Some((holder, _)) = self.inner.row(&k)? {
-            let holder = OwnerToken::parse(holder)
-                .map_err(|_| storage_error("a lock row has a malformed owner"))?;
-            freed = self
-                .inner
-                .decide(&k, &holder, now, |row, now| {
-                    rows::release(row, now, &holder)
-                })?
-                .granted;
-        }
-        freed |= self.inner.force_release_shared(&k, now)?;
-        if freed {
-            self.inner.hand_over(&k, now);
-        }
-        self.inner.answer_with(JsValue::from_bool(freed))
+    pub fn force_release(&self, k: &JsValue) -> Result<Promise, JsValue> {
+        self.edit(&key(k)?, Edit::Force)
     }
 
     /// Compare-owner-and-reset-expiry to `ttlMs` from now; moves the alarm.
-    pub fn extend(&self, k: JsValue, o: JsValue, t: JsValue) -> Result<Promise, JsValue> {
-        let (k, o, t) = (key(&k)?, owner(&o)?, ttl(&t)?);
+    pub fn extend(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<Promise, JsValue> {
+        let (k, o, t) = (key(k)?, owner(o)?, ttl(t)?);
+        self.edit(&k, Edit::Extend(&o, t))
+    }
+
+    /// Release, force-release and extend in one body, kept out of line: the exclusive row
+    /// first (its owner's, or the holder's when forced), then the shared holds; a key that
+    /// came free is handed to its waiters. Resolves whether a live hold was changed.
+    #[inline(never)]
+    fn edit(&self, k: &Key, edit: Edit<'_>) -> Result<Promise, JsValue> {
+        let inner = &self.inner;
         let now = now();
-        let d = self
-            .inner
-            .decide(&k, &o, now, |row, now| rows::extend(row, now, &o, t))?;
-        let extended = d.granted || self.inner.extend_shared(&k, &o, t, now)?;
-        self.inner.answer_with(JsValue::from_bool(extended))
+        let forced;
+        let owner = match edit {
+            Edit::Release(o) | Edit::Extend(o, _) => Some(o),
+            Edit::Force => match inner.row(k)? {
+                Some((holder, _)) => {
+                    forced = OwnerToken::parse(holder)
+                        .map_err(|_| storage_error("a lock row has a malformed owner"))?;
+                    Some(&forced)
+                }
+                None => None,
+            },
+        };
+        let mut changed = false;
+        if let Some(o) = owner {
+            changed = inner
+                .decide(k, o, now, &|row, now| match edit {
+                    Edit::Extend(_, t) => rows::extend(row, now, o, t),
+                    _ => rows::release(row, now, o),
+                })?
+                .granted;
+        }
+        changed = match edit {
+            Edit::Release(o) => changed || inner.release_shared(k, o, now)?,
+            Edit::Extend(o, t) => changed || inner.extend_shared(k, o, t, now)?,
+            // Every shared hold goes, whether or not an exclusive one was live.
+            Edit::Force => inner.force_release_shared(k, now)? || changed,
+        };
+        if changed && !matches!(edit, Edit::Extend(..)) {
+            inner.hand_over(k, now);
+        }
+        inner.answer_with(JsValue::from_bool(changed))
     }
 
     /// Whether any hold of the key is live now.
     #[wasm_bindgen(js_name = isLocked)]
-    pub fn is_locked(&self, k: JsValue) -> Result<bool, JsValue> {
+    pub fn is_locked(&self, k: &JsValue) -> Result<bool, JsValue> {
         Ok(self.remaining_ms(k)?.is_some())
     }
 
@@ -402,14 +436,14 @@ impl LockDurableObjectCore {
     /// seam's answer rules refuse anything else).
     #[wasm_bindgen(js_name = remainingTime)]
     #[wasm_bindgen(unchecked_return_type = "number | null")]
-    pub fn remaining_time(&self, k: JsValue) -> Result<JsValue, JsValue> {
+    pub fn remaining_time(&self, k: &JsValue) -> Result<JsValue, JsValue> {
         Ok(self
             .remaining_ms(k)?
             .map_or(JsValue::NULL, |ms| JsValue::from_f64(ms as f64)))
     }
 
-    fn remaining_ms(&self, k: JsValue) -> Result<Option<u64>, JsValue> {
-        let k = key(&k)?;
+    fn remaining_ms(&self, k: &JsValue) -> Result<Option<u64>, JsValue> {
+        let k = key(k)?;
         self.inner.remaining(&k, now())
     }
 

@@ -134,7 +134,7 @@ impl Inner {
         key: &Key,
         owner: &OwnerToken,
         now: u64,
-        rule: impl FnOnce(Option<RowView<'_>>, u64) -> Decision,
+        rule: &dyn Fn(Option<RowView<'_>>, u64) -> Decision,
     ) -> Result<Decision, JsValue> {
         let row = self.row(key)?;
         let view = row.as_ref().map(|(owner, expires_at)| RowView {
@@ -193,7 +193,7 @@ impl Inner {
         if self.shared_seen.get() && self.shared_live(key, now)?.limit.is_some() {
             return Ok(None);
         }
-        let d = self.decide(key, owner, now, |row, now| rows::acquire(row, now, ttl))?;
+        let d = self.decide(key, owner, now, &|row, now| rows::acquire(row, now, ttl))?;
         Ok(match d.granted {
             true => Some(Grant::new(Some(self.next_fence(key)?))),
             false => None,
