@@ -605,12 +605,7 @@ impl JsDurableObjectLockStore {
     /// promise of the checked answer. Bad arguments or a failed send reject it. Nothing here
     /// awaits in Rust: the call's own promise, then `step`, settle the answer.
     #[inline(never)]
-    fn answered(
-        &self,
-        rpc: Rpc,
-        args: &[&JsValue],
-        step: &'static PerThread<Function>,
-    ) -> Promise {
+    fn answered(&self, rpc: Rpc, args: &[&JsValue], step: &'static PerThread<Function>) -> Promise {
         let sent = checked(args).and_then(|all| self.inner.send(rpc, &all[..args.len()]));
         match sent {
             Ok((_, answer)) => step.with(|step| {
