@@ -1,6 +1,6 @@
 // keel-lock/testing: the LockStore conformance kit, and a checker of recorded histories under
 // load (checkHistory, checkLockStoreUnderLoad; the checker is src/history/). The properties
-// themselves live in the Rust core (src/conformance.rs, one function per property) and run in a
+// themselves live in the Rust core (src/conformance/, one function per property) and run in a
 // wasm of their own (dist/testing, built with the `testing` feature), so the builds behind
 // `keel-lock` do not carry them. This entry turns their results into something a test runner
 // understands — a rejection naming every property the store broke.

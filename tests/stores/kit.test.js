@@ -14,7 +14,7 @@ import { brokenStore, jsMapStore, racyRedisStore } from "./lib/js-stores.js";
 import { installedKeelLock } from "./lib/installed.js";
 import { startRedis } from "./lib/servers.js";
 
-// The core's properties (src/conformance.rs), in the order it runs them.
+// The core's properties (src/conformance/), in the order it runs them.
 const PROPERTIES = [
   "acquire_is_exclusive",
   "concurrent_acquires_have_one_winner",

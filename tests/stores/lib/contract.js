@@ -1,5 +1,5 @@
 // Store-specific checks, next to the general LockStore properties, which live in one place: the
-// Rust conformance kit (src/conformance.rs), run against every store through keel-lock/testing
+// Rust conformance kit (src/conformance/), run against every store through keel-lock/testing
 // by conformance.test.js. What stays here is what the kit cannot see from inside the seam: that
 // a store never consults the caller's clock, and that the store's own methods refuse bad
 // arguments before reaching the backend. Each check takes a context:
