@@ -371,9 +371,8 @@ export class Lock {
   #ttl;
   #store;
   // 0 for a lock (the key alone); else the limit its shared holds are under (a semaphore's, or
-  // 2^32 - 1 for a read lock), and the permits the acquire in flight takes.
+  // 2^32 - 1 for a read lock).
   #limit = 0;
-  #permits = 1;
   #slot = 0;
   #busy = false;
   #registered = false;
@@ -562,7 +561,6 @@ export class Lock {
         sharedId = id;
         sharedPermits = p;
       }
-      this.#permits = p;
     }
     this.#busy = true;
     this.#runAutoExtend = keep;
@@ -577,7 +575,7 @@ export class Lock {
     }
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
     if (code === QUEUE) return this.#queued(id, fn, signal);
-    return this.#runOverStore(id, code, fn, signal);
+    return this.#runOverStore(id, code, fn, signal, permits ?? 1);
   }
 
   /**
@@ -656,7 +654,7 @@ export class Lock {
    * `run()` over a JS store, as one async function: the acquisition's steps (each store call
    * bounded as the core says), `fn`, and the release. The task's error wins over the release's.
    */
-  async #runOverStore(id, code, fn, signal) {
+  async #runOverStore(id, code, fn, signal, permits) {
     const store = this.#store;
     let owner = "";
     try {
@@ -669,7 +667,7 @@ export class Lock {
           let answer;
           try {
             if (this.#limit !== 0) {
-              sent = this.#acquireShared(store, owner, waits);
+              sent = this.#acquireShared(store, owner, waits, permits);
             } else if (waits) {
               const [waitMs, pollMs] = waitExtras();
               sent = store.acquireOrWait.call(store.object, this.#key, owner, this.#ttl, waitMs, pollMs);
@@ -770,15 +768,15 @@ export class Lock {
   }
 
   /** A semaphore's or read lock's acquire call on a JS store (which must keep shared holds). */
-  #acquireShared(store, owner, waits) {
+  #acquireShared(store, owner, waits, permits) {
     if (typeof store.acquireShared !== "function") throw w.__kNoShared();
     if (waits) {
       const [waitMs, pollMs] = waitExtras();
       return store.acquireSharedOrWait.call(
-        store.object, this.#key, owner, this.#ttl, this.#permits, this.#limit, waitMs, pollMs,
+        store.object, this.#key, owner, this.#ttl, permits, this.#limit, waitMs, pollMs,
       );
     }
-    return store.acquireShared.call(store.object, this.#key, owner, this.#ttl, this.#permits, this.#limit);
+    return store.acquireShared.call(store.object, this.#key, owner, this.#ttl, permits, this.#limit);
   }
 
   /**
