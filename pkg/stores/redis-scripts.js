@@ -6,22 +6,28 @@ import { MAX_FENCE } from "./args.js";
 
 // Every hand-over under prefix P is published on the channel P + CHANNEL.
 export const CHANNEL = "keel-lock:handover";
+// K[1] while held shared. Scores above 0 are holds; the bookkeeping sits in the same set at
+// scores of 0 and below, under names no owner has (owners hold no NUL), so one ZMSCORE reads a
+// holder and the key's state together and no other key needs its own expiry.
+const SHARED_LAYOUT = `-- K[1] held shared, a sorted set: owner -> expiry (ms by Redis's clock, > 0) for each hold, and
+--   "\\0limit" -> -limit, "\\0w:" .. owner -> -weight for a hold above 1 permit, "\\0extra" ->
+--   -(what those add above 1 each), "\\0h" -> -1 once a holder was handed the key (K[5] may
+--   hold grant records). The weight held is the number of holds (expired ones not yet dropped
+--   included) minus "\\0extra"'s score; none of these change while holds of 1 come and go.`;
+
 // Shared by the scripts below: the key layout of one lock (all in one hash slot) and the hand-over.
 // Lua creates a function each time execution passes its definition, so the enqueue and release
 // scripts place this after their uncontended path, which needs none of it (the acquire script
 // has no use for it at all).
 const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that covers several locks sets it)
 -- K[1] lock: held exclusively, a string, the owner token (PX ttl; "\\0" .. owner while callers
---      queue behind it); held shared, a sorted set, owner -> expiry (ms, Redis's clock),
---      PEXPIREAT its latest expiry
+--      queue behind it); held shared, a sorted set (below), PEXPIREAT its latest hold
 -- K[2] fence counter   K[3] queue (list of owners, oldest first)
 -- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs", plus " weight limit" if shared)
 -- K[5] grants: beside an exclusive holder, "fence waitedMs owner" of the last hand-over (PX
---      ttl); beside shared holders, a hash with "\\0limit", "\\0total" (the weight held),
---      "\\0last" (the latest hold's expiry, which both keys carry: a script that knows it
---      need not look the set up to keep them timed) and owner -> "weight fence waitedMs" for
---      each holder handed the key or holding more than one permit (a holder without one holds
---      weight 1), PEXPIREAT as K[1]
+--      ttl); beside shared holders, a hash owner -> "fence waitedMs" for each holder that was
+--      handed the key, PEXPIREAT the latest hold as it stood at the last hand-over
+${SHARED_LAYOUT}
 local K = KEYS
 local MARK = "\\0"
 local MAX = ${MAX_FENCE}
@@ -51,22 +57,37 @@ local function next_fence()
   return fence
 end
 
--- The weight of a shared holder: its record's, 1 without one.
-local function weight_of(who)
-  local g = redis.call("HGET", K[5], who)
-  return g and tonumber(string.match(g, "^(%d+)")) or 1
-end
-
--- K[1] and K[5] expire with the latest shared hold, noted in K[5]; with no hold left both go.
+-- K[1] (and K[5], if it holds grant records) expire with the latest hold; with no hold left
+-- both go.
 local function retime()
   local last = redis.call("ZRANGE", K[1], -1, -1, "WITHSCORES")
-  if #last == 0 then
+  if not last[2] or tonumber(last[2]) <= 0 then
     redis.call("DEL", K[1], K[5])
     return
   end
-  redis.call("HSET", K[5], "\\0last", last[2])
   redis.call("PEXPIREAT", K[1], last[2])
   redis.call("PEXPIREAT", K[5], last[2])
+end
+
+-- Drops the shared holds in who (a list of owners): their members, weights and grant records.
+local function drop_holds(who)
+  for first = 1, #who, 256 do
+    local weights, drop = {"ZMSCORE", K[1]}, {"ZREM", K[1]}
+    local last = math.min(#who, first + 255)
+    for i = first, last do
+      weights[#weights + 1] = "\\0w:" .. who[i]
+      drop[#drop + 1] = who[i]
+      drop[#drop + 1] = "\\0w:" .. who[i]
+    end
+    local above = 0
+    -- (a missing weight is false, not nil, so ipairs sees every one)
+    for _, w in ipairs(redis.call(unpack(weights))) do
+      if w then above = above - tonumber(w) - 1 end
+    end
+    redis.call(unpack(drop))
+    if above > 0 then redis.call("ZINCRBY", K[1], above, "\\0extra") end
+    redis.pcall("HDEL", K[5], unpack(who, first, last))
+  end
 end
 
 -- How K[1] is held at now_ms: "none", "exclusive", or "shared" with the weight held and the
@@ -75,59 +96,59 @@ local function holds(now_ms)
   local t = redis.call("TYPE", K[1])["ok"]
   if t == "none" then return "none", 0, 0 end
   if t ~= "zset" then return "exclusive", 0, 0 end
-  local gone = redis.call("ZRANGEBYSCORE", K[1], "-inf", int(now_ms))
-  if #gone > 0 then
-    local freed = 0
-    for _, who in ipairs(gone) do
-      freed = freed + weight_of(who)
-      redis.call("HDEL", K[5], who)
-    end
-    redis.call("ZREMRANGEBYSCORE", K[1], "-inf", int(now_ms))
-    if redis.call("EXISTS", K[1]) == 0 then
-      redis.call("DEL", K[5])
-      return "none", 0, 0
-    end
-    if freed > 0 then redis.call("HINCRBY", K[5], "\\0total", int(-freed)) end
+  local gone = redis.call("ZRANGEBYSCORE", K[1], "(0", now_ms)
+  if #gone > 0 then drop_holds(gone) end
+  -- the weight held: one per hold, plus what holds above 1 add
+  local held = redis.call("ZCOUNT", K[1], "(0", "+inf")
+  if held == 0 then
+    redis.call("DEL", K[1], K[5])
+    return "none", 0, 0
   end
-  local r = redis.call("HMGET", K[5], "\\0total", "\\0limit")
-  return "shared", tonumber(r[1]) or 0, tonumber(r[2]) or 0
+  local r = redis.call("ZMSCORE", K[1], "\\0extra", "\\0limit")
+  return "shared", held - (tonumber(r[1]) or 0), -(tonumber(r[2]) or 0)
 end
 
--- Adds a shared hold of weight w under limit for ttl ms beside total weight held before (kind:
--- how the key was held before), with a record of its fence and wait if handed (or of its weight
--- if above 1); the caller retimes K[1] and K[5] afterwards.
-local function hold_shared(who, w, limit, ttl, fence, waited, kind, now_ms, total, handed)
-  redis.call("ZADD", K[1], int(now_ms + ttl), who)
-  local fields = {"HSET", K[5], "\\0total", int(total + w)}
+-- Adds a shared hold of weight w under limit for ttl ms (kind: how the key was held before),
+-- with a grant record of its fence and wait if handed; the caller retimes K[1] and K[5]
+-- afterwards.
+local function hold_shared(who, w, limit, ttl, fence, waited, kind, now_ms, handed)
+  local add = {"ZADD", K[1], now_ms + ttl, who}
   if kind == "none" then
     redis.call("DEL", K[5]) -- a grant record left by an exclusive holder that expired
-    fields[#fields + 1] = "\\0limit"
-    fields[#fields + 1] = int(limit)
+    add[#add + 1] = -limit
+    add[#add + 1] = "\\0limit"
   end
-  if handed or w ~= 1 then
-    fields[#fields + 1] = who
-    fields[#fields + 1] = int(w) .. " " .. int(fence) .. " " .. int(waited)
+  if w ~= 1 then
+    add[#add + 1] = -w
+    add[#add + 1] = "\\0w:" .. who
   end
-  redis.call(unpack(fields))
+  if handed then
+    if kind ~= "none" and not redis.call("ZSCORE", K[1], "\\0h") then redis.call("DEL", K[5]) end
+    add[#add + 1] = -1
+    add[#add + 1] = "\\0h"
+    redis.call("HSET", K[5], who, int(fence) .. " " .. int(waited))
+  end
+  redis.call(unpack(add))
+  if w ~= 1 then redis.call("ZINCRBY", K[1], 1 - w, "\\0extra") end
 end
 
 -- Drops who's shared hold; retimes the keys unless the caller hands over next (which does).
 local function unhold(who, handing)
-  local w = weight_of(who)
-  redis.call("ZREM", K[1], who)
-  redis.call("HDEL", K[5], who)
-  redis.call("HINCRBY", K[5], "\\0total", int(-w))
+  local w = redis.call("ZSCORE", K[1], "\\0w:" .. who)
+  redis.call("ZREM", K[1], who, "\\0w:" .. who)
+  if w then redis.call("ZINCRBY", K[1], -tonumber(w) - 1, "\\0extra") end
+  redis.pcall("HDEL", K[5], who)
   if not handing then retime() end
 end
 
 -- {1, fence, waitedMs} if who holds a live shared hold of K[1] at now_ms, else nil. Without its
--- record (lost by hand) the counter and 0 ms waited are the conservative answer.
+-- record (never handed, or lost by hand) the counter and 0 ms waited are the conservative answer.
 local function shared_grant(who, now_ms)
   local s = redis.call("ZSCORE", K[1], who)
   if not s or tonumber(s) <= now_ms then return nil end
-  local g = redis.call("HGET", K[5], who)
-  local w, f, waited
-  if g then w, f, waited = string.match(g, "^(%d+) (%d+) (%d+)$") end
+  local g = redis.pcall("HGET", K[5], who)
+  local f, waited
+  if type(g) == "string" then f, waited = string.match(g, "^(%d+) (%d+)$") end
   if not f then return {1, tonumber(redis.call("GET", K[2])), 0} end
   return {1, tonumber(f), tonumber(waited)}
 end
@@ -137,7 +158,8 @@ end
 local function next_expiry(now_ms, kind)
   if not kind and redis.call("TYPE", K[1])["ok"] == "zset" then kind = "shared" end
   if kind ~= "shared" then return redis.call("PTTL", K[1]) end
-  local first = redis.call("ZRANGE", K[1], 0, 0, "WITHSCORES")
+  local first = redis.call("ZRANGEBYSCORE", K[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)
+  if not first[2] then return -2 end
   return math.max(0, tonumber(first[2]) - now_ms)
 end
 
@@ -168,7 +190,7 @@ local function hand_over(channel)
       redis.call("HDEL", K[4], who)
       local waited = math.max(0, math.floor((now - tonumber(enq)) / 1000))
       if w then
-        hold_shared(who, w, l, tonumber(ttl), fence, waited, kind, now_ms, total, true)
+        hold_shared(who, w, l, tonumber(ttl), fence, waited, kind, now_ms, true)
         kind, total, limit = "shared", total + w, l
       else
         local value = who
@@ -306,11 +328,13 @@ return {0, next_expiry(math.floor(now / 1000))}
  * expires}. A weight or limit outside 1..2^32-1, or a weight above the limit, is an error and
  * changes nothing.
  * With nobody queued, a free key or one held shared under the same limit with room is taken
- * before PRELUDE (whose functions Lua would create on every run): one EXISTS tells the lock, the
- * queue and the grants apart, HMGET reads the limit and the weight held, and the hold is one
- * ZADD, one INCR and one HSET, the keys' expiry moved only when it is the latest. The weight
- * held counts expired holds not yet dropped, so a hold that fits with them fits; anything else
- * (a full key with an expired hold, another limit, an owner asking again) goes the full way.
+ * before PRELUDE (whose functions Lua would create on every run): one EXISTS tells free, held and
+ * queued apart; beside other holds one ZMSCORE reads the owner, the limit, the weight held and
+ * the latest expiry (or fails: the key is held exclusively); the hold is one INCR and one ZADD
+ * (the hold, the weight held, the limit on a free key, the latest expiry when it is the
+ * latest), and PEXPIREAT only when it is the latest. The weight held counts expired holds not
+ * yet dropped, so a hold that fits with them fits; anything else (a full key with an expired
+ * hold, another limit, an owner asking again) goes the full way.
  */
 export const ACQUIRE_SHARED_SCRIPT = `-- keel-lock shared acquire: add ARGV[1]'s hold of weight ARGV[3] under limit ARGV[4], or queue
 local w, l, wait, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[2])
@@ -319,18 +343,18 @@ if not (w and l and wait and ttl) or w % 1 ~= 0 or l % 1 ~= 0 or w < 1 or w > l 
 end
 local t
 repeat
-  -- 0: free; 5: held (the grants hash beside a zset, or an exclusive holder's grant record);
-  -- anything else (2 set: callers queue) takes the full way
-  local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3], KEYS[5], KEYS[5], KEYS[5], KEYS[5])
-  local total, latest = 0, 0
-  if state == 5 then
-    local r = redis.pcall("HMGET", KEYS[5], "\\0limit", "\\0total", "\\0last")
-    if r.err then -- a string: the key is held exclusively
+  -- 0: free; 1: held (shared, or a string: held exclusively); 2 or 3: callers queue (the full way)
+  local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+  local total = 0
+  if state == 1 then
+    local r = redis.pcall("ZMSCORE", KEYS[1], ARGV[1], "\\0limit", "\\0extra")
+    if r.err then -- held exclusively
       if wait == 0 then return {-1} end
       break
     end
-    if tonumber(r[1]) ~= l or not r[2] or not r[3] then break end
-    total, latest = tonumber(r[2]), tonumber(r[3])
+    -- the owner asks again, or another limit: the full way
+    if r[1] or -(tonumber(r[2]) or 0) ~= l then break end
+    total = redis.call("ZCOUNT", KEYS[1], "(0", "+inf") - (tonumber(r[3]) or 0)
   elseif state ~= 0 then
     break
   end
@@ -339,39 +363,33 @@ repeat
   if total + w > l then
     if wait ~= 0 then break end
     -- full, unless its first hold expired (the full way drops it and looks again)
-    local first = redis.pcall("ZRANGE", KEYS[1], 0, 0, "WITHSCORES")
+    local first = redis.call("ZRANGEBYSCORE", KEYS[1], "(0", "+inf", "WITHSCORES", "LIMIT", 0, 1)
     if first[2] and tonumber(first[2]) > now_ms then return {-1} end
     break
   end
-  local expiry = now_ms + ttl
-  local at = string.format("%.0f", expiry)
-  local added = redis.pcall("ZADD", KEYS[1], "NX", at, ARGV[1])
-  if added ~= 1 then break end -- it asks again (or, an error, the key is not a set after all)
   local fence = redis.pcall("INCR", KEYS[2])
-  if type(fence) ~= "number" or fence < 1 or fence > ${MAX_FENCE} then
-    redis.call("ZREM", KEYS[1], ARGV[1])
-    if type(fence) ~= "number" then return fence end
+  if type(fence) ~= "number" then return fence end
+  if fence < 1 or fence > ${MAX_FENCE} then
     redis.call("DECR", KEYS[2])
     return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
   end
-  local fields = {"HSET", KEYS[5], "\\0total", string.format("%.0f", total + w)}
+  -- (the expiry turned into text once: Redis formats each number argument of a call anew)
+  local expiry = now_ms + ttl
+  local at = expiry .. ""
+  -- K[1] expires with its latest hold: a later one moves it
+  local later = state == 0 or now_ms + redis.call("PTTL", KEYS[1]) < expiry
+  local add = {"ZADD", KEYS[1], at, ARGV[1]}
   if state == 0 then
-    fields[5] = "\\0limit"
-    fields[6] = string.format("%.0f", l)
+    add[5] = -l
+    add[6] = "\\0limit"
   end
   if w ~= 1 then
-    fields[#fields + 1] = ARGV[1]
-    fields[#fields + 1] = string.format("%.0f %.0f 0", w, fence)
+    add[#add + 1] = -w
+    add[#add + 1] = "\\0w:" .. ARGV[1]
   end
-  if expiry > latest then
-    fields[#fields + 1] = "\\0last"
-    fields[#fields + 1] = at
-  end
-  redis.call(unpack(fields))
-  if expiry > latest then
-    redis.call("PEXPIREAT", KEYS[1], at)
-    redis.call("PEXPIREAT", KEYS[5], at)
-  end
+  redis.call(unpack(add))
+  if w ~= 1 then redis.call("ZINCRBY", KEYS[1], 1 - w, "\\0extra") end
+  if later then redis.call("PEXPIREAT", KEYS[1], at) end
   return {1, fence}
 until true
 ${PRELUDE}
@@ -389,7 +407,7 @@ if kind ~= "exclusive" and redis.call("EXISTS", K[3]) == 0 and (kind == "none" o
   if not fence then
     return redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..${MAX_FENCE}")
   end
-  hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms, total, false)
+  hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms, false)
   retime()
   return {1, fence}
 end
@@ -489,61 +507,47 @@ end
 return {0}
 `;
 
-/**
- * Release (KEYS: the lock's five names; ARGV: owner): frees ARGV[1]'s hold only while it holds
- * it and answers 1 or 0. An exclusive holder with nobody queued is GET and DEL; a holder with
- * callers queued behind it (its value is marked) hands the key over in the same script. A
- * shared holder (K[1] is a sorted set, so GET fails: redis.pcall reads that as the type check)
- * drops its hold before PRELUDE: TIME and ZSCORE (is it live), HMGET of its record and the
- * weight held, EXISTS of the queue; the last hold deletes both keys, another is ZREM plus the
- * weight given back, the keys' expiry moved only if its hold was the latest. With callers
- * queued, the key goes to those at the front that now fit.
- * The hand-over's channel is the prefix — what precedes the first "{" of the lock's name, as
- * the store escapes any "{" in it — followed by CHANNEL.
- */
-export const RELEASE_SCRIPT = `-- keel-lock release: free ARGV[1]'s hold only while it holds it; hand the key to the next waiters
-local v = redis.pcall("GET", KEYS[1])
-if v == ARGV[1] then
+// Release, the exclusive holder's part: GET (in v) told K[1] is a string or missing. Its owner
+// deletes it; a marked value (callers queued) goes on to hand over; anyone else answers 0.
+const RELEASE_EXCLUSIVE = `if v == ARGV[1] then
   return redis.call("DEL", KEYS[1])
 end
-local t
-if type(v) == "table" then
-  t = redis.call("TIME")
-  local s = redis.call("ZSCORE", KEYS[1], ARGV[1])
-  if not s or tonumber(s) <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
-    return 0
-  end
-  local r = redis.call("HMGET", KEYS[5], ARGV[1], "\\0total", "\\0last")
-  local w = r[1] and tonumber(string.match(r[1], "^(%d+)")) or 1
-  local total = tonumber(r[2]) or 0
-  local queued = redis.call("EXISTS", KEYS[3]) == 1
-  -- every hold weighs 1 or more: no weight beside its own, no other hold
-  if total <= w then
-    redis.call("DEL", KEYS[1], KEYS[5])
-  else
-    redis.call("ZREM", KEYS[1], ARGV[1])
-    if r[1] then redis.call("HDEL", KEYS[5], ARGV[1]) end
-    local fields = {"HSET", KEYS[5], "\\0total", string.format("%.0f", total - w)}
-    -- the keys expire with the latest hold: only dropping that one moves their expiry (the
-    -- hand-over below retimes them itself)
-    if not queued and not (r[3] and tonumber(s) < tonumber(r[3])) then
-      local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
-      if not last[2] then
-        fields = {"DEL", KEYS[5]}
-      elseif not r[3] or tonumber(last[2]) < tonumber(s) then -- (not when another ties with it)
-        redis.call("PEXPIREAT", KEYS[1], last[2])
-        redis.call("PEXPIREAT", KEYS[5], last[2])
-        fields[5] = "\\0last"
-        fields[6] = last[2]
-      end
-    end
-    redis.call(unpack(fields))
-  end
-  if not queued then return 1 end
-elseif v ~= "\\0" .. ARGV[1] then
+if v ~= "\\0" .. ARGV[1] then
+  return 0
+end`;
+
+// Release, a shared holder's part: r is ZMSCORE of K[1] for the owner, its weight and the
+// grant-record marker. A live hold is dropped (ZREM, and for a hold above 1 permit its weight);
+// a look at the latest hold left (ZRANGE) then tells whether none is (DEL both keys) or K[1]
+// expires earlier now (PEXPIREAT). With callers queued it goes on to hand over (t: the TIME
+// read); otherwise it answers 1.
+const RELEASE_SHARED = `if not r[1] then return 0 end
+t = redis.call("TIME")
+local s = tonumber(r[1])
+if s <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
   return 0
 end
-${PRELUDE}
+if r[2] then
+  redis.call("ZREM", KEYS[1], ARGV[1], "\\0w:" .. ARGV[1])
+  redis.call("ZINCRBY", KEYS[1], -tonumber(r[2]) - 1, "\\0extra")
+else
+  redis.call("ZREM", KEYS[1], ARGV[1])
+end
+if r[3] then redis.call("HDEL", KEYS[5], ARGV[1]) end
+if redis.call("EXISTS", KEYS[3]) == 0 then
+  -- K[1] expires with the latest hold: only dropping that one moves its expiry
+  local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
+  if not last[2] or tonumber(last[2]) <= 0 then
+    redis.call("DEL", KEYS[1], KEYS[5])
+  elseif tonumber(last[2]) < s then
+    redis.call("PEXPIREAT", KEYS[1], last[2])
+    if r[3] then redis.call("PEXPIREAT", KEYS[5], last[2]) end
+  end
+  return 1
+end`;
+
+// Both release scripts end here when callers queue: hand the key to the next waiters.
+const RELEASE_HAND_OVER = `${PRELUDE}
 local channel = string.sub(K[1], 1, string.find(K[1], "{", 1, true) - 1) .. "${CHANNEL}"
 if not t then
   free(v, channel)
@@ -551,7 +555,49 @@ if not t then
 end
 clock_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
 if not hand_over(channel) then retime() end
-return 1
+return 1`;
+
+const SHARED_READ = `redis.pcall("ZMSCORE", KEYS[1], ARGV[1], "\\0w:" .. ARGV[1], "\\0h")`;
+
+/**
+ * Release (KEYS: the lock's five names; ARGV: owner): frees ARGV[1]'s hold only while it holds
+ * it and answers 1 or 0. An exclusive holder with nobody queued is GET and DEL; a holder with
+ * callers queued behind it (its value is marked) hands the key over in the same script. A
+ * shared holder (K[1] is a sorted set, so GET fails: redis.pcall reads that as the type check)
+ * drops its hold before PRELUDE: one ZMSCORE (its expiry and weight, the weight held, the latest
+ * expiry, whether grant records exist), TIME, EXISTS of the queue, then DEL for the last hold or
+ * ZREM and one ZADD (the weight held). With callers queued, the key goes to those at the front
+ * that now fit.
+ * The hand-over's channel is the prefix — what precedes the first "{" of the lock's name, as
+ * the store escapes any "{" in it — followed by CHANNEL.
+ */
+export const RELEASE_SCRIPT = `-- keel-lock release: free ARGV[1]'s hold only while it holds it; hand the key to the next waiters
+local v = redis.pcall("GET", KEYS[1])
+local t
+if type(v) == "table" then
+  local r = ${SHARED_READ}
+${nested(RELEASE_SHARED)}
+else
+${nested(RELEASE_EXCLUSIVE)}
+end
+${RELEASE_HAND_OVER}
+`;
+
+/**
+ * The same release, asking first as for a shared holder (the store runs it for an owner it saw
+ * take a shared hold): ZMSCORE fails on a string, and only then is the key read as an exclusive
+ * holder's. It answers as RELEASE_SCRIPT does for any holder.
+ */
+export const RELEASE_SHARED_SCRIPT = `-- keel-lock release of a shared hold: as the release script, the shared holder's case first
+local r = ${SHARED_READ}
+local t, v
+if r.err then
+  v = redis.call("GET", KEYS[1])
+${nested(RELEASE_EXCLUSIVE)}
+else
+${nested(RELEASE_SHARED)}
+end
+${RELEASE_HAND_OVER}
 `;
 
 /**
@@ -573,11 +619,11 @@ local s = redis.call("ZSCORE", KEYS[1], ARGV[1])
 if not s or tonumber(s) <= now_ms then
   return 0
 end
-redis.call("ZADD", KEYS[1], "XX", string.format("%.0f", now_ms + tonumber(ARGV[2])), ARGV[1])
-local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
-redis.call("HSET", KEYS[2], "\\0last", last[2])
-redis.call("PEXPIREAT", KEYS[1], last[2])
-redis.call("PEXPIREAT", KEYS[2], last[2])
+redis.call("ZADD", KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
+-- K[1] (and K[2], the grant records) expire with the latest hold
+local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")[2]
+redis.call("PEXPIREAT", KEYS[1], last)
+redis.call("PEXPIREAT", KEYS[2], last)
 return 1
 `;
 
@@ -604,19 +650,21 @@ return held
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const ACQUIRE_SHA = "c63daa244b0ba5f38a0cdf96979f88f3c55d200e";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "21f1a92340c33205dfe746d338c01f70de29c1f7";
+export const RELEASE_SHA = "b6735beb5834a537d4e420d3633e7fca5d9a7245";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const EXTEND_SHA = "43fdcf77e9259419ff1ecbf4de53ca32626f45f8";
+export const EXTEND_SHA = "de6767035d036d8aa155b2aab1f3fcc4fe7cfc12";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "447754f55f32bdca20d0dd8d5e5266573d173751";
+export const ENQUEUE_SHA = "8fd54c9dd038ea3227b6213f8c13d7e8aea2b347";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "703d838b8b6bbc917eaedae799b4374b138ea40d";
+export const CHECK_SHA = "cf8e9c818c39ec1dca7914c5fb4fd959f5cd0ba3";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "5e91fa12171056389706a3378495e3a3bee1d941";
+export const LEAVE_SHA = "a11863f58f27336b511cb975650ab7a33aca34b4";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "f9d97f37d03710d2184e14141aa340cc5a5dc31e";
+export const FORCE_RELEASE_SHA = "f6291a3b230c643b9fa0b467ce0bf8b83f92a0a9";
+/** SHA-1 of RELEASE_SHARED_SCRIPT (checked by the tests). */
+export const RELEASE_SHARED_SHA = "a674bc00712b36eb6e7f06106e486dd7b8f1a213";
 /** SHA-1 of ACQUIRE_SHARED_SCRIPT (checked by the tests). */
-export const ACQUIRE_SHARED_SHA = "63b541aa4732d98e7534e7d3d9a0d08fdb0b241b";
+export const ACQUIRE_SHARED_SHA = "a7d3e89919a551299fb9100d62bb89b614b9b7d9";
 
 // How a script's answer reads.
 export const isOne = (reply) => Number(reply) === 1;

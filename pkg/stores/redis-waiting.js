@@ -25,7 +25,7 @@ import {
 // closed at once when the user closes their client (its "end" event; clients without one are
 // found closed by the next look). Waits still queued then fail with LockStoreClosedError. So a
 // script that closes its client exits, with no close() of the store.
-export function redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs }) {
+export function redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs, noteShared }) {
   const waits = new Map(); // lock name → Map(owner → pending acquireOrWait)
   const expiryTimers = new Map(); // lock name → the timer that looks at the holder's expiry
   let subscriber = null;
@@ -354,7 +354,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
         return store.acquireShared(key, owner, ttlMs, weight, limit).then((got) => (got && "fence" in got ? { ...got, waitedMs: 0 } : got));
       }
       const args = [String(ttlMs), String(weight), String(limit), String(waitMs), channel];
-      return queueFor(key, owner, waitMs, pollMs, ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, args);
+      return queueFor(key, owner, waitMs, pollMs, ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, args).then((got) => noteShared(owner, got));
     },
 
     /**

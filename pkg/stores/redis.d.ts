@@ -151,6 +151,10 @@ export declare const EXTEND_SCRIPT: string;
 export declare const ACQUIRE_SHA: string;
 /** SHA-1 of RELEASE_SCRIPT. */
 export declare const RELEASE_SHA: string;
+/** The release script asking first as for a shared holder (run for owners the store saw take a shared hold; releases either kind). */
+export declare const RELEASE_SHARED_SCRIPT: string;
+/** SHA-1 of RELEASE_SHARED_SCRIPT. */
+export declare const RELEASE_SHARED_SHA: string;
 /** SHA-1 of EXTEND_SCRIPT. */
 export declare const EXTEND_SHA: string;
 /** The acquire-or-queue script of `acquireOrWait`. */

@@ -32,6 +32,8 @@ import {
   isOne,
   RELEASE_SCRIPT,
   RELEASE_SHA,
+  RELEASE_SHARED_SCRIPT,
+  RELEASE_SHARED_SHA,
   sharedAnswer,
 } from "./redis-scripts.js";
 import { redisWaiting } from "./redis-waiting.js";
@@ -53,6 +55,8 @@ export {
   LEAVE_SHA,
   RELEASE_SCRIPT,
   RELEASE_SHA,
+  RELEASE_SHARED_SCRIPT,
+  RELEASE_SHARED_SHA,
 } from "./redis-scripts.js";
 export { detectRedisClient, LockStoreClosedError };
 
@@ -61,6 +65,8 @@ const escapeName = (text) => text.replace(/%/g, "%25").replace(/\{/g, "%7B").rep
 const NEEDS_ESCAPE = /[%{}]/;
 // How many keys' names a store keeps built (see lockKeys).
 const NAMES_CACHED = 256;
+// How many owners of shared holds a store remembers (see sharedOwners).
+const SHARED_OWNERS_KEPT = 4096;
 
 const check = argumentChecks("redisLockStore");
 
@@ -147,6 +153,20 @@ export function redisLockStore(client, options = {}) {
     });
   }
 
+  // Owners this store saw take a shared hold: their release asks the sorted set first
+  // (RELEASE_SHARED_SCRIPT), saving the failed GET that tells a shared holder from an exclusive
+  // one. Only a hint: both scripts release either kind, so an owner forgotten (the set is
+  // emptied when it reaches SHARED_OWNERS_KEPT) or remembered after its hold was lost still
+  // releases correctly.
+  const sharedOwners = new Set();
+  const noteShared = (owner, got) => {
+    if (got && "fence" in got) {
+      if (sharedOwners.size >= SHARED_OWNERS_KEPT) sharedOwners.clear();
+      sharedOwners.add(owner);
+    }
+    return got;
+  };
+
   const checkOwner = (owner) => {
     check.owner(owner);
     // The store marks a held key's value with a leading NUL while callers queue behind it.
@@ -192,6 +212,7 @@ export function redisLockStore(client, options = {}) {
       } catch (error) {
         return Promise.reject(error);
       }
+      if (sharedOwners.delete(owner)) return runScript(RELEASE_SHARED_SHA, RELEASE_SHARED_SCRIPT, lockKeys(key), [owner], isOne);
       return runScript(RELEASE_SHA, RELEASE_SCRIPT, lockKeys(key), [owner], isOne);
     },
 
@@ -217,7 +238,7 @@ export function redisLockStore(client, options = {}) {
         return Promise.reject(error);
       }
       const args = [owner, String(ttlMs), String(weight), String(limit), "0", channel];
-      return runScript(ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, lockKeys(key), args, sharedAnswer);
+      return runScript(ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, lockKeys(key), args, (reply) => noteShared(owner, sharedAnswer(reply)));
     },
 
     async isLocked(key) {
@@ -239,7 +260,7 @@ export function redisLockStore(client, options = {}) {
   };
   // Upstash's REST API has no pub/sub: its callers keep polling acquire.
   if (clientType !== "upstash") {
-    const waiting = redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs });
+    const waiting = redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs, noteShared });
     Object.defineProperties(store, Object.getOwnPropertyDescriptors(waiting));
   }
   return store;

@@ -324,7 +324,7 @@ const fourStores = async () => Promise.all(Object.keys(CLIENTS).map((f) => store
 
 describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelease", () => {
   test("every script's SHA is the SHA-1 of its text", () => {
-    const names = ["ACQUIRE", "RELEASE", "EXTEND", "ENQUEUE", "CHECK", "LEAVE", "FORCE_RELEASE"];
+    const names = ["ACQUIRE", "RELEASE", "RELEASE_SHARED", "EXTEND", "ENQUEUE", "CHECK", "LEAVE", "FORCE_RELEASE", "ACQUIRE_SHARED"];
     for (const name of names) {
       const sha = createHash("sha1").update(redisModule[`${name}_SCRIPT`]).digest("hex");
       assert.equal(redisModule[`${name}_SHA`], sha, name);
