@@ -4,7 +4,7 @@
 // round), medians over rounds. Writes bench/results/latest.json and bench/results/results.md,
 // and prints the markdown to stdout.
 //
-//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6]
+//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6,7]
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync, mkdirSync, existsSync, readdirSync, statSync } from "node:fs";
 import { gzipSync } from "node:zlib";
@@ -31,13 +31,13 @@ import { startPostgres } from "./lib/postgres.mjs";
 import { buildWorkers, startWorkerd, startWorkers } from "./lib/workerd.mjs";
 import { staggered, orderStats } from "./lib/contention.mjs";
 import { durableObjectUncontended, durableObjectUncontendedMarkdown } from "./lib/durable-object-uncontended.mjs";
-import { semaphoreInIsolate, semaphoreRedis, semaphoreMarkdown } from "./lib/semaphores.mjs";
+import { semaphoreInIsolate, semaphoreRedis, semaphoreDurableObject, semaphoreMarkdown } from "./lib/semaphores.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
 const argv = process.argv.slice(2);
 const QUICK = argv.includes("--quick");
-const SECTIONS = [1, 2, 3, 4, 5, 6];
+const SECTIONS = [1, 2, 3, 4, 5, 6, 7];
 const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? SECTIONS.join(",")).split(",").map(Number);
 // Every section ran (and not --quick): the results are written as the latest full run.
 const FULL = !QUICK && SECTIONS.every((n) => ONLY.includes(n));
@@ -981,7 +981,7 @@ function markdown() {
     for (const r of w.rows) L.push(`| ${r.impl} | ${r.readyMs} | ${r.firstRequestMs} | ${r.warmRequestMs} | ${r.firstOverWarm} | ${r.warmSameKeyRequestMs} | ${r.readyPlusFirstMs} | ${r.keelOverThisReadyPlusFirst} |`);
     L.push("", how.note);
   }
-  if (s.semaphoreInIsolate || s.semaphoreRedis) L.push(...semaphoreMarkdown(s.semaphoreInIsolate, s.semaphoreRedis));
+  if (s.semaphoreInIsolate || s.semaphoreRedis || s.semaphoreDurableObject) L.push(...semaphoreMarkdown(s.semaphoreInIsolate, s.semaphoreRedis, s.semaphoreDurableObject));
   return L.join("\n") + "\n";
 }
 
@@ -1030,6 +1030,7 @@ try {
       };
     }
   }
+  if (ONLY.includes(7)) results.sections.semaphoreDurableObject = await semaphoreDurableObject({ quick: QUICK, log, interleave, pairedRatio });
   if (DO_UNCONTENDED) results.sections.durableObjectUncontended = await durableObjectUncontended({ quick: QUICK, log, interleave, pairedRatio });
   if (ONLY.includes(3)) {
     await conns?.close();

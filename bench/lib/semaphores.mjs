@@ -1,7 +1,8 @@
-// Sections 5 and 6: semaphores. keel-lock's `semaphore(key, limit, ttlMs).run(fn, { timeout })`
+// Sections 5, 6 and 7: semaphores. keel-lock's `semaphore(key, limit, ttlMs).run(fn, { timeout })`
 // side by side with async-mutex's `Semaphore` in one isolate (5) and with redis-semaphore's
 // `Semaphore` on Redis (6), in the same interleaved rounds and per-round ratios as the other
-// sections (run.mjs passes its `interleave` and `pairedRatio`).
+// sections (run.mjs passes its `interleave` and `pairedRatio`); and on the Durable Object store
+// in local workerd (7), its RPCs counted as section 3b counts the lock's.
 //
 // Hand-off with a limit: N holders at once, so one holder's end is not followed by "the next"
 // start. With every caller asking for one permit, the k-th fn start in time order (k ≥ limit)
@@ -15,6 +16,7 @@ import { lock, semaphore, setLockStore } from "../../pkg/node/index.mjs";
 import { redisLockStore } from "../../pkg/stores/redis.js";
 import { median, summarize, round } from "./stats.mjs";
 import { statsDelta } from "./redis-server.mjs";
+import { buildWorkers, startWorkers, COMPAT_DATE } from "./workerd.mjs";
 
 const TTL = 30_000;
 const WAIT_TIMEOUT = 10_000;
@@ -397,9 +399,120 @@ export async function semaphoreRedis({ quick, log, interleave, pairedRatio, admi
 }
 
 // ---------------------------------------------------------------------------------------------
+// (7) Durable Object: semaphore run() on DurableObjectLockStore in local workerd (Miniflare), the
+// bench's keel Worker (bench/workers/keel.js) with every RPC to a LockDurableObject stub counted
+// in the Worker, as section 3b counts the lock's. Uncontended: sequential runs on one key inside
+// one request per round (lock() beside it for reference). Contended: WAITERS callers started
+// together (in index order, one tick) on one key of limit LIMIT, each holding its permit CS_MS
+// (sleep), timeout WAIT_TIMEOUT; spans taken with Date.now() inside workerd (whole ms).
+
+export async function semaphoreDurableObject({ quick, log, interleave, pairedRatio }) {
+  const LIMIT = 4;
+  const WAITERS = 32;
+  const CS_MS = 5;
+  const RUNS = quick ? 160 : 800;
+  const ROUNDS = quick ? 3 : 9;
+  const C_ROUNDS = quick ? 2 : 9;
+  const KEEL = "keel-lock semaphore (DurableObjectLockStore)";
+  const uContenders = [
+    { name: KEEL, path: "/semaphore-uncontended", settings: `semaphore(key, ${LIMIT}, 30000).run(fn) — a fresh handle per run` },
+    { name: "keel-lock lock() (exclusive, for reference)", path: "/uncontended", settings: "lock(key, 30000).run(fn) — a fresh handle per run" },
+  ];
+  log("(7) Durable Object semaphore: bundling the bench Worker from the packed package");
+  buildWorkers();
+  const w = await startWorkers(["keel"]);
+  try {
+    const uncontendedBody = async (c) => {
+      const r = await w.call("keel", c.path, { key: `bench:sem:do:uc:${c.path}`, runs: RUNS, limit: LIMIT });
+      return { runs: r.runs, requests: r.requests, byMethod: r.byMethod, usPerRun: (r.totalMs * 1000) / r.runs, rpcUsPerRun: (r.awaitingMs * 1000) / r.runs };
+    };
+    log("(7) Durable Object semaphore uncontended: warm-up");
+    for (const c of uContenders) await uncontendedBody(c);
+    log(`(7) Durable Object semaphore uncontended: ${ROUNDS} rounds × ${RUNS} sequential runs, limit ${LIMIT}`);
+    const uc = await interleave(uContenders, ROUNDS, uncontendedBody);
+
+    const cContenders = [{ name: KEEL, settings: `semaphore(key, ${LIMIT}, 30000).run(fn, { timeout: ${WAIT_TIMEOUT} }) — one acquireSharedOrWait RPC per waiter, answered by the object on hand-over` }];
+    const burst = async () => {
+      const t0 = performance.now();
+      const r = await w.call("keel", "/semaphore-contend", { key: "bench:sem:do:contended", limit: LIMIT, waiters: WAITERS, csMs: CS_MS, timeout: WAIT_TIMEOUT, gapMs: 0 });
+      const wallMs = performance.now() - t0;
+      return { totalMs: r.totalMs, wallMs, acquired: r.spans.length, failed: r.failed, ...permitStats(r.spans, LIMIT), requests: r.requests, byMethod: r.byMethod };
+    };
+    log("(7) Durable Object semaphore contention: warm-up");
+    await burst();
+    log(`(7) Durable Object semaphore contention: ${C_ROUNDS} rounds × ${WAITERS} waiters at once, limit ${LIMIT}, ${CS_MS} ms hold`);
+    const ct = await interleave(cContenders, C_ROUNDS, burst);
+
+    const perRun = (recs, field) => {
+      const runs = recs.reduce((s, r) => s + r.runs, 0);
+      const byMethod = {};
+      for (const r of recs) for (const [k, v] of Object.entries(r.byMethod)) byMethod[k] = (byMethod[k] ?? 0) + v;
+      return { total: round(recs.reduce((s, r) => s + r[field], 0) / runs, 2), byMethod: Object.fromEntries(Object.entries(byMethod).map(([k, v]) => [k, round(v / runs, 2)])) };
+    };
+    return {
+      measured: true,
+      runtime: `local workerd through Miniflare (compatibility date ${COMPAT_DATE}), the bench Worker bundled by wrangler from the packed package`,
+      limit: LIMIT,
+      uncontended: {
+        runsPerRound: RUNS,
+        rounds: ROUNDS,
+        rows: uContenders.map((c) => {
+          const recs = uc[c.name];
+          const rpcs = perRun(recs, "requests");
+          return {
+            impl: c.name,
+            settings: c.settings,
+            rpcsPerRun: rpcs.total,
+            rpcsPerRunByMethod: rpcs.byMethod,
+            usPerRun: round(median(recs.map((r) => r.usPerRun)), 1),
+            rpcUsPerRun: round(median(recs.map((r) => r.rpcUsPerRun)), 1),
+            keelTimeOverThis: round(pairedRatio(uc, KEEL, c.name, "usPerRun"), 3),
+            roundsUsPerRun: recs.map((r) => round(r.usPerRun, 1)),
+          };
+        }),
+      },
+      contended: {
+        waiters: WAITERS,
+        criticalSectionMs: CS_MS,
+        timeoutMs: WAIT_TIMEOUT,
+        rounds: C_ROUNDS,
+        requests: "RPCs to the lock's Durable Object stub, counted in the Worker",
+        handOff: "the k-th fn start (k ≥ limit, in time order) minus the (k − limit)-th fn end, Date.now() inside workerd (ms resolution; includes the release RPC)",
+        rows: cContenders.map((c) => {
+          const recs = ct[c.name];
+          const acquired = recs.reduce((s, r) => s + r.acquired, 0);
+          const gaps = summarize(recs.flatMap((r) => r.gaps));
+          const byMethod = {};
+          for (const r of recs) for (const [k, v] of Object.entries(r.byMethod)) byMethod[k] = (byMethod[k] ?? 0) + v;
+          return {
+            impl: c.name,
+            settings: c.settings,
+            acquired,
+            failed: recs.reduce((s, r) => s + r.failed, 0),
+            overlaps: recs.reduce((s, r) => s + r.overlaps, 0),
+            overtakes: recs.reduce((s, r) => s + r.overtakes, 0),
+            overtakesPerRound: recs.map((r) => r.overtakes),
+            requestsPerAcquisition: round(recs.reduce((s, r) => s + r.requests, 0) / acquired, 2),
+            requestsPerAcquisitionByMethod: Object.fromEntries(Object.entries(byMethod).map(([k, v]) => [k, round(v / acquired, 2)])),
+            handOffP50ms: round(gaps.p50, 3),
+            handOffP99ms: round(gaps.p99, 3),
+            handOffSamples: gaps.n,
+            drainMs: round(median(recs.map((r) => r.totalMs)), 0),
+            roundsDrainMs: recs.map((r) => round(r.totalMs, 0)),
+            requestWallMs: round(median(recs.map((r) => r.wallMs)), 0),
+          };
+        }),
+      },
+    };
+  } finally {
+    await w.dispose();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 
 /** The sections' markdown lines. */
-export function semaphoreMarkdown(iso, redis) {
+export function semaphoreMarkdown(iso, redis, durableObject) {
   const L = [];
   if (iso) {
     const u = iso.uncontended;
@@ -429,6 +542,21 @@ export function semaphoreMarkdown(iso, redis) {
     L.push("", `Hand-off = ${c.handOff}. Release = ${c.release}. Overtakes = pairs of callers whose fn started in the opposite order of their start (callers are started in index order in one tick). Requests counted on each library's connection; keel-lock's pub/sub connection is not counted.`);
     L.push("", "Commands per acquisition: " + c.rows.map((r) => `${r.impl}: ${Object.entries(r.commandsPerAcquisition).map(([k, v]) => `${k} ${v}`).join(", ")}`).join("; ") + ".");
     L.push("", "Settings: " + [...new Map([...redis.uncontended.flatMap((x) => x.rows), ...c.rows].map((r) => [r.impl, r.settings])).entries()].map(([k, v]) => `${k}: ${v}`).join("; ") + ".");
+  }
+  if (durableObject) {
+    const d = durableObject;
+    const u = d.uncontended;
+    const methods = (m) => Object.entries(m).map(([k, v]) => `${k} ${v}`).join(", ");
+    L.push("", `#### 7. Durable Object semaphore run(), limit ${d.limit} (${d.runtime})`, "");
+    L.push(`Uncontended: ${u.rounds} interleaved rounds × ${u.runsPerRound} sequential runs on one key, inside one request each.`, "");
+    L.push("| implementation | RPCs / run() | µs / run() | RPC µs / run() | keel semaphore time ÷ this |", "|---|---:|---:|---:|---:|");
+    for (const r of u.rows) L.push(`| ${r.impl} | ${r.rpcsPerRun} (${methods(r.rpcsPerRunByMethod)}) | ${r.usPerRun} | ${r.rpcUsPerRun} | ${r.keelTimeOverThis} |`);
+    const c = d.contended;
+    L.push("", `Contended: ${c.waiters} callers started together on one key of limit ${d.limit}, each holding its permit ${c.criticalSectionMs} ms, timeout ${c.timeoutMs} ms (${c.rounds} rounds after one warm-up round):`, "");
+    L.push("| implementation | acquired | timed out | RPCs / acquisition | hand-off p50 ms | hand-off p99 ms | time to drain (ms) | overtakes (per round) | more than the limit at once |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (const r of c.rows)
+      L.push(`| ${r.impl} | ${r.acquired} | ${r.failed} | ${r.requestsPerAcquisition} (${methods(r.requestsPerAcquisitionByMethod)}) | ${r.handOffP50ms} | ${r.handOffP99ms} | ${r.drainMs} | ${r.overtakes} (${r.overtakesPerRound.join(", ")}) | ${r.overlaps} |`);
+    L.push("", `Hand-off = ${c.handOff}. Requests: ${c.requests}. Overtakes = pairs of callers whose fn started in the opposite order of their start.`);
   }
   return L;
 }

@@ -4,13 +4,25 @@
 // is counted and timed here, in the Worker (client side, like the Redis bench's counted ioredis
 // client).
 // The wrapper forwards every RPC method the store calls, the waiting pair (acquireOrWait,
-// withdraw) included, so a waiting run() takes the object's hand-over path.
-import { lock, setLockStore, DurableObjectLockStore, LockDurableObject } from "keel-lock";
+// withdraw) included, so a waiting run() takes the object's hand-over path, and the shared pair
+// (acquireShared, acquireSharedOrWait) that semaphore() handles call.
+import { lock, semaphore, setLockStore, DurableObjectLockStore, LockDurableObject } from "keel-lock";
 import { contend, firstRun, rpcMeter, uncontended } from "./shared.js";
 
 export { LockDurableObject };
 
-const rpc = rpcMeter(["acquire", "acquireOrWait", "withdraw", "release", "extend", "isLocked", "remainingTime", "forceRelease"]);
+const rpc = rpcMeter([
+  "acquire",
+  "acquireOrWait",
+  "acquireShared",
+  "acquireSharedOrWait",
+  "withdraw",
+  "release",
+  "extend",
+  "isLocked",
+  "remainingTime",
+  "forceRelease",
+]);
 
 /** A namespace whose stubs count and time their RPC calls and forward them unchanged. */
 function countingNamespace(ns) {
@@ -33,6 +45,13 @@ const impl = {
   counts: rpc.counts,
   awaitingMs: rpc.awaitingMs,
 };
+
+/** semaphore(key, limit, 30000).run(fn): a fresh handle per run, as lock() above. */
+const semaphoreImpl = (limit) => ({
+  run: (key, fn, timeout) => semaphore(key, limit, 30_000).run(fn, timeout ? { timeout } : undefined).then(([ran]) => ran),
+  counts: rpc.counts,
+  awaitingMs: rpc.awaitingMs,
+});
 
 /**
  * keel-lock's LockDurableObject driven without keel-lock in the Worker: acquire RPC, fn, release
@@ -64,6 +83,8 @@ export default {
       if (url.pathname === "/contend") return Response.json(await contend(impl, body));
       if (url.pathname === "/first") return Response.json(await firstRun(impl, body));
       if (url.pathname === "/uncontended") return Response.json(await uncontended(impl, body));
+      if (url.pathname === "/semaphore-contend") return Response.json(await contend(semaphoreImpl(body.limit), body));
+      if (url.pathname === "/semaphore-uncontended") return Response.json(await uncontended(semaphoreImpl(body.limit), body));
       if (url.pathname === "/uncontended-plain-client") return Response.json(await uncontended(plainClient(env), body));
       return new Response("not found", { status: 404 });
     } catch (e) {

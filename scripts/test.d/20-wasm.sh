@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The wasm-bindgen tests of the Rust-level JS bindings (tests/wasm/bindings.rs: setLockStore, the
-# MemoryLockStore class, checkLockStore; the lock API is tested through the package, 30-package)
-# in three environments: Node (tests/wasm_node.rs), headless Chromium and headless Firefox (tests/wasm_browser.rs).
+# MemoryLockStore class and its acquireShared, a JS store's acquireShared, checkLockStore; the
+# lock API is tested through the package, 30-package) in three environments: Node
+# (tests/wasm_node.rs), headless Chromium and headless Firefox (tests/wasm_browser.rs).
 #
 # Browser runs silently skip tests that are not configured for them, and a stray filter makes
 # any run pass with 0 tests, so after each run the count of tests that actually passed is

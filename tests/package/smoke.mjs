@@ -1,8 +1,26 @@
 // The API's essentials, run in each runtime the package supports (Deno, Bun, a Vite bundle in
 // Chromium), and the conformance kit (`testing`, keel-lock/testing) against a store made by
 // `keel`. Throws on the first thing that is wrong; answers a summary otherwise.
+
+// What smoke() answers when every check holds; its `shared` part is what semaphore(),
+// readLock() and writeLock() did on the memory store.
+export const SMOKE = {
+  ok: true, winners: 1, maxInside: 1, done: 10, conformance: true,
+  shared: {
+    semaphorePeak: 3,
+    weightedPeak: 4,
+    readers: true,
+    writerWhileRead: false,
+    writer: true,
+    readerWhileWritten: false,
+    mismatch: { name: "LimitMismatchError", key: "mismatch", heldLimit: 3, limit: 4 },
+    restored: { limit: 3, fence: true, takenWhileRestored: false, releasedByRestored: true, freeAfter: true },
+  },
+};
+
 export async function smoke(keel, testing) {
   const { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError } = keel;
+  const { semaphore, readLock, writeLock, LimitMismatchError } = keel;
   const check = (ok, what) => {
     if (!ok) throw new Error(`smoke check failed: ${what}`);
   };
@@ -46,6 +64,8 @@ export async function smoke(keel, testing) {
   try { lock(""); } catch (e) { typeError = e; }
   check(typeError instanceof RangeError, "empty key is a RangeError");
 
+  const shared = await sharedHolds();
+
   const tokens = new Set();
   setLockStore({
     acquire: (k, owner) => { tokens.add(owner); return true; },
@@ -53,5 +73,55 @@ export async function smoke(keel, testing) {
   });
   for (let i = 0; i < 50; i++) await lock(`t${i}`).run(() => {});
   check(tokens.size === 50 && [...tokens].every((t) => /^[0-9a-f]{32}$/.test(t)), "fresh 128-bit tokens");
-  return { ok: true, winners, maxInside, done, conformance: true };
+  return { ok: true, winners, maxInside, done, conformance: true, shared };
+
+  // Semaphores and read-write locks on the memory store set above: answers what was seen.
+  async function sharedHolds() {
+    // Concurrent callers: at most `limit` permits in use at once, and all of them used.
+    const peakInside = async (handles, permitsOf) => {
+      let weight = 0, peak = 0, ran = 0;
+      await Promise.all(handles.map((h, i) => h.run(async () => {
+        weight += permitsOf(i); peak = Math.max(peak, weight); await sleep(5); weight -= permitsOf(i); ran++;
+      }, { timeout: 10_000, retryDelay: 2, permits: permitsOf(i) })));
+      check(ran === handles.length, `every semaphore caller ran (${ran} of ${handles.length})`);
+      return peak;
+    };
+    const semaphorePeak = await peakInside(Array.from({ length: 12 }, () => semaphore("sem", 3)), () => 1);
+    const weightedPeak = await peakInside(Array.from({ length: 9 }, () => semaphore("weighted", 4)), (i) => 1 + (i % 3));
+
+    const [r1, r2, w] = [readLock("doc"), readLock("doc"), writeLock("doc")];
+    const readers = (await r1.acquire()) && (await r2.acquire());
+    const writerWhileRead = await w.acquire();
+    await r1.release();
+    await r2.release();
+    const writer = await w.acquire();
+    const readerWhileWritten = await readLock("doc").acquire();
+    await w.release();
+
+    const three = semaphore("mismatch", 3);
+    await three.acquire();
+    const mismatch = await semaphore("mismatch", 4).acquire({ timeout: 100 }).then(() => null, (e) => e);
+    check(mismatch instanceof LimitMismatchError && mismatch instanceof Error, `a different limit rejects with LimitMismatchError (${mismatch})`);
+    await three.release();
+
+    const held = semaphore("restore", 3, 60_000);
+    await held.acquire({ permits: 2 });
+    const restored = restoreLock(held.serialize());
+    const sameFence = restored.fence === held.fence;
+    await restored.extend(90_000);
+    const takenWhileRestored = await semaphore("restore", 3).acquire({ permits: 2 });
+    const releasedByRestored = await restored.release();
+    const freeAfter = await semaphore("restore", 3).acquire({ permits: 3 });
+
+    return {
+      semaphorePeak,
+      weightedPeak,
+      readers,
+      writerWhileRead,
+      writer,
+      readerWhileWritten,
+      mismatch: { name: mismatch.name, key: mismatch.key, heldLimit: mismatch.heldLimit, limit: mismatch.limit },
+      restored: { limit: restored.limit, fence: sameFence, takenWhileRestored, releasedByRestored, freeAfter },
+    };
+  }
 }

@@ -1,5 +1,6 @@
 //! The Rust-level JS bindings (`keel_lock::js`) that Rust code can call: `setLockStore` /
-//! `getLockStore` and the checks behind them, the `MemoryLockStore` class, and `checkLockStore`,
+//! `getLockStore` and the checks behind them, the `MemoryLockStore` class (its `acquireShared`
+//! too), a JS store's `acquireShared` as the seam calls and judges it, and `checkLockStore`,
 //! called with JS values the way JS calls them. Shared by `tests/wasm_node.rs` (Node) and
 //! `tests/wasm_browser.rs` (headless Chromium and Firefox). The lock API itself (`lock()`, the
 //! JS `Lock` class over the numeric exports) is tested through the npm package, in Node and in
@@ -607,4 +608,293 @@ fn broken_release_store() -> JsValue {
         Ok(Promise::resolve(&JsValue::from(freed)).into())
     });
     with_method(&store, "release", careless)
+}
+
+// =============================================================================================
+// Shared holds: the memory store's acquireShared and a JS store's
+// =============================================================================================
+
+/// `MemoryLockStore.prototype.acquireShared(key, owner, ttlMs, weight, limit)` as `api.js`
+/// defines it: `__kMemoryCall` with the operation's number and the share's two numbers.
+fn acquire_shared(
+    m: &JsMemoryLockStore,
+    k: &str,
+    owner: &str,
+    ttl: f64,
+    weight: JsValue,
+    limit: JsValue,
+) -> JsResult {
+    memory_call(
+        m,
+        OP_ACQUIRE_SHARED,
+        s(k),
+        s(owner),
+        num(ttl),
+        weight,
+        limit,
+    )
+}
+
+/// `protocol.rs`'s number for `acquireShared` (`OP_ACQUIRE_SHARED`).
+const OP_ACQUIRE_SHARED: u32 = 6;
+
+#[wasm_bindgen_test]
+fn memory_store_acquire_shared_keeps_the_limit_weights_and_fences() {
+    let m = JsMemoryLockStore::new();
+    let k = fresh_key("shared");
+    let take = |owner: &str, weight: f64, limit: f64| {
+        fulfilled_sync(
+            acquire_shared(&m, &k, owner, 10_000.0, num(weight), num(limit)),
+            &format!("acquireShared({owner}, {weight} of {limit})"),
+        )
+    };
+    let fence = |grant: &JsValue| -> f64 {
+        get(grant, "fence")
+            .as_f64()
+            .unwrap_or_else(|| panic!("a grant is {{ fence }}, got {grant:?}"))
+    };
+
+    let a = take("owner-a", 2.0, 3.0);
+    let fa = fence(&a);
+    assert_eq!(take("owner-b", 2.0, 3.0), JsValue::FALSE, "2 + 2 > 3");
+    let b = take("owner-b", 1.0, 3.0);
+    assert!(fence(&b) > fa, "every grant a higher fence");
+    assert_eq!(
+        take("owner-c", 1.0, 3.0),
+        JsValue::FALSE,
+        "all 3 permits held"
+    );
+
+    // A plain acquire waits for every permit.
+    let plain = memory_call(&m, 0, s(&k), s("owner-x"), num(10_000.0), undef(), undef());
+    assert_eq!(
+        fulfilled_sync(plain, "acquire beside permits"),
+        JsValue::FALSE
+    );
+    let locked = memory_call(&m, 3, s(&k), undef(), undef(), undef(), undef());
+    assert_eq!(fulfilled_sync(locked, "isLocked"), JsValue::TRUE);
+
+    // Another limit answers the held one as a number (JS makes it { heldLimit }).
+    assert_eq!(
+        take("owner-d", 1.0, 4.0).as_f64(),
+        Some(3.0),
+        "limit mismatch"
+    );
+    assert_eq!(
+        take("owner-d", 1.0, 4_294_967_295.0).as_f64(),
+        Some(3.0),
+        "a read lock's limit on a semaphore's key"
+    );
+
+    // Each owner releases its own hold only; its weight comes free.
+    let release = |owner: &str| {
+        fulfilled_sync(
+            memory_call(&m, 1, s(&k), s(owner), undef(), undef(), undef()),
+            "release",
+        )
+    };
+    assert_eq!(release("owner-c"), JsValue::FALSE, "a stranger's release");
+    assert_eq!(release("owner-a"), JsValue::TRUE);
+    let c = take("owner-c", 2.0, 3.0);
+    assert!(fence(&c) > fence(&b));
+    assert_eq!(release("owner-b"), JsValue::TRUE);
+    assert_eq!(release("owner-c"), JsValue::TRUE);
+    // Free again: any limit goes.
+    let d = take("owner-d", 4.0, 4.0);
+    assert!(fence(&d) > fence(&c));
+}
+
+#[wasm_bindgen_test]
+fn memory_store_acquire_shared_refuses_bad_terms_with_clear_errors() {
+    let m = JsMemoryLockStore::new();
+    let k = fresh_key("shared-bad");
+    let call = |weight: JsValue, limit: JsValue| {
+        acquire_shared(&m, &k, "owner-1", 10_000.0, weight, limit)
+    };
+    for (what, weight, limit) in [
+        ("weight undefined", undef(), num(3.0)),
+        ("weight \"1\"", s("1"), num(3.0)),
+        ("weight null", JsValue::NULL, num(3.0)),
+        ("limit undefined", num(1.0), undef()),
+        ("limit \"3\"", num(1.0), s("3")),
+        ("limit {}", num(1.0), Object::new().into()),
+        ("limit true", num(1.0), JsValue::TRUE),
+    ] {
+        let e = failed_sync(call(weight, limit), what);
+        assert_type_error(&e, &format!("acquireShared with {what}"));
+    }
+    for (what, weight, limit) in [
+        ("limit 0", 1.0, 0.0),
+        ("limit -1", 1.0, -1.0),
+        ("limit 1.5", 1.0, 1.5),
+        ("limit NaN", 1.0, f64::NAN),
+        ("limit Infinity", 1.0, f64::INFINITY),
+        ("limit 2^32", 1.0, 4_294_967_296.0),
+        ("weight 0", 0.0, 3.0),
+        ("weight -1", -1.0, 3.0),
+        ("weight 1.5", 1.5, 3.0),
+        ("weight NaN", f64::NAN, 3.0),
+        ("weight above the limit", 4.0, 3.0),
+    ] {
+        let e = failed_sync(call(num(weight), num(limit)), what);
+        assert_range_error(&e, &format!("acquireShared with {what}"));
+    }
+    // The key and owner are checked as acquire checks them.
+    let e = failed_sync(
+        memory_call(
+            &m,
+            OP_ACQUIRE_SHARED,
+            s(""),
+            s("o"),
+            num(100.0),
+            num(1.0),
+            num(2.0),
+        ),
+        "empty key",
+    );
+    assert_range_error(&e, "acquireShared(\"\", …)");
+    let e = failed_sync(
+        memory_call(
+            &m,
+            OP_ACQUIRE_SHARED,
+            s(&k),
+            num(1.0),
+            num(100.0),
+            num(1.0),
+            num(2.0),
+        ),
+        "owner 1",
+    );
+    assert_type_error(&e, "acquireShared(key, 1, …)");
+    let e = failed_sync(
+        memory_call(
+            &m,
+            OP_ACQUIRE_SHARED,
+            s(&k),
+            s("o"),
+            undef(),
+            num(1.0),
+            num(2.0),
+        ),
+        "no ttl",
+    );
+    assert_type_error(&e, "acquireShared(key, owner, undefined, …)");
+    // An operation number that names none is a TypeError, not a trap.
+    let e = failed_sync(
+        memory_call(&m, 99, s(&k), s("o"), num(100.0), num(1.0), num(2.0)),
+        "op 99",
+    );
+    assert_type_error(&e, "__kMemoryCall(store, 99, …)");
+
+    // Nothing was taken, and the store still works.
+    let grant = fulfilled_sync(call(num(3.0), num(3.0)), "acquireShared after the errors");
+    assert!(get(&grant, "fence").as_f64().is_some(), "{grant:?}");
+}
+
+/// A JS store with `acquireShared(key, owner, ttlMs, weight, limit)` answering `answer()` and
+/// recording the arguments it got.
+fn shared_js_store(answer: impl Fn() -> JsValue + 'static) -> (JsValue, Rc<RefCell<Vec<Array>>>) {
+    let (store, _) = js_store(Answer::Plain);
+    let calls = Rc::new(RefCell::new(Vec::new()));
+    let seen = calls.clone();
+    let method: Function =
+        Closure::<dyn Fn(JsValue, JsValue, JsValue, JsValue, JsValue) -> JsResult>::new(
+            move |k, o, t, w, l| {
+                seen.borrow_mut().push(Array::of5(&k, &o, &t, &w, &l));
+                Ok(answer())
+            },
+        )
+        .into_js_value()
+        .unchecked_into();
+    (with_method(&store, "acquireShared", method), calls)
+}
+
+#[wasm_bindgen_test]
+async fn a_js_store_acquire_shared_is_called_with_the_share_and_its_answers_judged() {
+    use keel_lock::js::JsLockStore;
+    use keel_lock::{Key, LockStore, OwnerToken, Share, SharedGrant, Ttl};
+
+    let key = Key::new(fresh_key("js-shared")).unwrap();
+    let owner = OwnerToken::mint().unwrap();
+    let ttl = Ttl::from_ms(5_000).unwrap();
+    let share = Share::new(2, 5).unwrap();
+    let ask = |answer: JsValue| {
+        let (object, calls) = shared_js_store(move || answer.clone());
+        let store = JsLockStore::new(object).expect("a store with acquireShared");
+        (store, calls)
+    };
+
+    // The call carries the key, the owner, the TTL, the weight and the limit, as JS values.
+    let (store, calls) = ask(object(&[("fence", num(7.0))]));
+    let answer = store.acquire_shared(&key, &owner, ttl, share).await;
+    match answer {
+        Ok(SharedGrant::Granted(grant)) => {
+            assert_eq!(grant.fence().map(|f| f.get()), Some(7), "{grant:?}")
+        }
+        other => panic!("{{ fence: 7 }} is a grant, got {other:?}"),
+    }
+    let args = calls.borrow()[0].clone();
+    assert_eq!(args.get(0).as_string().as_deref(), Some(key.as_str()));
+    assert_eq!(args.get(1).as_string().as_deref(), Some(owner.as_str()));
+    assert_eq!(args.get(2).as_f64(), Some(5_000.0));
+    assert_eq!(args.get(3).as_f64(), Some(2.0), "weight");
+    assert_eq!(args.get(4).as_f64(), Some(5.0), "limit");
+
+    let (store, _) = ask(JsValue::FALSE);
+    assert!(matches!(
+        store.acquire_shared(&key, &owner, ttl, share).await,
+        Ok(SharedGrant::Busy)
+    ));
+    let (store, _) = ask(object(&[("heldLimit", num(3.0))]));
+    assert!(matches!(
+        store.acquire_shared(&key, &owner, ttl, share).await,
+        Ok(SharedGrant::LimitMismatch { held: 3 })
+    ));
+
+    // Answers outside the seam's rules are TypeErrors naming the method, not traps.
+    for (what, bad) in [
+        (
+            "{ heldLimit: \"three\" }",
+            object(&[("heldLimit", s("three"))]),
+        ),
+        ("{ heldLimit: 0 }", object(&[("heldLimit", num(0.0))])),
+        ("{ heldLimit: 1.5 }", object(&[("heldLimit", num(1.5))])),
+        ("{ fence: -1 }", object(&[("fence", num(-1.0))])),
+        ("\"yes\"", s("yes")),
+        ("undefined", undef()),
+    ] {
+        let (store, _) = ask(bad);
+        let e = match store.acquire_shared(&key, &owner, ttl, share).await {
+            Err(e) => e,
+            Ok(other) => panic!("acquireShared answering {what}: expected an error, got {other:?}"),
+        };
+        assert_type_error(&e, &format!("acquireShared answering {what}"));
+        assert!(
+            message(&e).contains("acquireShared"),
+            "the TypeError must name acquireShared: {}",
+            message(&e)
+        );
+    }
+
+    // A store without acquireShared is not one that keeps shared holds; one whose
+    // acquireShared is not a function is refused when it is set.
+    let (plain, _) = js_store(Answer::Plain);
+    let store = JsLockStore::new(plain.clone()).unwrap();
+    assert!(matches!(
+        store.acquire_shared(&key, &owner, ttl, share).await,
+        Ok(SharedGrant::Unsupported)
+    ));
+    let e = failed_sync(
+        set_lock_store(with_method_value(&plain, "acquireShared", &JsValue::TRUE)),
+        "acquireShared: true",
+    );
+    assert_type_error(&e, "setLockStore(store with acquireShared: true)");
+    assert!(message(&e).contains("acquireShared"), "{}", message(&e));
+}
+
+/// A copy of `store` with `name` set to `value` (a method or not).
+fn with_method_value(store: &JsValue, name: &str, value: &JsValue) -> JsValue {
+    let copy: JsValue = Object::assign(&Object::new(), store.unchecked_ref()).into();
+    set(&copy, name, value);
+    copy
 }

@@ -4,6 +4,7 @@
 //! ```text
 //! POST /charge          {"mode": "immediate"}  try once; answers {"charged": true|false, …}
 //! POST /charge          {"mode": "wait"}       wait for the lock, then charge
+//! POST /shared          {"kind": "semaphore", "limit": 3}   a shared hold instead of the lock
 //! GET  /ledger?run=ID   charges booked in that run, and the most ever inside at once
 //! ```
 //!
@@ -15,8 +16,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::time::Duration;
 
+use keel_lock::lock::RunError;
 use keel_lock::worker::DurableObjectLockStore;
-use keel_lock::{AcquireOptions, KeepAlive};
+use keel_lock::{AcquireOptions, Holding, KeepAlive, Share};
 use serde::{Deserialize, Serialize};
 use worker::{
     durable_object, event, Context, Date, Delay, DurableObject, Env, Method, Request, RequestInit,
@@ -128,6 +130,105 @@ async fn charge(env: &Env, order: Order) -> Result<Outcome> {
     })
 }
 
+/// How `POST /shared` holds its key.
+#[derive(Deserialize, Clone, Copy, PartialEq)]
+#[serde(rename_all = "lowercase")]
+enum Kind {
+    /// `permits` of a semaphore of `limit`.
+    Semaphore,
+    /// A read lock: shared with other readers.
+    Read,
+    /// A write lock: the key alone (a plain lock).
+    Write,
+}
+
+/// The body of `POST /shared`: one shared or exclusive hold, booked in the ledger with its
+/// weight (`permits`; a read lock 1; a write lock `writer_weight`) while it is held, so the
+/// ledger's `maxInside` is the most weight ever held at once.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SharedOrder {
+    run: String,
+    key: String,
+    kind: Kind,
+    #[serde(default = "one")]
+    limit: u32,
+    #[serde(default = "one")]
+    permits: u32,
+    /// Wait up to this long for the hold (0: try once).
+    #[serde(default)]
+    timeout_ms: u64,
+    /// How long to stay inside once in.
+    #[serde(default)]
+    hold_ms: u64,
+    /// The weight a writer books: more than the readers' together, so an overlap shows.
+    #[serde(default = "writer_weight")]
+    writer_weight: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn writer_weight() -> u32 {
+    1_000
+}
+
+/// `{ ran, fence }`, or `{ heldLimit, limit }` for a limit mismatch.
+#[derive(Serialize)]
+#[serde(untagged, rename_all_fields = "camelCase")]
+enum SharedOutcome {
+    /// Held (or not, when the key was busy and there was no wait left).
+    Ran { ran: bool, fence: Option<u64> },
+    /// The key's live holds are a semaphore of another limit.
+    LimitMismatch { held_limit: u32, limit: u32 },
+}
+
+async fn shared(env: &Env, order: SharedOrder) -> Result<SharedOutcome> {
+    let ledger = Ledger::open(env, &order.run)?;
+    let (holding, weight) = match order.kind {
+        Kind::Semaphore => (
+            Holding::Shared(Share::new(order.permits, order.limit)?),
+            order.permits,
+        ),
+        Kind::Read => (Holding::Shared(Share::READ), 1),
+        Kind::Write => (Holding::Exclusive, order.writer_weight),
+    };
+    let lock = DurableObjectLockStore::from_env(env, "LOCKS")?
+        .lock(order.key, LOCK_TTL_MS)?
+        .holding(holding);
+    let options = match order.timeout_ms {
+        0 => AcquireOptions::immediately(),
+        timeout_ms => AcquireOptions {
+            timeout_ms,
+            retry_delay_ms: 5,
+        },
+    };
+    let ledger = &ledger;
+    let held = lock
+        .try_run(options, |held| async move {
+            // Holders of one semaphore enter in any order, so no fence goes to the ledger.
+            ledger.enter_weighted(weight).await?;
+            Delay::from(Duration::from_millis(order.hold_ms)).await;
+            ledger.exit_weighted(weight).await?;
+            Ok::<_, worker::Error>(held.fence.map(|f| f.get()))
+        })
+        .await;
+    match held {
+        Ok(fence) => Ok(SharedOutcome::Ran {
+            ran: fence.is_some(),
+            fence: fence.flatten(),
+        }),
+        Err(RunError::Lock(keel_lock::Error::LimitMismatch { held, asked, .. })) => {
+            Ok(SharedOutcome::LimitMismatch {
+                held_limit: held,
+                limit: asked,
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// A hold that waits to be told it is lost: by its TTL passing (no keep-alive), or by an
 /// operator's force-release noticed at the next keep-alive extend.
 #[derive(Deserialize)]
@@ -209,6 +310,13 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
                 Err(e) => Response::error(e.to_string(), 500),
             }
         }
+        (Method::Post, "/shared") => {
+            let order: SharedOrder = serde_json::from_str(&req.text().await?)?;
+            match shared(&env, order).await {
+                Ok(outcome) => Response::from_json(&outcome),
+                Err(e) => Response::error(e.to_string(), 500),
+            }
+        }
         (Method::Get, "/ledger") => {
             let run = query(&req.url()?, "run").unwrap_or_else(|| "curl".into());
             Response::from_json(&Ledger::open(&env, &run)?.book("stats").await?)
@@ -246,13 +354,16 @@ impl DurableObject for Ledger {
         }
     }
 
-    /// `POST https://ledger/{enter|exit|refuse|stats}?run=ID[&fence=N]`, answering the run's
-    /// bookings.
+    /// `POST https://ledger/{enter|exit|refuse|stats}?run=ID[&fence=N][&weight=N]`, answering the
+    /// run's bookings. `weight` (default 1) is how much an enter or exit counts inside.
     async fn fetch(&self, req: Request) -> Result<Response> {
         let url = req.url()?;
         let run = query(&url, "run").unwrap_or_default();
         let mut runs = self.runs.borrow_mut();
         let r = runs.entry(run).or_default();
+        let weight = query(&url, "weight")
+            .and_then(|w| w.parse::<u32>().ok())
+            .unwrap_or(1);
         match url.path() {
             "/enter" => {
                 let fence = query(&url, "fence").and_then(|f| f.parse::<u64>().ok());
@@ -263,11 +374,11 @@ impl DurableObject for Ledger {
                     }
                 }
                 r.charges += 1;
-                r.inside += 1;
+                r.inside += weight;
                 r.max_inside = r.max_inside.max(r.inside);
                 r.fences.extend(fence);
             }
-            "/exit" => r.inside = r.inside.saturating_sub(1),
+            "/exit" => r.inside = r.inside.saturating_sub(weight),
             "/refuse" => r.refused += 1,
             "/stats" => {}
             _ => return Response::error("no such ledger operation", 404),
@@ -297,19 +408,31 @@ impl Ledger {
 
 impl LedgerRun {
     async fn enter(&self, fence: Option<u64>) -> Result<Run> {
-        self.call("enter", fence).await
+        self.call("enter", fence, 1).await
+    }
+
+    async fn enter_weighted(&self, weight: u32) -> Result<Run> {
+        self.call("enter", None, weight).await
+    }
+
+    async fn exit_weighted(&self, weight: u32) -> Result<Run> {
+        self.call("exit", None, weight).await
     }
 
     async fn book(&self, what: &str) -> Result<Run> {
-        self.call(what, None).await
+        self.call(what, None, 1).await
     }
 
-    async fn call(&self, what: &str, fence: Option<u64>) -> Result<Run> {
+    async fn call(&self, what: &str, fence: Option<u64>, weight: u32) -> Result<Run> {
         let mut url = Url::parse("https://ledger/")?.join(what)?;
         url.query_pairs_mut().append_pair("run", &self.run);
         if let Some(fence) = fence {
             url.query_pairs_mut()
                 .append_pair("fence", &fence.to_string());
+        }
+        if weight != 1 {
+            url.query_pairs_mut()
+                .append_pair("weight", &weight.to_string());
         }
         let req =
             Request::new_with_init(url.as_str(), RequestInit::new().with_method(Method::Post))?;

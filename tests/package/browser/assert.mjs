@@ -24,7 +24,10 @@ function deepEqualValues(a, b) {
   return ka.length === kb.length && ka.every((k) => Object.hasOwn(b, k) && deepEqualValues(a[k], b[k]));
 }
 
-/** Whether `error` satisfies `expected`: a class, a RegExp (of its message), or a predicate. */
+/**
+ * Whether `error` satisfies `expected`: a class, a RegExp (of its message), a predicate, or an
+ * object whose every property the error has (a RegExp property matching a string one).
+ */
 function matches(error, expected) {
   if (expected === undefined) return true;
   if (expected instanceof RegExp) return expected.test(error?.message ?? String(error));
@@ -33,6 +36,13 @@ function matches(error, expected) {
       return error instanceof expected;
     }
     return expected(error) === true;
+  }
+  if (typeof expected === "object" && expected !== null) {
+    return Object.keys(expected).every((k) => {
+      const want = expected[k];
+      const got = error?.[k];
+      return want instanceof RegExp && typeof got === "string" ? want.test(got) : deepEqualValues(got, want);
+    });
   }
   throw new AssertionError(`unsupported expectation ${show(expected)}`);
 }

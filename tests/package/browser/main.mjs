@@ -3,6 +3,7 @@
 // browser: the results land in `window.__keelResults`.
 import { run } from "./node-test.mjs";
 import "../suite.test.mjs";
+import "../shared.test.mjs";
 import "../operations.test.mjs";
 import "../handing-over.test.mjs";
 import "../abort.test.mjs";

@@ -8,9 +8,9 @@ const N = 40;
 const w = await start({ lockHost: "rust" });
 const rustOnly = ["rust", "rust-b"];
 
-describe("Rust Worker, two isolates", { concurrency: false, timeout: 180_000 }, () => {
-  after(() => w.dispose());
+after(() => w.dispose());
 
+describe("Rust Worker, two isolates", { concurrency: false, timeout: 180_000 }, () => {
   it(`${N} concurrent charges without waiting: exactly one charges`, async () => {
     const { charged, results, ledger } = await race(w, rustOnly, { mode: "immediate", n: N });
     assert.equal(charged.length, 1, `${charged.length} requests charged`);
@@ -64,5 +64,87 @@ describe("Rust Worker, two isolates", { concurrency: false, timeout: 180_000 }, 
     const long = await w.request("rust-b", "/charge", { key: "k".repeat(600) });
     assert.equal(long.status, 500);
     assert.match(String(long.body), /600 bytes of UTF-8; the limit is 512/);
+  });
+});
+
+describe("Rust Worker, shared holds through the Rust API", { concurrency: false, timeout: 180_000 }, () => {
+  const shared = (name, body) => w.call(name, "/shared", body);
+  const ledger = (run) => w.call("rust", `/ledger?run=${encodeURIComponent(run)}`);
+  const fresh = (what) => ({ run: `${what}:${crypto.randomUUID()}`, key: `${what}:${crypto.randomUUID()}` });
+
+  it("24 concurrent semaphore requests on a limit of 3, from two isolates: never more than 3 inside", async () => {
+    const { run, key } = fresh("sem");
+    const results = await Promise.all(
+      Array.from({ length: 24 }, (_, i) =>
+        shared(rustOnly[i % 2], { run, key, kind: "semaphore", limit: 3, timeoutMs: 60_000, holdMs: 20 }),
+      ),
+    );
+    assert.ok(results.every((r) => r.ran === true), JSON.stringify(results));
+    const fences = results.map((r) => r.fence);
+    assert.equal(new Set(fences).size, fences.length, `every grant its own fence: ${fences}`);
+    const l = await ledger(run);
+    assert.equal(l.charges, 24);
+    assert.equal(l.maxInside, 3, `up to ${l.maxInside} inside at once on a limit of 3`);
+    assert.equal(l.inside, 0);
+  });
+
+  it("weighted permits: 12 requests of 1 or 2 permits on a limit of 4 stay within it", async () => {
+    const { run, key } = fresh("weighted");
+    const results = await Promise.all(
+      Array.from({ length: 12 }, (_, i) =>
+        shared(rustOnly[i % 2], { run, key, kind: "semaphore", limit: 4, permits: 1 + (i % 2), timeoutMs: 60_000, holdMs: 20 }),
+      ),
+    );
+    assert.ok(results.every((r) => r.ran === true), JSON.stringify(results));
+    const l = await ledger(run);
+    assert.ok(l.maxInside <= 4 && l.maxInside >= 3, `up to ${l.maxInside} permits inside at once on a limit of 4`);
+    assert.equal(l.inside, 0);
+  });
+
+  it("another limit on a held key is Error::LimitMismatch, never granted", async () => {
+    const { run, key } = fresh("mismatch");
+    const holder = shared("rust", { run, key, kind: "semaphore", limit: 3, holdMs: 1_500 });
+    while ((await ledger(run)).inside === 0) await new Promise((r) => setTimeout(r, 20));
+    const other = await shared("rust-b", { run, key, kind: "semaphore", limit: 4, timeoutMs: 200 });
+    assert.deepEqual(other, { heldLimit: 3, limit: 4 });
+    const reader = await shared("rust-b", { run, key, kind: "read" });
+    assert.deepEqual(reader, { heldLimit: 3, limit: 2 ** 32 - 1 }, "a read lock is a semaphore of 2^32 - 1");
+    assert.equal((await holder).ran, true);
+    const after = await shared("rust-b", { run, key, kind: "semaphore", limit: 4 });
+    assert.equal(after.ran, true, "another limit is fine once the key is free");
+    assert.equal((await ledger(run)).maxInside, 1);
+  });
+
+  it("readers share the key; a writer waits for every reader and excludes them", async () => {
+    const { run, key } = fresh("rw");
+    const reader = shared("rust", { run, key, kind: "read", holdMs: 1_500 });
+    while ((await ledger(run)).inside === 0) await new Promise((r) => setTimeout(r, 20));
+    assert.equal((await shared("rust-b", { run, key, kind: "write" })).ran, false, "a writer beside a reader");
+    assert.equal((await shared("rust-b", { run, key, kind: "read" })).ran, true, "a second reader beside the first");
+    assert.equal((await reader).ran, true);
+
+    // Readers and writers at once from two isolates: a writer books 1000, a reader 1, so any
+    // overlap with a writer shows as more than 1000 inside.
+    const mixed = fresh("rw-mixed");
+    const results = await Promise.all(
+      Array.from({ length: 20 }, (_, i) =>
+        shared(rustOnly[i % 2], { ...mixed, kind: i % 5 === 0 ? "write" : "read", timeoutMs: 60_000, holdMs: 15 }),
+      ),
+    );
+    assert.ok(results.every((r) => r.ran === true), JSON.stringify(results));
+    const l = await ledger(mixed.run);
+    assert.equal(l.charges, 20);
+    assert.equal(l.maxInside, 1_000, `up to ${l.maxInside} inside: a writer overlapped someone`);
+    assert.equal(l.inside, 0);
+  });
+
+  it("bad shared terms reach the handler as a worker::Error with keel-lock's message", async () => {
+    const { run, key } = fresh("bad");
+    const zero = await w.request("rust", "/shared", { run, key, kind: "semaphore", limit: 0 });
+    assert.equal(zero.status, 500);
+    assert.match(String(zero.body), /a semaphore limit must be a whole number between 1 and 4294967295, got 0/);
+    const over = await w.request("rust-b", "/shared", { run, key, kind: "semaphore", limit: 2, permits: 3 });
+    assert.equal(over.status, 500);
+    assert.match(String(over.body), /permits must be a whole number between 1 and the limit, 2, got 3/);
   });
 });
