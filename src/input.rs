@@ -127,6 +127,11 @@ pub enum InputError {
         /// The semaphore's limit.
         limit: u32,
     },
+    /// A set of keys for a multi-key lock that is empty, too large or repeats a key.
+    InvalidKeySet {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
     /// A serialized lock from a format version this build does not read.
     UnsupportedSerializedVersion {
         /// The version found in the string.
@@ -193,6 +198,9 @@ impl InputError {
                 &ShowNumber(*value).text(),
             ]
             .concat(),
+            InputError::InvalidKeySet { reason } => {
+                ["a multi-key lock needs 1 to 64 distinct keys: ", reason].concat()
+            }
             InputError::UnsupportedSerializedVersion { found, supported } => [
                 "serialized lock has format version ",
                 found,

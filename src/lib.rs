@@ -184,7 +184,7 @@ pub use error::{Error, HoldOperation, InputError, Operation, RandomError};
 pub use grant::{Fence, Grant, MAX_FENCE};
 pub use holding::{HoldState, KeepAlive, LossReason, RunContext, Watch, WatchStep};
 pub use input::{AcquireOptions, Key, Ttl};
-pub use lock::Lock;
+pub use lock::{Lock, MultiLock};
 pub use memory::MemoryLockStore;
 pub use runtime::Runtime;
 pub use serialized::SerializedLock;

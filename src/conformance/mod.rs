@@ -24,6 +24,7 @@ use crate::runtime::Runtime;
 use crate::store::LockStore;
 use crate::token::OwnerToken;
 
+mod multi;
 mod shared;
 
 /// Knobs for a conformance run.
@@ -647,6 +648,8 @@ properties! {
     a_second_limit_is_refused: "A permit under another limit than the live permits' is refused as a limit mismatch naming the held limit, never granted.",
     shared_fences_increase: "Every permit's fence is higher than the one before, and a lock after the permits higher still.",
     nobody_passes_a_queued_waiter: "A permit that would fit is refused while a waiter asking for more is queued first; a release hands the waiter its permits (stores that queue shared holds).",
+    several_keys_all_or_nothing: "A multi-key lock refused for one held key leaves none of its others held; granted, it holds them all; released, none.",
+    opposite_order_sets_complete: "Multi-key locks over overlapping sets, given in opposite orders and run at once, all complete: no deadlock.",
     fences_increase: "Each grant's fence is higher than every earlier one for its key, across release, expiry and competing acquirers (not applicable to a store without fences).",
 }
 

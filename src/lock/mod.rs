@@ -22,8 +22,10 @@ use crate::share::{Holding, SharedGrant};
 use crate::store::{ForceRelease, LockStore};
 use crate::token::OwnerToken;
 
+mod multi;
 mod run;
 mod tracking;
+pub use multi::{MultiLock, MAX_KEYS};
 pub use run::RunError;
 pub(crate) use tracking::TrackedHold;
 

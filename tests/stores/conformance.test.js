@@ -28,7 +28,7 @@ import { startD1, startPostgres, startRedis, startUpstashFixture } from "./lib/s
 // round trips a property makes while holding it, so give it room. In-process stores use the
 // kit's defaults.
 const REMOTE = { shortTtlMs: 800, settleMs: 200 };
-const PROPERTY_COUNT = 19;
+const PROPERTY_COUNT = 21;
 // The shared-hold properties: none apply to a store without acquireShared; the queue's one needs
 // acquireSharedOrWait.
 const SHARED = [

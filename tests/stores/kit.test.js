@@ -34,6 +34,8 @@ const PROPERTIES = [
   "a_second_limit_is_refused",
   "shared_fences_increase",
   "nobody_passes_a_queued_waiter",
+  "several_keys_all_or_nothing",
+  "opposite_order_sets_complete",
   "fences_increase",
 ];
 // The ones a store without shared holds (no acquireShared) answers as not applicable.

@@ -1,0 +1,321 @@
+//! Several keys held as one: a [`MultiLock`] takes every key of its set in one canonical order
+//! (the keys sorted), so callers taking overlapping sets never wait on each other in a cycle, and
+//! it holds all of them or none. It is made of one [`Lock`] per key over any store's single-key
+//! operations: no store needs a multi-key method.
+
+use super::*;
+use crate::input::InputError;
+
+/// The most keys one [`MultiLock`] takes.
+pub const MAX_KEYS: usize = 64;
+
+/// A lock over several keys at once: all held or none, on any store.
+///
+/// Acquiring takes the keys one at a time in sorted order, each within what is left of the
+/// timeout; a key refused, timed out or aborted frees every key taken so far before the call
+/// answers. Because everyone takes keys in the same order, two callers with overlapping sets
+/// never deadlock: the one holding the lower shared key finishes first. Each key keeps its own
+/// fence ([`MultiLock::fences`]); there is no fence for the set as a whole, since a resource is
+/// protected by the fence of the key that guards it. Losing any key is losing the lock.
+///
+/// Waiting is fair per key where the store hands over: a multi-key waiter queues for one key at
+/// a time (the lowest it does not hold yet), first come first served there, holding the keys
+/// below it meanwhile.
+///
+/// ```
+/// use keel_lock::{AcquireOptions, Key, MemoryLockStore, MultiLock, Ttl};
+/// use keel_lock::virtual_time::VirtualRuntime;
+///
+/// let rt = VirtualRuntime::new();
+/// let store = MemoryLockStore::new(rt.clone());
+/// let transfer = |from: &str, to: &str| {
+///     let keys = [Key::new(from).unwrap(), Key::new(to).unwrap()];
+///     let lock = MultiLock::new(keys, Ttl::default(), &store, rt.clone()).unwrap();
+///     let rt = rt.clone();
+///     async move {
+///         let waiting = AcquireOptions { timeout_ms: 10_000, retry_delay_ms: 50 };
+///         lock.run(waiting, |_held| async move { rt.sleep(100).await }).await
+///     }
+/// };
+/// // Opposite orders, at once: both finish, one after the other.
+/// let done = rt.join_all(vec![transfer("account:1", "account:2"), transfer("account:2", "account:1")]);
+/// assert!(done.iter().all(|r| matches!(r, Ok(Some(())))));
+/// ```
+pub struct MultiLock<S, R> {
+    /// One lock per key, in the order they are taken (sorted by key).
+    locks: Vec<Lock<S, R>>,
+    ttl: Ttl,
+    runtime: R,
+}
+
+impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
+    /// A lock over `keys`, each held for `ttl` once acquired. No keys, more than [`MAX_KEYS`],
+    /// or a key given twice is an [`InputError::InvalidKeySet`].
+    pub fn new(
+        keys: impl IntoIterator<Item = Key>,
+        ttl: Ttl,
+        store: S,
+        runtime: R,
+    ) -> Result<Self, InputError> {
+        let mut keys: Vec<Key> = keys.into_iter().collect();
+        let reason = if keys.is_empty() {
+            Some("no keys")
+        } else if keys.len() > MAX_KEYS {
+            Some("more than 64 keys")
+        } else {
+            keys.sort();
+            keys.windows(2)
+                .any(|pair| pair[0] == pair[1])
+                .then_some("a key given twice")
+        };
+        if let Some(reason) = reason {
+            return Err(InputError::InvalidKeySet { reason });
+        }
+        let locks = keys
+            .into_iter()
+            .map(|key| Lock::new(key, ttl, store.clone(), runtime.clone()))
+            .collect();
+        Ok(MultiLock {
+            locks,
+            ttl,
+            runtime,
+        })
+    }
+
+    /// This lock, taking every key as `holding` says (read locks on several keys, say).
+    pub fn holding(self, holding: Holding) -> Self {
+        for lock in &self.locks {
+            lock.set_holding(holding);
+        }
+        self
+    }
+
+    /// The keys, in the order they are taken.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.locks.iter().map(Lock::key)
+    }
+
+    /// The lock of each key, in the order they are taken.
+    pub fn locks(&self) -> &[Lock<S, R>] {
+        &self.locks
+    }
+
+    /// The TTL each key is held for.
+    pub fn ttl(&self) -> Ttl {
+        self.ttl
+    }
+
+    /// Each key with its fence while every key is held and its store keeps fences.
+    pub fn fences(&self) -> Option<Vec<(Key, Fence)>> {
+        self.locks
+            .iter()
+            .map(|lock| lock.fence().map(|fence| (lock.key().clone(), fence)))
+            .collect()
+    }
+
+    /// Whether the hold is presumed lost: some key's local deadline has passed.
+    pub fn is_expired(&self) -> bool {
+        self.locks.iter().any(Lock::is_expired)
+    }
+
+    /// Tries to take every key with fresh owner tokens (see [`Lock::acquire`]): `true` when all
+    /// are held, `false` — with none held — when one was refused or the timeout was spent.
+    pub async fn acquire(&self, options: AcquireOptions) -> LockResult<bool, S> {
+        self.acquire_until(options, core::future::pending()).await
+    }
+
+    /// [`MultiLock::acquire`] that gives up when `cancel` completes first: every key taken so
+    /// far is freed and it fails with [`Error::Aborted`].
+    pub async fn acquire_until(
+        &self,
+        options: AcquireOptions,
+        cancel: impl Future<Output = ()>,
+    ) -> LockResult<bool, S> {
+        let mut cancel = core::pin::pin!(cancel);
+        let cancelled = Cell::new(false);
+        let deadline = self
+            .runtime
+            .monotonic_ms()
+            .saturating_add(options.timeout_ms);
+        'attempt: loop {
+            let mut first_grant = None;
+            for (taken, lock) in self.locks.iter().enumerate() {
+                let left = deadline.saturating_sub(self.runtime.monotonic_ms());
+                let this_key = AcquireOptions {
+                    timeout_ms: left,
+                    ..options
+                };
+                // One cancellation for every key's wait: once it fired, it stays fired.
+                let cancel_this = core::future::poll_fn(|cx| {
+                    if cancelled.get() || cancel.as_mut().poll(cx).is_ready() {
+                        cancelled.set(true);
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                });
+                match lock.acquire_until(this_key, cancel_this).await {
+                    Ok(true) => {
+                        first_grant.get_or_insert(self.runtime.monotonic_ms());
+                    }
+                    outcome => {
+                        self.free(&self.locks[..taken]).await?;
+                        return outcome;
+                    }
+                }
+            }
+            // A key taken early may have run out while a later one was waited for: it is
+            // lost, so none is kept, and the keys are taken again while the timeout lasts.
+            if self.is_expired() {
+                self.free(&self.locks).await?;
+                if self.runtime.monotonic_ms() >= deadline {
+                    return Ok(false);
+                }
+                continue 'attempt;
+            }
+            // Keys held for more than half their TTL before the last came in get it anew, so
+            // the set is held for about a whole TTL from here.
+            let half = self.ttl.as_ms() / 2;
+            if first_grant.is_some_and(|at| self.runtime.monotonic_ms() - at > half) {
+                for lock in &self.locks[..self.locks.len() - 1] {
+                    if let Err(error) = lock.extend(None).await {
+                        self.free(&self.locks).await?;
+                        return match error {
+                            Error::NotHeld { .. } => Ok(false),
+                            error => Err(error),
+                        };
+                    }
+                }
+            }
+            return Ok(true);
+        }
+    }
+
+    /// Frees `locks` (keys taken by a failed acquisition), the last taken first.
+    async fn free(&self, locks: &[Lock<S, R>]) -> LockResult<(), S> {
+        let mut first_error = None;
+        for lock in locks.iter().rev() {
+            if let Err(error) = lock.release().await {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Frees every key this handle holds, the last taken first. Answers whether every key was
+    /// still held (a key already lost makes it `false`; the others are freed all the same). A
+    /// store error is returned after every key was tried.
+    pub async fn release(&self) -> LockResult<bool, S> {
+        let mut all = true;
+        let mut first_error = None;
+        for lock in self.locks.iter().rev() {
+            match lock.release().await {
+                Ok(released) => all &= released,
+                Err(error) => {
+                    first_error.get_or_insert(error);
+                }
+            }
+        }
+        first_error.map_or(Ok(all), Err)
+    }
+
+    /// Resets every key's TTL (to `ttl`, if given). A key that is no longer held makes the lock
+    /// lost: the other keys are freed and it fails with [`Error::NotHeld`].
+    pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
+        for lock in &self.locks {
+            if let Err(error) = lock.extend(ttl).await {
+                if matches!(error, Error::NotHeld { .. }) {
+                    self.release().await?;
+                }
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Acquire every key, run `task`, and always release (see [`Lock::run`]). The task's
+    /// [`RunContext`] has no fence (each key's is in [`MultiLock::fences`]) and signals a loss
+    /// when any key is lost. `Ok(None)`: some key was held by someone else and `task` never ran.
+    pub async fn run<T, Fut, F>(&self, options: AcquireOptions, task: F) -> LockResult<Option<T>, S>
+    where
+        F: FnOnce(RunContext) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        match self
+            .try_run_with(options, core::future::pending(), None, |context| async {
+                Ok::<T, core::convert::Infallible>(task(context).await)
+            })
+            .await
+        {
+            Ok(out) => Ok(out),
+            Err(RunError::Lock(e)) => Err(e),
+            Err(RunError::Task(never)) => match never {},
+        }
+    }
+
+    /// [`Lock::try_run_with`] over every key: the wait ends when `cancel` completes; while the
+    /// task runs each key is watched (and, with `keep_alive`, extended) and the first key lost
+    /// signals the task's [`RunContext`]. The keys are released whether the task succeeds or
+    /// fails; when both fail, the task's error wins.
+    pub async fn try_run_with<T, U, Fut, F>(
+        &self,
+        options: AcquireOptions,
+        cancel: impl Future<Output = ()>,
+        keep_alive: Option<KeepAlive>,
+        task: F,
+    ) -> Result<Option<T>, RunError<U, Error<S::Error>>>
+    where
+        F: FnOnce(RunContext) -> Fut,
+        Fut: Future<Output = Result<T, U>>,
+    {
+        if !self
+            .acquire_until(options, cancel)
+            .await
+            .map_err(RunError::Lock)?
+        {
+            return Ok(None);
+        }
+        let context = RunContext::new(None, Rc::default());
+        let done = Cell::new(false);
+        let stop = || {
+            core::future::poll_fn(|_| {
+                if done.get() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+        };
+        let mut watchers: Vec<_> = self
+            .locks
+            .iter()
+            .map(|lock| Box::pin(lock.keep_alive(&context, keep_alive, stop())))
+            .collect();
+        let mut task = core::pin::pin!(task(context.clone()));
+        let outcome = core::future::poll_fn(|cx| {
+            if let Poll::Ready(out) = task.as_mut().poll(cx) {
+                return Poll::Ready(out);
+            }
+            watchers.retain_mut(|watcher| watcher.as_mut().poll(cx).is_pending());
+            Poll::Pending
+        })
+        .await;
+        // The watchers stop; an extend in flight finishes before the release below.
+        done.set(true);
+        core::future::poll_fn(|cx| {
+            watchers.retain_mut(|watcher| watcher.as_mut().poll(cx).is_pending());
+            if watchers.is_empty() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        let released = self.release().await;
+        match (outcome, released) {
+            (Err(task_error), _) => Err(RunError::Task(task_error)),
+            (Ok(_), Err(lock_error)) => Err(RunError::Lock(lock_error)),
+            (Ok(value), Ok(_)) => Ok(Some(value)),
+        }
+    }
+}
