@@ -41,7 +41,10 @@ where
         let multi = MultiLock::new(reversed, self.long(), self.store, self.runtime)
             .map_err(|e| self.fail(e.to_string()))?;
         let now = AcquireOptions::immediately();
-        let got = multi.acquire(now).await.map_err(|e| self.multi_failed("acquire", e))?;
+        let got = multi
+            .acquire(now)
+            .await
+            .map_err(|e| self.multi_failed("acquire", e))?;
         self.check(!got, "a multi-key acquire was granted beside a held key")?;
         let left = self.held(&keys).await?;
         self.check(
@@ -49,13 +52,19 @@ where
             &format!("a refused multi-key acquire left keys held: {left:?} (only the third is held by another)"),
         )?;
         self.release(&keys[2], &holder).await?;
-        let got = multi.acquire(now).await.map_err(|e| self.multi_failed("acquire", e))?;
+        let got = multi
+            .acquire(now)
+            .await
+            .map_err(|e| self.multi_failed("acquire", e))?;
         self.check(got, "a multi-key acquire of free keys was refused")?;
         self.check(
             self.held(&keys).await? == [true; 4],
             "a granted multi-key acquire left a key free",
         )?;
-        let released = multi.release().await.map_err(|e| self.multi_failed("release", e))?;
+        let released = multi
+            .release()
+            .await
+            .map_err(|e| self.multi_failed("release", e))?;
         self.check(released, "a multi-key release answered false")?;
         self.check(
             self.held(&keys).await? == [false; 4],
