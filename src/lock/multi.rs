@@ -23,7 +23,7 @@ pub const MAX_KEYS: usize = 64;
 /// below it meanwhile.
 ///
 /// ```
-/// use keel_lock::{AcquireOptions, Key, MemoryLockStore, MultiLock, Ttl};
+/// use keel_lock::{AcquireOptions, Key, MemoryLockStore, MultiLock, Runtime, Ttl};
 /// use keel_lock::virtual_time::VirtualRuntime;
 ///
 /// let rt = VirtualRuntime::new();
