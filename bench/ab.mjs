@@ -7,7 +7,8 @@
 // .wasm and glue), and the same three workloads run on each in alternating rounds, A first in
 // even rounds and B first in odd ones: `lock(key).run(fn)` on one key, the same over 1000 keys
 // (a fresh handle per run), and 16 callers × 10 waiting runs on one key with one setImmediate
-// as the section. Printed: the median over rounds of B's time ÷ A's time in the same round
+// as the section; then the same first and last with `semaphore(key, 4)` (32 callers when
+// contended, as bench section 5). Printed: the median over rounds of B's time ÷ A's time in the same round
 // (< 1: B is faster). The build loaded second tends to read a few per cent slower, so run it
 // both ways round and read the two together. Nothing here asserts on the numbers.
 import { pathToFileURL } from "node:url";
@@ -45,6 +46,22 @@ const workloads = {
       await Promise.all(
         Array.from({ length: 16 }, async () => {
           for (let i = 0; i < 10; i++) await m.lock("ab:contended").run(tick, { timeout: 10_000 });
+        }),
+      );
+    }
+    return performance.now() - t0;
+  },
+  "semaphore, one key": async (m) => {
+    const t0 = performance.now();
+    for (let i = 0; i < N; i++) await m.semaphore("ab:sem", 4).run(fn);
+    return performance.now() - t0;
+  },
+  "semaphore contended, 32 callers": async (m) => {
+    const t0 = performance.now();
+    for (let r = 0; r < 5; r++) {
+      await Promise.all(
+        Array.from({ length: 32 }, async () => {
+          for (let i = 0; i < 10; i++) await m.semaphore("ab:sem:contended", 4).run(tick, { timeout: 10_000 });
         }),
       );
     }

@@ -26,7 +26,6 @@ const CALL = -2;
 const SLEEP = -3;
 const TIMED_OUT = -4;
 const CHECK_KEY_AS_STRING = -5;
-const QUEUE = -6;
 const STILL_QUEUED = -7;
 const CALL_ACQUIRE_OR_WAIT = -8;
 const FAILED = -100; // the error is w.__kError()
@@ -143,10 +142,9 @@ let spareKey;
 let spareTtl = 0;
 let spareStore = null;
 let spareLimit = 0;
-// The slot whose core lock was last told its permits, and how many: a semaphore running again on
-// its slot (or the spare) with the same permits skips the call into the wasm.
-let sharedId = 0;
-let sharedPermits = 0;
+// The permits the spare's core lock was last told (undefined: not known): a semaphore handle
+// taking the spare with the same permits skips the call into the wasm.
+let sparePermits;
 let current = null; // the store lock() binds to: { object, binding, memory, acquire, release, … }
 const internal = Symbol("keel-lock internal");
 
@@ -214,10 +212,26 @@ function pollWaiter(id) {
   const waiter = waiters.get(id);
   if (waiter === undefined) return;
   waiter.scheduled = false;
-  const code = w.__kPoll(id);
+  const code = w.__kPoll(id, performance.now());
   if (code === STILL_QUEUED) return rearm(waiter, id);
   forget(waiter, id);
   waiter.go(code);
+}
+
+// Waiters woken and not stepped yet, in the order woken (`woken[wokenAt]` is next): each wake
+// queues one microtask, which steps the oldest. A resolved promise's `then` with one function
+// for all: Node's `queueMicrotask` makes an async resource and a bound function per call.
+const woken = [];
+let wokenAt = 0;
+const resolved = Promise.resolve();
+
+function stepWoken() {
+  const id = woken[wokenAt++];
+  if (wokenAt === woken.length) {
+    woken.length = 0;
+    wokenAt = 0;
+  }
+  pollWaiter(id);
 }
 
 /** Called by the wasm (through promises.js) when the wait of slot `id` can make progress. */
@@ -225,7 +239,8 @@ function wakeWaiter(id) {
   const waiter = waiters.get(id);
   if (waiter === undefined || waiter.scheduled) return;
   waiter.scheduled = true;
-  queueMicrotask(() => pollWaiter(id));
+  woken.push(id);
+  resolved.then(stepWoken);
 }
 setWaiterWake(wakeWaiter);
 
@@ -356,9 +371,11 @@ function abortReason(signal) {
   return error;
 }
 
+const nothing = () => {};
+
 /** Calls `f` once if `signal` (may be undefined) aborts, until the returned function is called. */
 function onAbort(signal, f) {
-  if (signal === undefined) return () => {};
+  if (signal === undefined) return nothing;
   signal.addEventListener("abort", f, { once: true });
   return () => signal.removeEventListener("abort", f);
 }
@@ -374,6 +391,8 @@ export class Lock {
   // 2^32 - 1 for a read lock).
   #limit = 0;
   #slot = 0;
+  // The permits the slot's core lock was last told by this handle (undefined: not known).
+  #told = undefined;
   #busy = false;
   #registered = false;
   // The run's `autoExtend` option while it acquires (undefined: none); the watcher of the run's
@@ -406,6 +425,8 @@ export class Lock {
   #twin() {
     const id = this.#slot !== 0 ? w.__kTwin(this.#slot) : 0;
     if (id === FAILED) throw w.__kError();
+    // The twin shares the core lock and tells it its own permits.
+    this.#told = undefined;
     const twin = new Lock(internal, this.#key, this.#ttl, this.#store, id, this.#limit);
     twin.#twinOf = this;
     return twin;
@@ -422,11 +443,13 @@ export class Lock {
       const id = spareId;
       spareId = 0;
       this.#slot = id;
+      if (this.#limit !== 0) this.#told = sparePermits;
       return id;
     }
     const id = w.__kOpen(this.#key, this.#ttl, this.#store.binding);
     if (id === FAILED) throw w.__kError();
     this.#slot = id;
+    if (this.#limit !== 0) this.#told = undefined;
     return id;
   }
 
@@ -472,8 +495,10 @@ export class Lock {
     const id = this.#slot;
     const handle = this.#twinOf;
     this.#settled(0);
-    if (handle.#slot === 0) handle.#settled(id);
-    else w.__kClose(id, true);
+    if (handle.#slot === 0) {
+      handle.#settled(id);
+      handle.#told = undefined;
+    } else w.__kClose(id, true);
   }
 
   /** The handle let go of its slot, idle: the slot is the spare, for the next handle on the same. */
@@ -483,6 +508,7 @@ export class Lock {
     spareTtl = this.#ttl;
     spareStore = this.#store;
     spareLimit = this.#limit;
+    sparePermits = this.#told;
     this.#settled(0);
   }
 
@@ -552,14 +578,13 @@ export class Lock {
     }
     if (this.#limit !== 0) {
       const p = permits ?? 1;
-      if (id !== sharedId || p !== sharedPermits) {
+      if (p !== this.#told) {
         // Permits are checked against the limit (a RangeError) before anything starts.
         if (w.__kShare(id, permits, this.#limit) === FAILED) {
           this.#done(KEPT);
           return Promise.reject(w.__kError());
         }
-        sharedId = id;
-        sharedPermits = p;
+        this.#told = p;
       }
     }
     this.#busy = true;
@@ -574,41 +599,36 @@ export class Lock {
       return Promise.resolve(refused(fn));
     }
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
-    if (code === QUEUE) return this.#queued(id, fn, signal);
+    if (code === STILL_QUEUED) return this.#queued(id, fn, signal);
     return this.#runOverStore(id, code, fn, signal, permits ?? 1);
   }
 
   /**
-   * Waits in the memory store's queue; the hand-over calls `fn` in the microtask it wakes. An
-   * abort leaves the queue (the core gives back a grant that raced it).
+   * Waits in the memory store's queue, which `__kBegin` joined; the hand-over calls `fn` in the
+   * microtask it wakes. An abort leaves the queue (the core gives back a grant that raced it).
    */
   #queued(id, fn, signal) {
     const waiter = { scheduled: false, go: null, timer: null };
     waiters.set(id, waiter);
-    const first = w.__kWait(id);
-    if (first !== STILL_QUEUED) {
-      waiters.delete(id);
-      return this.#afterWait(id, fn, first);
-    }
     rearm(waiter, id);
     return new Promise((resolve, reject) => {
-      const stopListening = onAbort(signal, () => {
-        forget(waiter, id);
-        w.__kWithdraw(id);
-        this.#done(KEPT);
-        reject(abortReason(signal));
-      });
+      const stopListening =
+        signal === undefined
+          ? nothing
+          : onAbort(signal, () => {
+              forget(waiter, id);
+              w.__kWithdraw(id);
+              this.#done(KEPT);
+              reject(abortReason(signal));
+            });
       waiter.go = (code) => {
         stopListening();
-        this.#afterWait(id, fn, code).then(resolve, reject);
+        if (code >= 1 || code === HELD_UNFENCED) return this.#holdingInto(id, fn, code, resolve, reject);
+        this.#done(KEPT);
+        if (code === FAILED) reject(w.__kError());
+        else resolve(refused(fn));
       };
     });
-  }
-
-  #afterWait(id, fn, code) {
-    if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
-    this.#done(KEPT);
-    return code === FAILED ? Promise.reject(w.__kError()) : Promise.resolve(refused(fn));
   }
 
   /** `acquire()` took the key: the hold is the handle's, kept in its slot until released. */
@@ -631,23 +651,75 @@ export class Lock {
     }
     if (isThenable(out)) {
       return Promise.resolve(out).then(
-        (value) => this.#end(id, context, value, false),
-        (error) => this.#end(id, context, error, true),
+        (value) => this.#ended(id, context, value, false),
+        (error) => this.#ended(id, context, error, true),
       );
     }
     return this.#end(id, context, out, false);
   }
 
-  /** Releases the run's hold on the memory store; the task's error wins over the release's. */
-  #end(id, context, value, failed) {
+  /**
+   * `#holding` for a run woken in the memory store's queue: the run's own promise is settled
+   * with `resolve`/`reject`, with no promise between it and `fn`'s.
+   */
+  #holdingInto(id, fn, code, resolve, reject) {
+    if (fn === ACQUIRE_ONLY) {
+      try {
+        resolve(this.#adopt(id));
+      } catch (error) {
+        reject(error);
+      }
+      return;
+    }
+    const context = new LockContext(code >= 1 ? code : null, this);
+    if (this.#runAutoExtend !== undefined) this.#startRunAutoExtend(id, context);
+    let out;
+    try {
+      out = fn(context);
+    } catch (error) {
+      return this.#endInto(id, context, error, true, resolve, reject);
+    }
+    if (isThenable(out)) {
+      Promise.resolve(out).then(
+        (value) => this.#endInto(id, context, value, false, resolve, reject),
+        (error) => this.#endInto(id, context, error, true, resolve, reject),
+      );
+    } else this.#endInto(id, context, out, false, resolve, reject);
+  }
+
+  /** Releases the run's hold on the memory store: the release's error, or undefined. */
+  #release(id, context) {
     LockContext.end(context);
     // The memory store extends inside the wasm: no extend can be in flight to wait for.
     if (this.#runWatch !== null) this.#stopRunWatch();
     const code = w.__kEnd(id, performance.now());
     const error = code === FAILED ? w.__kError() : undefined;
     this.#done(code);
+    return error;
+  }
+
+  /** Ends the run: `[true, value]` as a promise, or the task's error, which wins over the release's. */
+  #end(id, context, value, failed) {
+    const error = this.#release(id, context);
     if (failed) return Promise.reject(value);
-    return code === FAILED ? Promise.reject(error) : Promise.resolve([true, value]);
+    return error === undefined ? Promise.resolve([true, value]) : Promise.reject(error);
+  }
+
+  /** `#end`'s answer itself: `[true, value]`, or thrown. */
+  #ended(id, context, value, failed) {
+    const error = this.#release(id, context);
+    if (failed) throw value;
+    if (error !== undefined) throw error;
+    return [true, value];
+  }
+
+  /** `#ended` into the run's `resolve`/`reject`. */
+  #endInto(id, context, value, failed, resolve, reject) {
+    try {
+      resolve(this.#ended(id, context, value, failed));
+    } catch (error) {
+      reject(error);
+    }
   }
 
   /**

@@ -25,9 +25,8 @@ pub const SLEEP: f64 = -3.0;
 pub const TIMED_OUT: f64 = -4.0;
 /// (From `__kCheck`) the key must be judged as the JS string it is, not from its cached bytes.
 pub const CHECK_KEY_AS_STRING: f64 = -5.0;
-/// (Memory store) queue for the key: call `__kWait`.
-pub const QUEUE: f64 = -6.0;
-/// (Memory store) still in the key's queue; JS steps again when woken.
+/// (Memory store) queued for the key, or still queued; JS steps again (`__kPoll`) when woken, or
+/// after `arg` ms when that is not -1.
 pub const STILL_QUEUED: f64 = -7.0;
 /// Call the JS store's `acquireOrWait`, bounded by `arg` ms; its `waitMs` and `pollMs` are
 /// `OUT_WAIT_MS` and `OUT_POLL_MS`.
@@ -141,7 +140,6 @@ pub const TABLE: &[(&str, f64)] = &[
     ("SLEEP", SLEEP),
     ("TIMED_OUT", TIMED_OUT),
     ("CHECK_KEY_AS_STRING", CHECK_KEY_AS_STRING),
-    ("QUEUE", QUEUE),
     ("STILL_QUEUED", STILL_QUEUED),
     ("CALL_ACQUIRE_OR_WAIT", CALL_ACQUIRE_OR_WAIT),
     ("FAILED", FAILED),

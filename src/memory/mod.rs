@@ -216,6 +216,30 @@ impl<R: Runtime> MemoryLockStore<R> {
         }
     }
 
+    /// Ends (`ttl` `None`) or extends `owner`'s live hold on `key` at `now`, a lock or a shared
+    /// hold, with one lookup of the row. Answers whether `owner` had one.
+    fn change_hold(&self, key: &Key, owner: &OwnerToken, ttl: Option<Ttl>, now: u64) -> bool {
+        self.hasher.keys();
+        let mut rows = self.rows.borrow_mut();
+        let Entry::Occupied(mut entry) = rows.entry(key.clone()) else {
+            return false;
+        };
+        let row = entry.get_mut();
+        if row.shared.is_some() {
+            return row.change_shared(owner, ttl, now);
+        }
+        let decision = match ttl {
+            None => rows::release(Some(row.view()), now, owner),
+            Some(ttl) => rows::extend(Some(row.view()), now, owner, ttl),
+        };
+        match decision.change {
+            Change::Keep => {}
+            Change::Delete => drop(entry.remove()),
+            Change::Put { expires_at } => row.expires_at = expires_at,
+        }
+        decision.granted
+    }
+
     /// Synchronous [`LockStore::acquire`]: the operations are public in this form so bindings
     /// can skip the future machinery entirely.
     pub fn acquire_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Option<Grant> {
@@ -269,17 +293,16 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// [`MemoryLockStore::release_sync`] at `now` on the store's monotonic clock, read by the
     /// caller (the JS binding reads it in JS, saving a call out of the wasm).
     pub(crate) fn release_at(&self, key: &Key, owner: &OwnerToken, now: u64) -> bool {
-        let released = self.decide(key, owner, |row| rows::release(row, now, owner))
-            || self.change_shared(key, owner, None, now);
+        let released = self.change_hold(key, owner, None, now);
         if released {
             self.hand_over(key, now);
         }
         released
     }
 
-    /// The waiting half of [`MemoryLockStore::acquire_or_wait_ms`], for a caller whose
-    /// `acquire_sync` was refused in this same turn (nothing can have changed since) and that
-    /// polls the returned future in that turn too: [`MemoryLockStore::join`] and
+    /// The waiting half of [`MemoryLockStore::acquire_or_wait_ms`], for a caller whose acquire
+    /// was refused at `now` in this same turn (nothing can have changed since) and that polls
+    /// the returned future in that turn too: [`MemoryLockStore::join`] and
     /// [`MemoryLockStore::wait_step`] driven with the runtime's timer.
     pub(crate) async fn queue_for(
         &self,
@@ -288,15 +311,9 @@ impl<R: Runtime> MemoryLockStore<R> {
         ttl: Ttl,
         holding: Holding,
         wait_ms: u64,
+        mut now: u64,
     ) -> Option<Grant> {
-        let parked = self.join(
-            key,
-            owner,
-            ttl,
-            holding,
-            wait_ms,
-            self.runtime.monotonic_ms(),
-        )?;
+        let (parked, mut until) = self.join(key, owner, ttl, holding, wait_ms, now)?;
         // Leaves the queue however this future ends: granted, timed out, or dropped by a
         // caller that gave up (then a grant that already arrived is released).
         let _leave = Leave {
@@ -304,11 +321,6 @@ impl<R: Runtime> MemoryLockStore<R> {
             parked: &parked,
         };
         loop {
-            let now = self.runtime.monotonic_ms();
-            let until = match self.wait_step(&parked, now) {
-                WaitStep::Done(grant) => return grant,
-                WaitStep::Park { until } => until,
-            };
             let woken = poll_until(|cx| {
                 parked.woken() || {
                     parked.listen(cx.waker().clone());
@@ -323,14 +335,18 @@ impl<R: Runtime> MemoryLockStore<R> {
                 }
                 None => woken.await,
             }
+            now = self.runtime.monotonic_ms();
+            until = match self.wait_step(&parked, now) {
+                WaitStep::Done(grant) => return grant,
+                WaitStep::Park { until } => until,
+            };
         }
     }
 
     /// Synchronous [`LockStore::extend`].
     pub fn extend_sync(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> bool {
         let now = self.runtime.monotonic_ms();
-        let extended = self.decide(key, owner, |row| rows::extend(row, now, owner, ttl))
-            || self.change_shared(key, owner, Some(ttl), now);
+        let extended = self.change_hold(key, owner, Some(ttl), now);
         if extended {
             // A shorter TTL than before moves the expiry the waiters' timer was set for.
             self.keep_time_by(key, now.saturating_add(ttl.as_ms()));
@@ -426,9 +442,11 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
         wait: Wait,
     ) -> Result<SharedGrant, Infallible> {
         let holding = Holding::Shared(share);
-        match self.acquire_shared_sync(key, owner, ttl, share) {
+        // One reading of the clock for the take and the queue: nobody can expire between them.
+        let now = self.runtime.monotonic_ms();
+        match self.acquire_shared_at(key, owner, ttl, share, now) {
             SharedGrant::Busy => Ok(self
-                .queue_for(key, owner, ttl, holding, wait.wait_ms)
+                .queue_for(key, owner, ttl, holding, wait.wait_ms, now)
                 .await
                 .into()),
             answer => Ok(answer),

@@ -3,7 +3,7 @@
 //! holder's expiry and the waiters' deadlines.
 
 use super::*;
-use crate::share::{fit, Fit};
+use crate::share::{fit, Fit, LiveHolds};
 
 /// A caller parked in a key's queue.
 pub(super) struct Waiter {
@@ -21,6 +21,9 @@ pub(super) struct Waiter {
     pub(super) timed_out: Cell<bool>,
     /// Set to make the waiter look again (it may have become the timekeeper).
     pub(super) poked: Cell<bool>,
+    /// When its timer is due, once it keeps the queue's (the queue's `armed_until`, which only
+    /// its timekeeper sets); `None` before.
+    pub(super) armed: Cell<Option<u64>>,
     /// The waiting caller's waker, woken by the hand-over.
     pub(super) waker: RefCell<Option<Waker>>,
     /// The caller stopped waiting; the hand-over skips it.
@@ -111,29 +114,26 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// the waiter at the front), and wakes them. Waiters that left are dropped from the queue,
     /// and so are those whose deadline has passed by `now` even if the timekeeper's timer has
     /// not fired yet (a late timer must not turn a wait that ran out into a grant); an emptied
-    /// queue is removed.
-    pub(super) fn hand_over(&self, key: &Key, now: u64) {
+    /// queue is removed. Answers, when the queue has waiters left, what is live after the
+    /// grants (while a lock is live, waiters that left or ran out and are not dropped yet count:
+    /// nobody else fits either).
+    pub(super) fn hand_over(&self, key: &Key, now: u64) -> Option<LiveHolds> {
         let mut ran_out = Vec::new();
         // The first grant needs no allocation: only readers and permits come several at once.
         let mut first: Option<Rc<Waiter>> = None;
         let mut more = Vec::new();
-        {
+        // The timekeeper, if a new holder may expire before its timer: it must look again.
+        let mut keeper_to_poke = None;
+        let waiting = {
             let mut queues = self.queues.borrow_mut();
-            let Some(queue) = queues.get_mut(key.as_str()) else {
-                return;
-            };
-            // A live lock: nobody fits, whatever waits (the common case on a contended lock).
-            let locked = self
-                .rows
-                .borrow()
-                .get(key.as_str())
-                .is_some_and(|row| row.expires_at > now && row.shared.is_none());
-            if locked {
-                return;
-            }
-            let waiters = &mut queue.waiters;
+            let queue = queues.get_mut(key.as_str())?;
             // What is live, read once and kept up to date with each grant below.
             let mut live = self.live_holds(key, now);
+            // A live lock: nobody fits, whatever waits (the common case on a contended lock).
+            if live.exclusive {
+                return (!queue.waiters.is_empty()).then_some(live);
+            }
+            let waiters = &mut queue.waiters;
             loop {
                 while let Some(front) = waiters.front() {
                     if front.gone.get() || front.timed_out.get() {
@@ -166,31 +166,28 @@ impl<R: Runtime> MemoryLockStore<R> {
                 };
                 let grant = grant.map(|g| g.waited(now.saturating_sub(waiter.since)));
                 waiter.grant.set(grant);
+                let expires_at = now.saturating_add(ttl.as_ms());
+                if queue.armed_until.is_some_and(|armed| armed > expires_at) {
+                    keeper_to_poke.clone_from(&queue.keeper);
+                }
                 match first {
                     None => first = Some(waiter),
                     Some(_) => more.push(waiter),
                 }
             }
-            if waiters.is_empty() && queue.keeper.is_none() {
+            let waiting = (!waiters.is_empty()).then_some(live);
+            if waiting.is_none() && queue.keeper.is_none() {
                 queues.remove(key.as_str());
             }
-        }
+            waiting
+        };
         // Told with no store borrow held: a waker may poll its waiter right away.
         ran_out.iter().for_each(|t| t.wake());
-        for waiter in first.into_iter().chain(more) {
-            waiter.wake();
-            // The new holder may expire before the timekeeper's timer: make it look again.
-            self.keep_time_by(key, now.saturating_add(waiter.ttl.as_ms()));
+        first.into_iter().chain(more).for_each(|t| t.wake());
+        if let Some(keeper) = keeper_to_poke {
+            keeper.poke();
         }
-    }
-
-    /// Whether anyone still waits in `key`'s queue.
-    pub(super) fn has_waiters(&self, key: &Key) -> bool {
-        self.queues.borrow().get(key.as_str()).is_some_and(|q| {
-            q.waiters
-                .iter()
-                .any(|t| !t.gone.get() && !t.timed_out.get())
-        })
+        waiting
     }
 
     /// Pokes `key`'s timekeeper if its timer is set for later than `at` (a holder's new
@@ -219,9 +216,18 @@ impl<R: Runtime> MemoryLockStore<R> {
     /// When `waiter` is (or now becomes) its queue's timekeeper: the time to wake, the earliest
     /// of every waiting deadline and the holder's expiry. `None` for the other waiters.
     pub(super) fn keep_time(&self, key: &Key, waiter: &Rc<Waiter>, now: u64) -> Option<u64> {
-        let holder_expiry = self.expiry(key, now);
         let mut queues = self.queues.borrow_mut();
-        let queue = queues.get_mut(key.as_str())?;
+        self.keep_time_in(key, queues.get_mut(key.as_str())?, waiter, now)
+    }
+
+    /// [`MemoryLockStore::keep_time`] in `key`'s queue, already looked up.
+    fn keep_time_in(
+        &self,
+        key: &Key,
+        queue: &mut Queue,
+        waiter: &Rc<Waiter>,
+        now: u64,
+    ) -> Option<u64> {
         match &queue.keeper {
             Some(keeper) if !Rc::ptr_eq(keeper, waiter) => return None,
             Some(_) => {}
@@ -235,8 +241,11 @@ impl<R: Runtime> MemoryLockStore<R> {
             .chain([waiter.deadline])
             .min()
             .unwrap_or(waiter.deadline);
-        let until = holder_expiry.map_or(earliest_deadline, |e| e.min(earliest_deadline));
+        let until = self
+            .expiry(key, now)
+            .map_or(earliest_deadline, |e| e.min(earliest_deadline));
         queue.armed_until = Some(until);
+        waiter.armed.set(Some(until));
         Some(until)
     }
 
@@ -270,17 +279,21 @@ impl<R: Runtime> MemoryLockStore<R> {
         ttl: Ttl,
         wait_ms: u64,
     ) -> Option<Grant> {
-        if let Some(grant) = self.acquire_sync(key, owner, ttl) {
+        // One reading of the clock for the take and the queue: nobody can expire between them.
+        let now = self.runtime.monotonic_ms();
+        if let Some(grant) = self.acquire_at(key, owner, ttl, now) {
             return Some(grant);
         }
-        self.queue_for(key, owner, ttl, Holding::Exclusive, wait_ms)
+        self.queue_for(key, owner, ttl, Holding::Exclusive, wait_ms, now)
             .await
     }
 
-    /// Queues a caller refused at `now` behind `key`'s other waiters, for up to `wait_ms`
-    /// (`None` for 0: it does not wait). The caller then drives its wait with
-    /// [`MemoryLockStore::wait_step`] and must hand it to [`MemoryLockStore::leave`] however
-    /// the wait ends.
+    /// Queues a caller refused at `now` — in this same turn: nothing can have changed since, so
+    /// there is nothing to hand over — behind `key`'s other waiters, for up to `wait_ms` (`None`
+    /// for 0: it does not wait), and parks it as [`MemoryLockStore::wait_step`] would: with the
+    /// time its timer is due if it keeps the queue's. The caller then waits for its waker (or
+    /// that time) and drives its wait with [`MemoryLockStore::wait_step`], and must hand it to
+    /// [`MemoryLockStore::leave`] however the wait ends.
     pub(crate) fn join(
         &self,
         key: &Key,
@@ -289,7 +302,7 @@ impl<R: Runtime> MemoryLockStore<R> {
         holding: Holding,
         wait_ms: u64,
         now: u64,
-    ) -> Option<Parked> {
+    ) -> Option<(Parked, Option<u64>)> {
         if wait_ms == 0 {
             return None;
         }
@@ -302,27 +315,30 @@ impl<R: Runtime> MemoryLockStore<R> {
             grant: Cell::new(None),
             timed_out: Cell::new(false),
             poked: Cell::new(false),
+            armed: Cell::new(None),
             waker: RefCell::new(None),
             gone: Cell::new(false),
         });
         self.hasher.keys();
-        let keeper_to_poke = {
+        let (keeper_to_poke, until) = {
             let mut queues = self.queues.borrow_mut();
             let queue = queues.entry(key.clone()).or_default();
             queue.waiters.push_back(waiter.clone());
             // A deadline before the timekeeper's timer: it must wake earlier.
-            queue
+            let keeper_to_poke = queue
                 .keeper
                 .clone()
-                .filter(|_| queue.armed_until.is_some_and(|at| at > waiter.deadline))
+                .filter(|_| queue.armed_until.is_some_and(|at| at > waiter.deadline));
+            (keeper_to_poke, self.keep_time_in(key, queue, &waiter, now))
         };
         if let Some(keeper) = keeper_to_poke {
             keeper.poke();
         }
-        Some(Parked {
+        let parked = Parked {
             key: key.clone(),
             waiter,
-        })
+        };
+        Some((parked, until))
     }
 
     /// Where a wait stands at `now`: over (the grant, or `None` when it ran out), or parked
@@ -332,19 +348,16 @@ impl<R: Runtime> MemoryLockStore<R> {
         let waiter = &parked.waiter;
         // A wake still registered is stale from here on.
         drop(waiter.waker.borrow_mut().take());
-        let due = self
-            .queues
-            .borrow()
-            .get(parked.key.as_str())
-            .is_some_and(|q| {
-                q.keeper.as_ref().is_some_and(|k| Rc::ptr_eq(k, waiter))
-                    && q.armed_until.is_some_and(|at| at <= now)
-            });
+        // The timekeeper's timer is due: it acts for the queue (the role is its own until it
+        // leaves, so its own record of the timer is the queue's).
+        let due = waiter.armed.get().is_some_and(|at| at <= now);
         if due {
             self.tick(&parked.key, now);
-        } else {
+        } else if !waiter.grant_ready() {
             // A key that is free now goes to the oldest waiter, whoever steps: a waiter told
-            // to take the timer over after its holder expired has no timer of its own due.
+            // to take the timer over after its holder expired has no timer of its own due. (A
+            // waiter already granted has nothing to hand over: the hand-over that granted it
+            // granted everyone behind it who fitted.)
             self.hand_over(&parked.key, now);
         }
         if let Some(grant) = waiter.grant.take() {

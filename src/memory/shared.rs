@@ -42,16 +42,15 @@ impl SharedRow {
     }
 }
 
-impl<R: Runtime> MemoryLockStore<R> {
-    /// What is live on `key` at `now` (kept out of line: every reader shares it).
+impl Row {
+    /// What is live in this row at `now` (kept out of line: every reader shares it).
     #[inline(never)]
-    pub(super) fn live_holds(&self, key: &Key, now: u64) -> LiveHolds {
+    fn live(&self, now: u64) -> LiveHolds {
         let mut live = LiveHolds::default();
-        let rows = self.rows.borrow();
-        let Some(row) = rows.get(key.as_str()).filter(|row| row.expires_at > now) else {
+        if self.expires_at <= now {
             return live;
-        };
-        match &row.shared {
+        }
+        match &self.shared {
             None => live.exclusive = true,
             Some(shared) => {
                 for hold in shared.live(now) {
@@ -63,50 +62,16 @@ impl<R: Runtime> MemoryLockStore<R> {
         live
     }
 
-    /// Takes `key` for `owner` as `holding` says, if it fits, without looking at the queue.
-    pub(super) fn take_holding(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Ttl,
-        holding: Holding,
-        now: u64,
-    ) -> SharedGrant {
-        let share = match holding {
-            Holding::Exclusive => return self.take(key, owner, ttl, now).into(),
-            Holding::Shared(share) => share,
-        };
-        match fit(self.live_holds(key, now), holding) {
-            Fit::Fits => SharedGrant::Granted(self.put_shared(key, owner, ttl, share, now)),
-            Fit::Full => SharedGrant::Busy,
-            Fit::Mismatch { held } => SharedGrant::LimitMismatch { held },
-        }
-    }
-
-    /// Records `owner`'s shared hold on `key`, which the caller found fits, and draws its fence.
-    pub(super) fn put_shared(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Ttl,
-        share: Share,
-        now: u64,
-    ) -> Grant {
+    /// Records `owner`'s shared hold, which the caller found fits beside what is live at `now`.
+    fn put_shared(&mut self, owner: &OwnerToken, ttl: Ttl, share: Share, now: u64) {
         let expires_at = now.saturating_add(ttl.as_ms());
         let hold = SharedHold {
             owner: owner.clone(),
             expires_at,
             weight: share.weight(),
         };
-        self.hasher.keys();
-        let mut rows = self.rows.borrow_mut();
-        let row = rows.entry(key.clone()).or_insert_with(|| Row {
-            owner: owner.clone(),
-            expires_at: 0,
-            shared: None,
-        });
         // It fits: the row is free, or the header of holds under this limit.
-        let shared = row.shared.get_or_insert_with(|| {
+        let shared = self.shared.get_or_insert_with(|| {
             Box::new(SharedRow {
                 limit: share.limit(),
                 holds: Vec::new(),
@@ -115,58 +80,13 @@ impl<R: Runtime> MemoryLockStore<R> {
         shared.holds.retain(|h| h.expires_at > now);
         shared.limit = share.limit();
         shared.holds.push(hold);
-        row.expires_at = row.expires_at.max(expires_at);
-        drop(rows);
-        Grant::new(self.next_fence())
+        self.expires_at = self.expires_at.max(expires_at);
     }
 
-    /// [`LockStore::acquire_shared`] at `now`: FIFO first (a queued waiter is never passed),
-    /// then the grant rule.
-    pub(crate) fn acquire_shared_at(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Ttl,
-        share: Share,
-        now: u64,
-    ) -> SharedGrant {
-        self.hand_over(key, now);
-        let holding = Holding::Shared(share);
-        if !self.has_waiters(key) {
-            return self.take_holding(key, owner, ttl, holding, now);
-        }
-        // Queued callers come first; a mismatch is still said at once.
-        match fit(self.live_holds(key, now), holding) {
-            Fit::Mismatch { held } => SharedGrant::LimitMismatch { held },
-            _ => SharedGrant::Busy,
-        }
-    }
-
-    /// Synchronous [`LockStore::acquire_shared`].
-    pub fn acquire_shared_sync(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Ttl,
-        share: Share,
-    ) -> SharedGrant {
-        self.acquire_shared_at(key, owner, ttl, share, self.runtime.monotonic_ms())
-    }
-
-    /// Changes `owner`'s live shared hold on `key`: ends it (`ttl` `None`) or moves its expiry
-    /// to `ttl` from `now`; the header follows. Answers whether `owner` had one.
-    pub(super) fn change_shared(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Option<Ttl>,
-        now: u64,
-    ) -> bool {
-        let mut rows = self.rows.borrow_mut();
-        let Some(row) = rows.get_mut(key.as_str()) else {
-            return false;
-        };
-        let Some(shared) = row.shared.as_mut() else {
+    /// Changes `owner`'s live shared hold in this header: ends it (`ttl` `None`) or moves its
+    /// expiry to `ttl` from `now`; the header follows. Answers whether `owner` had one.
+    pub(super) fn change_shared(&mut self, owner: &OwnerToken, ttl: Option<Ttl>, now: u64) -> bool {
+        let Some(shared) = self.shared.as_mut() else {
             return false;
         };
         let Some(at) = shared.position(owner, now) else {
@@ -182,8 +102,103 @@ impl<R: Runtime> MemoryLockStore<R> {
         }
         // With no live hold left the header expires now: free, and its allocations kept for
         // the key's next shared hold (the sweep drops it if none comes).
-        row.expires_at = shared.last_expiry(now).unwrap_or(now);
+        self.expires_at = shared.last_expiry(now).unwrap_or(now);
         true
+    }
+}
+
+impl<R: Runtime> MemoryLockStore<R> {
+    /// What is live on `key` at `now`.
+    pub(super) fn live_holds(&self, key: &Key, now: u64) -> LiveHolds {
+        self.rows
+            .borrow()
+            .get(key.as_str())
+            .map_or_else(LiveHolds::default, |row| row.live(now))
+    }
+
+    /// Takes `key` for `owner` as `holding` says, if it fits, without looking at the queue.
+    pub(super) fn take_holding(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        holding: Holding,
+        now: u64,
+    ) -> SharedGrant {
+        let share = match holding {
+            Holding::Exclusive => return self.take(key, owner, ttl, now).into(),
+            Holding::Shared(share) => share,
+        };
+        // One lookup of the row: read what is live, and put the hold if it fits.
+        self.hasher.keys();
+        let mut rows = self.rows.borrow_mut();
+        let row = rows.entry(key.clone()).or_insert_with(|| Row {
+            owner: owner.clone(),
+            expires_at: 0,
+            shared: None,
+        });
+        // A row put here is free (expired at 0), so the request fits and the row is kept.
+        match fit(row.live(now), holding) {
+            Fit::Fits => row.put_shared(owner, ttl, share, now),
+            Fit::Full => return SharedGrant::Busy,
+            Fit::Mismatch { held } => return SharedGrant::LimitMismatch { held },
+        }
+        drop(rows);
+        SharedGrant::Granted(Grant::new(self.next_fence()))
+    }
+
+    /// Records `owner`'s shared hold on `key`, which the caller found fits, and draws its fence.
+    pub(super) fn put_shared(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        now: u64,
+    ) -> Grant {
+        self.hasher.keys();
+        let mut rows = self.rows.borrow_mut();
+        rows.entry(key.clone())
+            .or_insert_with(|| Row {
+                owner: owner.clone(),
+                expires_at: 0,
+                shared: None,
+            })
+            .put_shared(owner, ttl, share, now);
+        drop(rows);
+        Grant::new(self.next_fence())
+    }
+
+    /// [`LockStore::acquire_shared`] at `now`: FIFO first (a queued waiter is never passed),
+    /// then the grant rule.
+    pub(crate) fn acquire_shared_at(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        now: u64,
+    ) -> SharedGrant {
+        let holding = Holding::Shared(share);
+        let Some(live) = self.hand_over(key, now) else {
+            return self.take_holding(key, owner, ttl, holding, now);
+        };
+        // Queued callers come first; a mismatch is still said at once.
+        match fit(live, holding) {
+            Fit::Mismatch { held } => SharedGrant::LimitMismatch { held },
+            _ => SharedGrant::Busy,
+        }
+    }
+
+    /// Synchronous [`LockStore::acquire_shared`].
+    pub fn acquire_shared_sync(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+    ) -> SharedGrant {
+        self.acquire_shared_at(key, owner, ttl, share, self.runtime.monotonic_ms())
     }
 
     /// Keys held shared right now, expired ones not yet swept included (for cleanup tests).

@@ -193,6 +193,42 @@ describe("shared holds: FIFO hand-over on the memory store", () => {
   });
 });
 
+describe("shared holds: the permits each run asks for", () => {
+  // How many of the key's 3 permits one more caller can take now.
+  const freePermits = async (key) => {
+    for (let n = 3; n >= 1; n--) {
+      const s = semaphore(key, 3);
+      if (await s.acquire({ permits: n })) {
+        await s.release();
+        return n;
+      }
+    }
+    return 0;
+  };
+
+  it("are taken by a handle on the slot another handle let go of after other permits", async () => {
+    setLockStore(new MemoryLockStore());
+    const key = fresh("reused");
+    assert.deepEqual(await semaphore(key, 3).run(() => 0, { permits: 2 }), [true, 0]);
+    assert.deepEqual(await semaphore(key, 3).run(() => freePermits(key)), [true, 2]);
+    assert.deepEqual(await semaphore(key, 3).run(() => freePermits(key), { permits: 2 }), [true, 1]);
+    assert.deepEqual(await semaphore(key, 3).run(() => freePermits(key), { permits: 2 }), [true, 1]);
+    assert.deepEqual(await semaphore(key, 3).run(() => freePermits(key)), [true, 2]);
+  });
+
+  it("are taken by a handle whose twin asked for others meanwhile", async () => {
+    setLockStore(new MemoryLockStore());
+    const key = fresh("twin");
+    const h = semaphore(key, 3);
+    // A run inside the handle's own run goes to a twin on the same core lock: refused (the
+    // handle holds), after telling it two permits.
+    const [, inner] = await h.run(() => h.run(() => "twin", { permits: 2 }));
+    assert.deepEqual(inner, [false, undefined]);
+    assert.deepEqual(await h.run(() => freePermits(key)), [true, 2]);
+    assert.deepEqual(await h.run(() => freePermits(key), { permits: 2 }), [true, 1]);
+  });
+});
+
 describe("shared holds: bad input is a clear error", () => {
   it("checks limits and permits", async () => {
     setLockStore(new MemoryLockStore());

@@ -5,7 +5,9 @@
 use super::*;
 
 /// Starts a run's acquisition: `timeout`/`retryDelay` in ms, `NaN` for "not given"; `now` is
-/// the monotonic clock as [`JsRuntime`] reads it (`performance.now()`), read by JS.
+/// the monotonic clock as [`JsRuntime`] reads it (`performance.now()`), read by JS. On the
+/// memory store a run that waits and is refused joins the key's queue here: [`STILL_QUEUED`]
+/// (see [`poll_wait`]).
 #[wasm_bindgen(js_name = __kBegin, skip_typescript)]
 pub fn begin(id: f64, timeout: f64, retry_delay: f64, now: f64) -> f64 {
     take_spare(id);
@@ -58,14 +60,28 @@ pub(super) fn drive(
                 let grant = memory_take(lock, m, attempt.owner(), mono)?;
                 attempt.answered(grant, mono)
             }
-            (Next::AcquireOrWait { .. }, Backend::Memory(m)) => {
-                // The store's wait starts with this very take; only a caller that must queue
-                // waits (`__kWait`).
-                match memory_take(lock, m, attempt.owner(), mono)? {
-                    Some(grant) => attempt.answered(Some(grant), mono),
-                    None => {
-                        with_entry(id, |e| e.attempt = Some(attempt))?;
-                        return Ok(code_with_arg(QUEUE, 0.0));
+            (Next::AcquireOrWait { wait, .. }, Backend::Memory(m)) => {
+                // The store's wait starts with this very take; a caller refused joins the
+                // key's queue in the same turn (nothing can have changed since) and parks.
+                let holding = lock.current_holding();
+                let owner = attempt.owner();
+                let joined = match memory_take(lock, m, owner, mono)? {
+                    Some(grant) => Err(Some(grant)),
+                    None => m
+                        .join(lock.key(), owner, lock.ttl(), holding, wait.wait_ms, mono)
+                        .ok_or(None),
+                };
+                match joined {
+                    Err(grant) => attempt.answered(grant, mono),
+                    Ok((parked, until)) => {
+                        let waiting = Waiting {
+                            store: m.clone(),
+                            parked,
+                        };
+                        return with_entry(id, |e| {
+                            e.attempt = Some(attempt);
+                            park(e, id, waiting, until, mono)
+                        });
                     }
                 }
             }

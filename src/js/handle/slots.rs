@@ -14,6 +14,8 @@ pub(super) struct Entry {
     pub(super) run_hold: Option<TrackedHold>,
     /// The wait in the memory store's queue, while there is one.
     pub(super) waiting: Option<Waiting>,
+    /// What wakes the slot's waits (`wakeWaiter` with its id), made at its first wait.
+    pub(super) waker: Option<Waker>,
 }
 
 /// Slot ids are `generation · 2^24 + index + 1`: an id kept after its slot was closed names
@@ -83,6 +85,7 @@ pub(in crate::js) fn insert(lock: Rc<CoreLock>) -> f64 {
         run_owner: None,
         run_hold: None,
         waiting: None,
+        waker: None,
     };
     SLOTS.with(|s| {
         let mut s = s.borrow_mut();
