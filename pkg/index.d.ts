@@ -87,6 +87,53 @@ export interface LockContext {
   readonly signal: LockAbortSignal;
 }
 
+/** What `run(fn)` of a multi-key lock passes to `fn`. */
+export interface MultiKeyContext {
+  /** Always `null`: a resource is guarded by the fence of its own key, in `fences`. */
+  readonly fence: null;
+  /** Each key's fencing token, or `null` when the store keeps no fences. */
+  readonly fences: Readonly<Record<string, number>> | null;
+  /** Aborted the moment any key's hold is known or presumed lost (reading it watches every key). */
+  readonly signal: LockAbortSignal;
+}
+
+/** A lock over several keys (`lock([k1, k2, …])`): the `Lock` interface, over every key. */
+export interface MultiKeyLock {
+  /** The keys, in the order they are taken (code-point order). */
+  readonly keys: readonly string[];
+  readonly ttlMs: number;
+  /** Always `null`; each key's fence is in `fences`. */
+  readonly fence: null;
+  readonly limit: null;
+  /** Each key's fence while every key is held with one, else `null`. */
+  readonly fences: Readonly<Record<string, number>> | null;
+  run<T>(fn: (context: MultiKeyContext) => T, options?: RunOptions): Promise<RunResult<T>>;
+  runImmediately<T>(fn: (context: MultiKeyContext) => T): Promise<RunResult<T>>;
+  /** Takes every key or none: `true` when all are held. */
+  acquire(options?: AcquireOptions): Promise<boolean>;
+  /** `acquire`, or throws `LockUnavailableError`; with `autoExtend`, keeps every key alive. */
+  hold(options?: HoldOptions): Promise<this>;
+  /** Frees every key: `true` when every key was still held. */
+  release(): Promise<boolean>;
+  /** Resets every key's expiry; a key no longer held frees the others and rejects `LockNotHeldError`. */
+  extend(ttlMs?: number): Promise<void>;
+  autoExtend(options?: AutoExtendOptions): MultiKeyContext;
+  stopAutoExtend(): Promise<void>;
+  /** While `autoExtend()` runs: aborted when any key's hold is lost. */
+  readonly signal: LockAbortSignal | undefined;
+  /** Frees every key whoever holds it: `true` when any was held. */
+  forceRelease(): Promise<boolean>;
+  /** Every key's hold as one string for `restoreLock`, or throws `LockNotHeldError`. */
+  serialize(): string;
+  /** Whether anyone holds any of the keys. */
+  isLocked(): Promise<boolean>;
+  /** Whether some key's hold is presumed lost. */
+  isExpired(): Promise<boolean>;
+  /** Milliseconds until the first held key's expiry, or `null` when none is held. */
+  getRemainingTime(): Promise<number | null>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
 /**
  * Where lock rows live. `acquire` must be an atomic set-if-absent (an expired row counts as
  * absent); `release` and `extend` must act only when `owner` matches. Each method may answer a
@@ -323,8 +370,18 @@ export declare function readLock(key: string, ttlMs?: number): Lock;
 export declare function writeLock(key: string, ttlMs?: number): Lock;
 /** A lock on `key`, held for `ttlMs` (default 30_000) once acquired, on the current store. */
 export declare function lock(key: string, ttlMs?: number): Lock;
-/** Rebuild a lock from `serialize()`, owner token and all, on the current store. */
-export declare function restoreLock(serialized: string): Lock;
+/**
+ * One lock over several keys (1 to 64, distinct): all held or none. The keys are taken one at a
+ * time in code-point order — the same order for every caller, so overlapping sets never
+ * deadlock — each within what is left of the timeout; a key refused, a timeout or an abort frees
+ * the keys taken so far before the call answers. Losing any key is losing the lock.
+ */
+export declare function lock(keys: readonly string[], ttlMs?: number): MultiKeyLock;
+/**
+ * Rebuild a lock from `serialize()`, owner token and all, on the current store; a multi-key
+ * lock's string gives a `MultiKeyLock` (`restoreLock<MultiKeyLock>(s)`).
+ */
+export declare function restoreLock<T extends Lock | MultiKeyLock = Lock>(serialized: string): T;
 /** Register the store that `lock()` and `restoreLock()` use from now on. */
 export declare function setLockStore(store: LockStore): void;
 /** The store `lock()` uses: the very object last passed to `setLockStore`, or the default. */

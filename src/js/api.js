@@ -12,7 +12,7 @@
 // One file, in sections marked `// ===`: wasm-bindgen ships only the snippet files the Rust side
 // imports from, so a helper module of this file alone would be missing from the package.
 
-import { LockContext, installHolding, setRunObserver } from "./holding.js";
+import { LockContext, LockUnavailableError, installHolding, setRunObserver } from "./holding.js";
 import { cancelTimer, releaseLateGrant, setWaiterWake, timer } from "./promises.js";
 
 // --- protocol (src/js/protocol.rs) ---------------------------------------------------------
@@ -1119,6 +1119,359 @@ export class Lock {
   }
 }
 
+// === Several keys at once ===================================================================
+// `lock([k1, k2, …])`: the rules of the core's MultiLock (ARCHITECTURE.md, "Several keys at
+// once"), applied to the keys' own handles: taken one at a time in one canonical order, each
+// within what is left of the timeout, all held or none. The handles already do everything a key
+// needs; doing the composition in the wasm too would cost bytes the Node build's budget no
+// longer has (docs/wasm-size.md).
+
+/** The most keys one lock takes. */
+const MAX_KEYS = 64;
+/** Marks a nested run whose inner key was not taken (or must be taken again). */
+const NOT_ALL = Symbol("not every key");
+const asyncDispose = Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose");
+
+/**
+ * Orders two strings by code point — the order of their UTF-8 bytes, in which the Rust core
+ * sorts keys — so JS and Rust callers of one store take shared keys in the same order.
+ */
+function byCodePoint(a, b) {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    let x = a.charCodeAt(i);
+    let y = b.charCodeAt(i);
+    if (x === y) continue;
+    // Code units order code points except where a surrogate (half of one above U+FFFF) meets a
+    // unit from U+E000 up: lift surrogates above those.
+    if (x >= 0xd800 && y >= 0xd800) {
+      x += x >= 0xe000 ? -0x800 : 0x2000;
+      y += y >= 0xe000 ? -0x800 : 0x2000;
+    }
+    return x - y;
+  }
+  return a.length - b.length;
+}
+
+/** A lock over `keys` (an array) for `ttlMs`: each key checked as `lock(key)` checks it. */
+function lockKeys(keys, ttlMs) {
+  if (keys.length === 0 || keys.length > MAX_KEYS) {
+    throw new RangeError(`lock: a multi-key lock needs 1 to ${MAX_KEYS} distinct keys, got ${keys.length}`);
+  }
+  const locks = Array.from(keys, (key) => handle(key, ttlMs, 0)).sort((a, b) => byCodePoint(a.key, b.key));
+  for (let i = 1; i < locks.length; i++) {
+    if (locks[i].key === locks[i - 1].key) throw new TypeError(`lock: key "${locks[i].key}" is given twice`);
+  }
+  return new MultiKeyLock(internal, locks);
+}
+
+/** A signal aborted with the reason of the first of `signals` to abort. */
+function anyAborted(signals) {
+  const controller = new AbortController();
+  for (const signal of signals) {
+    if (signal.aborted) {
+      controller.abort(signal.reason);
+      break;
+    }
+    signal.addEventListener("abort", () => controller.abort(signal.reason), { once: true });
+  }
+  return controller.signal;
+}
+
+/** What `run(fn)` of a multi-key lock passes to `fn`: a fence per key, and one loss signal. */
+class MultiKeyContext {
+  #contexts;
+  #signal = null;
+
+  constructor(contexts, fences) {
+    /** Null: a multi-key lock has a fence per key (`fences`), none for the set. */
+    this.fence = null;
+    /** Each key's fence, or null when the store keeps no fences. */
+    this.fences = fences;
+    this.#contexts = contexts;
+  }
+
+  /** Aborted the moment any key's hold is known or presumed lost (read: every key is watched). */
+  get signal() {
+    this.#signal ??= anyAborted(this.#contexts.map((context) => context.signal));
+    return this.#signal;
+  }
+}
+
+/** Each handle's fence by key, or null unless every key is held with one. */
+function fencesOf(locks) {
+  const fences = {};
+  for (const lock of locks) {
+    const fence = lock.fence;
+    if (fence === null) return null;
+    fences[lock.key] = fence;
+  }
+  return Object.freeze(fences);
+}
+
+/** The timeout left of `options` at `elapsed` ms in: the options for the next key. */
+function leftOf(options, elapsed) {
+  const timeout = options?.timeout;
+  if (typeof timeout !== "number" || !(timeout > 0) || timeout === Infinity) return options;
+  return { ...options, timeout: Math.max(0, Math.floor(timeout - elapsed)) };
+}
+
+class MultiKeyLock {
+  #locks;
+  #keeping = null;
+
+  constructor(token, locks) {
+    if (token !== internal) throw new TypeError("MultiKeyLock is made by lock([...keys]), not new");
+    this.#locks = locks;
+  }
+
+  /** The keys, in the order they are taken (by code point). */
+  get keys() {
+    return this.#locks.map((lock) => lock.key);
+  }
+
+  get ttlMs() {
+    return this.#locks[0].ttlMs;
+  }
+
+  /** Null: the set has no fence of its own; each key's is in `fences`. */
+  get fence() {
+    return null;
+  }
+
+  get limit() {
+    return null;
+  }
+
+  /** Each key's fence while every key is held with one, else null. */
+  get fences() {
+    return fencesOf(this.#locks);
+  }
+
+  /** While autoExtend() runs: aborted when any key's hold is lost. */
+  get signal() {
+    return this.#keeping?.signal;
+  }
+
+  /** Takes every key, the lowest first, or none: `true` when all are held. */
+  async acquire(options) {
+    const started = performance.now();
+    const half = this.ttlMs / 2;
+    for (;;) {
+      let firstAt;
+      for (let i = 0; i < this.#locks.length; i++) {
+        let got;
+        try {
+          got = await this.#locks[i].acquire(i === 0 ? options : leftOf(options, performance.now() - started));
+        } catch (error) {
+          await this.#free(i);
+          throw error;
+        }
+        if (!got) {
+          await this.#free(i);
+          return false;
+        }
+        firstAt ??= performance.now();
+      }
+      const kept = await this.#keepWhole(firstAt, half);
+      if (kept) return true;
+      if (!(options?.timeout > performance.now() - started)) return false;
+    }
+  }
+
+  /**
+   * After the last key came in: keys held over half their TTL get it anew; a key already lost
+   * frees them all (answers false: take them again while the timeout lasts).
+   */
+  async #keepWhole(firstAt, half) {
+    if (performance.now() - firstAt <= half) return true;
+    const LockNotHeldError = w.__lockNotHeldErrorClass();
+    for (const lock of this.#locks.slice(0, -1)) {
+      try {
+        await lock.extend();
+      } catch (error) {
+        await this.#free(this.#locks.length);
+        if (error instanceof LockNotHeldError) return false;
+        throw error;
+      }
+    }
+    return true;
+  }
+
+  /** Frees the first `count` keys, the last taken first; throws the first error after trying all. */
+  async #free(count) {
+    let failed;
+    for (let i = count - 1; i >= 0; i--) {
+      try {
+        await this.#locks[i].release();
+      } catch (error) {
+        failed ??= [error];
+      }
+    }
+    if (failed) throw failed[0];
+  }
+
+  /** Frees every key (the last taken first): `true` when every key was still held. */
+  async release() {
+    if (this.#keeping !== null) await this.stopAutoExtend();
+    let all = true;
+    let failed;
+    for (let i = this.#locks.length - 1; i >= 0; i--) {
+      try {
+        all = (await this.#locks[i].release()) && all;
+      } catch (error) {
+        failed ??= [error];
+      }
+    }
+    if (failed) throw failed[0];
+    return all;
+  }
+
+  /** Resets every key's expiry; a key no longer held frees the others and rejects LockNotHeldError. */
+  async extend(ttlMs) {
+    for (const lock of this.#locks) {
+      try {
+        await lock.extend(ttlMs);
+      } catch (error) {
+        if (error instanceof w.__lockNotHeldErrorClass()) await this.release().catch(() => {});
+        throw error;
+      }
+    }
+  }
+
+  /** Acquire every key, run `fn({ fence: null, fences, signal })`, always release. */
+  run(fn, options) {
+    if (typeof fn !== "function") return Promise.reject(w.__kNotAFunction(fn));
+    if (options?.permits !== undefined) return Promise.reject(new TypeError("lock: permits are for semaphores; a multi-key lock takes each key whole"));
+    return this.#runAll(fn, options);
+  }
+
+  async #runAll(fn, options) {
+    const started = performance.now();
+    const locks = this.#locks;
+    const half = this.ttlMs / 2;
+    for (;;) {
+      const contexts = [];
+      let firstAt;
+      // Key i's run holds it while the runs of the keys after it go on inside: one key refused
+      // unwinds them all, each run releasing its key.
+      const inside = (i) => async (context) => {
+        contexts[i] = context;
+        firstAt ??= performance.now();
+        if (i + 1 < locks.length) {
+          const [ran, value] = await locks[i + 1].run(inside(i + 1), leftOf(options, performance.now() - started));
+          return ran ? value : NOT_ALL;
+        }
+        if (performance.now() - firstAt > half) {
+          const LockNotHeldError = w.__lockNotHeldErrorClass();
+          for (const lock of locks.slice(0, -1)) {
+            try {
+              await lock.extend();
+            } catch (error) {
+              if (error instanceof LockNotHeldError) return NOT_ALL;
+              throw error;
+            }
+          }
+        }
+        return { value: await fn(new MultiKeyContext(contexts, fencesOf(locks))) };
+      };
+      const [ran, out] = await locks[0].run(inside(0), options);
+      if (ran && out !== NOT_ALL) return [true, out.value];
+      if (!(options?.timeout > performance.now() - started)) return [false, undefined];
+    }
+  }
+
+  /** `run(fn)` that never waits. */
+  runImmediately(fn) {
+    return this.run(fn, { timeout: 0 });
+  }
+
+  /** Acquires every key or throws LockUnavailableError; with `autoExtend`, keeps extending them. */
+  async hold(options) {
+    if (!(await this.acquire(options))) {
+      const waited = options?.timeout ? ` after waiting ${options.timeout} ms` : "";
+      const keys = this.keys.map((key) => `"${key}"`).join(", ");
+      throw new LockUnavailableError(this.keys[0], `locks ${keys}: one is held by someone else${waited}`);
+    }
+    const keep = options?.autoExtend;
+    if (keep) this.autoExtend(keep === true ? undefined : keep);
+    return this;
+  }
+
+  async [asyncDispose]() {
+    await this.release();
+  }
+
+  /** Keeps extending every key until release() or stopAutoExtend(); the context's signal aborts when any is lost. */
+  autoExtend(options) {
+    if (this.#keeping === null) {
+      const contexts = this.#locks.map((lock) => lock.autoExtend(options));
+      this.#keeping = new MultiKeyContext(contexts, fencesOf(this.#locks));
+    }
+    return this.#keeping;
+  }
+
+  /** Stops autoExtend() on every key; the keys stay held. */
+  async stopAutoExtend() {
+    this.#keeping = null;
+    await Promise.all(this.#locks.map((lock) => lock.stopAutoExtend()));
+  }
+
+  /** Frees every key whoever holds it: true when any was held. */
+  async forceRelease() {
+    let any = false;
+    for (const lock of this.#locks) any = (await lock.forceRelease()) || any;
+    return any;
+  }
+
+  /** The hold of every key as one string for `restoreLock`, or throws LockNotHeldError. */
+  serialize() {
+    return `${SET_PREFIX}${this.#locks.length}:${this.#locks.map((lock) => lock.serialize()).join(",")}`;
+  }
+
+  /** Whether anyone (not necessarily this handle) holds any of the keys. */
+  async isLocked() {
+    for (const lock of this.#locks) if (await lock.isLocked()) return true;
+    return false;
+  }
+
+  /** Whether some key's hold is presumed lost. */
+  async isExpired() {
+    for (const lock of this.#locks) if (await lock.isExpired()) return true;
+    return false;
+  }
+
+  /** Milliseconds until the first held key's expiry, or null when none is held. */
+  async getRemainingTime() {
+    let least = null;
+    for (const lock of this.#locks) {
+      const ms = await lock.getRemainingTime();
+      if (ms !== null && (least === null || ms < least)) least = ms;
+    }
+    return least;
+  }
+}
+
+/** How a multi-key lock's serialized form starts: then the number of keys, then each key's. */
+const SET_PREFIX = "keel-lock-set:1:";
+
+/** `restoreLock` of a multi-key lock's string: every key's hold, in order, checked whole. */
+function restoreSet(serialized) {
+  const colon = serialized.indexOf(":", SET_PREFIX.length);
+  const count = Number(serialized.slice(SET_PREFIX.length, colon));
+  const parts = colon < 0 ? [] : serialized.slice(colon + 1).split(",");
+  if (!Number.isInteger(count) || count < 1 || count > MAX_KEYS || parts.length !== count) {
+    throw new TypeError(`restoreLock: not a serialized keel-lock: a multi-key lock of ${parts.length} parts where it says ${serialized.slice(SET_PREFIX.length, colon)}`);
+  }
+  const locks = parts.map((part) => restoreLock(part));
+  for (let i = 1; i < locks.length; i++) {
+    if (byCodePoint(locks[i - 1].key, locks[i].key) >= 0 || locks[i].ttlMs !== locks[0].ttlMs || locks[i].limit !== null) {
+      throw new TypeError("restoreLock: not a serialized keel-lock: its keys are out of order, repeated or of mixed terms");
+    }
+  }
+  return new MultiKeyLock(internal, locks);
+}
+
 // === lock(), restoreLock() and the current store ============================================
 
 // Checking a key and a TTL is a pure function of each, so what the core accepted is kept and
@@ -1130,6 +1483,7 @@ let acceptedTtlMs;
 let acceptedTtl = 0;
 
 function lock(key, ttlMs) {
+  if (Array.isArray(key)) return lockKeys(key, ttlMs);
   return handle(key, ttlMs, 0);
 }
 
@@ -1187,6 +1541,7 @@ function writeLock(key, ttlMs) {
 function restoreLock(serialized) {
   const store = current ?? bind();
   if (typeof serialized !== "string") throw w.__kNotSerialized();
+  if (serialized.startsWith(SET_PREFIX)) return restoreSet(serialized);
   const id = w.__kRestore(serialized, store.binding);
   if (id === FAILED) throw w.__kError();
   return new Lock(internal, textOf(w.__kKeyOf(id)), ok(w.__kTtlOf(id)), store, id, ok(w.__kLimitOf(id)));

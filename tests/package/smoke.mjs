@@ -16,6 +16,7 @@ export const SMOKE = {
     mismatch: { name: "LimitMismatchError", key: "mismatch", heldLimit: 3, limit: 4 },
     restored: { limit: 3, fence: true, takenWhileRestored: false, releasedByRestored: true, freeAfter: true },
   },
+  multi: { allRan: true, keys: ["acct:1", "acct:2"], fences: true, refusedLeftFree: true, restored: true },
 };
 
 export async function smoke(keel, testing) {
@@ -65,6 +66,7 @@ export async function smoke(keel, testing) {
   check(typeError instanceof RangeError, "empty key is a RangeError");
 
   const shared = await sharedHolds();
+  const multi = await severalKeys();
 
   const tokens = new Set();
   setLockStore({
@@ -73,7 +75,26 @@ export async function smoke(keel, testing) {
   });
   for (let i = 0; i < 50; i++) await lock(`t${i}`).run(() => {});
   check(tokens.size === 50 && [...tokens].every((t) => /^[0-9a-f]{32}$/.test(t)), "fresh 128-bit tokens");
-  return { ok: true, winners, maxInside, done, conformance: true, shared };
+  return { ok: true, winners, maxInside, done, conformance: true, shared, multi };
+
+  // Several keys at once on the memory store: opposite orders all run; a refusal holds nothing.
+  async function severalKeys() {
+    const runs = Array.from({ length: 8 }, (_, i) =>
+      lock(i % 2 ? ["acct:1", "acct:2"] : ["acct:2", "acct:1"]).run(() => new Promise((r) => setTimeout(r, 1)), { timeout: 5_000 }),
+    );
+    const allRan = (await Promise.all(runs)).every(([ran]) => ran);
+    const both = lock(["acct:2", "acct:1"]);
+    const [, fences] = await both.run(({ fences }) => fences);
+    const blocker = lock("acct:2");
+    await blocker.acquire();
+    const refused = !(await both.acquire());
+    const refusedLeftFree = refused && !(await lock("acct:1").isLocked());
+    await blocker.release();
+    await both.acquire();
+    const back = restoreLock(both.serialize());
+    const restored = (await back.release()) && !(await lock("acct:1").isLocked()) && !(await lock("acct:2").isLocked());
+    return { allRan, keys: both.keys, fences: fences !== null && fences["acct:1"] >= 1 && fences["acct:2"] >= 1, refusedLeftFree, restored };
+  }
 
   // Semaphores and read-write locks on the memory store set above: answers what was seen.
   async function sharedHolds() {

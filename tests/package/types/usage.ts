@@ -1,7 +1,7 @@
 // Compiled with `tsc --strict` against the installed package: the documented snippets must
 // type-check as users write them.
 import { lock, semaphore, readLock, writeLock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError, LockStoreTimeoutError, LimitMismatchError } from "keel-lock";
-import type { Lock, LockStore, AcquireOptions } from "keel-lock";
+import type { Lock, LockStore, AcquireOptions, MultiKeyLock } from "keel-lock";
 // @ts-expect-error checkLockStore lives in keel-lock/testing only
 import { checkLockStore } from "keel-lock";
 import { checkLockStore as checkStore, type PropertyResult } from "keel-lock/testing";
@@ -159,4 +159,21 @@ export async function kit(store: LockStore): Promise<PropertyResult[]> {
     acquireShared: (_key, _owner, _ttl, weight, limit) => (weight <= limit ? { fence: 1 } : { heldLimit: limit }),
   };
   setLockStore(store);
+}
+
+// Several keys at once.
+{
+  const both: MultiKeyLock = lock(["account:1", "account:2"], 10_000);
+  const keys: readonly string[] = both.keys;
+  const [ran, moved] = await both.run(async ({ fence, fences, signal }) => {
+    fence satisfies null;
+    signal.aborted satisfies boolean;
+    return fences === null ? 0 : fences["account:1"] + keys.length;
+  }, { timeout: 1_000, autoExtend: true });
+  if (ran) moved satisfies number;
+  await using held = await lock(["a", "b"]).hold({ timeout: 500 });
+  const again = restoreLock<MultiKeyLock>(held.serialize());
+  again.fences satisfies Readonly<Record<string, number>> | null;
+  // @ts-expect-error a multi-key lock has no single key
+  held.key;
 }
