@@ -11,7 +11,7 @@ import {
 // The conformance kit, from its own entry (and its own wasm instance): it drives the
 // DurableObjectLockStore made by "keel-lock" through the store's five methods.
 import { lockStoreResults } from "keel-lock/testing";
-import { Counter, Ledger, READ_LIMIT, contend, contendShared, rpcCounts, stats, sleep, useStore } from "./shared.js";
+import { Counter, Ledger, READ_LIMIT, contend, contendMulti, contendShared, rpcCounts, stats, sleep, useStore } from "./shared.js";
 
 /**
  * The package's Durable Object plus one test hook: `crash()` resets the object the way an
@@ -900,6 +900,8 @@ async function route(request, env) {
     }
     case "/contend-shared":
       return contendShared(env, body);
+    case "/contend-multi":
+      return contendMulti(env, body);
     case "/inspect":
       return stubFor(env, body.key).inspect();
     case "/rpcs":

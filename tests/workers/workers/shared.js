@@ -156,3 +156,23 @@ export async function contendShared(env, { key, runId, kind = "permit", weight =
   const released = await store.release(key, owner);
   return { ran: true, fence: grant.fence, released, waitedMs: Date.now() - started };
 }
+
+/**
+ * One contender for several keys at once, `lock(keys).run(fn)` on this isolate's store: inside,
+ * it enters each key's own Counter (`runId:key`) as a writer, so two holders of one key at once
+ * show up as that key's clashes. Answers whether it ran, and the fence of each key.
+ */
+export async function contendMulti(env, { keys, runId, holdMs = 5, timeout = 60_000 }) {
+  useStore(env);
+  const counters = keys.map((key) => env.COUNTER.get(env.COUNTER.idFromName(`${runId}:${key}`)));
+  const [ran, fences] = await lock(keys, 30_000).run(
+    async ({ fences }) => {
+      for (const counter of counters) await counter.enter(null, null, 1, true);
+      await sleep(holdMs);
+      for (const counter of counters) await counter.exit(1, true);
+      return fences;
+    },
+    { timeout, retryDelay: 10 },
+  );
+  return { ran, fences };
+}
