@@ -32,12 +32,13 @@ import { buildWorkers, startWorkerd, startWorkers } from "./lib/workerd.mjs";
 import { staggered, orderStats } from "./lib/contention.mjs";
 import { durableObjectUncontended, durableObjectUncontendedMarkdown } from "./lib/durable-object-uncontended.mjs";
 import { semaphoreInIsolate, semaphoreRedis, semaphoreDurableObject, semaphoreMarkdown } from "./lib/semaphores.mjs";
+import { multiKeyRedis, multiKeyMarkdown } from "./lib/multi.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
 const argv = process.argv.slice(2);
 const QUICK = argv.includes("--quick");
-const SECTIONS = [1, 2, 3, 4, 5, 6, 7];
+const SECTIONS = [1, 2, 3, 4, 5, 6, 7, 8];
 const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? SECTIONS.join(",")).split(",").map(Number);
 // Every section ran (and not --quick): the results are written as the latest full run.
 const FULL = !QUICK && SECTIONS.every((n) => ONLY.includes(n));
@@ -982,6 +983,7 @@ function markdown() {
     L.push("", how.note);
   }
   if (s.semaphoreInIsolate || s.semaphoreRedis || s.semaphoreDurableObject) L.push(...semaphoreMarkdown(s.semaphoreInIsolate, s.semaphoreRedis, s.semaphoreDurableObject));
+  if (s.multiKeyRedis) L.push(...multiKeyMarkdown(s.multiKeyRedis));
   return L.join("\n") + "\n";
 }
 
@@ -1010,7 +1012,7 @@ try {
   if (ONLY.includes(1)) await inIsolate();
   if (ONLY.includes(2)) await asyncStoreRuns();
   if (ONLY.includes(5)) results.sections.semaphoreInIsolate = await semaphoreInIsolate({ quick: QUICK, log, interleave, pairedRatio, memoryStore: DEFAULT_STORE });
-  if (ONLY.includes(2) || ONLY.includes(3) || ONLY.includes(6)) {
+  if (ONLY.includes(2) || ONLY.includes(3) || ONLY.includes(6) || ONLY.includes(8)) {
     server = await startRedis();
     log(`redis-server ${server.version} on port ${server.port} (pid ${server.pid})`);
     admin = new Redis({ port: server.port, host: "127.0.0.1" });
@@ -1028,6 +1030,14 @@ try {
         client: "ioredis 5.11.1, one connection per library",
         ...(await semaphoreRedis({ quick: QUICK, log, interleave, pairedRatio, admin, makeClient, settle })),
       };
+    }
+    if (ONLY.includes(8)) {
+      const makeClient = async () => {
+        const c = countedClient(server.port);
+        await c.connect();
+        return c;
+      };
+      results.sections.multiKeyRedis = await multiKeyRedis({ quick: QUICK, log, interleave, pairedRatio, makeClient, settle });
     }
   }
   if (ONLY.includes(7)) results.sections.semaphoreDurableObject = await semaphoreDurableObject({ quick: QUICK, log, interleave, pairedRatio });
