@@ -7,8 +7,10 @@
 //! clock the host's `wasi:clocks` ([`WasiRuntime`]). Build with
 //! `cargo build --target wasm32-wasip2 --release --features component`. With the `testing`
 //! feature the component is the `keel-lock-testing` world instead: the same lock API plus the
-//! `conformance` export ([`testing`]).
+//! `conformance` export ([`testing`]). Several keys held as one (`multi`) are a core
+//! [`crate::MultiLock`] in [`multi`].
 
+mod multi;
 mod runtime;
 mod store;
 #[cfg(feature = "testing")]
@@ -16,6 +18,8 @@ mod testing;
 
 pub use runtime::{block_on, wall_clock_ms, WasiRuntime};
 pub use store::{KeyValueError, KeyValueLockStore};
+
+use alloc::rc::Rc;
 
 use crate::error::Error;
 use crate::input::{AcquireOptions, Key, Ttl};
@@ -60,8 +64,12 @@ mod export {
 
 /// The exported `lock` resource: a core [`Lock`] over the host's bucket.
 pub struct ComponentLock {
-    inner: Lock<KeyValueLockStore, WasiRuntime>,
+    inner: Lock<Bucket, WasiRuntime>,
 }
+
+/// An opened bucket as every exported lock holds it: shared, because a `multi-lock` gives one
+/// to each key's lock, and the same type for both, so the lock's code is in the component once.
+type Bucket = Rc<KeyValueLockStore>;
 
 fn wit_error(e: Error<KeyValueError>) -> LockError {
     match e {
@@ -91,6 +99,10 @@ fn open_bucket(bucket: &str) -> Result<KeyValueLockStore, LockError> {
     KeyValueLockStore::open(bucket).map_err(|e| LockError::StoreError(e.to_string()))
 }
 
+fn open_shared_bucket(bucket: &str) -> Result<Bucket, LockError> {
+    open_bucket(bucket).map(Rc::new)
+}
+
 fn new_lock(bucket: &str, key: String, ttl_ms: u64) -> Result<wit_lock::Lock, LockError> {
     new_holding(bucket, key, ttl_ms, Holding::Exclusive)
 }
@@ -103,7 +115,7 @@ fn new_holding(
 ) -> Result<wit_lock::Lock, LockError> {
     let key = Key::new(key).map_err(invalid)?;
     let ttl = Ttl::from_ms(ttl_ms).map_err(invalid)?;
-    let store = open_bucket(bucket)?;
+    let store = open_shared_bucket(bucket)?;
     Ok(wit_lock::Lock::new(ComponentLock {
         inner: Lock::new(key, ttl, store, WasiRuntime).holding(holding),
     }))
@@ -131,7 +143,7 @@ impl wit_shared::Guest for Component {
 
 fn restore_lock(bucket: &str, serialized: &str) -> Result<wit_lock::Lock, LockError> {
     let serialized = SerializedLock::parse(serialized).map_err(invalid)?;
-    let store = open_bucket(bucket)?;
+    let store = open_shared_bucket(bucket)?;
     Ok(wit_lock::Lock::new(ComponentLock {
         inner: Lock::restore(serialized, store, WasiRuntime),
     }))

@@ -31,7 +31,9 @@ mod object;
 mod store;
 
 pub use object::LockDurableObjectCore;
-pub use store::{DurableObjectLock, DurableObjectLockStore, JsDurableObjectLockStore};
+pub use store::{
+    DurableObjectLock, DurableObjectLockStore, DurableObjectMultiLock, JsDurableObjectLockStore,
+};
 
 /// The Workers clock and timer for a [`crate::Lock`]: `Date.now()` and `setTimeout`. In workerd
 /// `Date.now()` advances only across I/O, which is all a lock needs: its waits are timers and

@@ -5,15 +5,20 @@
 //! POST /charge          {"mode": "immediate"}  try once; answers {"charged": true|false, …}
 //! POST /charge          {"mode": "wait"}       wait for the lock, then charge
 //! POST /shared          {"kind": "semaphore", "limit": 3}   a shared hold instead of the lock
+//! POST /transfer        {"from": "account:1", "to": "account:2", "amount": 10}   hold both
 //! GET  /ledger?run=ID   charges booked in that run, and the most ever inside at once
 //! ```
+//!
+//! A transfer holds both accounts with one `MultiLock` (all or none, taken in sorted order, so
+//! transfers in opposite directions never deadlock) and books into each account's own run,
+//! `RUN/ACCOUNT`, where the account's balance is kept.
 //!
 //! The lock rows live in keel-lock's `LockDurableObject` (bound as `LOCKS`; `entry.js` exports
 //! the class). The `Ledger` Durable Object stands in for the payment provider: it books every
 //! charge and notices if two ever overlap.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use keel_lock::lock::RunError;
@@ -229,6 +234,92 @@ async fn shared(env: &Env, order: SharedOrder) -> Result<SharedOutcome> {
     }
 }
 
+/// The body of `POST /transfer`. Every field is optional.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct Transfer {
+    run: String,
+    mode: Mode,
+    from: String,
+    to: String,
+    amount: i64,
+    /// How long the transfer takes between reading the balances and writing them, in ms.
+    hold_ms: u64,
+}
+
+impl Default for Transfer {
+    fn default() -> Self {
+        Transfer {
+            run: "curl".into(),
+            mode: Mode::Wait,
+            from: "account:1".into(),
+            to: "account:2".into(),
+            amount: 10,
+            hold_ms: 25,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct Transferred {
+    moved: bool,
+    /// Each account's fence for this transfer (empty when it did not move).
+    fences: BTreeMap<String, u64>,
+    /// Each account's balance after it (empty when it did not move).
+    balances: BTreeMap<String, i64>,
+    worker: &'static str,
+}
+
+async fn transfer(env: &Env, order: Transfer) -> Result<Transferred> {
+    // Both keys or neither; a key given twice (from = to) is a bad key set.
+    let both = DurableObjectLockStore::from_env(env, "LOCKS")?
+        .multi_lock([&order.from, &order.to], LOCK_TTL_MS)?;
+    let options = match order.mode {
+        Mode::Immediate => AcquireOptions::immediately(),
+        Mode::Wait => AcquireOptions {
+            timeout_ms: 60_000,
+            retry_delay_ms: 5,
+        },
+    };
+    let (order, both) = (&order, &both);
+    let moved = both
+        .try_run_with(options, std::future::pending(), None, |_held| async move {
+            // One fence per key: each account's ledger refuses a fence lower than it has seen.
+            let fences = both.fences().ok_or("the lock store keeps no fences")?;
+            let mut accounts = Vec::new();
+            for (key, fence) in &fences {
+                let account = Ledger::open(env, &format!("{}/{}", order.run, key.as_str()))?;
+                let balance = account.enter(Some(fence.get())).await?.balance;
+                accounts.push((key.as_str(), account, balance));
+            }
+            Delay::from(Duration::from_millis(order.hold_ms)).await;
+            let mut balances = BTreeMap::new();
+            for (key, account, mut balance) in accounts {
+                if key == order.from {
+                    balance -= order.amount;
+                } else {
+                    balance += order.amount;
+                }
+                account.exit_with_balance(balance).await?;
+                balances.insert(key.to_owned(), balance);
+            }
+            let fences = fences
+                .iter()
+                .map(|(key, fence)| (key.as_str().to_owned(), fence.get()))
+                .collect();
+            Ok::<_, worker::Error>((fences, balances))
+        })
+        .await?;
+    let done = moved.is_some();
+    let (fences, balances) = moved.unwrap_or_default();
+    Ok(Transferred {
+        moved: done,
+        fences,
+        balances,
+        worker: "rust",
+    })
+}
+
 /// A hold that waits to be told it is lost: by its TTL passing (no keep-alive), or by an
 /// operator's force-release noticed at the next keep-alive extend.
 #[derive(Deserialize)]
@@ -310,6 +401,18 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
                 Err(e) => Response::error(e.to_string(), 500),
             }
         }
+        (Method::Post, "/transfer") => {
+            let body = req.text().await?;
+            let order = if body.trim().is_empty() {
+                Transfer::default()
+            } else {
+                serde_json::from_str(&body)?
+            };
+            match transfer(&env, order).await {
+                Ok(outcome) => Response::from_json(&outcome),
+                Err(e) => Response::error(e.to_string(), 500),
+            }
+        }
         (Method::Post, "/shared") => {
             let order: SharedOrder = serde_json::from_str(&req.text().await?)?;
             match shared(&env, order).await {
@@ -339,6 +442,8 @@ pub struct Run {
     fences: Vec<u64>,
     /// Charges refused for carrying a fence lower than one already booked.
     stale: u32,
+    /// An account's balance (a transfer's run per account), set by an exit that names one.
+    balance: i64,
 }
 
 /// Books charges per run and watches for overlap. In memory: a demo ledger, not a bank.
@@ -354,8 +459,9 @@ impl DurableObject for Ledger {
         }
     }
 
-    /// `POST https://ledger/{enter|exit|refuse|stats}?run=ID[&fence=N][&weight=N]`, answering the
-    /// run's bookings. `weight` (default 1) is how much an enter or exit counts inside.
+    /// `POST https://ledger/{enter|exit|refuse|stats}?run=ID[&fence=N][&weight=N][&balance=N]`,
+    /// answering the run's bookings. `weight` (default 1) is how much an enter or exit counts
+    /// inside; `balance` is what an exit leaves as the run's balance.
     async fn fetch(&self, req: Request) -> Result<Response> {
         let url = req.url()?;
         let run = query(&url, "run").unwrap_or_default();
@@ -378,7 +484,12 @@ impl DurableObject for Ledger {
                 r.max_inside = r.max_inside.max(r.inside);
                 r.fences.extend(fence);
             }
-            "/exit" => r.inside = r.inside.saturating_sub(weight),
+            "/exit" => {
+                r.inside = r.inside.saturating_sub(weight);
+                if let Some(balance) = query(&url, "balance").and_then(|b| b.parse().ok()) {
+                    r.balance = balance;
+                }
+            }
             "/refuse" => r.refused += 1,
             "/stats" => {}
             _ => return Response::error("no such ledger operation", 404),
@@ -408,22 +519,32 @@ impl Ledger {
 
 impl LedgerRun {
     async fn enter(&self, fence: Option<u64>) -> Result<Run> {
-        self.call("enter", fence, 1).await
+        self.call("enter", fence, 1, None).await
     }
 
     async fn enter_weighted(&self, weight: u32) -> Result<Run> {
-        self.call("enter", None, weight).await
+        self.call("enter", None, weight, None).await
     }
 
     async fn exit_weighted(&self, weight: u32) -> Result<Run> {
-        self.call("exit", None, weight).await
+        self.call("exit", None, weight, None).await
+    }
+
+    async fn exit_with_balance(&self, balance: i64) -> Result<Run> {
+        self.call("exit", None, 1, Some(balance)).await
     }
 
     async fn book(&self, what: &str) -> Result<Run> {
-        self.call(what, None, 1).await
+        self.call(what, None, 1, None).await
     }
 
-    async fn call(&self, what: &str, fence: Option<u64>, weight: u32) -> Result<Run> {
+    async fn call(
+        &self,
+        what: &str,
+        fence: Option<u64>,
+        weight: u32,
+        balance: Option<i64>,
+    ) -> Result<Run> {
         let mut url = Url::parse("https://ledger/")?.join(what)?;
         url.query_pairs_mut().append_pair("run", &self.run);
         if let Some(fence) = fence {
@@ -433,6 +554,10 @@ impl LedgerRun {
         if weight != 1 {
             url.query_pairs_mut()
                 .append_pair("weight", &weight.to_string());
+        }
+        if let Some(balance) = balance {
+            url.query_pairs_mut()
+                .append_pair("balance", &balance.to_string());
         }
         let req =
             Request::new_with_init(url.as_str(), RequestInit::new().with_method(Method::Post))?;

@@ -23,7 +23,7 @@ use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS};
 use crate::js::convert::{object, owner, required_ttl, share};
 use crate::js::promises::{grant_answer, settled};
 use crate::js::store::answers;
-use crate::lock::Lock;
+use crate::lock::{Lock, MultiLock};
 use crate::per_thread::PerThread;
 use crate::runtime::Runtime;
 use crate::share::{Holding, Share, SharedGrant};
@@ -96,6 +96,10 @@ pub struct DurableObjectLockStore {
 
 /// A [`Lock`] over a [`DurableObjectLockStore`], as [`DurableObjectLockStore::lock`] makes it.
 pub type DurableObjectLock = Lock<DurableObjectLockStore, WorkersRuntime>;
+
+/// A [`MultiLock`] over a [`DurableObjectLockStore`], as [`DurableObjectLockStore::multi_lock`]
+/// makes it.
+pub type DurableObjectMultiLock = MultiLock<DurableObjectLockStore, WorkersRuntime>;
 
 fn method(target: &JsValue, name: &str) -> Result<Function, JsValue> {
     Reflect::get(target, &JsValue::from_str(name))?
@@ -217,6 +221,39 @@ impl DurableObjectLockStore {
             self.clone(),
             WorkersRuntime,
         ))
+    }
+
+    /// A lock on every key of `keys` at once — all held or none, taken in sorted order so
+    /// overlapping sets never deadlock — each held for `ttl_ms` once acquired, over this store
+    /// with the Workers clock and timer. Each key lives in its own object and keeps its own
+    /// fence ([`MultiLock::fences`]). Fails on a bad key or TTL (as [`Self::lock`]), and on no
+    /// keys, more than 64 or a key given twice ([`InputError::InvalidKeySet`]).
+    ///
+    /// ```no_run
+    /// # #[cfg(all(feature = "worker", target_arch = "wasm32"))]
+    /// # async fn handler(env: worker::Env) -> worker::Result<()> {
+    /// use keel_lock::worker::DurableObjectLockStore;
+    /// use keel_lock::AcquireOptions;
+    ///
+    /// let locks = DurableObjectLockStore::from_env(&env, "LOCKS")?;
+    /// let both = locks.multi_lock(["account:2", "account:1"], 30_000)?;
+    /// let options = AcquireOptions { timeout_ms: 10_000, retry_delay_ms: 25 };
+    /// both.run(options, |_held| async {
+    ///     // `both.fences()`: each account's fence, for the writes to that account.
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn multi_lock<K: AsRef<str>>(
+        &self,
+        keys: impl IntoIterator<Item = K>,
+        ttl_ms: u64,
+    ) -> Result<DurableObjectMultiLock, InputError> {
+        let keys = keys
+            .into_iter()
+            .map(Key::new)
+            .collect::<Result<alloc::vec::Vec<_>, _>>()?;
+        MultiLock::new(keys, Ttl::from_ms(ttl_ms)?, self.clone(), WorkersRuntime)
     }
 
     /// A store over a namespace binding given as a JS value; a `TypeError` when it is not one.

@@ -37,6 +37,7 @@ wasmtime::component::bindgen!({
 });
 
 use exports::keel::lock::conformance::{Options as ConformanceOptions, Outcome};
+pub use exports::keel::lock::multi::KeyFence;
 pub use exports::keel::lock::types::{LockError, MismatchedLimits};
 use wasi::keyvalue::{atomics, store};
 
@@ -687,6 +688,10 @@ fn api(bindings: &KeelLockTesting) -> &exports::keel::lock::lock::Guest {
 #[derive(Clone, Copy, Debug)]
 pub struct LockHandle(ResourceAny);
 
+/// A `multi-lock` resource owned by an [`Instance`].
+#[derive(Clone, Copy, Debug)]
+pub struct MultiHandle(ResourceAny);
+
 type Answer<T> = Result<Result<T, LockError>>;
 
 impl Instance {
@@ -831,6 +836,102 @@ impl Instance {
     /// Drops the resource (does not release the lock).
     pub fn drop_lock(&mut self, l: LockHandle) -> Result<()> {
         l.0.resource_drop(&mut self.store)
+    }
+
+    /// `multi-lock.new(keys, ttl-ms)` in the `"default"` bucket.
+    pub fn new_multi(&mut self, keys: &[&str], ttl_ms: u64) -> Answer<MultiHandle> {
+        let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+        let r = self.bindings.keel_lock_multi().multi_lock().call_new(
+            &mut self.store,
+            &keys,
+            ttl_ms,
+        )?;
+        Ok(r.map(MultiHandle))
+    }
+
+    /// `multi-lock.new-in(bucket, keys, ttl-ms)`.
+    pub fn new_multi_in(
+        &mut self,
+        bucket: &str,
+        keys: &[&str],
+        ttl_ms: u64,
+    ) -> Answer<MultiHandle> {
+        let keys: Vec<String> = keys.iter().map(|k| (*k).to_owned()).collect();
+        let r = self.bindings.keel_lock_multi().multi_lock().call_new_in(
+            &mut self.store,
+            bucket,
+            &keys,
+            ttl_ms,
+        )?;
+        Ok(r.map(MultiHandle))
+    }
+
+    /// `multi-lock.acquire(timeout-ms, retry-delay-ms)`.
+    pub fn multi_acquire(
+        &mut self,
+        m: MultiHandle,
+        timeout_ms: u64,
+        retry_ms: Option<u64>,
+    ) -> Answer<bool> {
+        self.bindings.keel_lock_multi().multi_lock().call_acquire(
+            &mut self.store,
+            m.0,
+            timeout_ms,
+            retry_ms,
+        )
+    }
+
+    /// `multi-lock.release()`.
+    pub fn multi_release(&mut self, m: MultiHandle) -> Answer<bool> {
+        self.bindings
+            .keel_lock_multi()
+            .multi_lock()
+            .call_release(&mut self.store, m.0)
+    }
+
+    /// `multi-lock.extend(ttl-ms)`.
+    pub fn multi_extend(&mut self, m: MultiHandle, ttl_ms: Option<u64>) -> Answer<()> {
+        self.bindings
+            .keel_lock_multi()
+            .multi_lock()
+            .call_extend(&mut self.store, m.0, ttl_ms)
+    }
+
+    /// `multi-lock.fences()`.
+    pub fn multi_fences(&mut self, m: MultiHandle) -> Result<Option<Vec<KeyFence>>> {
+        self.bindings
+            .keel_lock_multi()
+            .multi_lock()
+            .call_fences(&mut self.store, m.0)
+    }
+
+    /// `multi-lock.is-expired()`.
+    pub fn multi_is_expired(&mut self, m: MultiHandle) -> Result<bool> {
+        self.bindings
+            .keel_lock_multi()
+            .multi_lock()
+            .call_is_expired(&mut self.store, m.0)
+    }
+
+    /// `multi-lock.keys()`.
+    pub fn multi_keys(&mut self, m: MultiHandle) -> Result<Vec<String>> {
+        self.bindings
+            .keel_lock_multi()
+            .multi_lock()
+            .call_keys(&mut self.store, m.0)
+    }
+
+    /// `multi-lock.ttl-ms()`.
+    pub fn multi_ttl_ms(&mut self, m: MultiHandle) -> Result<u64> {
+        self.bindings
+            .keel_lock_multi()
+            .multi_lock()
+            .call_ttl_ms(&mut self.store, m.0)
+    }
+
+    /// Drops the resource (does not release the keys).
+    pub fn drop_multi(&mut self, m: MultiHandle) -> Result<()> {
+        m.0.resource_drop(&mut self.store)
     }
 
     /// `conformance.properties()`.

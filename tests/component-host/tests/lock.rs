@@ -496,6 +496,7 @@ fn production_world_exports_only_the_lock_api() {
     );
     let lock_api = [
         "keel:lock/lock@0.1.0",
+        "keel:lock/multi@0.1.0",
         "keel:lock/shared@0.1.0",
         "keel:lock/types@0.1.0",
     ];

@@ -148,3 +148,73 @@ describe("Rust Worker, shared holds through the Rust API", { concurrency: false,
     assert.match(String(over.body), /permits must be a whole number between 1 and the limit, 2, got 3/);
   });
 });
+
+describe("Rust Worker, transfers under a MultiLock of two accounts", { concurrency: false, timeout: 180_000 }, () => {
+  const transfer = (name, body) => w.call(name, "/transfer", body);
+  const ledger = (run) => w.call("rust", `/ledger?run=${encodeURIComponent(run)}`);
+
+  it("36 concurrent transfers in both directions over overlapping pairs, from two isolates: all move, never two on an account", async () => {
+    const run = `transfers:${crypto.randomUUID()}`;
+    const accounts = ["a", "b", "c"].map((n) => `account:${n}:${crypto.randomUUID()}`);
+    const [a, b, c] = accounts;
+    const pairs = [[a, b], [b, a], [b, c], [c, b], [c, a], [a, c]];
+    const orders = Array.from({ length: 36 }, (_, i) => {
+      const [from, to] = pairs[i % pairs.length];
+      return { run, from, to, amount: i + 1, mode: "wait", holdMs: 10 };
+    });
+    const results = await Promise.all(orders.map((order, i) => transfer(rustOnly[i % 2], order)));
+    assert.ok(results.every((r) => r.moved === true), JSON.stringify(results.filter((r) => !r.moved)));
+    const expected = Object.fromEntries(accounts.map((k) => [k, 0]));
+    for (const [i, { from, to, amount }] of orders.entries()) {
+      expected[from] -= amount;
+      expected[to] += amount;
+      // A fence per key: both accounts of this transfer, and no other.
+      assert.deepEqual(Object.keys(results[i].fences).sort(), [from, to].sort());
+      assert.ok(Object.values(results[i].fences).every((f) => Number.isSafeInteger(f) && f > 0), JSON.stringify(results[i]));
+    }
+    for (const account of accounts) {
+      const l = await ledger(`${run}/${account}`);
+      const touching = orders.filter((o) => o.from === account || o.to === account).length;
+      assert.equal(l.charges, touching, `${account}: ${l.charges} transfers booked of ${touching}`);
+      assert.equal(l.maxInside, 1, `${account}: up to ${l.maxInside} transfers inside at once`);
+      assert.equal(l.inside, 0);
+      assert.equal(l.stale, 0);
+      // Each key's fences increase in the order its holds were taken (the ledger books while held).
+      for (let i = 1; i < l.fences.length; i++) {
+        assert.ok(l.fences[i] > l.fences[i - 1], `${account}: fences out of order: ${l.fences}`);
+      }
+      const fromAnswers = results.map((r) => r.fences[account]).filter((f) => f !== undefined);
+      assert.deepEqual([...fromAnswers].sort((x, y) => x - y), l.fences, `${account}: the answers' fences are the ledger's`);
+      // Balances read and written across a delay: an overlap would lose an update.
+      assert.equal(l.balance, expected[account], `${account}: balance ${l.balance}, expected ${expected[account]}`);
+    }
+  });
+
+  it("an immediate transfer refused on one account leaves the other free, then moves once both are", async () => {
+    const run = `refused:${crypto.randomUUID()}`;
+    const id = crypto.randomUUID();
+    // Sorted, `first` is taken before `second`: refused on `second`, it must give `first` back.
+    const first = `account:1:${id}`;
+    const second = `account:2:${id}`;
+    const holder = w.call("rust", "/shared", { run, key: second, kind: "write", holdMs: 1_500 });
+    while ((await ledger(run)).inside === 0) await new Promise((r) => setTimeout(r, 20));
+    const refused = await transfer("rust-b", { run, from: first, to: second, amount: 5, mode: "immediate" });
+    assert.deepEqual(refused, { moved: false, fences: {}, balances: {}, worker: "rust" });
+    const other = await w.call("rust", "/shared", { run: `${run}:probe`, key: first, kind: "write" });
+    assert.equal(other.ran, true, `${first} was left held by the refused transfer`);
+    assert.ok((await ledger(run)).inside > 0, "the holder of the second key is still inside");
+    assert.equal((await holder).ran, true);
+    const moved = await transfer("rust-b", { run, from: first, to: second, amount: 5, mode: "immediate" });
+    assert.equal(moved.moved, true);
+    assert.deepEqual(moved.balances, { [first]: -5, [second]: 5 });
+  });
+
+  it("a bad key set reaches the handler as a worker::Error with keel-lock's message", async () => {
+    const same = await w.request("rust", "/transfer", { from: "account:x", to: "account:x" });
+    assert.equal(same.status, 500);
+    assert.match(String(same.body), /a multi-key lock needs 1 to 64 distinct keys: a key given twice/);
+    const empty = await w.request("rust-b", "/transfer", { from: "", to: "account:x" });
+    assert.equal(empty.status, 500);
+    assert.match(String(empty.body), /lock key must be a non-empty string/);
+  });
+});
