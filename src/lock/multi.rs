@@ -241,16 +241,12 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
         F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        match self
-            .try_run_with(options, core::future::pending(), None, |context| async {
+        super::run::infallible(
+            self.try_run_with(options, core::future::pending(), None, |context| async {
                 Ok::<T, core::convert::Infallible>(task(context).await)
             })
-            .await
-        {
-            Ok(out) => Ok(out),
-            Err(RunError::Lock(e)) => Err(e),
-            Err(RunError::Task(never)) => match never {},
-        }
+            .await,
+        )
     }
 
     /// [`Lock::try_run_with`] over every key: the wait ends when `cancel` completes; while the

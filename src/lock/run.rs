@@ -22,6 +22,16 @@ impl<U: fmt::Display, E: fmt::Display> fmt::Display for RunError<U, E> {
     }
 }
 
+/// The outcome of a run whose task cannot fail, as the lock's own.
+pub(crate) fn infallible<T, E>(
+    outcome: Result<Option<T>, RunError<core::convert::Infallible, E>>,
+) -> Result<Option<T>, E> {
+    outcome.map_err(|error| match error {
+        RunError::Lock(e) => e,
+        RunError::Task(never) => match never {},
+    })
+}
+
 impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// Acquire, run `task` with the hold's [`RunContext`], and always release. `Ok(None)` means
     /// someone else held the lock and `task` never ran.
@@ -56,16 +66,12 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = T>,
     {
-        match self
-            .try_run(options, |context| async {
+        infallible(
+            self.try_run(options, |context| async {
                 Ok::<T, core::convert::Infallible>(task(context).await)
             })
-            .await
-        {
-            Ok(out) => Ok(out),
-            Err(RunError::Lock(e)) => Err(e),
-            Err(RunError::Task(never)) => match never {},
-        }
+            .await,
+        )
     }
 
     /// [`Lock::run`] for a fallible task. The lock is released whether the task succeeds or
