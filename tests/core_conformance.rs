@@ -177,6 +177,8 @@ struct Flaws {
     holds_past_ttl_ms: u64,
     /// Every release fails with a store error.
     release_fails: bool,
+    /// A release answers true but leaves the row: the key stays held until its TTL.
+    release_keeps_row: bool,
 }
 
 const CORRECT: Flaws = Flaws {
@@ -191,6 +193,7 @@ const CORRECT: Flaws = Flaws {
     extend_refuses: false,
     holds_past_ttl_ms: 0,
     release_fails: false,
+    release_keeps_row: false,
 };
 
 struct RowStore {
@@ -301,7 +304,9 @@ impl LockStore for RowStore {
         if !self.may_touch(key, owner, self.flaws.release_checks_owner) {
             return Ok(false);
         }
-        self.rows.borrow_mut().remove(key.as_str());
+        if !self.flaws.release_keeps_row {
+            self.rows.borrow_mut().remove(key.as_str());
+        }
         if self.flaws.fences == Fences::ReusedAfterRelease {
             self.last_fence.set(0);
         }
@@ -511,6 +516,26 @@ fn every_flaw_at_once_is_caught_by_all_the_relevant_properties() {
             "extend_requires_owner",
             "late_release_keeps_new_holder",
             "keys_are_independent",
+            "fences_increase",
+        ],
+    );
+}
+
+/// A release that answers true but frees nothing leaves a refused multi-key acquisition's keys
+/// held, and keeps overlapping multi-key runs from finishing.
+#[test]
+fn a_release_that_frees_nothing_is_caught_by_the_multi_key_properties_too() {
+    assert_caught(
+        &check_flaws(Flaws {
+            release_keeps_row: true,
+            ..CORRECT
+        }),
+        &[
+            "release_requires_owner",
+            "released_key_is_free",
+            "inspection_agrees",
+            "several_keys_all_or_nothing",
+            "opposite_order_sets_complete",
             "fences_increase",
         ],
     );
