@@ -322,3 +322,40 @@ fn bad_key_sets_are_refused() {
         .to_string()
         .contains("1 to 64 distinct keys"));
 }
+
+#[test]
+fn serialize_and_restore_carry_every_key() {
+    let rt = VirtualRuntime::new();
+    let store = MemoryLockStore::new(rt.clone());
+    let multi = MultiLock::new(keys(&["s2", "s1", "s3"]), ttl(10_000), &store, rt.clone()).unwrap();
+    rt.block_on(async {
+        assert!(matches!(multi.serialize(), Err(Error::NotHeld { .. })));
+        assert!(multi.acquire(AcquireOptions::immediately()).await.unwrap());
+        let text = multi.serialize().unwrap();
+        assert!(text.starts_with("keel-lock-set:1:3:"), "{text}");
+        let back = MultiLock::restore(&text, &store, rt.clone()).unwrap();
+        assert_eq!(back.fences(), multi.fences());
+        let names: Vec<_> = back.keys().map(Key::as_str).collect();
+        assert_eq!(names, ["s1", "s2", "s3"]);
+        back.extend(None).await.unwrap();
+        assert!(back.release().await.unwrap());
+        for k in ["s1", "s2", "s3"] {
+            assert!(!store.is_locked(&key(k)).await.unwrap());
+        }
+        // Cut short, another count, another prefix: refused.
+        let cut = &text[..text.rfind(',').unwrap()];
+        for bad in [
+            cut.to_owned(),
+            text.replacen(":3:", ":2:", 1),
+            text.replacen("set:1", "set:2", 1),
+        ] {
+            assert!(
+                matches!(
+                    MultiLock::restore(&bad, &store, rt.clone()),
+                    Err(InputError::MalformedSerializedLock { .. })
+                ),
+                "{bad}"
+            );
+        }
+    });
+}

@@ -9,6 +9,11 @@ use crate::input::InputError;
 /// The most keys one [`MultiLock`] takes.
 pub const MAX_KEYS: usize = 64;
 
+/// How a serialized multi-key lock starts; then the number of keys, `:`, and each key's
+/// serialized hold (`Lock::serialize`), in order, separated by `,` (which none of them holds).
+/// The JS face writes and reads the same form.
+const SET_PREFIX: &str = "keel-lock-set:1:";
+
 /// A lock over several keys at once: all held or none, on any store.
 ///
 /// Acquiring takes the keys one at a time in sorted order, each within what is left of the
@@ -189,6 +194,58 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
             }
             return Ok(true);
         }
+    }
+
+    /// Every key's hold as one string that [`MultiLock::restore`] (or JS `restoreLock`) reads
+    /// back. Fails with [`Error::NotHeld`] unless every key is held.
+    pub fn serialize(&self) -> LockResult<String, S> {
+        let mut text = format!("{SET_PREFIX}{}:", self.locks.len());
+        for (i, lock) in self.locks.iter().enumerate() {
+            if i > 0 {
+                text.push(',');
+            }
+            text.push_str(&lock.serialize()?);
+        }
+        Ok(text)
+    }
+
+    /// Rebuilds a multi-key lock from [`MultiLock::serialize`]'s output, every key's owner
+    /// token and all. A string cut short, with another count, or with keys out of order,
+    /// repeated or of different TTLs is refused.
+    pub fn restore(text: &str, store: S, runtime: R) -> Result<Self, InputError> {
+        let malformed = |reason: &str| InputError::MalformedSerializedLock {
+            reason: reason.to_owned(),
+        };
+        let rest = text
+            .strip_prefix(SET_PREFIX)
+            .ok_or_else(|| malformed("not a multi-key lock"))?;
+        let (count, parts) = rest
+            .split_once(':')
+            .ok_or_else(|| malformed("no key count"))?;
+        let count: usize = count.parse().map_err(|_| malformed("a bad key count"))?;
+        let parts: Vec<&str> = parts.split(',').collect();
+        if count == 0 || count > MAX_KEYS || parts.len() != count {
+            return Err(malformed("its key count and its keys disagree"));
+        }
+        let mut locks = Vec::with_capacity(count);
+        for part in parts {
+            let held = crate::serialized::SerializedLock::parse(part)?;
+            locks.push(Lock::restore(held, store.clone(), runtime.clone()));
+        }
+        let ttl = locks[0].ttl();
+        let in_order = locks
+            .windows(2)
+            .all(|pair| pair[0].key() < pair[1].key() && pair[1].ttl() == ttl);
+        if !in_order {
+            return Err(malformed(
+                "keys out of order, repeated or of different TTLs",
+            ));
+        }
+        Ok(MultiLock {
+            locks,
+            ttl,
+            runtime,
+        })
     }
 
     /// Frees `locks` (keys taken by a failed acquisition), the last taken first.
