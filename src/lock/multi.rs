@@ -199,7 +199,12 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
     /// Every key's hold as one string that [`MultiLock::restore`] (or JS `restoreLock`) reads
     /// back. Fails with [`Error::NotHeld`] unless every key is held.
     pub fn serialize(&self) -> LockResult<String, S> {
-        let mut text = format!("{SET_PREFIX}{}:", self.locks.len());
+        let mut text = [
+            SET_PREFIX,
+            &crate::input::decimal(self.locks.len() as u64),
+            ":",
+        ]
+        .concat();
         for (i, lock) in self.locks.iter().enumerate() {
             if i > 0 {
                 text.push(',');
