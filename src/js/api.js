@@ -147,6 +147,8 @@ let spareLimit = 0;
 let sparePermits;
 let current = null; // the store lock() binds to: { object, binding, memory, acquire, release, … }
 const internal = Symbol("keel-lock internal");
+// Lock's method for a multi-key run over holds one store step took (see MultiKeyLock).
+const RUN_ON_HOLD = Symbol("keel-lock run on an acquired hold");
 
 // A handle dropped while its slot lives (it holds, or knows its hold lost) frees the slot.
 const slots =
@@ -1020,6 +1022,22 @@ export class Lock {
     this.#runWatch = this.#watch(watcher, context);
   }
 
+  /**
+   * `fn(context)` on the hold this handle acquired, as a run's `fn` gets it (its signal watches
+   * the hold once read; `keep`: autoExtend on while `fn` runs). For a multi-key run whose keys
+   * came from one store step; the caller releases afterwards.
+   */
+  async [RUN_ON_HOLD](fn, keep) {
+    const context = keep ? this.autoExtend(keep === true ? undefined : keep) : new LockContext(this.fence, this);
+    try {
+      return await fn(context);
+    } finally {
+      LockContext.end(context);
+      if (keep) await this.stopAutoExtend();
+      else if (this.#runWatch !== null) await this.#stopRunWatch();
+    }
+  }
+
   /** The run took the key with `autoExtend`: keep its hold alive while `fn` runs. */
   #startRunAutoExtend(id, context) {
     const keep = this.#runAutoExtend;
@@ -1130,6 +1148,7 @@ export class Lock {
 const MAX_KEYS = 64;
 /** Marks a nested run whose inner key was not taken (or must be taken again). */
 const NOT_ALL = Symbol("not every key");
+const PERMITS_ON_SET = "lock: permits are for semaphores; a multi-key lock takes each key whole";
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose");
 
 /**
@@ -1158,11 +1177,114 @@ function lockKeys(keys, ttlMs) {
   if (keys.length === 0 || keys.length > MAX_KEYS) {
     throw new RangeError(`lock: a multi-key lock needs 1 to ${MAX_KEYS} distinct keys, got ${keys.length}`);
   }
-  const locks = Array.from(keys, (key) => handle(key, ttlMs, 0)).sort((a, b) => byCodePoint(a.key, b.key));
+  const store = current ?? bind();
+  const step = keys.length > 1 && !store.memory && typeof store.object.acquireMany === "function" ? new OneStep(store) : null;
+  const bound = step === null ? store : step.binding;
+  const locks = Array.from(keys, (key) => handle(key, ttlMs, 0, bound)).sort((a, b) => byCodePoint(a.key, b.key));
   for (let i = 1; i < locks.length; i++) {
     if (locks[i].key === locks[i - 1].key) throw new TypeError(`lock: key "${locks[i].key}" is given twice`);
   }
-  return new MultiKeyLock(internal, locks);
+  return new MultiKeyLock(internal, locks, step);
+}
+
+/**
+ * A JS store's `acquireMany`, reached through the keys' own handles: they are bound to
+ * `binding`, a copy of the store whose `acquire` is collected while `take` runs them, and the
+ * collected calls are answered together from one `acquireMany`. Each handle keeps all it does
+ * for a single key (its owner token, the bound on its call, releasing a grant that lands late).
+ */
+class OneStep {
+  #calls = null;
+  #store;
+
+  constructor(store) {
+    this.#store = store;
+    const collect = this;
+    this.binding = {
+      ...store,
+      acquire(key, owner, ttlMs) {
+        if (collect.#calls === null) return store.acquire.call(this, key, owner, ttlMs);
+        return new Promise((resolve, reject) => collect.#calls.push({ key, owner, ttlMs, resolve, reject }));
+      },
+    };
+  }
+
+  /**
+   * Acquires every handle of `locks` at once, their calls answered by one `acquireMany`:
+   * `true` when all are held; `false` (none held) when refused; `null` (none held) when the
+   * store cannot take this set in one step.
+   */
+  async take(locks) {
+    this.#calls = [];
+    let settled;
+    const calls = this.#calls;
+    try {
+      settled = Promise.allSettled(locks.map((lock) => lock.acquire()));
+    } finally {
+      this.#calls = null;
+    }
+    // A handle that made no call synchronously (it had nothing to send) leaves the step
+    // incomplete: it is answered as refused, and the keys are taken one by one.
+    let oneStep = calls.length === locks.length;
+    if (oneStep) oneStep = await this.#send(calls);
+    else for (const call of calls) call.resolve(false);
+    const results = await settled;
+    let failed;
+    let all = true;
+    const held = [];
+    for (let i = 0; i < results.length; i++) {
+      const r = results[i];
+      if (r.status === "rejected") failed ??= [r.reason];
+      else if (r.value) held.push(locks[i]);
+      else all = false;
+    }
+    if (failed === undefined && all) return true;
+    // A partial set (only a store answering per key can leave one) is freed whole.
+    for (let i = held.length - 1; i >= 0; i--) await held[i].release().catch(() => {});
+    if (failed !== undefined) throw failed[0];
+    return oneStep === null ? null : false;
+  }
+
+  /** One `acquireMany` for `calls`: each call answered its key's part; null for "not one step". */
+  async #send(calls) {
+    const store = this.#store;
+    let answer;
+    try {
+      answer = await store.object.acquireMany(
+        calls.map((c) => c.key),
+        calls.map((c) => c.owner),
+        calls[0].ttlMs,
+      );
+    } catch (error) {
+      for (const call of calls) call.reject(error);
+      return true;
+    }
+    if (answer === null) {
+      for (const call of calls) call.resolve(false);
+      return null;
+    }
+    if (answer === false) {
+      for (const call of calls) call.resolve(false);
+    } else if (Array.isArray(answer) && answer.length === calls.length) {
+      for (let i = 0; i < calls.length; i++) calls[i].resolve(answer[i]);
+    } else {
+      const error = new TypeError(
+        `LockStore.acquireMany must answer false, null or an array of ${calls.length} acquire answers, got ${describe(answer)}`,
+      );
+      // A grant in a malformed answer is not taken: each key is given back by its own owner.
+      for (const call of calls) {
+        call.reject(error);
+        releaseLateGrant(true, store.object, call.key, call.owner);
+      }
+    }
+    return true;
+  }
+}
+
+/** A short description of a value for an error message. */
+function describe(value) {
+  if (Array.isArray(value)) return `an array of ${value.length}`;
+  return value === null ? "null" : typeof value === "object" ? "an object" : `${typeof value} ${String(value)}`;
 }
 
 /** A signal aborted with the reason of the first of `signals` to abort. */
@@ -1219,10 +1341,32 @@ function leftOf(options, elapsed) {
 class MultiKeyLock {
   #locks;
   #keeping = null;
+  // The store's one-step acquisition of every key, while the store offers it for this set.
+  #step;
 
-  constructor(token, locks) {
+  constructor(token, locks, step = null) {
     if (token !== internal) throw new TypeError("MultiKeyLock is made by lock([...keys]), not new");
     this.#locks = locks;
+    this.#step = step;
+  }
+
+  /**
+   * The first attempt, where the store takes the set in one step: `true` (all held), `false`
+   * (refused, none held) or undefined (no step to take: the keys are taken one by one).
+   */
+  async #takeAtOnce(options) {
+    if (this.#step === null || options?.signal?.aborted) return undefined;
+    const took = await this.#step.take(this.#locks);
+    if (took === null) {
+      this.#step = null;
+      return undefined;
+    }
+    if (took && options?.signal?.aborted) {
+      // Granted as the signal aborted: given back before anyone is told it is held.
+      await this.#free(this.#locks.length);
+      throw abortReason(options.signal);
+    }
+    return took;
   }
 
   /** The keys, in the order they are taken (by code point). */
@@ -1257,6 +1401,17 @@ class MultiKeyLock {
   async acquire(options) {
     const started = performance.now();
     const half = this.ttlMs / 2;
+    if (this.#step !== null) {
+      const error = w.__kOptionsError(options, false);
+      if (error !== undefined) throw error;
+      if (options?.permits !== undefined) throw new TypeError(PERMITS_ON_SET);
+      const took = await this.#takeAtOnce(options);
+      if (took === true) return true;
+      if (took === false) {
+        if (!(options?.timeout > performance.now() - started)) return false;
+        options = leftOf(options, performance.now() - started);
+      }
+    }
     for (;;) {
       let firstAt;
       for (let i = 0; i < this.#locks.length; i++) {
@@ -1342,7 +1497,7 @@ class MultiKeyLock {
   /** Acquire every key, run `fn({ fence: null, fences, signal })`, always release. */
   run(fn, options) {
     if (typeof fn !== "function") return Promise.reject(w.__kNotAFunction(fn));
-    if (options?.permits !== undefined) return Promise.reject(new TypeError("lock: permits are for semaphores; a multi-key lock takes each key whole"));
+    if (options?.permits !== undefined) return Promise.reject(new TypeError(PERMITS_ON_SET));
     return this.#runAll(fn, options);
   }
 
@@ -1350,6 +1505,16 @@ class MultiKeyLock {
     const started = performance.now();
     const locks = this.#locks;
     const half = this.ttlMs / 2;
+    if (this.#step !== null) {
+      const error = w.__kOptionsError(options, true);
+      if (error !== undefined) throw error;
+      const took = await this.#takeAtOnce(options);
+      if (took === true) return [true, await this.#runOnHolds(fn, options?.autoExtend)];
+      if (took === false) {
+        if (!(options?.timeout > performance.now() - started)) return [false, undefined];
+        options = leftOf(options, performance.now() - started);
+      }
+    }
     for (;;) {
       const contexts = [];
       let firstAt;
@@ -1379,6 +1544,29 @@ class MultiKeyLock {
       if (ran && out !== NOT_ALL) return [true, out.value];
       if (!(options?.timeout > performance.now() - started)) return [false, undefined];
     }
+  }
+
+  /**
+   * `fn` on every key's acquired hold, each key's context nested in the one before (so an
+   * error unwinds them all), then every key released: the task's error wins over a release's.
+   */
+  async #runOnHolds(fn, keep) {
+    const locks = this.#locks;
+    const contexts = [];
+    const inside = (i) => (context) => {
+      contexts[i] = context;
+      if (i + 1 < locks.length) return locks[i + 1][RUN_ON_HOLD](inside(i + 1), keep);
+      return fn(new MultiKeyContext(contexts, fencesOf(locks)));
+    };
+    let value;
+    try {
+      value = await locks[0][RUN_ON_HOLD](inside(0), keep);
+    } catch (error) {
+      await this.#free(locks.length).catch(() => {});
+      throw error;
+    }
+    await this.#free(locks.length);
+    return value;
   }
 
   /** `run(fn)` that never waits. */
@@ -1487,9 +1675,8 @@ function lock(key, ttlMs) {
   return handle(key, ttlMs, 0);
 }
 
-/** A handle on `key` for `ttlMs`, its holds shared under `limit` (0: a lock). */
-function handle(key, ttlMs, limit) {
-  const store = current ?? bind();
+/** A handle on `key` for `ttlMs`, its holds shared under `limit` (0: a lock), on `store`. */
+function handle(key, ttlMs, limit, store = current ?? bind()) {
   if (typeof key === "string" && (ttlMs === undefined || (typeof ttlMs === "number" && ttlMs === ttlMs))) {
     if (ttlMs === acceptedTtlMs && acceptedKeys.has(key)) return new Lock(internal, key, acceptedTtl, store, 0, limit);
     let ttl = w.__kCheck(key, ttlMs === undefined ? NaN : ttlMs, false);

@@ -1,11 +1,11 @@
 // Several keys at once, `lock([k1, k2, …])`, from the installed package: all or none on the
-// memory store and on a JS store, overlapping sets in opposite orders all finishing, a fence per
+// memory store and on JS stores (one with `acquireMany`), overlapping sets in opposite orders all finishing, a fence per
 // key, losing any key is losing the lock, serialize/restoreLock, and every bad key set as a
 // clear error. Needs nothing of Node beyond `process.pid` (the browser page shims it).
 import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { lock, restoreLock, setLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError } from "keel-lock";
-import { mapLockStore } from "./stores.mjs";
+import { mapLockStore, mapManyStore } from "./stores.mjs";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let n = 0;
@@ -31,6 +31,7 @@ function ledger() {
 const STORES = [
   ["the memory store", () => new MemoryLockStore(), (store, key) => store.forceRelease(key)],
   ["a JS store that only polls", () => Object.assign(mapLockStore((rows = new Map())), { rows }), (store, key) => store.rows.delete(key)],
+  ["a JS store that takes a set in one step (acquireMany)", () => mapManyStore(), (store, key) => store.rows.delete(key)],
 ];
 let rows;
 
@@ -191,5 +192,107 @@ describe("lock([...keys]): bad key sets and options", () => {
     await assert.rejects(waiting, /stop/);
     assert.equal(await lock(a).isLocked(), false, "a left held after the abort");
     await holder.release();
+  });
+});
+
+describe("lock([...keys]) over a store's acquireMany", () => {
+  it("an uncontended run or acquire is one acquireMany, each key granted to its own handle with its fence", async () => {
+    const store = mapManyStore();
+    setLockStore(store);
+    const keys = [fresh("m2"), fresh("m1"), fresh("m3")];
+    const all = lock(keys);
+    const [ran, fences] = await all.run(({ fences }) => fences);
+    assert.equal(ran, true);
+    assert.deepEqual(store.calls, { acquire: 0, acquireMany: 1, release: 3 });
+    assert.deepEqual(Object.keys(fences), [...keys].sort());
+    assert.ok(Object.values(fences).every((f) => Number.isInteger(f) && f >= 1));
+    for (const k of keys) assert.equal(await lock(k).isLocked(), false, `${k} not released`);
+
+    assert.equal(await all.acquire(), true);
+    assert.equal(store.calls.acquireMany, 2);
+    // Each key's row is its own handle's: released by its own owner token, one by one.
+    const owners = new Set([...store.rows.values()].map((row) => row.owner));
+    assert.equal(owners.size, 3);
+    assert.equal(await all.release(), true);
+    assert.equal(store.rows.size, 0);
+  });
+
+  it("refused in one step: none held; with a timeout, the keys are then waited for one by one", async () => {
+    const store = mapManyStore();
+    setLockStore(store);
+    const [a, b] = [fresh("r1"), fresh("r2")];
+    const blocker = lock(b);
+    assert.equal(await blocker.acquire(), true);
+    const both = lock([a, b]);
+    assert.deepEqual(await both.runImmediately(() => 1), [false, undefined]);
+    assert.equal(store.calls.acquireMany, 1);
+    assert.equal(await lock(a).isLocked(), false, "a held after a refused step");
+    setTimeout(() => blocker.release(), 40);
+    const [ran] = await both.run(() => 1, { timeout: 5_000, retryDelay: 5 });
+    assert.equal(ran, true);
+    assert.ok(store.calls.acquire >= 2, "the wait takes the keys one by one");
+  });
+
+  it("null (not one step for this set) takes the keys one by one from then on", async () => {
+    const store = mapManyStore();
+    store.acquireMany = async () => {
+      store.calls.acquireMany++;
+      return null;
+    };
+    setLockStore(store);
+    const both = lock([fresh("n1"), fresh("n2")]);
+    assert.deepEqual(await both.run(() => "ran"), [true, "ran"]);
+    assert.deepEqual(await both.run(() => "again"), [true, "again"]);
+    assert.equal(store.calls.acquireMany, 1, "asked once");
+    assert.equal(store.calls.acquire, 4);
+  });
+
+  it("an acquireMany that throws or answers nonsense rejects, and leaves nothing held", async () => {
+    const store = mapManyStore();
+    setLockStore(store);
+    const keys = [fresh("e1"), fresh("e2")];
+    const real = store.acquireMany;
+    store.acquireMany = async () => {
+      throw new Error("connection reset");
+    };
+    await assert.rejects(lock(keys).run(() => 1), /connection reset/);
+    store.acquireMany = async (...args) => [(await real(...args))[0]];
+    await assert.rejects(lock(keys).acquire(), { name: "TypeError", message: /acquireMany must answer false, null or an array of 2/ });
+    await sleep(5);
+    for (const k of keys) assert.equal(await lock(k).isLocked(), false, `${k} left held`);
+  });
+
+  it("an answer that lands after the TTL is released, key by key", async () => {
+    const store = mapManyStore();
+    const real = store.acquireMany;
+    store.acquireMany = async (...args) => {
+      const granted = await real(...args);
+      await sleep(150);
+      return granted;
+    };
+    setLockStore(store);
+    const keys = [fresh("l1"), fresh("l2")];
+    await assert.rejects(lock(keys, 60).acquire(), { name: "LockStoreTimeoutError" });
+    await sleep(200);
+    assert.equal(store.rows.size, 0, "a late grant stayed held");
+  });
+
+  it("a store error while the keys are held still releases every key after run", async () => {
+    const store = mapManyStore();
+    setLockStore(store);
+    const keys = [fresh("f1"), fresh("f2")];
+    await assert.rejects(
+      lock(keys).run(() => {
+        throw new Error("task failed");
+      }),
+      /task failed/,
+    );
+    assert.equal(store.rows.size, 0);
+    const [ran, seen] = await lock(keys, 70).run(async ({ signal }) => {
+      await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+      return signal.reason;
+    });
+    assert.equal(ran, true);
+    assert.ok(seen instanceof LockNotHeldError, String(seen));
   });
 });

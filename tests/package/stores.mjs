@@ -43,6 +43,42 @@ export function mapLockStore(rows = new Map()) {
   };
 }
 
+/**
+ * `mapLockStore` with `acquireMany`: every key granted in one step, each with a fence from one
+ * counter, or none. `calls` counts each method's calls.
+ */
+export function mapManyStore(rows = new Map()) {
+  const inner = mapLockStore(rows);
+  let fence = 0;
+  const calls = { acquire: 0, acquireMany: 0, release: 0 };
+  const free = (key) => {
+    const row = rows.get(key);
+    return !(row && row.expiresAt > Date.now());
+  };
+  return {
+    ...inner,
+    rows,
+    calls,
+    async acquire(key, owner, ttlMs) {
+      calls.acquire++;
+      return (await inner.acquire(key, owner, ttlMs)) && { fence: ++fence };
+    },
+    async acquireMany(keys, owners, ttlMs) {
+      calls.acquireMany++;
+      await null;
+      if (!keys.every(free)) return false;
+      return keys.map((key, i) => {
+        rows.set(key, { owner: owners[i], expiresAt: Date.now() + ttlMs });
+        return { fence: ++fence };
+      });
+    },
+    async release(key, owner) {
+      calls.release++;
+      return inner.release(key, owner);
+    },
+  };
+}
+
 /** Wraps a store and records every call, to observe what the core asks of it. */
 export function recording(inner) {
   const calls = [];
