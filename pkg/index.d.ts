@@ -191,6 +191,18 @@ export interface LockStore {
     waitMs: number,
     pollMs: number,
   ): boolean | Grant | WaitedGrant | HeldLimit | Promise<boolean | Grant | WaitedGrant | HeldLimit>;
+  /**
+   * Optional, for `lock([...keys])`: atomically, if `acquire(keys[i], owners[i], ttlMs)` would
+   * grant every key at this instant, grant them all and answer one `acquire` grant per key, in
+   * order; otherwise change nothing and answer `false`. `null`: this store cannot take this
+   * set in one step (nothing changed; the keys are then taken one at a time). The keys arrive
+   * sorted by code point and distinct (at most 64), the owners distinct.
+   */
+  acquireMany?(
+    keys: string[],
+    owners: string[],
+    ttlMs: number,
+  ): false | null | Array<true | Grant> | Promise<false | null | Array<true | Grant>>;
   /** Optional: leave `key`'s queue; if already handed `key`, release it. */
   withdraw?(key: string, owner: string): unknown;
   /** Optional: free `key` whoever holds it; `true` when someone did. */
@@ -305,6 +317,8 @@ export declare class MemoryLockStore implements LockStore {
   forceRelease(key: string): boolean;
   /** Permits or a read lock: `{ fence }`, `false`, or `{ heldLimit }` (see `LockStore`). */
   acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Grant | HeldLimit | false;
+  /** Every key to its owner in one turn (`{ fence }` each), or `false` and none. */
+  acquireMany(keys: string[], owners: string[], ttlMs: number): Grant[] | false;
   /** Rows stored right now, expired rows not yet swept included. */
   readonly size: number;
   /** Delete expired rows now; returns how many went. */

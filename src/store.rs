@@ -3,6 +3,7 @@
 //! cannot do both is a suggestion, not a lock — the conformance kit (`conformance`, feature `testing`) checks for it.
 
 use alloc::rc::Rc;
+use alloc::vec::Vec;
 
 use crate::grant::Grant;
 use crate::input::{Key, Ttl};
@@ -95,6 +96,25 @@ pub trait LockStore {
         self.acquire(key, owner, ttl).await
     }
 
+    /// Atomically: if [`LockStore::acquire`] would grant every key of `keys` to the owner of
+    /// `owners` at the same index at this instant, grant them all as it would (each drawing the
+    /// key's next fence) and answer [`ManyGrant::All`] with one grant per key, in order;
+    /// otherwise change nothing and answer [`ManyGrant::Refused`]. The keys are sorted and
+    /// distinct, at most [`crate::MAX_KEYS`]; the owners distinct.
+    ///
+    /// The default answers [`ManyGrant::Unsupported`] — as does a store for a set it cannot take
+    /// in one step (a Redis Cluster's keys in different slots), changing nothing — and the core
+    /// then takes the keys one at a time. Shared holds always go one key at a time.
+    async fn acquire_many(
+        &self,
+        keys: &[Key],
+        owners: &[OwnerToken],
+        ttl: Ttl,
+    ) -> Result<ManyGrant, Self::Error> {
+        let _ = (keys, owners, ttl);
+        Ok(ManyGrant::Unsupported)
+    }
+
     /// Frees `key` whoever holds it: for operators clearing a stuck lock. Dangerous — the holder
     /// keeps working until its next extend is refused. The default answers
     /// [`ForceRelease::Unsupported`].
@@ -146,6 +166,18 @@ pub trait LockStore {
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), Self::Error> {
         self.release(key, owner).await.map(drop)
     }
+}
+
+/// What [`LockStore::acquire_many`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ManyGrant {
+    /// Every key granted: one grant per key, in the order of the keys.
+    All(Vec<Grant>),
+    /// Some key was not free; nothing changed.
+    Refused,
+    /// The store cannot take this set in one step; nothing changed.
+    Unsupported,
 }
 
 /// What [`LockStore::force_release`] found.
@@ -208,6 +240,9 @@ macro_rules! forward_store {
             }
             async fn force_release(&self, key: &Key) -> Result<ForceRelease, S::Error> {
                 (**self).force_release(key).await
+            }
+            async fn acquire_many(&self, keys: &[Key], owners: &[OwnerToken], ttl: Ttl) -> Result<ManyGrant, S::Error> {
+                (**self).acquire_many(keys, owners, ttl).await
             }
             async fn acquire_shared(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, share: Share) -> Result<SharedGrant, S::Error> {
                 (**self).acquire_shared(key, owner, ttl, share).await

@@ -650,6 +650,7 @@ properties! {
     nobody_passes_a_queued_waiter: "A permit that would fit is refused while a waiter asking for more is queued first; a release hands the waiter its permits (stores that queue shared holds).",
     several_keys_all_or_nothing: "A multi-key lock refused for one held key leaves none of its others held; granted, it holds them all; released, none.",
     opposite_order_sets_complete: "Multi-key locks over overlapping sets, given in opposite orders and run at once, all complete: no deadlock.",
+    sets_taken_in_one_step_are_atomic: "A store's one-step acquireMany grants every key to its owner or changes nothing: refused beside a held key or a permit, exactly one of several overlapping sets raced at once (not applicable to a store without it).",
     fences_increase: "Each grant's fence is higher than every earlier one for its key, across release, expiry and competing acquirers (not applicable to a store without fences).",
 }
 

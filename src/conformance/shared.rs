@@ -18,7 +18,7 @@ where
     S::Error: Debug,
 {
     /// `acquire_shared` of `weight` out of `limit`.
-    async fn shared(
+    pub(super) async fn shared(
         &self,
         key: &Key,
         owner: &OwnerToken,
@@ -35,7 +35,7 @@ where
 
     /// Whether the store keeps shared holds: its answer to one permit on a fresh key (given
     /// back at once). `Err` with the verdict for a store without them.
-    async fn keeps_shared_holds(&self) -> Result<Result<(), Verdict>, Violation> {
+    pub(super) async fn keeps_shared_holds(&self) -> Result<Result<(), Verdict>, Violation> {
         let (key, owner) = (self.key()?, self.owner()?);
         match self.shared(&key, &owner, self.long(), 1, 2).await? {
             SharedGrant::Unsupported => Ok(Err(Verdict::NotApplicable(

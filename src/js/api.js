@@ -1773,6 +1773,24 @@ function installMemoryStore(proto) {
       const answer = w.__kMemoryCall(this, OP_ACQUIRE_SHARED, key, owner, ttlMs, weight, limit);
       return typeof answer === "number" ? { heldLimit: answer } : answer;
     },
+    acquireMany(keys, owners, ttlMs) {
+      if (!Array.isArray(keys) || !Array.isArray(owners) || keys.length !== owners.length) {
+        throw new TypeError("MemoryLockStore.acquireMany: keys and owners must be arrays of one length");
+      }
+      // Synchronous, so within one turn of the isolate: nothing runs between the takes and
+      // (a key refused, or bad) the release of those taken, so nobody sees part of the set.
+      const grants = [];
+      try {
+        for (let i = 0; i < keys.length; i++) {
+          const grant = this.acquire(keys[i], owners[i], ttlMs);
+          if (grant === false) break;
+          grants.push(grant);
+        }
+      } finally {
+        if (grants.length < keys.length) for (let i = grants.length - 1; i >= 0; i--) this.release(keys[i], owners[i]);
+      }
+      return grants.length === keys.length && grants;
+    },
   };
   for (const name of Object.keys(methods)) {
     Object.defineProperty(proto, name, { value: methods[name], writable: true, configurable: true });

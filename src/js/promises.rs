@@ -32,7 +32,7 @@ extern "C" {
     #[wasm_bindgen(js_name = monotonicNow)]
     pub(crate) fn monotonic_now() -> f64;
     #[wasm_bindgen(js_name = releaseLateGrant)]
-    fn release_late_grant(answer: &JsValue, target: &JsValue, key: &str, owner: &str);
+    pub(crate) fn release_late_grant(answer: &JsValue, target: &JsValue, key: &str, owner: &str);
 }
 
 /// What a waiting future knows: its waker, and the outcome once JS reported it.
@@ -148,31 +148,50 @@ pub(crate) async fn grant_answer(
     key: &str,
     owner: &str,
 ) -> Result<JsValue, JsValue> {
+    settled_or(answer, |late| release_late_grant(late, target, key, owner)).await
+}
+
+/// [`grant_answer`] for an answer granting `keys` (`acquireMany`'s): a late grant is released
+/// key by key, each with its owner.
+#[cfg_attr(not(feature = "testing"), allow(dead_code))]
+pub(crate) async fn grants_answer(
+    answer: JsValue,
+    target: &JsValue,
+    keys: &[crate::input::Key],
+    owners: &[crate::token::OwnerToken],
+) -> Result<JsValue, JsValue> {
+    settled_or(answer, |late| {
+        for (key, owner) in keys.iter().zip(owners) {
+            release_late_grant(late, target, key.as_str(), owner.as_str());
+        }
+    })
+    .await
+}
+
+/// Settles `answer` (see [`settled`]); if the future is dropped before it settles,
+/// `abandoned` gets the answer, to undo what it may still bring.
+async fn settled_or(answer: JsValue, abandoned: impl FnOnce(&JsValue)) -> Result<JsValue, JsValue> {
     if !is_thenable(&answer) {
         return Ok(answer);
     }
-    struct Abandoned<'a> {
+    struct Abandoned<F: FnOnce(&JsValue)> {
         answer: Option<JsValue>,
-        target: &'a JsValue,
-        key: &'a str,
-        owner: &'a str,
+        abandoned: Option<F>,
     }
-    impl Drop for Abandoned<'_> {
+    impl<F: FnOnce(&JsValue)> Drop for Abandoned<F> {
         fn drop(&mut self) {
-            if let Some(answer) = self.answer.take() {
-                release_late_grant(&answer, self.target, self.key, self.owner);
+            if let (Some(answer), Some(abandoned)) = (self.answer.take(), self.abandoned.take()) {
+                abandoned(&answer);
             }
         }
     }
     let watching = settled(&answer);
-    let mut abandoned = Abandoned {
+    let mut guard = Abandoned {
         answer: Some(answer),
-        target,
-        key,
-        owner,
+        abandoned: Some(abandoned),
     };
     let outcome = watching.await;
-    abandoned.answer = None;
+    guard.answer = None;
     outcome
 }
 

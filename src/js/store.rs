@@ -9,15 +9,15 @@ use js_sys::{Function, Reflect};
 use wasm_bindgen::prelude::*;
 
 use super::convert::{describe, method_name, type_error};
-use super::promises::grant_answer;
 use super::promises::resolve_answer;
+use super::promises::{grant_answer, grants_answer};
 use super::runtime::JsRuntime;
 use crate::error::Operation;
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl, MAX_TTL_MS};
 use crate::memory::MemoryLockStore;
 use crate::share::{Share, SharedGrant};
-use crate::store::{ForceRelease, LockStore, Wait};
+use crate::store::{ForceRelease, LockStore, ManyGrant, Wait};
 use crate::token::OwnerToken;
 
 /// A store written in JS: the object and its five methods, looked up once at `setLockStore`,
@@ -273,6 +273,33 @@ pub(crate) mod answers {
         grant(method, answer, waited).map(SharedGrant::from)
     }
 
+    /// `acquireMany`'s answer for `count` keys: `false` (refused), `null` (not one step here),
+    /// or an array of `count` grants as `acquire` answers them (`true` or `{ fence }`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn many(method: &str, answer: &JsValue, count: usize) -> Result<ManyGrant, JsValue> {
+        if answer.is_null() {
+            return Ok(ManyGrant::Unsupported);
+        }
+        if answer.as_bool() == Some(false) {
+            return Ok(ManyGrant::Refused);
+        }
+        let expected = "false, null or an array of one acquire grant (true or { fence }) per key";
+        let Some(items) = answer.dyn_ref::<js_sys::Array>() else {
+            return Err(broken(method, expected, answer));
+        };
+        if items.length() as usize != count {
+            return Err(broken_as(method, expected, "an array of another length"));
+        }
+        items
+            .iter()
+            .map(|item| match grant(method, &item, false)? {
+                Some(grant) => Ok(grant),
+                None => Err(broken(method, expected, &item)),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(ManyGrant::All)
+    }
+
     /// A boolean.
     pub(crate) fn boolean(method: &str, answer: &JsValue) -> Result<bool, JsValue> {
         answer
@@ -420,6 +447,40 @@ impl LockStore for JsLockStore {
         self.shared_call(key, owner, ttl, share, Some(wait)).await
     }
 
+    /// `acquireMany(keys, owners, ttlMs)` when the object has it (looked up per call: only the
+    /// conformance kit and Rust callers take sets in one step; the JS face calls it itself).
+    async fn acquire_many(
+        &self,
+        keys: &[Key],
+        owners: &[OwnerToken],
+        ttl: Ttl,
+    ) -> Result<ManyGrant, JsValue> {
+        let method = Reflect::get(&self.object, &JsValue::from_str("acquireMany"))?;
+        if method.is_undefined() {
+            return Ok(ManyGrant::Unsupported);
+        }
+        let method: Function = method
+            .dyn_into()
+            .map_err(|_| type_error("lock store's acquireMany must be a method when present"))?;
+        let js_keys: js_sys::Array = keys.iter().map(js_key).collect();
+        let js_owners: js_sys::Array = owners.iter().map(js_owner).collect();
+        let answer = method.call3(&self.object, &js_keys, &js_owners, &js_ttl(ttl))?;
+        let answer = grants_answer(answer, &self.object, keys, owners).await?;
+        let judged = answers::many("lock store's acquireMany()", &answer, keys.len());
+        if judged.is_err() {
+            // A grant inside an answer the seam does not allow is not taken: given back.
+            for (key, owner) in keys.iter().zip(owners) {
+                super::promises::release_late_grant(
+                    &JsValue::TRUE,
+                    &self.object,
+                    key.as_str(),
+                    owner.as_str(),
+                );
+            }
+        }
+        judged
+    }
+
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), JsValue> {
         match &self.withdraw {
             Some(method) => self
@@ -529,6 +590,21 @@ impl LockStore for Backend {
                 false => ForceRelease::WasFree,
             }),
             Backend::Js(j) => j.force_release(key).await,
+        }
+    }
+
+    async fn acquire_many(
+        &self,
+        keys: &[Key],
+        owners: &[OwnerToken],
+        ttl: Ttl,
+    ) -> Result<ManyGrant, JsValue> {
+        match self {
+            Backend::Memory(m) => m
+                .acquire_many(keys, owners, ttl)
+                .await
+                .map_err(|e| match e {}),
+            Backend::Js(j) => j.acquire_many(keys, owners, ttl).await,
         }
     }
 

@@ -1,10 +1,12 @@
 //! Several keys held as one: a [`MultiLock`] takes every key of its set in one canonical order
 //! (the keys sorted), so callers taking overlapping sets never wait on each other in a cycle, and
 //! it holds all of them or none. It is made of one [`Lock`] per key over any store's single-key
-//! operations: no store needs a multi-key method.
+//! operations; a store that takes a set in one step ([`LockStore::acquire_many`]) answers the
+//! first attempt in one request.
 
 use super::*;
 use crate::input::InputError;
+use crate::store::ManyGrant;
 
 /// The most keys one [`MultiLock`] takes.
 pub const MAX_KEYS: usize = 64;
@@ -16,7 +18,9 @@ const SET_PREFIX: &str = "keel-lock-set:1:";
 
 /// A lock over several keys at once: all held or none, on any store.
 ///
-/// Acquiring takes the keys one at a time in sorted order, each within what is left of the
+/// Acquiring first asks the store to take every key in one step, where it can
+/// ([`LockStore::acquire_many`]; exclusive sets only). Otherwise — or refused, with a timeout
+/// to wait — it takes the keys one at a time in sorted order, each within what is left of the
 /// timeout; a key refused, timed out or aborted frees every key taken so far before the call
 /// answers. Because everyone takes keys in the same order, two callers with overlapping sets
 /// never deadlock: the one holding the lower shared key finishes first. Each key keeps its own
@@ -142,6 +146,15 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
             .runtime
             .monotonic_ms()
             .saturating_add(options.timeout_ms);
+        if let Some(all) = self.take_at_once(options.timeout_ms > 0).await? {
+            if all && is_done(cancel.as_mut()) {
+                self.free(&self.locks).await?;
+                return Err(Error::Aborted);
+            }
+            if all || options.timeout_ms == 0 {
+                return Ok(all);
+            }
+        }
         'attempt: loop {
             let mut first_grant = None;
             for (taken, lock) in self.locks.iter().enumerate() {
@@ -251,6 +264,50 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
             ttl,
             runtime,
         })
+    }
+
+    /// The first attempt of an exclusive set, in the store's one step
+    /// ([`LockStore::acquire_many`]) with a fresh owner token per key: `Some(true)` when every
+    /// key is held, `Some(false)` when refused (none held), `None` when the store has no such
+    /// step for this set. Unanswered within the TTL: a [`Error::StoreTimeout`], or — `waits`,
+    /// with a timeout to spend — `None`, and the keys are taken one at a time.
+    async fn take_at_once(&self, waits: bool) -> LockResult<Option<bool>, S> {
+        let first = &self.locks[0];
+        if self.locks.len() < 2 || first.current_holding() != Holding::Exclusive {
+            return Ok(None);
+        }
+        let keys: Vec<Key> = self.keys().cloned().collect();
+        let owners = self
+            .locks
+            .iter()
+            .map(|_| OwnerToken::mint())
+            .collect::<Result<Vec<_>, _>>()?;
+        let sent = self.runtime.monotonic_ms();
+        let call = first.store().acquire_many(&keys, &owners, self.ttl);
+        let grants = match first.call(Operation::Acquire, call).await {
+            Ok(ManyGrant::All(grants)) => grants,
+            Ok(ManyGrant::Refused) => return Ok(Some(false)),
+            Ok(_) => return Ok(None),
+            Err(Error::StoreTimeout { .. }) if waits => return Ok(None),
+            Err(error) => return Err(error),
+        };
+        if grants.len() != keys.len() {
+            // Not an answer the seam allows: whatever it granted is given back.
+            for (key, owner) in keys.iter().zip(&owners) {
+                let _ = first.store().release(key, owner).await;
+            }
+            return Ok(None);
+        }
+        for ((lock, owner), grant) in self.locks.iter().zip(owners).zip(grants) {
+            lock.take_hold(Held {
+                owner,
+                deadline: sent
+                    .saturating_add(grant.waited_ms())
+                    .saturating_add(self.ttl.as_ms()),
+                fence: grant.fence(),
+            });
+        }
+        Ok(Some(true))
     }
 
     /// Frees `locks` (keys taken by a failed acquisition), the last taken first.

@@ -17,7 +17,7 @@ use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
 use crate::share::{Holding, Share, SharedGrant};
-use crate::store::{ForceRelease, LockStore, Wait};
+use crate::store::{ForceRelease, LockStore, ManyGrant, Wait};
 use crate::token::OwnerToken;
 
 pub(crate) mod queue;
@@ -263,6 +263,36 @@ impl<R: Runtime> MemoryLockStore<R> {
         self.take(key, owner, ttl, now)
     }
 
+    /// Synchronous [`LockStore::acquire_many`]: every key to its owner, or none. One turn of
+    /// the single thread, so nothing happens between the look at every key and the takes.
+    pub fn acquire_many_sync(
+        &self,
+        keys: &[Key],
+        owners: &[OwnerToken],
+        ttl: Ttl,
+    ) -> Option<Vec<Grant>> {
+        if keys.len() != owners.len() {
+            return None;
+        }
+        let now = self.runtime.monotonic_ms();
+        // As for one key: a holder that just expired hands its key to its oldest waiter first.
+        for key in keys {
+            self.hand_over(key, now);
+        }
+        let all_free = {
+            let rows = self.rows.borrow();
+            keys.iter()
+                .all(|key| rows::acquire(rows.get(key).map(Row::view), now, ttl).granted)
+        };
+        if !all_free {
+            return None;
+        }
+        keys.iter()
+            .zip(owners)
+            .map(|(key, owner)| self.take(key, owner, ttl, now))
+            .collect()
+    }
+
     /// Set-if-absent without looking at the queue.
     pub(super) fn take(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, now: u64) -> Option<Grant> {
         if !self.decide(key, owner, |row| rows::acquire(row, now, ttl)) {
@@ -451,6 +481,17 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
                 .into()),
             answer => Ok(answer),
         }
+    }
+    async fn acquire_many(
+        &self,
+        keys: &[Key],
+        owners: &[OwnerToken],
+        ttl: Ttl,
+    ) -> Result<ManyGrant, Infallible> {
+        Ok(match self.acquire_many_sync(keys, owners, ttl) {
+            Some(grants) => ManyGrant::All(grants),
+            None => ManyGrant::Refused,
+        })
     }
     async fn withdraw(&self, key: &Key, owner: &OwnerToken) -> Result<(), Infallible> {
         // A waiter's queue entry leaves with its dropped wait; what remains is a hold.

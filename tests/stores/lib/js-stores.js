@@ -17,12 +17,14 @@ const tick = () => new Promise((resolve) => setImmediate(resolve));
  *   "never-expires"      the TTL is ignored: rows live until released
  *   "no-fences"          acquire answers true: a lock, but one without fencing tokens
  *   "fence-reused"       the fence counter restarts when a key is released
+ *   "many"               not a flaw: acquireMany, every key or none in one step
+ *   "many-key-by-key"    acquireMany takes key after key and keeps what it got when one is held
  * Without flaws, acquire answers { fence } from one counter per store.
  */
 export function brokenStore(flaws = []) {
   const flawed = new Set(flaws);
   for (const f of flawed) {
-    const known = ["get-then-set", "release-any-owner", "extend-any-owner", "extend-revives", "never-expires", "no-fences", "fence-reused"];
+    const known = ["get-then-set", "release-any-owner", "extend-any-owner", "extend-revives", "never-expires", "no-fences", "fence-reused", "many", "many-key-by-key"];
     if (!known.includes(f)) {
       throw new Error(`unknown flaw ${f}`);
     }
@@ -36,7 +38,7 @@ export function brokenStore(flaws = []) {
     if (!flawed.has("never-expires") && row.expiresAt <= Date.now()) return null;
     return row;
   };
-  return {
+  const store = {
     rows,
     async acquire(key, owner, ttlMs) {
       if (flawed.has("get-then-set")) {
@@ -79,6 +81,28 @@ export function brokenStore(flaws = []) {
       return flawed.has("never-expires") ? 60_000 : Math.max(0, row.expiresAt - Date.now());
     },
   };
+  if (flawed.has("many")) {
+    store.acquireMany = async (keys, owners, ttlMs) => {
+      await tick();
+      if (keys.some((key) => live(key))) return false;
+      return keys.map((key, i) => {
+        rows.set(key, { owner: owners[i], expiresAt: Date.now() + ttlMs });
+        return grant();
+      });
+    };
+  }
+  if (flawed.has("many-key-by-key")) {
+    store.acquireMany = async (keys, owners, ttlMs) => {
+      const grants = [];
+      for (let i = 0; i < keys.length; i++) {
+        const got = await store.acquire(keys[i], owners[i], ttlMs);
+        if (!got) return false;
+        grants.push(got);
+      }
+      return grants;
+    };
+  }
+  return store;
 }
 
 /** A correct JS store: the same Map store with no flaws. */
