@@ -148,7 +148,32 @@ pub(crate) async fn grant_answer(
     key: &str,
     owner: &str,
 ) -> Result<JsValue, JsValue> {
-    settled_or(answer, |late| release_late_grant(late, target, key, owner)).await
+    if !is_thenable(&answer) {
+        return Ok(answer);
+    }
+    struct Abandoned<'a> {
+        answer: Option<JsValue>,
+        target: &'a JsValue,
+        key: &'a str,
+        owner: &'a str,
+    }
+    impl Drop for Abandoned<'_> {
+        fn drop(&mut self) {
+            if let Some(answer) = self.answer.take() {
+                release_late_grant(&answer, self.target, self.key, self.owner);
+            }
+        }
+    }
+    let watching = settled(&answer);
+    let mut abandoned = Abandoned {
+        answer: Some(answer),
+        target,
+        key,
+        owner,
+    };
+    let outcome = watching.await;
+    abandoned.answer = None;
+    outcome
 }
 
 /// [`grant_answer`] for an answer granting `keys` (`acquireMany`'s): a late grant is released
