@@ -96,6 +96,13 @@ pub trait LockStore {
         self.acquire(key, owner, ttl).await
     }
 
+    /// Whether [`LockStore::acquire_many`] may take a set of keys in one step. When it does not,
+    /// the core never calls it (and a build whose stores all answer `false` leaves the one-step
+    /// path out).
+    fn acquires_many(&self) -> bool {
+        false
+    }
+
     /// Atomically: if [`LockStore::acquire`] would grant every key of `keys` to the owner of
     /// `owners` at the same index at this instant, grant them all as it would (each drawing the
     /// key's next fence) and answer [`ManyGrant::All`] with one grant per key, in order;
@@ -240,6 +247,9 @@ macro_rules! forward_store {
             }
             async fn force_release(&self, key: &Key) -> Result<ForceRelease, S::Error> {
                 (**self).force_release(key).await
+            }
+            fn acquires_many(&self) -> bool {
+                (**self).acquires_many()
             }
             async fn acquire_many(&self, keys: &[Key], owners: &[OwnerToken], ttl: Ttl) -> Result<ManyGrant, S::Error> {
                 (**self).acquire_many(keys, owners, ttl).await

@@ -343,6 +343,9 @@ impl LockStore for RowStore {
         }
         Ok(true)
     }
+    fn acquires_many(&self) -> bool {
+        self.flaws.many != Many::Unsupported
+    }
     async fn acquire_many(
         &self,
         keys: &[Key],

@@ -447,6 +447,10 @@ impl LockStore for JsLockStore {
         self.shared_call(key, owner, ttl, share, Some(wait)).await
     }
 
+    fn acquires_many(&self) -> bool {
+        Reflect::has(&self.object, &JsValue::from_str("acquireMany")).unwrap_or(false)
+    }
+
     /// `acquireMany(keys, owners, ttlMs)` when the object has it (looked up per call: only the
     /// conformance kit and Rust callers take sets in one step; the JS face calls it itself).
     async fn acquire_many(
@@ -590,6 +594,13 @@ impl LockStore for Backend {
                 false => ForceRelease::WasFree,
             }),
             Backend::Js(j) => j.force_release(key).await,
+        }
+    }
+
+    fn acquires_many(&self) -> bool {
+        match self {
+            Backend::Memory(_) => true,
+            Backend::Js(j) => j.acquires_many(),
         }
     }
 

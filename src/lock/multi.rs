@@ -273,7 +273,10 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
     /// with a timeout to spend — `None`, and the keys are taken one at a time.
     async fn take_at_once(&self, waits: bool) -> LockResult<Option<bool>, S> {
         let first = &self.locks[0];
-        if self.locks.len() < 2 || first.current_holding() != Holding::Exclusive {
+        if self.locks.len() < 2
+            || first.current_holding() != Holding::Exclusive
+            || !first.store().acquires_many()
+        {
             return Ok(None);
         }
         let keys: Vec<Key> = self.keys().cloned().collect();

@@ -482,6 +482,9 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
             answer => Ok(answer),
         }
     }
+    fn acquires_many(&self) -> bool {
+        true
+    }
     async fn acquire_many(
         &self,
         keys: &[Key],
