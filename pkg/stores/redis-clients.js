@@ -171,6 +171,30 @@ export function openSubscriber(client, type, channel, onMessage, onReconnect) {
   return opened;
 }
 
+// Redis Cluster's hash slot of a key name, as the server computes it (CLUSTER KEYSLOT): CRC16
+// (XMODEM: polynomial 0x1021, initial value 0) of the name's UTF-8 bytes, modulo 16384 — of its
+// hash tag alone if it has one: the text between its first "{" and the first "}" after that,
+// when not empty. Lets the store tell, without asking the server, whether one script may touch
+// a set of names (a script's keys must all be in one slot).
+const CRC16 = new Uint16Array(256);
+for (let i = 0; i < 256; i++) {
+  let crc = i << 8;
+  for (let bit = 0; bit < 8; bit++) crc = crc & 0x8000 ? ((crc << 1) ^ 0x1021) & 0xffff : (crc << 1) & 0xffff;
+  CRC16[i] = crc;
+}
+const utf8 = new TextEncoder();
+
+export function keySlot(name) {
+  const open = name.indexOf("{");
+  if (open !== -1) {
+    const close = name.indexOf("}", open + 1);
+    if (close > open + 1) name = name.slice(open + 1, close);
+  }
+  let crc = 0;
+  for (const byte of utf8.encode(name)) crc = ((crc << 8) & 0xffff) ^ CRC16[((crc >> 8) ^ byte) & 0xff];
+  return crc & 0x3fff;
+}
+
 export function isNoScript(error) {
   const text = error && typeof error === "object" ? String(error.message ?? "") : String(error);
   return /NOSCRIPT/i.test(text);

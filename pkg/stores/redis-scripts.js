@@ -285,6 +285,78 @@ return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outs
 `;
 
 /**
+ * Several keys in one step (KEYS: four names per key, the keys in order: lock, fence counter,
+ * queue, waiters; ARGV: ttl ms, then the owner of each key in the same order). Every key is
+ * granted to its owner, as ACQUIRE_SCRIPT grants one, when ACQUIRE_SCRIPT would grant each of them
+ * now; otherwise the script changes nothing and answers 0. A key is free when its lock name does
+ * not exist (held exclusively or shared, it exists; an expired one does not) and no caller
+ * waits for it: a key with a queued waiter whose deadline has not passed is the waiter's (the
+ * check script would hand it over), while a queue of waiters that are all past their deadline
+ * counts as empty and is dropped with the grant, as the hand-over would drop it. The grant: INCR
+ * each counter (a counter that would leave 1..2^53-1, or that INCR refuses, puts every counter
+ * back as it was and answers the error ACQUIRE_SCRIPT answers), then SET each lock to its owner
+ * PX ttl; the answer is the fences in key order. Free keys cost two EXISTS for the whole set, one
+ * INCR and one SET each (and the counters' MGET, which tells an undo which counters to delete).
+ */
+export const ACQUIRE_MANY_SCRIPT = `-- keel-lock acquire-many: four KEYS per key (lock, fence counter, queue, waiters), ARGV the ttl
+-- ms and one owner per key; if acquire would take every key now, take them all and answer their
+-- fences in order; else change nothing and answer 0
+local locks, queues, counters = {"EXISTS"}, {"EXISTS"}, {"MGET"}
+for i = 1, #KEYS, 4 do
+  locks[#locks + 1] = KEYS[i]
+  counters[#counters + 1] = KEYS[i + 1]
+  queues[#queues + 1] = KEYS[i + 2]
+end
+if redis.call(unpack(locks)) ~= 0 then return 0 end
+-- Free keys with a queue: a live waiter is handed the key first; waiters past their deadline
+-- are gone (the hand-over drops them), so a queue of only those is dropped with the grant.
+local stale = {}
+if redis.call(unpack(queues)) ~= 0 then
+  local t = redis.call("TIME")
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  for i = 3, #KEYS, 4 do
+    local from = 0
+    repeat
+      local who = redis.call("LRANGE", KEYS[i], from, from + 99)
+      if #who > 0 then
+        local info = redis.call("HMGET", KEYS[i + 1], unpack(who))
+        for j = 1, #who do
+          local enq, deadline
+          if info[j] then enq, deadline = string.match(info[j], "^(%d+) (%d+) (%d+) ?(%d*) ?(%d*)$") end
+          if enq and tonumber(deadline) > now then return 0 end
+        end
+        if from == 0 then stale[#stale + 1] = i end
+      end
+      from = from + 100
+    until #who < 100
+  end
+end
+-- Draw every fence first: a counter that cannot give one puts back those drawn before it (a
+-- counter that did not exist is deleted again), so nothing has changed.
+local before = redis.call(unpack(counters))
+local fences = {}
+for i = 2, #KEYS, 4 do
+  local fence = redis.pcall("INCR", KEYS[i])
+  if type(fence) ~= "number" or fence < 1 or fence > ${MAX_FENCE} then
+    if type(fence) == "number" then redis.call("DECR", KEYS[i]) end
+    for j = 1, #fences do
+      if before[j] then redis.call("DECR", KEYS[4 * j - 2]) else redis.call("DEL", KEYS[4 * j - 2]) end
+    end
+    if type(fence) ~= "number" then return fence end
+    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[i] .. " is outside 1..${MAX_FENCE}")
+  end
+  fences[#fences + 1] = fence
+end
+for j = 1, #fences do
+  redis.call("SET", KEYS[4 * j - 3], ARGV[j + 1], "PX", ARGV[1])
+end
+for _, i in ipairs(stale) do
+  redis.call("DEL", KEYS[i], KEYS[i + 1])
+end
+return fences
+`;
+
+/**
  * Acquire or queue (ARGV: owner, ttl ms, wait ms, channel). Free and nobody queued: take it as
  * ACQUIRE_SCRIPT does and answer {1, fence}. Otherwise join the queue (the waiter's deadline and
  * TTL recorded by Redis's clock), mark an exclusive holder's value so its release hands over,
@@ -665,6 +737,8 @@ export const FORCE_RELEASE_SHA = "f6291a3b230c643b9fa0b467ce0bf8b83f92a0a9";
 export const RELEASE_SHARED_SHA = "a674bc00712b36eb6e7f06106e486dd7b8f1a213";
 /** SHA-1 of ACQUIRE_SHARED_SCRIPT (checked by the tests). */
 export const ACQUIRE_SHARED_SHA = "a7d3e89919a551299fb9100d62bb89b614b9b7d9";
+/** SHA-1 of ACQUIRE_MANY_SCRIPT (checked by the tests). */
+export const ACQUIRE_MANY_SHA = "a3b11736ff919afef91720da79012358e2c0886f";
 
 // How a script's answer reads.
 export const isOne = (reply) => Number(reply) === 1;
@@ -676,6 +750,19 @@ export function fenceFrom(reply) {
     throw new TypeError(`redisLockStore: acquire script answered ${String(reply)}, expected 0 or a fence in 1..${MAX_FENCE}`);
   }
   return { fence: value };
+}
+
+// ACQUIRE_MANY_SCRIPT's answer for `count` keys: 0, or one fence per key.
+export function manyAnswer(reply, count) {
+  if (Number(reply) === 0 && !Array.isArray(reply)) return false;
+  if (!Array.isArray(reply) || reply.length !== count) {
+    throw new TypeError(`redisLockStore: the acquire-many script answered ${String(reply)}, expected 0 or ${count} fences`);
+  }
+  return reply.map((fence) => {
+    const got = fenceFrom(fence);
+    if (!got) throw new TypeError(`redisLockStore: the acquire-many script answered a fence of ${String(fence)}`);
+    return got;
+  });
 }
 
 // ACQUIRE_SHARED_SCRIPT's answer without waiting: {1, fence}, {2, heldLimit}, or {-1}.

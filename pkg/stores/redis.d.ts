@@ -14,6 +14,13 @@ export interface RedisLockStoreOptions {
    * is only the safety net.
    */
   safetyNetMs?: number;
+  /**
+   * A key with a hash tag of its own (the text between its first `{` and the first `}` after
+   * that, not empty) is stored under that tag, `<prefix>{<tag>}{<key>}`, so keys sharing a tag
+   * share a cluster slot and `acquireMany` takes them in one script on a cluster. Default false:
+   * every key is its own tag. Every store sharing locks must use the same setting.
+   */
+  hashTags?: boolean;
 }
 
 /** The Redis key names for one lock key; both carry the same hash tag, so one cluster slot. */
@@ -49,6 +56,15 @@ export type RedisLockStore = Omit<
    * Rejects (and takes no lock) if the counter is not a positive integer or is exhausted.
    */
   acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
+  /**
+   * Several keys in one script, atomically: when `acquire` would grant every key now (free or
+   * expired, no live shared hold, no caller queued for it), `keys[i]` goes to `owners[i]` and the
+   * answer is one `{ fence }` per key, in order, from each key's own counter; otherwise nothing
+   * changes and the answer is `false`. `null`, with no request sent, on a cluster when the keys'
+   * names are in different hash slots (see `hashTags`). 1 to 64 distinct keys sorted by code
+   * point, distinct owners; rejects as `acquire` does if a key's counter cannot give a fence.
+   */
+  acquireMany(keys: readonly string[], owners: readonly string[], ttlMs: number): Promise<false | null | Grant[]>;
   /**
    * A shared hold of `weight` under `limit` (a semaphore's permits; a read lock is weight 1 under
    * 2^32 − 1), one script: `{ fence }` when no exclusive holder, nobody queued, and the weight
@@ -126,9 +142,10 @@ export default redisLockStore;
 
 /**
  * The key names for `key` under `prefix` (default ""): `%`, `{` and `}` in either are written
- * `%25`, `%7B`, `%7D`, and the key becomes the hash tag.
+ * `%25`, `%7B`, `%7D`, and the key becomes the hash tag (with `hashTags`, a key's own tag if it
+ * has one).
  */
-export declare function redisLockKeys(key: string, prefix?: string): RedisLockKeys;
+export declare function redisLockKeys(key: string, prefix?: string, options?: { hashTags?: boolean }): RedisLockKeys;
 
 /**
  * A store's wait was cut short because the client (or pool) it was given was closed: the wait
@@ -167,6 +184,10 @@ export declare const LEAVE_SCRIPT: string;
 export declare const ACQUIRE_SHARED_SCRIPT: string;
 /** SHA-1 of ACQUIRE_SHARED_SCRIPT. */
 export declare const ACQUIRE_SHARED_SHA: string;
+/** The script of `acquireMany` (every key of a set, or none). */
+export declare const ACQUIRE_MANY_SCRIPT: string;
+/** SHA-1 of ACQUIRE_MANY_SCRIPT. */
+export declare const ACQUIRE_MANY_SHA: string;
 /** The force-release script (DEL whoever holds it, then hand over). */
 export declare const FORCE_RELEASE_SCRIPT: string;
 /** SHA-1 of ENQUEUE_SCRIPT. */

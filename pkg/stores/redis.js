@@ -12,11 +12,16 @@
 // counter, never expires), and, for waiting and shared holds, P{K}:queue, P{K}:waiters,
 // P{K}:grant (while the key is held shared, P{K} is a sorted set of holders and P{K}:grant the
 // limit, the weight held and the holders' records). In the braces and in P, "%", "{" and "}" are written "%25", "%7B", "%7D":
-// one-to-one, and the tag is never empty.
+// one-to-one, and the tag is never empty. With the option hashTags, a key with a hash tag of its
+// own (Redis's rule: the text between its first "{" and the first "}" after that, not empty) is
+// named P{tag}{K} instead: the tag decides the slot, so keys sharing one can be taken in one
+// script on a cluster (acquireMany); the {K} after it keeps the names one-to-one.
 
 import { argumentChecks, LockStoreClosedError, safetyNetOption } from "./args.js";
-import { adapter, CLIENT_TYPES, detectRedisClient, isNoScript } from "./redis-clients.js";
+import { adapter, CLIENT_TYPES, detectRedisClient, isNoScript, keySlot } from "./redis-clients.js";
 import {
+  ACQUIRE_MANY_SCRIPT,
+  ACQUIRE_MANY_SHA,
   ACQUIRE_SCRIPT,
   ACQUIRE_SHA,
   ACQUIRE_SHARED_SCRIPT,
@@ -30,6 +35,7 @@ import {
   FORCE_RELEASE_SCRIPT,
   FORCE_RELEASE_SHA,
   isOne,
+  manyAnswer,
   RELEASE_SCRIPT,
   RELEASE_SHA,
   RELEASE_SHARED_SCRIPT,
@@ -39,6 +45,8 @@ import {
 import { redisWaiting } from "./redis-waiting.js";
 
 export {
+  ACQUIRE_MANY_SCRIPT,
+  ACQUIRE_MANY_SHA,
   ACQUIRE_SCRIPT,
   ACQUIRE_SHA,
   ACQUIRE_SHARED_SCRIPT,
@@ -68,18 +76,92 @@ const NAMES_CACHED = 256;
 // How many owners of shared holds a store remembers (see sharedOwners).
 const SHARED_OWNERS_KEPT = 4096;
 
+// How many keys acquireMany takes at most (the core's MAX_KEYS).
+const MAX_KEYS = 64;
+
 const check = argumentChecks("redisLockStore");
+const checkMany = argumentChecks("redisLockStore.acquireMany");
+
+// The hash tag Redis finds in `key` (the text between its first "{" and the first "}" after
+// that, if not empty), or null.
+function ownHashTag(key) {
+  const open = key.indexOf("{");
+  if (open === -1) return null;
+  const close = key.indexOf("}", open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : null;
+}
+
+// The lock name of `key` under the escaped prefix: `P{K}`, or with hashTags and a tag in the key,
+// `P{tag}{K}` (K escaped; the tag as it is, so it hashes as the key's own tag does: it holds no
+// "}", and the first "}" of the name ends it).
+function lockName(escapedPrefix, key, hashTags) {
+  const escaped = NEEDS_ESCAPE.test(key) ? escapeName(key) : key;
+  if (hashTags) {
+    const tag = ownHashTag(key);
+    if (tag !== null) return `${escapedPrefix}{${tag}}{${escaped}}`;
+  }
+  return `${escapedPrefix}{${escaped}}`;
+}
+
+function hashTagsOption(options) {
+  const hashTags = options?.hashTags ?? false;
+  if (typeof hashTags !== "boolean") throw new TypeError("redisLockStore: hashTags must be a boolean");
+  return hashTags;
+}
 
 /**
  * The Redis key names the store uses for lock key `key` under `prefix`: `lock` holds the owner
  * token (with the lock's TTL), `fence` the fence counter (no TTL). Both carry the hash tag
- * `{key}` (with `%`, `{`, `}` escaped as `%25`, `%7B`, `%7D`), so they share one cluster slot.
+ * `{key}` (with `%`, `{`, `}` escaped as `%25`, `%7B`, `%7D`), so they share one cluster slot;
+ * with `options.hashTags`, a key with a hash tag of its own carries that tag instead.
  */
-export function redisLockKeys(key, prefix = "") {
+export function redisLockKeys(key, prefix = "", options = undefined) {
   check.key(key);
   if (typeof prefix !== "string") throw new TypeError("redisLockStore: prefix must be a string");
-  const lock = `${escapeName(prefix)}{${escapeName(key)}}`;
+  const lock = lockName(escapeName(prefix), key, hashTagsOption(options));
   return { lock, fence: `${lock}:fence` };
+}
+
+// Code-point order (the order of UTF-8 bytes, in which the core sorts keys): UTF-16 code units
+// order code points except where a surrogate meets a unit from U+E000 up.
+function byCodePoint(a, b) {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    let x = a.charCodeAt(i);
+    let y = b.charCodeAt(i);
+    if (x === y) continue;
+    if (x >= 0xd800 && y >= 0xd800) {
+      x += x >= 0xe000 ? -0x800 : 0x2000;
+      y += y >= 0xe000 ? -0x800 : 0x2000;
+    }
+    return x - y;
+  }
+  return a.length - b.length;
+}
+
+// acquireMany's arguments: 1..MAX_KEYS keys, distinct and in code-point order, one distinct owner
+// (no NUL) per key, a TTL as acquire takes it.
+function checkSet(keys, owners, ttlMs) {
+  const who = "redisLockStore.acquireMany";
+  if (!Array.isArray(keys)) throw new TypeError(`${who}: keys must be an array, got ${typeof keys}`);
+  if (keys.length < 1 || keys.length > MAX_KEYS) {
+    throw new RangeError(`${who}: 1 to ${MAX_KEYS} keys, got ${keys.length}`);
+  }
+  if (!Array.isArray(owners) || owners.length !== keys.length) {
+    throw new TypeError(`${who}: owners must be an array of one owner per key (${keys.length})`);
+  }
+  for (let i = 0; i < keys.length; i++) {
+    checkMany.key(keys[i]);
+    if (i > 0 && byCodePoint(keys[i - 1], keys[i]) >= 0) {
+      throw new TypeError(
+        `${who}: keys must be distinct and sorted by code point, got ${JSON.stringify(keys[i])} after ${JSON.stringify(keys[i - 1])}`,
+      );
+    }
+    checkMany.owner(owners[i]);
+    if (owners[i].includes("\0")) throw new TypeError(`${who}: owner must not contain NUL`);
+  }
+  if (new Set(owners).size !== owners.length) throw new TypeError(`${who}: owners must be distinct`);
+  checkMany.ttl(ttlMs);
 }
 
 /**
@@ -87,8 +169,9 @@ export function redisLockKeys(key, prefix = "") {
  *
  * @param {object} client a connected ioredis (or ioredis Cluster), node-redis v4+ (createClient
  *   or createCluster) or @upstash/redis client
- * @param {{ prefix?: string, clientType?: "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash", safetyNetMs?: number }} [options]
+ * @param {{ prefix?: string, clientType?: "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash", safetyNetMs?: number, hashTags?: boolean }} [options]
  *   `prefix` is put in front of every key name (default: none);
+ *   `hashTags`: a key's own `{tag}` decides its cluster slot (default: each key its own slot);
  *   `clientType` skips detection when a wrapped client confuses it;
  *   `safetyNetMs`: a queued wait is looked at no more often than this (nor than the caller's
  *   pollMs), in case its hand-over message was lost (default 1000).
@@ -100,6 +183,7 @@ export function redisLockStore(client, options = {}) {
   const prefix = options.prefix ?? "";
   if (typeof prefix !== "string") throw new TypeError("redisLockStore: prefix must be a string");
   const safetyNetMs = safetyNetOption("redisLockStore", options.safetyNetMs);
+  const hashTags = hashTagsOption(options);
   let clientType = options.clientType;
   if (clientType === undefined) {
     clientType = detectRedisClient(client);
@@ -114,11 +198,14 @@ export function redisLockStore(client, options = {}) {
   }
   const redis = adapter(client, clientType);
   const escapedPrefix = escapeName(prefix);
-  const lockKey = (key) => `${escapedPrefix}{${NEEDS_ESCAPE.test(key) ? escapeName(key) : key}}`;
+  const lockKey = (key) => lockName(escapedPrefix, key, hashTags);
+  // A script may only touch names of one hash slot on a cluster.
+  const cluster = clientType === "ioredis-cluster" || clientType === "node-redis-cluster";
   // Every name one lock uses, in the order the scripts take them as KEYS (a frozen array; its
   // `take` is the first three, what the acquire script takes, and `extend` the lock and grants
-  // names, what the extend script takes). The names of recently used keys are kept, so a release
-  // finds those its acquire built; the cache is emptied when it reaches NAMES_CACHED keys.
+  // names, what the extend script takes; on a cluster, `slot` is their hash slot). The names of
+  // recently used keys are kept, so a release finds those its acquire built; the cache is emptied
+  // when it reaches NAMES_CACHED keys.
   const names = new Map();
   const lockKeys = (key) => {
     let all = names.get(key);
@@ -127,6 +214,7 @@ export function redisLockStore(client, options = {}) {
       all = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
       all.take = Object.freeze(all.slice(0, 3));
       all.extend = Object.freeze([all[0], all[4]]);
+      if (cluster) all.slot = keySlot(lock);
       Object.freeze(all);
       if (names.size >= NAMES_CACHED) names.clear();
       names.set(key, all);
@@ -179,7 +267,7 @@ export function redisLockStore(client, options = {}) {
 
     /** The Redis key names used for `key`: `{ lock, fence }`. */
     keys(key) {
-      return redisLockKeys(key, prefix);
+      return redisLockKeys(key, prefix, { hashTags });
     },
 
     acquire(key, owner, ttlMs) {
@@ -203,6 +291,31 @@ export function redisLockStore(client, options = {}) {
               runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, all.take, args, (again) => fenceFrom(Number(again) === -1 ? 0 : again)),
             ),
       );
+    },
+
+    /**
+     * Every key to its owner (keys[i] to owners[i]) in one script when acquire would grant each of
+     * them now: one `{ fence }` per key, in order; otherwise nothing changes and the answer is
+     * `false`. `null`, with no request sent, on a cluster when the keys' names are in different
+     * hash slots (one script cannot touch them).
+     */
+    acquireMany(keys, owners, ttlMs) {
+      try {
+        checkSet(keys, owners, ttlMs);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      // Each key's lock, counter, queue and waiters names; the TTL, then each key's owner.
+      const scriptKeys = [];
+      const args = [String(ttlMs)];
+      let slot;
+      for (let i = 0; i < keys.length; i++) {
+        const all = lockKeys(keys[i]);
+        if (cluster && (slot ??= all.slot) !== all.slot) return Promise.resolve(null);
+        scriptKeys.push(all[0], all[1], all[2], all[3]);
+        args.push(owners[i]);
+      }
+      return runScript(ACQUIRE_MANY_SHA, ACQUIRE_MANY_SCRIPT, scriptKeys, args, (reply) => manyAnswer(reply, keys.length));
     },
 
     release(key, owner) {

@@ -35,6 +35,10 @@ export async function redisUsage(): Promise<void> {
   const counterName: string = names.fence;
   const sha: string = ACQUIRE_SHA;
   const asLockStore: LockStore = nodeRedisCluster; // what setLockStore() takes
+  const tagged = redisLockStore(new Cluster([{ host: "127.0.0.1", port: 7000 }]), { hashTags: true });
+  const many: false | null | Grant[] = await tagged.acquireMany(["{a}:1", "{a}:2"], ["o1", "o2"], 1000);
+  const firstFence: number | undefined = many ? many[0].fence : undefined;
+  const taggedNames: RedisLockKeys = redisLockKeys("{a}:1", "", { hashTags: true });
 
   // @ts-expect-error acquire answers { fence } or false, not a boolean
   const won: boolean = await io.acquire("k", "owner", 1000);
@@ -44,6 +48,10 @@ export async function redisUsage(): Promise<void> {
   redisLockStore(new IORedis(), { clientType: "cluster" });
   // @ts-expect-error prefix must be a string
   redisLockKeys("k", 1);
+  // @ts-expect-error acquireMany takes the keys as an array
+  await io.acquireMany("k", ["o"], 1000);
+  // @ts-expect-error hashTags is a boolean
+  redisLockStore(new IORedis(), { hashTags: "yes" });
 
-  void [asLockStore, kind, type, fence, released, extended, left, lockName, counterName, sha, won, notAString];
+  void [asLockStore, firstFence, taggedNames, kind, type, fence, released, extended, left, lockName, counterName, sha, won, notAString];
 }
