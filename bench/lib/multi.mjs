@@ -1,5 +1,6 @@
-// Section 8: several keys at once on Redis. keel-lock's `lock([a, b]).run(fn, { timeout })` (keys
-// taken one at a time in one order over redisLockStore, waiting in Redis) side by side with
+// Section 8: several keys at once on Redis. keel-lock's `lock([a, b]).run(fn, { timeout })` (the
+// first attempt one script for every key, redisLockStore's acquireMany; refused, the keys taken
+// one at a time in one order, waiting in Redis) side by side with
 // redlock-universal's `LockManager.usingBatch([a, b], fn)` (one Lua script takes every key;
 // retries by polling), in the same interleaved rounds and per-round ratios as the other sections.
 //
@@ -25,7 +26,7 @@ export async function multiKeyRedis({ quick, log, interleave, pairedRatio, makeC
     {
       name: KEEL,
       client: keelClient,
-      settings: "setLockStore(redisLockStore(client)); lock([a, b], 30000).run(fn, { timeout }) — keys taken one at a time in code-point order, each waiting in Redis's FIFO (acquireOrWait); defaults otherwise",
+      settings: "setLockStore(redisLockStore(client)); lock([a, b], 30000).run(fn, { timeout }) — first every key in one script (acquireMany); refused, the keys one at a time in code-point order, each waiting in Redis's FIFO (acquireOrWait); defaults otherwise",
       install: () => setLockStore(keelStore),
       async run(keys, fn, timeout) {
         const [ran] = await lock(keys, TTL).run(fn, timeout ? { timeout } : undefined);
