@@ -1453,33 +1453,24 @@ class MultiKeyLock {
     return true;
   }
 
-  /** Frees the first `count` keys, the last taken first; throws the first error after trying all. */
+  /**
+   * Frees the first `count` keys, all at once (a request each, in flight together): whether
+   * every one was still held; throws the first error once every release has answered.
+   */
   async #free(count) {
-    let failed;
-    for (let i = count - 1; i >= 0; i--) {
-      try {
-        await this.#locks[i].release();
-      } catch (error) {
-        failed ??= [error];
-      }
+    const results = await Promise.allSettled(this.#locks.slice(0, count).map((lock) => lock.release()));
+    let all = true;
+    for (const r of results) {
+      if (r.status === "rejected") throw r.reason;
+      all = r.value && all;
     }
-    if (failed) throw failed[0];
+    return all;
   }
 
-  /** Frees every key (the last taken first): `true` when every key was still held. */
+  /** Frees every key, all at once: `true` when every key was still held. */
   async release() {
     if (this.#keeping !== null) await this.stopAutoExtend();
-    let all = true;
-    let failed;
-    for (let i = this.#locks.length - 1; i >= 0; i--) {
-      try {
-        all = (await this.#locks[i].release()) && all;
-      } catch (error) {
-        failed ??= [error];
-      }
-    }
-    if (failed) throw failed[0];
-    return all;
+    return this.#free(this.#locks.length);
   }
 
   /** Resets every key's expiry; a key no longer held frees the others and rejects LockNotHeldError. */
