@@ -19,10 +19,11 @@ export function detectDriver(db) {
   return null;
 }
 
-// Each driver answers two primitives: `row(sql, params)` → the first row or null, and
-// `count(sql, params)` → rows changed; and `rows([[sql, params], …], more)` → each statement's
-// first row, the later ones run only when `more(first row)` says so (null when not run). D1
-// sends them all in one batch (one round trip, one transaction); the others one by one.
+// Each driver answers three primitives: `row(sql, params)` → the first row or null,
+// `all(sql, params)` → every row, and `count(sql, params)` → rows changed; and
+// `rows([[sql, params], …], more)` → each statement's first row, the later ones run only when
+// `more(first row)` says so (null when not run). D1 sends them all in one batch (one round trip,
+// one transaction); the others one by one.
 export function driverFor(db, driver) {
   const oneByOne = (io) => async (list, more) => {
     const first = await io.row(...list[0]);
@@ -37,6 +38,9 @@ export function driverFor(db, driver) {
       return withRows({
         async row(sql, params) {
           return (await db.prepare(sql).bind(...params).first()) ?? null;
+        },
+        async all(sql, params) {
+          return (await db.prepare(sql).bind(...params).all())?.results ?? [];
         },
         async count(sql, params) {
           const result = await db.prepare(sql).bind(...params).run();
@@ -62,6 +66,9 @@ export function driverFor(db, driver) {
         async row(sql, params) {
           return prepared(sql).get(...params) ?? null;
         },
+        async all(sql, params) {
+          return prepared(sql).all(...params);
+        },
         async count(sql, params) {
           return Number(prepared(sql).run(...params)?.changes ?? 0);
         },
@@ -72,6 +79,9 @@ export function driverFor(db, driver) {
         async row(sql, params) {
           const result = await db.query(sql, params);
           return result?.rows?.[0] ?? null;
+        },
+        async all(sql, params) {
+          return (await db.query(sql, params))?.rows ?? [];
         },
         async count(sql, params) {
           const result = await db.query(sql, params);

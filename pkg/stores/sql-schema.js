@@ -114,7 +114,10 @@ function objectNames(table) {
     ),
     headerTrigger: inSchema(fitIdentifier(last, "_shared_header_gone")),
     functions: Object.fromEntries(
-      ["take_shared", "release_shared", "extend_shared", "hand_over", "tick"].map((f) => [f, inSchema(fitIdentifier(last, `_${f}`))]),
+      ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many"].map((f) => [
+        f,
+        inSchema(fitIdentifier(last, `_${f}`)),
+      ]),
     ),
   };
 }
@@ -303,6 +306,22 @@ export function statements(dialect, table) {
         params: (key, limit) => [key, limit],
       },
       releaseShared: `DELETE FROM ${sh} WHERE key = ? AND owner = ? RETURNING expires_at > ${now} AS live`, // key, owner
+      // Several keys in one statement: key i to owner i when no key of the set has a live row (a
+      // lock, or the header of live shared holds), else no row at all. The keys and owners come
+      // as two JSON arrays (D1 binds at most 100 parameters); row i draws counter + 1 + i, so
+      // the set's fences are distinct and rise in key order, and the triggers raise the counter
+      // past the last. One statement under SQLite's write lock: nothing changes between the
+      // check and the writes, and the conflict path (the key's expired row) is the acquire's.
+      acquireMany: {
+        text:
+          `INSERT INTO ${t} AS cur (key, owner, expires_at, fence) ` +
+          `SELECT k.value, o.value, ${now} + CAST(? AS INTEGER), (SELECT value FROM ${n.counter} WHERE id = 1) + k.key + 1 ` +
+          "FROM json_each(?) AS k JOIN json_each(?) AS o ON o.key = k.key " +
+          `WHERE NOT EXISTS (SELECT 1 FROM ${t} AS l WHERE l.key IN (SELECT value FROM json_each(?)) AND l.expires_at > ${now}) ` +
+          "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, fence = excluded.fence " +
+          `WHERE cur.expires_at <= ${now} RETURNING key, owner, fence`,
+        params: (keys, owners, ttl) => [ttl, JSON.stringify(keys), JSON.stringify(owners), JSON.stringify(keys)],
+      },
       extendShared:
         `UPDATE ${sh} SET expires_at = ${now} + CAST(? AS INTEGER) ` +
         `WHERE key = ? AND owner = ? AND expires_at > ${now} RETURNING 1 AS ok`, // ttl, key, owner
@@ -465,6 +484,12 @@ function postgresStatements(n) {
     // JSON { live } ($1 key, $2 owner, or null: every hold of the key).
     releaseShared: `SELECT ${f.release_shared}($1, $2::text) AS r`,
     extendShared: `SELECT ${f.extend_shared}($2, $3, $1::bigint) AS ok`, // ttl, key, owner
+    // Several keys in one step: the fences in key order, or NULL (nothing changed). See
+    // postgresFunctions, take_many.
+    acquireMany: {
+      text: `SELECT ${f.take_many}($1::text[], $2::text[], $3::bigint) AS fences`,
+      params: (keys, owners, ttl) => [keys, owners, ttl],
+    },
   };
 }
 
@@ -619,6 +644,39 @@ function postgresFunctions(n) {
         "IF NOT FOUND THEN RETURN false; END IF;\n" +
         `UPDATE ${t} AS l SET expires_at = (SELECT max(s.expires_at) FROM ${s} AS s WHERE s.key = p_key AND s.expires_at > now_ms) WHERE l.key = p_key;\n` +
         "RETURN true;\n",
+    ),
+    // acquireMany: every key of the set to its owner, or nothing. The keys' lock rows are locked
+    // one by one in one order for every caller (the keys' byte order, whatever order they came
+    // in), so sets that overlap never wait on each other in a cycle; a missing row is inserted
+    // expired first, as lockRow does. With every row locked nobody can take, queue for or hand
+    // over any of the keys, and the checks that follow, each a statement of its own, see
+    // everything committed before: a live row (a lock or a header of shared holds) or a live
+    // waiter on any key refuses the set — the rows made for it go and NULL is answered. Else
+    // each row is written as acquire writes it and its fence drawn after, in the caller's order.
+    fn(
+      f.take_many,
+      "p_keys text[], p_owners text[], p_ttl bigint",
+      "bigint[]",
+      `  cur ${t}%ROWTYPE;\n  one_key text;\n  made text[] := '{}';\n  now_ms bigint;\n  fences bigint[] := '{}';\n`,
+      'FOR one_key IN SELECT u.k FROM unnest(p_keys) AS u(k) ORDER BY u.k COLLATE "C" LOOP\n' +
+        "  LOOP\n" +
+        `    SELECT * INTO cur FROM ${t} AS l WHERE l.key = one_key FOR UPDATE;\n` +
+        "    EXIT WHEN FOUND;\n" +
+        `    INSERT INTO ${t} AS l (key, owner, expires_at) VALUES (one_key, '', 0) ON CONFLICT (key) DO NOTHING;\n` +
+        "    IF FOUND THEN made := made || one_key; END IF;\n" +
+        "  END LOOP;\n" +
+        "END LOOP;\n" +
+        `now_ms := ${nowMs};\n` +
+        `IF EXISTS (SELECT 1 FROM ${t} AS l WHERE l.key = ANY (p_keys) AND l.expires_at > now_ms)\n` +
+        `    OR EXISTS (SELECT 1 FROM ${w} AS w WHERE w.key = ANY (p_keys) AND w.granted_at IS NULL AND w.deadline > now_ms) THEN\n` +
+        `  DELETE FROM ${t} AS l WHERE l.key = ANY (made) AND l.owner = '' AND l.expires_at <= now_ms;\n` +
+        "  RETURN NULL;\n" +
+        "END IF;\n" +
+        "FOR i IN 1 .. cardinality(p_keys) LOOP\n" +
+        `  UPDATE ${t} AS l SET owner = p_owners[i], expires_at = now_ms + p_ttl WHERE l.key = p_keys[i];\n` +
+        `  fences := fences || ${seq};\n` +
+        "END LOOP;\n" +
+        "RETURN fences;\n",
     ),
     // A waiting store's look (statements.tick).
     fn(

@@ -65,6 +65,14 @@ export type DatabaseLockStore = Omit<
    */
   acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<false | Grant | HeldLimit>;
   /**
+   * Several keys in one step: if `acquire(keys[i], owners[i], ttlMs)` would grant every key now,
+   * each is granted to its owner as `acquire` grants it and the answer is each key's `{ fence }`
+   * in key order; otherwise nothing changes and the answer is `false`. `null` (nothing changed):
+   * a PostgreSQL table `createTable()` has not upgraded since this method came. Keys: 1..64,
+   * distinct, sorted by code point; owners distinct, one per key (else TypeError / RangeError).
+   */
+  acquireMany(keys: readonly string[], owners: readonly string[], ttlMs: number): Promise<false | null | Grant[]>;
+  /**
    * Free `key` whoever holds it (operators clearing a stuck lock, every shared hold included);
    * `true` if someone did. On Postgres queued waiters are handed the key, as on any release.
    */

@@ -17,6 +17,11 @@
 //   extend    UPDATE … SET expires_at = now + ttl WHERE key AND owner AND not expired RETURNING
 //   isLocked / remainingTime   SELECT … WHERE key AND not expired
 //
+// acquireMany takes several keys in one step, all or none: on SQLite one INSERT … SELECT over the
+// keys (as JSON arrays) WHERE none of them has a live row, ON CONFLICT as acquire; on PostgreSQL
+// one call of a PL/pgSQL function that locks the keys' rows in one order, then checks and writes
+// (see sql-schema.js and stores/README.md, "Several keys in one step (SQL)").
+//
 // PostgreSQL also waits without polling (acquireOrWait / acquireSharedOrWait / withdraw /
 // close): a FIFO queue table <table>_waiters; release, and acquire of an expired key, hand the
 // key to the oldest live waiter in the same statement and NOTIFY it; one LISTEN connection per
@@ -68,6 +73,49 @@ import {
 export { detectDriver, LockStoreClosedError, schema };
 
 const check = argumentChecks("databaseLockStore");
+
+/** Most keys one acquireMany takes (the core's limit for a multi-key lock). */
+const MAX_KEYS = 64;
+
+// Code-point order, which the core sorts a set's keys by: UTF-16 units compare the same way
+// except a surrogate (half of a code point above U+FFFF) against a unit from U+E000 up.
+function byCodePoint(a, b) {
+  for (let i = 0; i < a.length && i < b.length; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x === y) continue;
+    const [sx, sy] = [x >= 0xd800 && x <= 0xdfff, y >= 0xd800 && y <= 0xdfff];
+    return sx === sy ? x - y : sx ? 1 : -1;
+  }
+  return a.length - b.length;
+}
+
+const checkOne = argumentChecks("databaseLockStore.acquireMany");
+
+// acquireMany's arguments, as the core sends them: 1..MAX_KEYS distinct keys sorted by code
+// point, one distinct owner per key, and a TTL as acquire takes it.
+function checkSet(keys, owners, ttlMs) {
+  const who = "databaseLockStore.acquireMany";
+  if (!Array.isArray(keys)) throw new TypeError(`${who}: keys must be an array, got ${typeof keys}`);
+  if (keys.length < 1 || keys.length > MAX_KEYS) {
+    throw new RangeError(`${who}: keys must hold 1..${MAX_KEYS} keys, got ${keys.length}`);
+  }
+  if (!Array.isArray(owners)) throw new TypeError(`${who}: owners must be an array, got ${typeof owners}`);
+  if (owners.length !== keys.length) {
+    throw new RangeError(`${who}: owners must hold one owner per key (${keys.length}), got ${owners.length}`);
+  }
+  for (let i = 0; i < keys.length; i++) {
+    checkOne.key(keys[i]);
+    checkOne.owner(owners[i]);
+    if (i > 0 && byCodePoint(keys[i - 1], keys[i]) >= 0) {
+      throw new TypeError(
+        `${who}: keys must be distinct and sorted by code point; ${JSON.stringify(keys[i])} follows ${JSON.stringify(keys[i - 1])}`,
+      );
+    }
+  }
+  if (new Set(owners).size !== owners.length) throw new TypeError(`${who}: owners must be distinct`);
+  checkOne.ttl(ttlMs);
+}
 
 /** The largest limit of a shared hold, 2^32 − 1 (a read lock's). */
 const MAX_LIMIT = 4_294_967_295;
@@ -174,6 +222,43 @@ export function databaseLockStore(db, options = {}) {
         throw error;
       }
       return { fence };
+    },
+
+    /**
+     * Several keys in one step: when `acquire(keys[i], owners[i], ttlMs)` would grant every key
+     * now, each is granted to its owner as acquire grants it and the fences are answered in key
+     * order; otherwise nothing changes and the answer is false. Null (nothing changed): a
+     * PostgreSQL table createTable() has not upgraded since this capability came.
+     */
+    async acquireMany(keys, owners, ttlMs) {
+      checkSet(keys, owners, ttlMs);
+      const { text, params } = sql.acquireMany;
+      let fences;
+      try {
+        if (postgres) {
+          fences = (await io.row(text, params(keys, owners, ttlMs)))?.fences ?? null;
+        } else {
+          const rows = await io.all(text, params(keys, owners, ttlMs));
+          const byKey = new Map(rows.map((row) => [row.key, row]));
+          const whole = rows.length === keys.length && keys.every((key, i) => byKey.get(key)?.owner === owners[i]);
+          fences = rows.length === 0 ? null : whole ? keys.map((key) => byKey.get(key).fence) : [];
+        }
+      } catch (error) {
+        // Postgres: the function is missing (undefined_function); the keys can still be taken one by one.
+        if (postgres && error?.code === "42883" && String(error.message).includes("take_many")) return null;
+        throw error;
+      }
+      if (fences === null) return false;
+      try {
+        if (!Array.isArray(fences) || fences.length !== keys.length) {
+          throw new Error(`databaseLockStore.acquireMany: the database granted part of the set (${keys.length} keys)`);
+        }
+        return fences.map((fence) => ({ fence: toFence(fence) }));
+      } catch (error) {
+        // Do not leave keys held that the caller is told it did not get.
+        for (let i = keys.length - 1; i >= 0; i--) await io.row(sql.release, [keys[i], owners[i]]).catch(() => {});
+        throw error;
+      }
     },
 
     /**

@@ -5,6 +5,7 @@ import { databaseLockStore } from "../../pkg/stores/sql.js";
 import { startD1 } from "./lib/servers.js";
 import { newContext, registerContract } from "./lib/contract.js";
 import { registerSqlTests } from "./lib/sql-suite.js";
+import { registerAcquireManyTests } from "./lib/sql-multi.js";
 
 let d1;
 let stores;
@@ -27,4 +28,5 @@ after(async () => {
 describe("Cloudflare D1 (local workerd)", () => {
   registerContract(() => newContext(stores, "d1"));
   registerSqlTests(() => ({ dialect: "sqlite", db: d1.db, stores, raw }), { driver: "d1" });
+  registerAcquireManyTests(() => ({ dialect: "sqlite", db: d1.db, stores, raw }));
 });

@@ -13,6 +13,7 @@ import { sleep, startPostgres } from "./lib/servers.js";
 import { acquired, newContext, registerContract } from "./lib/contract.js";
 import { fenceLedger, fenceScenario, registerSqlTests } from "./lib/sql-suite.js";
 import { registerPgWaitingTests } from "./lib/pg-waiting.js";
+import { registerAcquireManyTests, registerPgAcquireManyTests } from "./lib/sql-multi.js";
 
 let server;
 const pools = [];
@@ -50,6 +51,8 @@ after(async () => {
 describe("pg Pool", () => {
   registerContract(() => newContext(stores, "pg"));
   registerSqlTests(() => ({ dialect: "postgres", db: pools[1], stores, raw }), { driver: "pg" });
+  registerAcquireManyTests(() => ({ dialect: "postgres", db: pools[1], stores, raw }));
+  registerPgAcquireManyTests(() => ({ stores, pools, raw }));
 });
 
 registerPgWaitingTests(() => ({ connectionString: server.connectionString, pools }));

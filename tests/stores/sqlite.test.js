@@ -12,6 +12,7 @@ import Database from "better-sqlite3";
 import { databaseLockStore } from "../../pkg/stores/sql.js";
 import { acquired, newContext, registerContract } from "./lib/contract.js";
 import { fenceLedger, registerSqlTests } from "./lib/sql-suite.js";
+import { registerAcquireManyTests } from "./lib/sql-multi.js";
 import { sleep } from "./lib/servers.js";
 
 const rawFor = (db) => async (sql, params) => {
@@ -31,6 +32,7 @@ describe("better-sqlite3, in memory", () => {
 
   registerContract(() => newContext(stores, "sqlite-mem"));
   registerSqlTests(() => ({ dialect: "sqlite", db, stores, raw: rawFor(db) }), { driver: "sqlite" });
+  registerAcquireManyTests(() => ({ dialect: "sqlite", db, stores, raw: rawFor(db) }));
 });
 
 describe("better-sqlite3, one file, several connections", () => {
@@ -53,6 +55,7 @@ describe("better-sqlite3, one file, several connections", () => {
 
   registerContract(() => newContext(stores, "sqlite-file"));
   registerSqlTests(() => ({ dialect: "sqlite", db: dbs[1], stores, raw: rawFor(dbs[2]) }), { driver: "sqlite" });
+  registerAcquireManyTests(() => ({ dialect: "sqlite", db: dbs[1], stores, raw: rawFor(dbs[2]) }));
 
   // Real parallelism: threads, each with its own connection, released at one instant. Answers
   // every attempt, [{ owner, answer }].

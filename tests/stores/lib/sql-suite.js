@@ -126,7 +126,7 @@ async function dropLockTable(raw, dialect, table) {
   else {
     await raw(`DROP SEQUENCE IF EXISTS ${schemaPrefix}"${last}_fence_seq"`, []);
     await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_waiters"`, []);
-    for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick"]) {
+    for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many"]) {
       await raw(`DROP FUNCTION IF EXISTS ${schemaPrefix}"${last}_${fn}"`, []);
     }
   }

@@ -37,6 +37,13 @@ export async function usage(): Promise<void> {
   // @ts-expect-error the SQLite store does not wait in the database
   sql.acquireSharedOrWait;
   void [heldLimit, waitedMs];
+  // Several keys in one step: every key's { fence }, false, or null (not in one step here).
+  const set = await sql.acquireMany(["a", "b"], ["o1", "o2"], 1000);
+  const setFences: number[] | null = Array.isArray(set) ? set.map((g) => g.fence) : null;
+  const pgSet: false | null | Grant[] = await pgStore.acquireMany(["a"], ["o"], 1000);
+  // @ts-expect-error one owner per key, not one owner for the set
+  sql.acquireMany(["a", "b"], "o", 1000);
+  void [setFences, pgSet];
 
   // @ts-expect-error prefix must be a string
   redisLockStore(new IORedis(), { prefix: 1 });
