@@ -29,6 +29,56 @@ export function argumentChecks(who) {
   };
 }
 
+/** Most keys one acquireMany takes: the core's limit for a multi-key lock. */
+export const MAX_KEYS = 64;
+
+/**
+ * Code-point order (the order of UTF-8 bytes, in which the core sorts a set's keys): UTF-16
+ * units compare the same way except where a surrogate meets a unit from U+E000 up.
+ */
+export function byCodePoint(a, b) {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    let x = a.charCodeAt(i);
+    let y = b.charCodeAt(i);
+    if (x === y) continue;
+    if (x >= 0xd800 && y >= 0xd800) {
+      x += x >= 0xe000 ? -0x800 : 0x2000;
+      y += y >= 0xe000 ? -0x800 : 0x2000;
+    }
+    return x - y;
+  }
+  return a.length - b.length;
+}
+
+/**
+ * acquireMany's arguments, as the core sends them (`who` names the method in messages): 1 to
+ * MAX_KEYS keys, distinct and sorted by code point, one distinct owner per key, a TTL as
+ * acquire takes it. A count out of range is a RangeError, anything else wrong a TypeError.
+ */
+export function checkKeySet(who, keys, owners, ttlMs) {
+  const check = argumentChecks(who);
+  if (!Array.isArray(keys)) throw new TypeError(`${who}: keys must be an array, got ${typeof keys}`);
+  if (keys.length < 1 || keys.length > MAX_KEYS) {
+    throw new RangeError(`${who}: keys must hold 1..${MAX_KEYS} keys, got ${keys.length}`);
+  }
+  if (!Array.isArray(owners)) throw new TypeError(`${who}: owners must be an array, got ${typeof owners}`);
+  if (owners.length !== keys.length) {
+    throw new RangeError(`${who}: owners must hold one owner per key (${keys.length}), got ${owners.length}`);
+  }
+  for (let i = 0; i < keys.length; i++) {
+    check.key(keys[i]);
+    check.owner(owners[i]);
+    if (i > 0 && byCodePoint(keys[i - 1], keys[i]) >= 0) {
+      throw new TypeError(
+        `${who}: keys must be distinct and sorted by code point; ${JSON.stringify(keys[i])} follows ${JSON.stringify(keys[i - 1])}`,
+      );
+    }
+  }
+  if (new Set(owners).size !== owners.length) throw new TypeError(`${who}: owners must be distinct`);
+  check.ttl(ttlMs);
+}
+
 /**
  * A store's waiting call was cut short because the client or pool it was given was closed
  * (`quit()`, `disconnect()`, `end()`): the store can no longer reach the server on its behalf.

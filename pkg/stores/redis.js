@@ -17,7 +17,7 @@
 // named P{tag}{K} instead: the tag decides the slot, so keys sharing one can be taken in one
 // script on a cluster (acquireMany); the {K} after it keeps the names one-to-one.
 
-import { argumentChecks, LockStoreClosedError, safetyNetOption } from "./args.js";
+import { argumentChecks, checkKeySet, LockStoreClosedError, safetyNetOption } from "./args.js";
 import { adapter, CLIENT_TYPES, detectRedisClient, isNoScript, keySlot } from "./redis-clients.js";
 import {
   ACQUIRE_MANY_SCRIPT,
@@ -76,11 +76,7 @@ const NAMES_CACHED = 256;
 // How many owners of shared holds a store remembers (see sharedOwners).
 const SHARED_OWNERS_KEPT = 4096;
 
-// How many keys acquireMany takes at most (the core's MAX_KEYS).
-const MAX_KEYS = 64;
-
 const check = argumentChecks("redisLockStore");
-const checkMany = argumentChecks("redisLockStore.acquireMany");
 
 // The hash tag Redis finds in `key` (the text between its first "{" and the first "}" after
 // that, if not empty), or null.
@@ -122,46 +118,12 @@ export function redisLockKeys(key, prefix = "", options = undefined) {
   return { lock, fence: `${lock}:fence` };
 }
 
-// Code-point order (the order of UTF-8 bytes, in which the core sorts keys): UTF-16 code units
-// order code points except where a surrogate meets a unit from U+E000 up.
-function byCodePoint(a, b) {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x === y) continue;
-    if (x >= 0xd800 && y >= 0xd800) {
-      x += x >= 0xe000 ? -0x800 : 0x2000;
-      y += y >= 0xe000 ? -0x800 : 0x2000;
-    }
-    return x - y;
-  }
-  return a.length - b.length;
-}
-
-// acquireMany's arguments: 1..MAX_KEYS keys, distinct and in code-point order, one distinct owner
-// (no NUL) per key, a TTL as acquire takes it.
+// acquireMany's arguments (args.js), and owners without NUL, as every owner here.
 function checkSet(keys, owners, ttlMs) {
-  const who = "redisLockStore.acquireMany";
-  if (!Array.isArray(keys)) throw new TypeError(`${who}: keys must be an array, got ${typeof keys}`);
-  if (keys.length < 1 || keys.length > MAX_KEYS) {
-    throw new RangeError(`${who}: 1 to ${MAX_KEYS} keys, got ${keys.length}`);
+  checkKeySet("redisLockStore.acquireMany", keys, owners, ttlMs);
+  if (owners.some((owner) => owner.includes("\0"))) {
+    throw new TypeError("redisLockStore.acquireMany: owner must not contain NUL");
   }
-  if (!Array.isArray(owners) || owners.length !== keys.length) {
-    throw new TypeError(`${who}: owners must be an array of one owner per key (${keys.length})`);
-  }
-  for (let i = 0; i < keys.length; i++) {
-    checkMany.key(keys[i]);
-    if (i > 0 && byCodePoint(keys[i - 1], keys[i]) >= 0) {
-      throw new TypeError(
-        `${who}: keys must be distinct and sorted by code point, got ${JSON.stringify(keys[i])} after ${JSON.stringify(keys[i - 1])}`,
-      );
-    }
-    checkMany.owner(owners[i]);
-    if (owners[i].includes("\0")) throw new TypeError(`${who}: owner must not contain NUL`);
-  }
-  if (new Set(owners).size !== owners.length) throw new TypeError(`${who}: owners must be distinct`);
-  checkMany.ttl(ttlMs);
 }
 
 /**

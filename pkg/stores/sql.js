@@ -56,7 +56,7 @@
 // The parts: sql-schema.js (the table and the statements), sql-drivers.js (the handles it adapts
 // to), sql-pg-waiting.js (PostgreSQL's waiting without polling).
 
-import { argumentChecks, LockStoreClosedError, safetyNetOption } from "./args.js";
+import { argumentChecks, checkKeySet, LockStoreClosedError, safetyNetOption } from "./args.js";
 import { detectDriver, DRIVERS, driverFor, toFence, truthy } from "./sql-drivers.js";
 import { pgWaiting } from "./sql-pg-waiting.js";
 import {
@@ -74,48 +74,8 @@ export { detectDriver, LockStoreClosedError, schema };
 
 const check = argumentChecks("databaseLockStore");
 
-/** Most keys one acquireMany takes (the core's limit for a multi-key lock). */
-const MAX_KEYS = 64;
-
-// Code-point order, which the core sorts a set's keys by: UTF-16 units compare the same way
-// except a surrogate (half of a code point above U+FFFF) against a unit from U+E000 up.
-function byCodePoint(a, b) {
-  for (let i = 0; i < a.length && i < b.length; i++) {
-    const x = a.charCodeAt(i);
-    const y = b.charCodeAt(i);
-    if (x === y) continue;
-    const [sx, sy] = [x >= 0xd800 && x <= 0xdfff, y >= 0xd800 && y <= 0xdfff];
-    return sx === sy ? x - y : sx ? 1 : -1;
-  }
-  return a.length - b.length;
-}
-
-const checkOne = argumentChecks("databaseLockStore.acquireMany");
-
-// acquireMany's arguments, as the core sends them: 1..MAX_KEYS distinct keys sorted by code
-// point, one distinct owner per key, and a TTL as acquire takes it.
-function checkSet(keys, owners, ttlMs) {
-  const who = "databaseLockStore.acquireMany";
-  if (!Array.isArray(keys)) throw new TypeError(`${who}: keys must be an array, got ${typeof keys}`);
-  if (keys.length < 1 || keys.length > MAX_KEYS) {
-    throw new RangeError(`${who}: keys must hold 1..${MAX_KEYS} keys, got ${keys.length}`);
-  }
-  if (!Array.isArray(owners)) throw new TypeError(`${who}: owners must be an array, got ${typeof owners}`);
-  if (owners.length !== keys.length) {
-    throw new RangeError(`${who}: owners must hold one owner per key (${keys.length}), got ${owners.length}`);
-  }
-  for (let i = 0; i < keys.length; i++) {
-    checkOne.key(keys[i]);
-    checkOne.owner(owners[i]);
-    if (i > 0 && byCodePoint(keys[i - 1], keys[i]) >= 0) {
-      throw new TypeError(
-        `${who}: keys must be distinct and sorted by code point; ${JSON.stringify(keys[i])} follows ${JSON.stringify(keys[i - 1])}`,
-      );
-    }
-  }
-  if (new Set(owners).size !== owners.length) throw new TypeError(`${who}: owners must be distinct`);
-  checkOne.ttl(ttlMs);
-}
+// acquireMany's arguments (args.js).
+const checkSet = (keys, owners, ttlMs) => checkKeySet("databaseLockStore.acquireMany", keys, owners, ttlMs);
 
 /** The largest limit of a shared hold, 2^32 − 1 (a read lock's). */
 const MAX_LIMIT = 4_294_967_295;

@@ -463,7 +463,7 @@ describe("store.acquireMany on a standalone Redis", () => {
       ["a", ["1"], 1000, TypeError],
       [null, ["1"], 1000, TypeError],
       [ok, "12", 1000, TypeError],
-      [ok, ["1"], 1000, TypeError],
+      [ok, ["1"], 1000, RangeError],
       [ok, ["1", "1"], 1000, TypeError],
       [["a", ""], ["1", "2"], 1000, TypeError],
       [["a", 5], ["1", "2"], 1000, TypeError],
