@@ -46,7 +46,7 @@ export interface RedisHeldLimit {
 
 export type RedisLockStore = Omit<
   LockStore,
-  "acquire" | "acquireOrWait" | "withdraw" | "forceRelease" | "acquireShared" | "acquireSharedOrWait"
+  "acquire" | "acquireOrWait" | "withdraw" | "forceRelease" | "acquireShared" | "acquireSharedOrWait" | "acquireMany"
 > & {
   /**
    * One script, atomically: if the key is free, take it and answer `{ fence }` from the key's

@@ -44,7 +44,7 @@ export interface SchemaOptions {
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
 export type DatabaseLockStore = Omit<
   LockStore,
-  "acquire" | "acquireOrWait" | "acquireShared" | "acquireSharedOrWait" | "withdraw" | "forceRelease"
+  "acquire" | "acquireOrWait" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "withdraw" | "forceRelease"
 > & {
   /**
    * Atomic set-if-absent judged by the database's clock: `{ fence }` if this call took the lock,

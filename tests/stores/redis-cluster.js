@@ -12,7 +12,7 @@ import IORedis6 from "ioredis6";
 import { createCluster as createNodeRedisCluster } from "redis";
 import { createCluster as createNodeRedisCluster4 } from "redis4";
 import { redisLockStore, detectRedisClient, ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT } from "../../pkg/stores/redis.js";
-import { startRedisCluster } from "./lib/servers.js";
+import { ioredisCluster as ioredisClusterOf, nodeRedisCluster as nodeRedisClusterOf, startRedisCluster } from "./lib/servers.js";
 import { newContext, registerContract } from "./lib/contract.js";
 import { fenceOf, registerFenceChecks, runFenceChecks, FENCE_CHECKS, staleWriterStory } from "./lib/fence-checks.js";
 import { fencedResource } from "./lib/fenced-resource.js";
@@ -53,22 +53,9 @@ describe("Redis Cluster (three masters, started here)", () => {
     await cluster?.stop();
   });
 
-  async function ioredisCluster(Module) {
-    const Ctor = Module.default ?? Module;
-    const client = new Ctor.Cluster(cluster.nodes.map(({ host, port }) => ({ host, port })));
-    await new Promise((resolve, reject) => {
-      client.once("ready", resolve);
-      client.once("error", reject);
-    });
-    return client;
-  }
+  const ioredisCluster = (Module) => ioredisClusterOf(Module, cluster);
 
-  async function nodeRedisCluster(create) {
-    const client = create({ rootNodes: cluster.nodes.map(({ url }) => ({ url })) });
-    client.on("error", () => {});
-    await client.connect();
-    return client;
-  }
+  const nodeRedisCluster = (create) => nodeRedisClusterOf(create, cluster);
 
   // Which master serves each slot, from CLUSTER SLOTS: [[from, to, port], …].
   async function slotOwners() {

@@ -24,7 +24,7 @@ import {
   redisLockStore as sourceStore,
 } from "../../pkg/stores/redis.js";
 import { keySlot } from "../../pkg/stores/redis-clients.js";
-import { sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { ioredisCluster as ioredisClusterOf, nodeRedisCluster as nodeRedisClusterOf, sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
 
 const tag = () => randomBytes(4).toString("hex");
 
@@ -579,21 +579,8 @@ describe("store.acquireMany on a Redis Cluster (three masters)", () => {
     await cluster?.stop();
   });
 
-  async function ioredisCluster(Module) {
-    const Ctor = Module.default ?? Module;
-    const client = new Ctor.Cluster(cluster.nodes.map(({ host, port }) => ({ host, port })));
-    await new Promise((resolve, reject) => {
-      client.once("ready", resolve);
-      client.once("error", reject);
-    });
-    return client;
-  }
-  async function nodeRedisCluster(create) {
-    const client = create({ rootNodes: cluster.nodes.map(({ url }) => ({ url })) });
-    client.on("error", () => {});
-    await client.connect();
-    return client;
-  }
+  const ioredisCluster = (Module) => ioredisClusterOf(Module, cluster);
+  const nodeRedisCluster = (create) => nodeRedisClusterOf(create, cluster);
 
   const CLIENTS = {
     "ioredis 5 Cluster": () => ioredisCluster(IORedis),

@@ -204,6 +204,25 @@ function postgresBin() {
   throw new Error("PostgreSQL binaries (initdb, pg_ctl) not found; run make setup or set PG_BIN");
 }
 
+/** An ioredis (`Module`: ioredis 5 or 6) Cluster client of `cluster`, once it is ready. */
+export async function ioredisCluster(Module, cluster) {
+  const Ctor = Module.default ?? Module;
+  const client = new Ctor.Cluster(cluster.nodes.map(({ host, port }) => ({ host, port })));
+  await new Promise((resolve, reject) => {
+    client.once("ready", resolve);
+    client.once("error", reject);
+  });
+  return client;
+}
+
+/** A node-redis (`create`: its createCluster) Cluster client of `cluster`, connected. */
+export async function nodeRedisCluster(create, cluster) {
+  const client = create({ rootNodes: cluster.nodes.map(({ url }) => ({ url })) });
+  client.on("error", () => {});
+  await client.connect();
+  return client;
+}
+
 export async function startPostgres() {
   const bin = postgresBin();
   const dir = mkdtempSync(join(tmpdir(), "keel-lock-pg-"));
