@@ -63,6 +63,7 @@ export async function start({ persist } = {}) {
           COUNTER: { className: "Counter", useSQLite: true },
           LEDGER: { className: "Ledger", useSQLite: true },
         },
+        d1Databases: ["DB"],
       },
       {
         name: "other",

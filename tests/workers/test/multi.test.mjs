@@ -1,6 +1,7 @@
 // Several keys at once, `lock([k1, k2, …])`, on the Durable Object store (one object per key):
 // overlapping sets in opposite orders from two isolates all finish with one holder per key at a
-// time, and an uncontended run costs one acquire and one release RPC per key.
+// time, and an uncontended run costs one acquire and one release RPC per key; and over D1 from
+// inside a Worker, where the set is one acquireMany.
 import { after, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { start } from "../harness.mjs";
@@ -26,6 +27,18 @@ describe("lock([...keys]) on the Durable Object store", { concurrency: false }, 
       const fences = results.flatMap((r) => (r.fences && key in r.fences ? [r.fences[key]] : []));
       assert.equal(new Set(fences).size, fences.length, `${key}: a fence repeats`);
     }
+  });
+
+  it("over D1 inside the Worker: one acquireMany and a release per key uncontended; overlapping sets all finish", async () => {
+    const keys = ["a", "b", "c"].map((k) => `d1multi:${k}:${uuid()}`).sort();
+    const out = await w.call("main", "/d1-multi", { keys });
+    assert.equal(out.ran, true);
+    assert.deepEqual(out.uncontended, { acquireMany: 1, release: 3 }, JSON.stringify(out.uncontended));
+    assert.deepEqual(Object.keys(out.fences).sort(), keys);
+    assert.ok(Object.values(out.fences).every((f) => Number.isInteger(f) && f >= 1), JSON.stringify(out.fences));
+    assert.equal(out.allRan, true, "a run over D1 gave up");
+    assert.equal(out.clashes, 0, "two holders of a key at once");
+    assert.deepEqual(out.left, [], "keys left held");
   });
 
   it("an uncontended run: one acquire and one release RPC per key", async () => {

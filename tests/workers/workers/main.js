@@ -4,6 +4,7 @@ import {
   lock,
   restoreLock,
   getLockStore,
+  setLockStore,
   DurableObjectLockStore,
   LockDurableObject as PackagedLockDurableObject,
   LockNotHeldError,
@@ -11,6 +12,7 @@ import {
 // The conformance kit, from its own entry (and its own wasm instance): it drives the
 // DurableObjectLockStore made by "keel-lock" through the store's five methods.
 import { lockStoreResults } from "keel-lock/testing";
+import { databaseLockStore } from "keel-lock/sql";
 import { Counter, Ledger, READ_LIMIT, contend, contendMulti, contendShared, rpcCounts, stats, sleep, useStore } from "./shared.js";
 
 /**
@@ -871,6 +873,54 @@ const sharedSuite = {
   },
 };
 
+/**
+ * `lock([...keys])` over D1 (keel-lock/sql on the DB binding) inside the Worker: one
+ * uncontended run, with the store calls it made, then `callers` runs over overlapping sets in
+ * opposite orders at once, with how often two were inside one key.
+ */
+async function d1Multi(env, { keys, callers = 12 }) {
+  const d1 = databaseLockStore(env.DB);
+  await d1.createTable();
+  const calls = {};
+  const counted = new Proxy(d1, {
+    get(target, name) {
+      const value = target[name];
+      if (typeof value !== "function") return value;
+      return (...args) => {
+        calls[name] = (calls[name] ?? 0) + 1;
+        return value.apply(target, args);
+      };
+    },
+  });
+  // Handles bind to the store current when they are made: the D1 ones are made here, and the
+  // isolate's Durable Object store is current again before anything is awaited.
+  setLockStore(counted);
+  const once = lock(keys, 10_000);
+  const sets = [keys, [...keys].reverse(), keys.slice(1), [keys[0], keys.at(-1)]];
+  const runs = Array.from({ length: callers }, (_, i) => [sets[i % sets.length], lock(sets[i % sets.length], 10_000)]);
+  setLockStore(useStore(env));
+  const [ran, fences] = await once.run(({ fences }) => fences);
+  const uncontended = { ...calls };
+  const inside = new Set();
+  let clashes = 0;
+  const done = await Promise.all(
+    runs.map(async ([set, handle]) => {
+      const [ok] = await handle.run(
+        async () => {
+          for (const key of set) (inside.has(key) ? clashes++ : inside.add(key));
+          await sleep(2);
+          for (const key of set) inside.delete(key);
+        },
+        { timeout: 20_000, retryDelay: 5 },
+      );
+      return ok;
+    }),
+  );
+  const left = [];
+  for (const key of keys) if (await d1.isLocked(key)) left.push(key);
+  return { ran, fences, uncontended, allRan: done.every(Boolean), clashes, left };
+}
+
 async function route(request, env) {
   useStore(env);
   const url = new URL(request.url);
@@ -902,6 +952,8 @@ async function route(request, env) {
       return contendShared(env, body);
     case "/contend-multi":
       return contendMulti(env, body);
+    case "/d1-multi":
+      return d1Multi(env, body);
     case "/inspect":
       return stubFor(env, body.key).inspect();
     case "/rpcs":
