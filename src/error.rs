@@ -23,6 +23,10 @@ pub enum Operation {
     ForceRelease,
     /// `acquire_shared(key, owner, ttl, share)`: take permits or a read lock.
     AcquireShared,
+    /// `inspect(key)`: the key's live holds and waiters.
+    Inspect,
+    /// Keeping a hold's metadata (`keeps_metadata`).
+    Metadata,
 }
 
 impl fmt::Display for Operation {
@@ -35,6 +39,8 @@ impl fmt::Display for Operation {
             Operation::RemainingTime => "remaining_time",
             Operation::ForceRelease => "force_release",
             Operation::AcquireShared => "acquire_shared",
+            Operation::Inspect => "inspect",
+            Operation::Metadata => "hold metadata",
         })
     }
 }

@@ -127,6 +127,13 @@ pub enum InputError {
         /// The semaphore's limit.
         limit: u32,
     },
+    /// Hold metadata longer than [`crate::token::MAX_METADATA_BYTES`] bytes of UTF-8.
+    MetadataTooLong {
+        /// Length of the metadata that was given, in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
     /// A set of keys for a multi-key lock that is empty, too large or repeats a key.
     InvalidKeySet {
         /// What is wrong with it.
@@ -196,6 +203,13 @@ impl InputError {
                 &decimal(u64::from(*n)),
                 ", got ",
                 &ShowNumber(*value).text(),
+            ]
+            .concat(),
+            InputError::MetadataTooLong { len, max } => [
+                "metadata is ",
+                &decimal(*len as u64),
+                " bytes of UTF-8; the limit is ",
+                &decimal(*max as u64),
             ]
             .concat(),
             InputError::InvalidKeySet { reason } => {

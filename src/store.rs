@@ -7,6 +7,7 @@ use alloc::vec::Vec;
 
 use crate::grant::Grant;
 use crate::input::{Key, Ttl};
+use crate::inspect::LockInfo;
 use crate::share::{Share, SharedGrant};
 use crate::token::OwnerToken;
 
@@ -94,6 +95,21 @@ pub trait LockStore {
     ) -> Result<Option<Grant>, Self::Error> {
         let _ = wait;
         self.acquire(key, owner, ttl).await
+    }
+
+    /// Whether this store keeps each hold's metadata — carried to it by the owner token of the
+    /// acquiring call ([`OwnerToken::metadata`]), kept through `extend` and a hand-over,
+    /// dropped with the hold — and answers [`LockStore::inspect`]. When it does not, the core
+    /// refuses metadata ([`crate::Error::Unsupported`]) rather than let it be dropped.
+    fn keeps_metadata(&self) -> bool {
+        false
+    }
+
+    /// One atomic read of `key`: its live holds (metadata, fence, time left; never an owner
+    /// token) and how many callers wait for it. `None`: the store cannot say (the default).
+    async fn inspect(&self, key: &Key) -> Result<Option<LockInfo>, Self::Error> {
+        let _ = key;
+        Ok(None)
     }
 
     /// Whether [`LockStore::acquire_many`] may take a set of keys in one step. When it does not,
@@ -250,6 +266,12 @@ macro_rules! forward_store {
             }
             fn acquires_many(&self) -> bool {
                 (**self).acquires_many()
+            }
+            fn keeps_metadata(&self) -> bool {
+                (**self).keeps_metadata()
+            }
+            async fn inspect(&self, key: &Key) -> Result<Option<LockInfo>, S::Error> {
+                (**self).inspect(key).await
             }
             async fn acquire_many(&self, keys: &[Key], owners: &[OwnerToken], ttl: Ttl) -> Result<ManyGrant, S::Error> {
                 (**self).acquire_many(keys, owners, ttl).await

@@ -58,10 +58,37 @@ fn take_random(out: &mut [u8; TOKEN_BYTES]) -> Result<(), RandomError> {
     Ok(())
 }
 
+/// The longest hold metadata accepted, in bytes of UTF-8.
+pub const MAX_METADATA_BYTES: usize = 1024;
+
+/// What a holder says about itself (which host, which job), kept by the store with the hold
+/// and shown by `inspect`, for people and tools: at most [`MAX_METADATA_BYTES`] of UTF-8.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Metadata(Arc<str>);
+
+impl Metadata {
+    /// Checks `text`: longer than [`MAX_METADATA_BYTES`] is [`InputError::MetadataTooLong`].
+    pub fn new(text: &str) -> Result<Self, InputError> {
+        if text.len() > MAX_METADATA_BYTES {
+            return Err(InputError::MetadataTooLong {
+                len: text.len(),
+                max: MAX_METADATA_BYTES,
+            });
+        }
+        Ok(Metadata(Arc::from(text)))
+    }
+
+    /// The metadata as a string slice.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
 /// An owner token: 32 lowercase hex digits when minted here, or any 1–128 printable ASCII
-/// characters when it comes from outside.
+/// characters when it comes from outside. It may carry the hold's [`Metadata`] to a store that
+/// keeps it ([`crate::LockStore::keeps_metadata`]); equality is the token's alone.
 #[derive(Clone, Eq)]
-pub struct OwnerToken(Arc<str>);
+pub struct OwnerToken(Arc<str>, Option<Metadata>);
 
 impl PartialEq for OwnerToken {
     // A hold and the run or handle that took it share one token, so most comparisons are of a
@@ -93,7 +120,7 @@ impl OwnerToken {
         // Every byte is an ASCII hex digit, so this never fails.
         let text = core::str::from_utf8(&hex)
             .map_err(|_| RandomError(String::from("a minted token is not ASCII")))?;
-        Ok(OwnerToken(Arc::from(text)))
+        Ok(OwnerToken(Arc::from(text), None))
     }
 
     /// Accepts a token from outside: 1–128 printable ASCII characters, no spaces.
@@ -103,7 +130,7 @@ impl OwnerToken {
             && token.len() <= MAX_OWNER_BYTES
             && token.bytes().all(|b| b.is_ascii_graphic());
         if ok {
-            Ok(OwnerToken(Arc::from(token)))
+            Ok(OwnerToken(Arc::from(token), None))
         } else {
             Err(InputError::InvalidOwner {
                 max: MAX_OWNER_BYTES,
@@ -124,6 +151,16 @@ impl OwnerToken {
     /// The token as a string slice.
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// This token, carrying `metadata` for the store to keep with the hold it takes.
+    pub fn with_metadata(self, metadata: Option<Metadata>) -> Self {
+        OwnerToken(self.0, metadata)
+    }
+
+    /// The hold metadata this token carries, if any.
+    pub fn metadata(&self) -> Option<&Metadata> {
+        self.1.as_ref()
     }
 }
 

@@ -7,6 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::fmt::Debug;
 use std::future::Future;
 use std::pin::Pin;
@@ -16,8 +17,8 @@ use keel_lock::conformance::Verdict;
 use keel_lock::conformance::{self, check_all, ConformanceOptions, PropertyResult, PROPERTIES};
 use keel_lock::virtual_time::VirtualRuntime;
 use keel_lock::{
-    Fence, Grant, Key, LockStore, ManyGrant, MemoryLockStore, OwnerToken, Runtime, Share,
-    SharedGrant, Ttl,
+    Fence, Grant, Key, LockInfo, LockStore, ManyGrant, MemoryLockStore, Metadata, OwnerToken,
+    Runtime, Share, SharedGrant, Ttl,
 };
 
 fn run_kit<S: LockStore>(
@@ -840,7 +841,7 @@ struct SharedFlaw<'a> {
 }
 
 impl LockStore for SharedFlaw<'_> {
-    type Error = std::convert::Infallible;
+    type Error = Infallible;
     fn name(&self) -> &'static str {
         "shared-flaw"
     }
@@ -957,5 +958,93 @@ fn a_newcomer_passing_a_queued_waiter_is_caught() {
     assert!(
         failed(&results).contains(&"nobody_passes_a_queued_waiter"),
         "{results:#?}"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Metadata and inspect: the memory store with one flaw in what it keeps
+// ---------------------------------------------------------------------------------------------
+
+/// What the flawed store does with a hold's metadata.
+#[derive(Clone, Copy, PartialEq)]
+enum MetadataFlaw {
+    /// Keeps the owner token as the hold's metadata: `inspect` shows a token.
+    TokenAsMetadata,
+    /// Drops it: it says it keeps metadata, and `inspect` shows none.
+    Dropped,
+}
+
+/// The memory store, its acquires' owners changed as `flaw` says.
+struct MetadataFlawed {
+    inner: MemoryLockStore<VirtualRuntime>,
+    flaw: MetadataFlaw,
+}
+
+impl MetadataFlawed {
+    fn owner(&self, owner: &OwnerToken) -> OwnerToken {
+        let metadata = match self.flaw {
+            MetadataFlaw::TokenAsMetadata => Metadata::new(owner.as_str()).ok(),
+            MetadataFlaw::Dropped => None,
+        };
+        owner.clone().with_metadata(metadata)
+    }
+}
+
+impl LockStore for MetadataFlawed {
+    type Error = Infallible;
+
+    fn name(&self) -> &'static str {
+        "metadata-flawed"
+    }
+    async fn acquire(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+    ) -> Result<Option<Grant>, Infallible> {
+        self.inner.acquire(key, &self.owner(owner), ttl).await
+    }
+    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Infallible> {
+        self.inner.release(key, owner).await
+    }
+    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Infallible> {
+        self.inner.extend(key, owner, ttl).await
+    }
+    async fn is_locked(&self, key: &Key) -> Result<bool, Infallible> {
+        self.inner.is_locked(key).await
+    }
+    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Infallible> {
+        self.inner.remaining_time(key).await
+    }
+    fn keeps_metadata(&self) -> bool {
+        true
+    }
+    async fn inspect(&self, key: &Key) -> Result<Option<LockInfo>, Infallible> {
+        self.inner.inspect(key).await
+    }
+}
+
+fn check_metadata_flaw(flaw: MetadataFlaw) -> Vec<&'static str> {
+    let rt = VirtualRuntime::new();
+    let store = MetadataFlawed {
+        inner: MemoryLockStore::new(rt.clone()),
+        flaw,
+    };
+    failed(&run_kit(&store, &rt, &ConformanceOptions::default()))
+}
+
+#[test]
+fn a_store_that_shows_a_token_as_metadata_is_caught() {
+    assert_eq!(
+        check_metadata_flaw(MetadataFlaw::TokenAsMetadata),
+        ["inspect_agrees_with_the_holds", "metadata_is_kept_per_hold"]
+    );
+}
+
+#[test]
+fn a_store_that_drops_metadata_is_caught() {
+    assert_eq!(
+        check_metadata_flaw(MetadataFlaw::Dropped),
+        ["metadata_is_kept_per_hold"]
     );
 }

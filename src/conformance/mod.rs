@@ -24,6 +24,7 @@ use crate::runtime::Runtime;
 use crate::store::LockStore;
 use crate::token::OwnerToken;
 
+mod inspect;
 mod multi;
 mod shared;
 
@@ -651,6 +652,8 @@ properties! {
     several_keys_all_or_nothing: "A multi-key lock refused for one held key leaves none of its others held; granted, it holds them all; released, none.",
     opposite_order_sets_complete: "Multi-key locks over overlapping sets, given in opposite orders and run at once, all complete: no deadlock.",
     sets_taken_in_one_step_are_atomic: "A store's one-step acquireMany grants every key to its owner or changes nothing: refused beside a held key or a permit, exactly one of several overlapping sets raced at once (not applicable to a store without it).",
+    inspect_agrees_with_the_holds: "inspect shows no holder of a free, released or expired key, and one holder with the grant's fence and no metadata — never its token — of a key held without any (not applicable to a store without inspect).",
+    metadata_is_kept_per_hold: "A hold's metadata is shown by inspect, kept through extend and a hand-over to a waiter (whose own it becomes), and each permit shows its own (not applicable to a store that keeps none).",
     fences_increase: "Each grant's fence is higher than every earlier one for its key, across release, expiry and competing acquirers (not applicable to a store without fences).",
 }
 

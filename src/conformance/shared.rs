@@ -270,7 +270,7 @@ where
 }
 
 /// Polls two futures of different types until both are done.
-async fn join2<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
+pub(super) async fn join2<A: Future, B: Future>(a: A, b: B) -> (A::Output, B::Output) {
     let (mut a, mut b) = (Box::pin(a), Box::pin(b));
     let (mut ra, mut rb) = (None, None);
     std::future::poll_fn(move |cx| {

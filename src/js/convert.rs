@@ -214,6 +214,8 @@ pub(crate) fn method_name(op: Operation) -> &'static str {
         Operation::RemainingTime => "remainingTime",
         Operation::ForceRelease => "forceRelease",
         Operation::AcquireShared => "acquireShared",
+        Operation::Inspect => "inspect",
+        Operation::Metadata => "metadata",
     }
 }
 

@@ -15,12 +15,13 @@ use crate::error::{Error, HoldOperation, Operation};
 use crate::grant::Fence;
 use crate::holding::{KeepAlive, LossState, RunContext, Watch, WatchStep};
 use crate::input::{AcquireOptions, Key, Ttl};
+use crate::inspect::LockInfo;
 use crate::race::{race, Either};
 use crate::runtime::Runtime;
 use crate::serialized::SerializedLock;
 use crate::share::{Holding, SharedGrant};
 use crate::store::{ForceRelease, LockStore};
-use crate::token::OwnerToken;
+use crate::token::{Metadata, OwnerToken};
 
 mod multi;
 mod run;
@@ -126,6 +127,8 @@ pub struct Lock<S, R> {
     /// Exclusive (a lock, a write lock), or the permits a semaphore or read lock takes.
     holding: Cell<Holding>,
     hold: RefCell<Hold>,
+    /// What each hold this lock takes says about its holder (see [`Lock::with_metadata`]).
+    metadata: RefCell<Option<Metadata>>,
 }
 
 type LockResult<T, S> = Result<T, Error<<S as LockStore>::Error>>;
@@ -140,7 +143,42 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             runtime,
             holding: Cell::new(Holding::Exclusive),
             hold: RefCell::new(Hold::None),
+            metadata: RefCell::new(None),
         }
+    }
+
+    /// This lock, its holds carrying `metadata` (which host, which job) for the store to keep
+    /// and [`Lock::inspect`] to show. A store that keeps none
+    /// ([`LockStore::keeps_metadata`]) makes every acquire fail with [`Error::Unsupported`]
+    /// rather than drop it.
+    pub fn with_metadata(self, metadata: Option<Metadata>) -> Self {
+        self.set_metadata(metadata);
+        self
+    }
+
+    /// Sets the metadata the next holds carry (see [`Lock::with_metadata`]).
+    pub fn set_metadata(&self, metadata: Option<Metadata>) {
+        *self.metadata.borrow_mut() = metadata;
+    }
+
+    /// The metadata this lock's holds carry, if any.
+    pub fn metadata(&self) -> Option<Metadata> {
+        self.metadata.borrow().clone()
+    }
+
+    /// `owner`, carrying this lock's metadata if it has some.
+    pub(crate) fn tagged(&self, owner: &OwnerToken) -> OwnerToken {
+        owner.clone().with_metadata(self.metadata())
+    }
+
+    /// An error when this lock has metadata its store would not keep.
+    pub(crate) fn metadata_refused(&self) -> Option<Error<S::Error>> {
+        (self.metadata.borrow().is_some() && !self.store.keeps_metadata()).then(|| {
+            Error::Unsupported {
+                store: self.store.name(),
+                operation: Operation::Metadata,
+            }
+        })
     }
 
     /// This lock, taking its key as `holding` says: [`Holding::Shared`] for a semaphore's
@@ -229,6 +267,14 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         wait: Option<crate::store::Wait>,
     ) -> Result<SharedGrant, S::Error> {
         let (key, ttl) = (&self.key, self.ttl);
+        let tagged;
+        let owner = match self.metadata.borrow().is_some() {
+            true => {
+                tagged = self.tagged(owner);
+                &tagged
+            }
+            false => owner,
+        };
         Ok(match (self.holding.get(), wait) {
             (Holding::Exclusive, None) => self.store.acquire(key, owner, ttl).await?.into(),
             (Holding::Exclusive, Some(wait)) => self
@@ -383,6 +429,9 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         cancel: impl Future<Output = ()>,
     ) -> LockResult<bool, S> {
         let mut cancel = core::pin::pin!(cancel);
+        if let Some(refused) = self.metadata_refused() {
+            return Err(refused);
+        }
         if self.holds_shared_already(self.runtime.monotonic_ms()) {
             return Ok(false);
         }
@@ -598,6 +647,22 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             ForceRelease::Unsupported => Err(Error::Unsupported {
                 store: self.store.name(),
                 operation: Operation::ForceRelease,
+            }),
+        }
+    }
+
+    /// Who holds the key and who waits ([`LockStore::inspect`]): every live hold's metadata,
+    /// fence and time left, never an owner token. Fails with [`Error::Unsupported`] on a store
+    /// that cannot say.
+    pub async fn inspect(&self) -> LockResult<LockInfo, S> {
+        match self
+            .call(Operation::Inspect, self.store.inspect(&self.key))
+            .await?
+        {
+            Some(info) => Ok(info),
+            None => Err(Error::Unsupported {
+                store: self.store.name(),
+                operation: Operation::Inspect,
             }),
         }
     }

@@ -7,6 +7,7 @@
 use super::*;
 use crate::input::InputError;
 use crate::store::ManyGrant;
+use crate::token::Metadata;
 
 /// The most keys one [`MultiLock`] takes.
 pub const MAX_KEYS: usize = 64;
@@ -95,6 +96,14 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
     pub fn holding(self, holding: Holding) -> Self {
         for lock in &self.locks {
             lock.set_holding(holding);
+        }
+        self
+    }
+
+    /// This lock, every key's hold carrying `metadata` (see [`Lock::with_metadata`]).
+    pub fn with_metadata(self, metadata: Option<Metadata>) -> Self {
+        for lock in &self.locks {
+            lock.set_metadata(metadata.clone());
         }
         self
     }
@@ -280,10 +289,13 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
             return Ok(None);
         }
         let keys: Vec<Key> = self.keys().cloned().collect();
+        if let Some(refused) = first.metadata_refused() {
+            return Err(refused);
+        }
         let owners = self
             .locks
             .iter()
-            .map(|_| OwnerToken::mint())
+            .map(|lock| OwnerToken::mint().map(|owner| lock.tagged(&owner)))
             .collect::<Result<Vec<_>, _>>()?;
         let sent = self.runtime.monotonic_ms();
         let call = first.store().acquire_many(&keys, &owners, self.ttl);

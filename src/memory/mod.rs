@@ -13,6 +13,7 @@ use hashbrown::hash_map::{Entry, HashMap};
 
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl};
+use crate::inspect::LockInfo;
 use crate::race::{poll_until, race};
 use crate::rows::{self, Change, Decision, RowView};
 use crate::runtime::Runtime;
@@ -78,8 +79,11 @@ impl BuildHasher for KeyHasher {
 /// expiry is the last of theirs and whose owner no caller can match (so the lock rules refuse
 /// every exclusive request while a shared hold is live, with no second lookup).
 struct Row {
+    /// The holder's token, and the metadata it brought.
     owner: OwnerToken,
     expires_at: u64,
+    /// The lock's fence (a shared header's holds keep their own).
+    fence: Option<Fence>,
     shared: Option<Box<shared::SharedRow>>,
 }
 
@@ -174,13 +178,15 @@ impl<R: Runtime> MemoryLockStore<R> {
         removed
     }
 
-    /// Reads `key`'s row, asks [`crate::rows`] what to do, applies it, answers `granted`.
+    /// Reads `key`'s row, asks [`crate::rows`] what to do, applies it; answers the fence drawn
+    /// for the row it put (`Some`, holding `None` once the counter is spent), or `None` when the
+    /// rule granted nothing.
     pub(super) fn decide(
         &self,
         key: &Key,
         owner: &OwnerToken,
         rule: impl FnOnce(Option<RowView<'_>>) -> Decision,
-    ) -> bool {
+    ) -> Option<Option<Fence>> {
         // One hash of the key per decision: the entry is read and changed in place.
         self.hasher.keys();
         let mut rows = self.rows.borrow_mut();
@@ -188,30 +194,35 @@ impl<R: Runtime> MemoryLockStore<R> {
             Entry::Occupied(mut entry) => {
                 let decision = rule(Some(entry.get().view()));
                 match decision.change {
-                    Change::Keep => {}
+                    Change::Keep => None,
                     Change::Delete => {
                         entry.remove();
+                        None
                     }
                     Change::Put { expires_at } => {
+                        let fence = self.next_fence();
                         let row = entry.get_mut();
                         row.owner = owner.clone();
                         row.expires_at = expires_at;
+                        row.fence = fence;
                         // An expired header taken over by a lock.
                         row.shared = None;
+                        Some(fence)
                     }
                 }
-                decision.granted
             }
             Entry::Vacant(entry) => {
-                let decision = rule(None);
-                if let Change::Put { expires_at } = decision.change {
-                    entry.insert(Row {
-                        owner: owner.clone(),
-                        expires_at,
-                        shared: None,
-                    });
-                }
-                decision.granted
+                let Change::Put { expires_at } = rule(None).change else {
+                    return None;
+                };
+                let fence = self.next_fence();
+                entry.insert(Row {
+                    owner: owner.clone(),
+                    expires_at,
+                    fence,
+                    shared: None,
+                });
+                Some(fence)
             }
         }
     }
@@ -263,6 +274,22 @@ impl<R: Runtime> MemoryLockStore<R> {
         self.take(key, owner, ttl, now)
     }
 
+    /// Synchronous [`LockStore::inspect`]: `key`'s live holds and its live waiters.
+    pub fn inspect_sync(&self, key: &Key) -> LockInfo {
+        let now = self.runtime.monotonic_ms();
+        let holders = self
+            .rows
+            .borrow()
+            .get(key.as_str())
+            .map_or_else(Vec::new, |row| row.holders(now));
+        let waiting = self.queues.borrow().get(key.as_str()).map_or(0, |queue| {
+            let live = queue.waiters.iter();
+            live.filter(|w| !w.gone.get() && !w.timed_out.get() && w.deadline > now)
+                .count()
+        });
+        LockInfo::new(holders, Some(u32::try_from(waiting).unwrap_or(u32::MAX)))
+    }
+
     /// Synchronous [`LockStore::acquire_many`]: every key to its owner, or none. One turn of
     /// the single thread, so nothing happens between the look at every key and the takes.
     pub fn acquire_many_sync(
@@ -295,10 +322,8 @@ impl<R: Runtime> MemoryLockStore<R> {
 
     /// Set-if-absent without looking at the queue.
     pub(super) fn take(&self, key: &Key, owner: &OwnerToken, ttl: Ttl, now: u64) -> Option<Grant> {
-        if !self.decide(key, owner, |row| rows::acquire(row, now, ttl)) {
-            return None;
-        }
-        Some(Grant::new(self.next_fence()))
+        self.decide(key, owner, |row| rows::acquire(row, now, ttl))
+            .map(Grant::new)
     }
 
     /// The next fence from the store's one counter.
@@ -484,6 +509,12 @@ impl<R: Runtime> LockStore for MemoryLockStore<R> {
     }
     fn acquires_many(&self) -> bool {
         true
+    }
+    fn keeps_metadata(&self) -> bool {
+        true
+    }
+    async fn inspect(&self, key: &Key) -> Result<Option<LockInfo>, Infallible> {
+        Ok(Some(self.inspect_sync(key)))
     }
     async fn acquire_many(
         &self,

@@ -5,6 +5,7 @@
 //! rule is [`crate::share::fit`]; the queue is the key's one FIFO.
 
 use super::*;
+use crate::inspect::HolderInfo;
 use crate::share::{fit, Fit, Holding, LiveHolds, Share, SharedGrant};
 
 /// One owner's permits on a key.
@@ -12,6 +13,7 @@ struct SharedHold {
     owner: OwnerToken,
     expires_at: u64,
     weight: u32,
+    fence: Option<Fence>,
 }
 
 /// A key's shared holds, all under one limit.
@@ -62,13 +64,22 @@ impl Row {
         live
     }
 
-    /// Records `owner`'s shared hold, which the caller found fits beside what is live at `now`.
-    fn put_shared(&mut self, owner: &OwnerToken, ttl: Ttl, share: Share, now: u64) {
+    /// Records `owner`'s shared hold with its `fence`, which the caller found fits beside what
+    /// is live at `now`.
+    fn put_shared(
+        &mut self,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        share: Share,
+        now: u64,
+        fence: Option<Fence>,
+    ) {
         let expires_at = now.saturating_add(ttl.as_ms());
         let hold = SharedHold {
             owner: owner.clone(),
             expires_at,
             weight: share.weight(),
+            fence,
         };
         // It fits: the row is free, or the header of holds under this limit.
         let shared = self.shared.get_or_insert_with(|| {
@@ -107,6 +118,23 @@ impl Row {
     }
 }
 
+impl Row {
+    /// The live holds of this row at `now`, as `inspect` shows them.
+    pub(super) fn holders(&self, now: u64) -> Vec<HolderInfo> {
+        let view = |owner: &OwnerToken, fence, expires_at: u64| {
+            HolderInfo::new(owner.metadata().cloned(), fence, expires_at - now)
+        };
+        match &self.shared {
+            _ if self.expires_at <= now => Vec::new(),
+            None => vec![view(&self.owner, self.fence, self.expires_at)],
+            Some(shared) => shared
+                .live(now)
+                .map(|hold| view(&hold.owner, hold.fence, hold.expires_at))
+                .collect(),
+        }
+    }
+}
+
 impl<R: Runtime> MemoryLockStore<R> {
     /// What is live on `key` at `now`.
     pub(super) fn live_holds(&self, key: &Key, now: u64) -> LiveHolds {
@@ -135,16 +163,17 @@ impl<R: Runtime> MemoryLockStore<R> {
         let row = rows.entry(key.clone()).or_insert_with(|| Row {
             owner: owner.clone(),
             expires_at: 0,
+            fence: None,
             shared: None,
         });
         // A row put here is free (expired at 0), so the request fits and the row is kept.
-        match fit(row.live(now), holding) {
-            Fit::Fits => row.put_shared(owner, ttl, share, now),
+        let fence = match fit(row.live(now), holding) {
+            Fit::Fits => self.next_fence(),
             Fit::Full => return SharedGrant::Busy,
             Fit::Mismatch { held } => return SharedGrant::LimitMismatch { held },
-        }
-        drop(rows);
-        SharedGrant::Granted(Grant::new(self.next_fence()))
+        };
+        row.put_shared(owner, ttl, share, now, fence);
+        SharedGrant::Granted(Grant::new(fence))
     }
 
     /// Records `owner`'s shared hold on `key`, which the caller found fits, and draws its fence.
@@ -157,16 +186,18 @@ impl<R: Runtime> MemoryLockStore<R> {
         now: u64,
     ) -> Grant {
         self.hasher.keys();
-        let mut rows = self.rows.borrow_mut();
-        rows.entry(key.clone())
+        let fence = self.next_fence();
+        self.rows
+            .borrow_mut()
+            .entry(key.clone())
             .or_insert_with(|| Row {
                 owner: owner.clone(),
                 expires_at: 0,
+                fence: None,
                 shared: None,
             })
-            .put_shared(owner, ttl, share, now);
-        drop(rows);
-        Grant::new(self.next_fence())
+            .put_shared(owner, ttl, share, now, fence);
+        Grant::new(fence)
     }
 
     /// [`LockStore::acquire_shared`] at `now`: FIFO first (a queued waiter is never passed),
