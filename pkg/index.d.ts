@@ -34,6 +34,45 @@ export interface AcquireOptions {
    * touching the store.
    */
   signal?: LockAbortSignal;
+  /**
+   * What this hold says about its holder (which host, which job), at most 1 KiB of UTF-8 (a
+   * `RangeError` beyond): kept by the store with the hold and shown by `inspect()`. A store
+   * that keeps none (no `inspect` method) refuses it with a `TypeError`.
+   */
+  metadata?: string;
+}
+
+/** A store's `inspect(key)` answer. */
+export interface InspectAnswer {
+  holders: Array<{ metadata: string | null; fence: number | null; remainingMs: number }>;
+  waiting: number | null;
+}
+
+/** One live hold of a key, as `inspect()` shows it (never its owner token). */
+export interface HolderInfo {
+  /** What the holder said about itself, or `null`. */
+  metadata: string | null;
+  /** The hold's fence, or `null` from a store without fences. */
+  fence: number | null;
+  /** Milliseconds until the hold expires. */
+  remainingMs: number;
+}
+
+/** Who holds a key and who waits, read in one step. */
+export interface LockInfo {
+  key: string;
+  /** Whether anyone holds it. */
+  held: boolean;
+  /** The live holds, in fence order: one for a lock, one per permit or reader. */
+  holders: HolderInfo[];
+  /** Callers queued for the key, or `null` where the store cannot count them. */
+  waiting: number | null;
+}
+
+/** A leader of a key as `observe()` sees it. */
+export interface Leader {
+  metadata: string | null;
+  fence: number | null;
 }
 
 /** Auto-extension while a lock is held: extend every `every` ms, for at most `maxHoldMs`. */
@@ -203,6 +242,14 @@ export interface LockStore {
     owners: string[],
     ttlMs: number,
   ): false | null | Array<true | Grant> | Promise<false | null | Array<true | Grant>>;
+  /**
+   * Optional: who holds `key` and who waits, in one atomic read — `{ holders: [{ metadata,
+   * fence, remainingMs }], waiting }`, the live holds in fence order, `waiting` `null` where
+   * unknown; never an owner token. A store with it keeps hold metadata: the acquiring methods
+   * then get `metadata` (a string) as one more argument after their documented ones when the
+   * caller gave some (`acquireMany`: an array, one per key), and keep it with the hold.
+   */
+  inspect?(key: string): InspectAnswer | Promise<InspectAnswer>;
   /** Optional: leave `key`'s queue; if already handed `key`, release it. */
   withdraw?(key: string, owner: string): unknown;
   /** Optional: free `key` whoever holds it; `true` when someone did. */
@@ -291,6 +338,8 @@ export declare class Lock {
   isExpired(): Promise<boolean>;
   /** ms until the key's expiry, or `null` if unheld. */
   getRemainingTime(): Promise<number | null>;
+  /** Who holds the key and who waits (see `inspect()`). */
+  inspect(): Promise<LockInfo>;
 }
 
 /**
@@ -317,6 +366,8 @@ export declare class MemoryLockStore implements LockStore {
   forceRelease(key: string): boolean;
   /** Permits or a read lock: `{ fence }`, `false`, or `{ heldLimit }` (see `LockStore`). */
   acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Grant | HeldLimit | false;
+  /** Who holds `key` and who waits. */
+  inspect(key: string): InspectAnswer;
   /** Every key to its owner in one turn (`{ fence }` each), or `false` and none. */
   acquireMany(keys: string[], owners: string[], ttlMs: number): Grant[] | false;
   /** Rows stored right now, expired rows not yet swept included. */
@@ -396,6 +447,27 @@ export declare function lock(keys: readonly string[], ttlMs?: number): MultiKeyL
  * lock's string gives a `MultiKeyLock` (`restoreLock<MultiKeyLock>(s)`).
  */
 export declare function restoreLock<T extends Lock | MultiKeyLock = Lock>(serialized: string): T;
+/** Who holds `key` and who waits, on the current store (which must have `inspect`). */
+export declare function inspect(key: string): Promise<LockInfo>;
+/**
+ * Waits (first come, first served where the store hands over) to lead `key`, runs `fn` while
+ * holding it with keep-alive on, and resolves what `fn` resolves. Leadership lost while `fn`
+ * runs: `signal` aborts, and the campaign rejects with the loss (a `LockNotHeldError`).
+ */
+export declare function campaign<T>(
+  key: string,
+  fn: (leading: { fence: number | null; signal: AbortSignal }) => T | Promise<T>,
+  options?: { ttlMs?: number; metadata?: string; signal?: LockAbortSignal },
+): Promise<T>;
+/**
+ * The leaders of `key` as they change (`null` while nobody leads), read from `inspect()` every
+ * `intervalMs` (default 1000, at least 10): a leader that comes and goes between two looks is
+ * missed. Ends when `signal` aborts.
+ */
+export declare function observe(
+  key: string,
+  options?: { signal?: LockAbortSignal; intervalMs?: number },
+): AsyncIterableIterator<Leader | null>;
 /** Register the store that `lock()` and `restoreLock()` use from now on. */
 export declare function setLockStore(store: LockStore): void;
 /** The store `lock()` uses: the very object last passed to `setLockStore`, or the default. */

@@ -12,6 +12,8 @@ use crate::error::RandomError;
 use crate::grant::{Fence, Grant};
 use crate::input::{AcquireOptions, Ttl};
 use crate::store::Wait;
+#[cfg(feature = "std")]
+use crate::token::Metadata;
 use crate::token::OwnerToken;
 
 /// What the driver does next.
@@ -104,6 +106,15 @@ impl Attempt {
         Ok((attempt, next))
     }
 
+    /// This attempt, its owner tokens carrying `metadata` for the store to keep with the hold.
+    #[cfg(feature = "std")]
+    pub fn with_metadata(mut self, metadata: Option<Metadata>) -> Self {
+        if metadata.is_some() {
+            self.owner = self.owner.with_metadata(metadata);
+        }
+        self
+    }
+
     /// The owner token the store calls carry.
     pub fn owner(&self) -> &OwnerToken {
         &self.owner
@@ -182,7 +193,15 @@ impl Attempt {
         // The abandoned attempt may still be granted, and that grant released when its answer
         // comes: a later attempt under the same token could lose its hold to that release, so
         // it gets a token of its own.
-        self.owner = OwnerToken::mint()?;
+        #[cfg(feature = "std")]
+        {
+            let metadata = self.owner.metadata().and_then(|said| Metadata::new(said).ok());
+            self.owner = OwnerToken::mint()?.with_metadata(metadata);
+        }
+        #[cfg(not(feature = "std"))]
+        {
+            self.owner = OwnerToken::mint()?;
+        }
         Ok(self.refused(mono))
     }
 

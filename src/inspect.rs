@@ -44,7 +44,15 @@ pub struct LockInfo {
 impl LockInfo {
     /// `holders` (put in fence order here) and `waiting`.
     pub fn new(mut holders: Vec<HolderInfo>, waiting: Option<u32>) -> Self {
-        holders.sort_by_key(|holder| holder.fence);
+        // An insertion sort: a key has few holders, and the library's sorts cost a wasm build
+        // kilobytes.
+        for i in 1..holders.len() {
+            let mut j = i;
+            while j > 0 && holders[j - 1].fence > holders[j].fence {
+                holders.swap(j - 1, j);
+                j -= 1;
+            }
+        }
         LockInfo { holders, waiting }
     }
 

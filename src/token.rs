@@ -87,21 +87,28 @@ impl Metadata {
 /// An owner token: 32 lowercase hex digits when minted here, or any 1–128 printable ASCII
 /// characters when it comes from outside. It may carry the hold's [`Metadata`] to a store that
 /// keeps it ([`crate::LockStore::keeps_metadata`]); equality is the token's alone.
+///
+/// The metadata follows the token in the same string, after a space (which no token holds):
+/// a token stays one pointer to clone and compare, whether it carries metadata or not.
 #[derive(Clone, Eq)]
-pub struct OwnerToken(Arc<str>, Option<Metadata>);
+pub struct OwnerToken(Arc<str>);
+
+/// Between a token and the metadata it carries.
+#[cfg(feature = "std")]
+const SAYS: u8 = b' ';
 
 impl PartialEq for OwnerToken {
     // A hold and the run or handle that took it share one token, so most comparisons are of a
     // token with itself: settled by the pointer, before comparing text.
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+        Arc::ptr_eq(&self.0, &other.0) || self.as_str() == other.as_str()
     }
 }
 
 impl core::hash::Hash for OwnerToken {
-    // The text, as equality compares it.
+    // The token, as equality compares it.
     fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
-        self.0.hash(state);
+        self.as_str().hash(state);
     }
 }
 
@@ -120,7 +127,7 @@ impl OwnerToken {
         // Every byte is an ASCII hex digit, so this never fails.
         let text = core::str::from_utf8(&hex)
             .map_err(|_| RandomError(String::from("a minted token is not ASCII")))?;
-        Ok(OwnerToken(Arc::from(text), None))
+        Ok(OwnerToken(Arc::from(text)))
     }
 
     /// Accepts a token from outside: 1–128 printable ASCII characters, no spaces.
@@ -130,7 +137,7 @@ impl OwnerToken {
             && token.len() <= MAX_OWNER_BYTES
             && token.bytes().all(|b| b.is_ascii_graphic());
         if ok {
-            Ok(OwnerToken(Arc::from(token), None))
+            Ok(OwnerToken(Arc::from(token)))
         } else {
             Err(InputError::InvalidOwner {
                 max: MAX_OWNER_BYTES,
@@ -149,18 +156,37 @@ impl OwnerToken {
     }
 
     /// The token as a string slice.
+    #[cfg(feature = "std")]
+    #[inline(never)]
+    pub fn as_str(&self) -> &str {
+        let end = self.0.bytes().position(|b| b == SAYS).unwrap_or(self.0.len());
+        self.0.get(..end).unwrap_or_default()
+    }
+
+    /// The token as a string slice (builds without hold metadata: the whole string).
+    #[cfg(not(feature = "std"))]
     pub fn as_str(&self) -> &str {
         &self.0
     }
 
-    /// This token, carrying `metadata` for the store to keep with the hold it takes.
+    /// This token, carrying `metadata` (or, `None`, nothing) for the store to keep with the
+    /// hold it takes.
+    #[cfg(feature = "std")]
     pub fn with_metadata(self, metadata: Option<Metadata>) -> Self {
-        OwnerToken(self.0, metadata)
+        let carries = self.0.len() != self.as_str().len();
+        match metadata {
+            Some(said) => OwnerToken(Arc::from([self.as_str(), " ", said.as_str()].concat())),
+            None if carries => OwnerToken(Arc::from(self.as_str())),
+            None => self,
+        }
     }
 
     /// The hold metadata this token carries, if any.
-    pub fn metadata(&self) -> Option<&Metadata> {
-        self.1.as_ref()
+    pub fn metadata(&self) -> Option<&str> {
+        #[cfg(feature = "std")]
+        return self.0.get(self.as_str().len() + 1..);
+        #[cfg(not(feature = "std"))]
+        None
     }
 }
 

@@ -350,19 +350,19 @@ function pause(ms, signal) {
 
 // === Options and abort signals ==============================================================
 
-const NO_OPTIONS = [NaN, NaN, undefined, undefined, undefined];
+const NO_OPTIONS = [NaN, NaN, undefined, undefined, undefined, undefined];
 
 /**
- * Run options this layer drives itself: `[timeout, retryDelay, signal, autoExtend, permits]`
- * (NaN, undefined = not given), or null.
+ * Run options this layer drives itself: `[timeout, retryDelay, signal, autoExtend, permits,
+ * metadata]` (NaN, undefined = not given), or null.
  */
 function plainOptions(options) {
   if (options === undefined || options === null) return NO_OPTIONS;
   if (typeof options !== "object") return null;
-  const { timeout, retryDelay, signal, autoExtend, permits } = options;
+  const { timeout, retryDelay, signal, autoExtend, permits, metadata } = options;
   const number = (v) => v === undefined || (typeof v === "number" && v === v);
   if (!number(timeout) || !number(retryDelay)) return null;
-  return [timeout ?? NaN, retryDelay ?? NaN, signal, autoExtend, permits];
+  return [timeout ?? NaN, retryDelay ?? NaN, signal, autoExtend, permits, metadata];
 }
 
 /** What an aborted wait rejects with: the signal's reason, or an AbortError when it has none. */
@@ -555,7 +555,7 @@ export class Lock {
       const error = w.__kOptionsError(options, true);
       if (error !== undefined) return Promise.reject(error);
     }
-    return this.#run(fn, plain[0], plain[1], plain[2], plain[3], plain[4]);
+    return this.#run(fn, plain[0], plain[1], plain[2], plain[3], plain[4], plain[5]);
   }
 
   /** `run(fn)` that never waits. */
@@ -566,7 +566,7 @@ export class Lock {
   }
 
   /** `signal` and `keep` (autoExtend) were checked by the caller, with the other options. */
-  #run(fn, timeout, retryDelay, signal, keep, permits) {
+  #run(fn, timeout, retryDelay, signal, keep, permits, metadata) {
     if (keep === false) keep = undefined;
     // An already aborted signal starts nothing.
     if (signal !== undefined && signal.aborted) return Promise.reject(abortReason(signal));
@@ -589,6 +589,13 @@ export class Lock {
         this.#told = p;
       }
     }
+    if (metadata !== undefined) {
+      const error = metadataError(this.#store, metadata);
+      if (error !== undefined) {
+        this.#done(KEPT);
+        return Promise.reject(error);
+      }
+    }
     this.#busy = true;
     this.#runAutoExtend = keep;
     const code = w.__kBegin(id, timeout, retryDelay, performance.now());
@@ -602,7 +609,7 @@ export class Lock {
     }
     if (code >= 1 || code === HELD_UNFENCED) return this.#holding(id, fn, code);
     if (code === STILL_QUEUED) return this.#queued(id, fn, signal);
-    return this.#runOverStore(id, code, fn, signal, permits ?? 1);
+    return this.#runOverStore(id, code, fn, signal, permits ?? 1, metadata);
   }
 
   /**
@@ -728,7 +735,7 @@ export class Lock {
    * `run()` over a JS store, as one async function: the acquisition's steps (each store call
    * bounded as the core says), `fn`, and the release. The task's error wins over the release's.
    */
-  async #runOverStore(id, code, fn, signal, permits) {
+  async #runOverStore(id, code, fn, signal, permits, metadata) {
     const store = this.#store;
     let owner = "";
     try {
@@ -741,7 +748,9 @@ export class Lock {
           let answer;
           try {
             if (this.#limit !== 0) {
-              sent = this.#acquireShared(store, owner, waits, permits);
+              sent = this.#acquireShared(store, owner, waits, permits, metadata);
+            } else if (metadata !== undefined) {
+              sent = this.#acquireSaying(store, owner, waits, metadata);
             } else if (waits) {
               const [waitMs, pollMs] = waitExtras();
               sent = store.acquireOrWait.call(store.object, this.#key, owner, this.#ttl, waitMs, pollMs);
@@ -841,16 +850,34 @@ export class Lock {
     return [true, value];
   }
 
-  /** A semaphore's or read lock's acquire call on a JS store (which must keep shared holds). */
-  #acquireShared(store, owner, waits, permits) {
+  /**
+   * A semaphore's or read lock's acquire call on a JS store (which must keep shared holds);
+   * `metadata`, when given, goes after the documented arguments.
+   */
+  #acquireShared(store, owner, waits, permits, metadata) {
     if (typeof store.acquireShared !== "function") throw w.__kNoShared();
+    const said = metadata === undefined ? [] : [metadata];
     if (waits) {
       const [waitMs, pollMs] = waitExtras();
       return store.acquireSharedOrWait.call(
-        store.object, this.#key, owner, this.#ttl, permits, this.#limit, waitMs, pollMs,
+        store.object, this.#key, owner, this.#ttl, permits, this.#limit, waitMs, pollMs, ...said,
       );
     }
-    return store.acquireShared.call(store.object, this.#key, owner, this.#ttl, permits, this.#limit);
+    return store.acquireShared.call(store.object, this.#key, owner, this.#ttl, permits, this.#limit, ...said);
+  }
+
+  /** A lock's acquire call on a JS store that keeps metadata, `metadata` after the others. */
+  #acquireSaying(store, owner, waits, metadata) {
+    if (waits) {
+      const [waitMs, pollMs] = waitExtras();
+      return store.acquireOrWait.call(store.object, this.#key, owner, this.#ttl, waitMs, pollMs, metadata);
+    }
+    return store.acquire.call(store.object, this.#key, owner, this.#ttl, metadata);
+  }
+
+  /** Who holds the key and who waits: see `inspect(key)`. */
+  inspect() {
+    return inspectOn(this.#store, this.#key, this.#ttl);
   }
 
   /**
@@ -901,7 +928,7 @@ export class Lock {
       const error = w.__kOptionsError(options, false);
       if (error !== undefined) return Promise.reject(error);
     }
-    return this.#run(ACQUIRE_ONLY, plain[0], plain[1], plain[2], undefined, plain[4]);
+    return this.#run(ACQUIRE_ONLY, plain[0], plain[1], plain[2], undefined, plain[4], plain[5]);
   }
 
   /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */
@@ -1202,9 +1229,9 @@ class OneStep {
     const collect = this;
     this.binding = {
       ...store,
-      acquire(key, owner, ttlMs) {
-        if (collect.#calls === null) return store.acquire.call(this, key, owner, ttlMs);
-        return new Promise((resolve, reject) => collect.#calls.push({ key, owner, ttlMs, resolve, reject }));
+      acquire(key, owner, ttlMs, ...said) {
+        if (collect.#calls === null) return store.acquire.call(this, key, owner, ttlMs, ...said);
+        return new Promise((resolve, reject) => collect.#calls.push({ key, owner, ttlMs, metadata: said[0], resolve, reject }));
       },
     };
   }
@@ -1214,12 +1241,13 @@ class OneStep {
    * `true` when all are held; `false` (none held) when refused; `null` (none held) when the
    * store cannot take this set in one step.
    */
-  async take(locks) {
+  async take(locks, metadata) {
     this.#calls = [];
     let settled;
     const calls = this.#calls;
+    const options = metadata === undefined ? undefined : { metadata };
     try {
-      settled = Promise.allSettled(locks.map((lock) => lock.acquire()));
+      settled = Promise.allSettled(locks.map((lock) => lock.acquire(options)));
     } finally {
       this.#calls = null;
     }
@@ -1250,10 +1278,12 @@ class OneStep {
     const store = this.#store;
     let answer;
     try {
+      const said = calls[0].metadata === undefined ? [] : [calls.map((c) => c.metadata)];
       answer = await store.object.acquireMany(
         calls.map((c) => c.key),
         calls.map((c) => c.owner),
         calls[0].ttlMs,
+        ...said,
       );
     } catch (error) {
       for (const call of calls) call.reject(error);
@@ -1356,7 +1386,7 @@ class MultiKeyLock {
    */
   async #takeAtOnce(options) {
     if (this.#step === null || options?.signal?.aborted) return undefined;
-    const took = await this.#step.take(this.#locks);
+    const took = await this.#step.take(this.#locks, options?.metadata);
     if (took === null) {
       this.#step = null;
       return undefined;
@@ -1725,6 +1755,125 @@ function restoreLock(serialized) {
   return new Lock(internal, textOf(w.__kKeyOf(id)), ok(w.__kTtlOf(id)), store, id, ok(w.__kLimitOf(id)));
 }
 
+// === inspect(), campaign(), observe() ========================================================
+
+const MAX_FENCE = Number.MAX_SAFE_INTEGER;
+
+/** Who holds `key` and who waits, on the current store. */
+function inspect(key) {
+  try {
+    return lock(key).inspect();
+  } catch (error) {
+    return Promise.reject(error);
+  }
+}
+
+/**
+ * `key`'s live holds and waiters from `store`, within `bound` ms: `{ key, held, holders:
+ * [{ metadata, fence, remainingMs }], waiting }`, built here from those fields alone, so an
+ * owner token a store put anywhere else never reaches the caller.
+ */
+async function inspectOn(store, key, bound) {
+  const object = store.object;
+  if (store.memory || typeof object.inspect !== "function") throw new TypeError(`inspect: ${NO_INSPECT}`);
+  const answer = await settle(object.inspect(key), bound);
+  if (answer === UNANSWERED) {
+    const LockStoreTimeoutError = w.__lockStoreTimeoutErrorClass();
+    throw new LockStoreTimeoutError(key, "inspect", bound);
+  }
+  const broken = () =>
+    new TypeError("lock store's inspect() must answer { holders: [{ metadata, fence, remainingMs }], waiting }");
+  if (answer === null || typeof answer !== "object" || !Array.isArray(answer.holders)) throw broken();
+  const holders = answer.holders.map((h) => {
+    if (h === null || typeof h !== "object") throw broken();
+    const { metadata = null, fence, remainingMs } = h;
+    const fenced = fence === null || (Number.isInteger(fence) && fence >= 1 && fence <= MAX_FENCE);
+    if (!(metadata === null || typeof metadata === "string") || !fenced || !(remainingMs >= 0 && remainingMs <= 2147483647)) {
+      throw broken();
+    }
+    return { metadata, fence, remainingMs: Math.ceil(remainingMs) };
+  });
+  holders.sort((a, b) => (a.fence ?? 0) - (b.fence ?? 0));
+  const waiting = answer.waiting ?? null;
+  if (!(waiting === null || (Number.isInteger(waiting) && waiting >= 0))) throw broken();
+  return { key, held: holders.length > 0, holders, waiting };
+}
+
+// Why a store cannot inspect or keep metadata.
+const NO_INSPECT =
+  "the lock store cannot say who holds a key, and keeps no hold metadata: it has no inspect method (the memory store does not have one yet)";
+
+/**
+ * The error `metadata` earns on `store`: not a string, longer than 1 KiB of UTF-8, or given to
+ * a store that would not keep it; undefined when it is good.
+ */
+function metadataError(store, metadata) {
+  if (typeof metadata !== "string") return new TypeError(`metadata must be a string, got ${typeof metadata}`);
+  // UTF-16 units never outnumber UTF-8 bytes, and one unit is at most 3 bytes.
+  if (metadata.length * 3 > 1024) {
+    const bytes = new TextEncoder().encode(metadata).length;
+    if (bytes > 1024) return new RangeError(`metadata is ${bytes} bytes of UTF-8; the limit is 1024`);
+  }
+  if (store.memory || typeof store.object.inspect !== "function") return new TypeError(`metadata: ${NO_INSPECT}`);
+  return undefined;
+}
+
+/** The longest wait one acquire takes: a campaign waits in turns of it, for as long as it must. */
+const LONGEST_WAIT = 2147483647;
+
+/**
+ * Waits (first come, first served, where the store hands over) to lead `key`, runs
+ * `fn({ fence, signal })` while holding it with keep-alive on, and answers what `fn` answers.
+ * Leadership lost while `fn` runs: `signal` aborts, and the campaign rejects with the loss.
+ */
+async function campaign(key, fn, options) {
+  if (typeof fn !== "function") throw new TypeError(`campaign: fn must be a function, got ${typeof fn}`);
+  if (options !== undefined && (options === null || typeof options !== "object")) {
+    throw new TypeError("campaign: options must be an object");
+  }
+  const { ttlMs, metadata, signal } = options ?? {};
+  const leader = lock(key, ttlMs);
+  for (;;) {
+    const [ran, value] = await leader.run(
+      async (context) => {
+        const out = await fn({ fence: context.fence, signal: context.signal });
+        if (context.signal.aborted) throw context.signal.reason;
+        return out;
+      },
+      { timeout: LONGEST_WAIT, autoExtend: true, signal, metadata },
+    );
+    if (ran) return value;
+  }
+}
+
+/**
+ * The leaders of `key` as they change: `{ metadata, fence }` of the holder, or `null` while
+ * nobody leads; the first value is the state when iteration starts. Read from `inspect` every
+ * `intervalMs` (default 1000 ms, at least 10): a leader that comes and goes between two looks
+ * is not seen. Ends when `signal` aborts.
+ */
+async function* observe(key, options) {
+  if (options !== undefined && (options === null || typeof options !== "object")) {
+    throw new TypeError("observe: options must be an object");
+  }
+  const { signal, intervalMs = 1000 } = options ?? {};
+  if (typeof intervalMs !== "number" || !(intervalMs >= 10 && intervalMs <= LONGEST_WAIT)) {
+    throw new RangeError(`observe: intervalMs must be a number of milliseconds from 10 to ${LONGEST_WAIT}, got ${intervalMs}`);
+  }
+  const handle = lock(key);
+  let last;
+  while (signal === undefined || !signal.aborted) {
+    const { holders } = await handle.inspect();
+    const top = holders.at(-1);
+    const now = top === undefined ? null : { metadata: top.metadata, fence: top.fence };
+    if (last === undefined || (now === null) !== (last === null) || (now !== null && now.fence !== last.fence)) {
+      last = now;
+      yield now;
+    }
+    if (await pause(intervalMs, signal)) return;
+  }
+}
+
 function setLockStore(store) {
   w.setLockStore(store);
   current = null;
@@ -1809,6 +1958,9 @@ export function api(glue) {
     readLock,
     writeLock,
     restoreLock,
+    inspect,
+    campaign,
+    observe,
     setLockStore,
     getLockStore,
     Lock,

@@ -101,6 +101,7 @@ pub fn memory_call(
                 _ => JsValue::FALSE,
             }
         }
+        Operation::Inspect | Operation::Metadata => return Err(super::convert::bad_operation()),
     })
 }
 

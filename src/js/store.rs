@@ -15,10 +15,11 @@ use super::runtime::JsRuntime;
 use crate::error::Operation;
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl, MAX_TTL_MS};
+use crate::inspect::{HolderInfo, LockInfo};
 use crate::memory::MemoryLockStore;
 use crate::share::{Share, SharedGrant};
 use crate::store::{ForceRelease, LockStore, ManyGrant, Wait};
-use crate::token::OwnerToken;
+use crate::token::{Metadata, OwnerToken};
 
 /// A store written in JS: the object and its five methods, looked up once at `setLockStore`,
 /// plus the optional pair that lets a store hand keys over to waiters:
@@ -87,6 +88,14 @@ impl JsLockStore {
         })
     }
 
+    /// The store's `inspect` method, looked up per call (only the kit and Rust callers ask).
+    fn inspect_method(&self) -> Option<Function> {
+        Reflect::get(&self.object, &JsValue::from_str("inspect"))
+            .ok()?
+            .dyn_into()
+            .ok()
+    }
+
     /// Whether the store has a `forceRelease` method.
     pub(crate) fn force_releases(&self) -> bool {
         self.force_release.is_some()
@@ -129,6 +138,7 @@ impl JsLockStore {
                 None => return Ok(SharedGrant::Unsupported),
             },
         };
+        args.extend(said(owner));
         let answer = self.call_acquiring(method, &args, key, owner).await?;
         answers::shared(name, &answer, wait.is_some())
     }
@@ -300,6 +310,63 @@ pub(crate) mod answers {
             .map(ManyGrant::All)
     }
 
+    /// `inspect`'s answer: `{ holders: [{ metadata, fence, remainingMs }], waiting }` —
+    /// `metadata` a string or `null`, `fence` as `acquire` answers one or `null`, `remainingMs`
+    /// milliseconds from 0 to the longest TTL (fractions round up), `waiting` a whole number or
+    /// `null`. Only these fields are read: nothing else a store puts there reaches a caller.
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn inspect(method: &str, answer: &JsValue) -> Result<LockInfo, JsValue> {
+        let expected = "{ holders: [{ metadata, fence, remainingMs }], waiting }";
+        if !answer.is_object() {
+            return Err(broken(method, expected, answer));
+        }
+        let holders = get_prop!(answer, "holders")?;
+        let Some(holders) = holders.dyn_ref::<js_sys::Array>() else {
+            return Err(broken_as(method, expected, "holders that are not an array"));
+        };
+        let mut shown = Vec::with_capacity(holders.length() as usize);
+        for holder in holders.iter() {
+            let bad = || broken(method, expected, &holder);
+            if !holder.is_object() {
+                return Err(bad());
+            }
+            let said = get_prop!(&holder, "metadata")?;
+            let metadata = match said.as_string() {
+                Some(text) => Some(Metadata::new(&text).map_err(|_| bad())?),
+                None if said.is_null() || said.is_undefined() => None,
+                None => return Err(bad()),
+            };
+            let fence = get_prop!(&holder, "fence")?;
+            let fence = match fence.as_f64() {
+                Some(f) => Some(
+                    whole(f, 1.0, crate::grant::MAX_FENCE)
+                        .and_then(|f| Fence::new(f).ok())
+                        .ok_or_else(bad)?,
+                ),
+                None if fence.is_null() => None,
+                None => return Err(bad()),
+            };
+            let left = get_prop!(&holder, "remainingMs")?;
+            let remaining_ms = match left.as_f64() {
+                Some(ms) if (0.0..=MAX_TTL_MS as f64).contains(&ms) => {
+                    crate::float::ceil(ms) as u64
+                }
+                _ => return Err(bad()),
+            };
+            shown.push(HolderInfo::new(metadata, fence, remaining_ms));
+        }
+        let waiting = get_prop!(answer, "waiting")?;
+        let waiting = match waiting.as_f64() {
+            Some(n) => Some(
+                whole(n, 0.0, u64::from(u32::MAX))
+                    .ok_or_else(|| broken(method, expected, answer))? as u32,
+            ),
+            None if waiting.is_null() => None,
+            None => return Err(broken(method, expected, answer)),
+        };
+        Ok(LockInfo::new(shown, waiting))
+    }
+
     /// A boolean.
     pub(crate) fn boolean(method: &str, answer: &JsValue) -> Result<bool, JsValue> {
         answer
@@ -337,6 +404,11 @@ fn js_owner(owner: &OwnerToken) -> JsValue {
     JsValue::from_str(owner.as_str())
 }
 
+/// The metadata `owner` carries, as the extra last argument of an acquiring call.
+fn said(owner: &OwnerToken) -> Option<JsValue> {
+    owner.metadata().map(JsValue::from_str)
+}
+
 fn js_ttl(ttl: Ttl) -> JsValue {
     JsValue::from_f64(ttl.as_ms() as f64)
 }
@@ -354,10 +426,18 @@ impl LockStore for JsLockStore {
         owner: &OwnerToken,
         ttl: Ttl,
     ) -> Result<Option<Grant>, JsValue> {
-        let args = [js_key(key), js_owner(owner), js_ttl(ttl)];
-        let answer = self
-            .call_acquiring(&self.acquire, &args, key, owner)
-            .await?;
+        let answer = match said(owner) {
+            None => {
+                let args = [js_key(key), js_owner(owner), js_ttl(ttl)];
+                self.call_acquiring(&self.acquire, &args, key, owner)
+                    .await?
+            }
+            Some(said) => {
+                let args = [js_key(key), js_owner(owner), js_ttl(ttl), said];
+                self.call_acquiring(&self.acquire, &args, key, owner)
+                    .await?
+            }
+        };
         answers::acquire(&seam_method(Operation::Acquire), &answer)
     }
 
@@ -402,13 +482,14 @@ impl LockStore for JsLockStore {
         let Some(method) = &self.acquire_or_wait else {
             return self.acquire(key, owner, ttl).await;
         };
-        let args = [
+        let mut args = vec![
             js_key(key),
             js_owner(owner),
             js_ttl(ttl),
             JsValue::from_f64(wait.wait_ms as f64),
             JsValue::from_f64(wait.poll_ms as f64),
         ];
+        args.extend(said(owner));
         let answer = self.call_acquiring(method, &args, key, owner).await?;
         answers::waited("lock store's acquireOrWait()", &answer)
     }
@@ -449,6 +530,19 @@ impl LockStore for JsLockStore {
 
     fn acquires_many(&self) -> bool {
         Reflect::has(&self.object, &JsValue::from_str("acquireMany")).unwrap_or(false)
+    }
+
+    /// A store with `inspect(key)` keeps metadata (the seam's rule).
+    fn keeps_metadata(&self) -> bool {
+        self.inspect_method().is_some()
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LockInfo>, JsValue> {
+        let Some(method) = self.inspect_method() else {
+            return Ok(None);
+        };
+        let answer = self.call(&method, &[js_key(key)]).await?;
+        answers::inspect("lock store's inspect()", &answer).map(Some)
     }
 
     /// `acquireMany(keys, owners, ttlMs)` when the object has it (looked up per call: only the
@@ -601,6 +695,20 @@ impl LockStore for Backend {
         match self {
             Backend::Memory(_) => true,
             Backend::Js(j) => j.acquires_many(),
+        }
+    }
+
+    fn keeps_metadata(&self) -> bool {
+        match self {
+            Backend::Memory(_) => true,
+            Backend::Js(j) => j.keeps_metadata(),
+        }
+    }
+
+    async fn inspect(&self, key: &Key) -> Result<Option<LockInfo>, JsValue> {
+        match self {
+            Backend::Memory(m) => Ok(Some(m.inspect_sync(key))),
+            Backend::Js(j) => j.inspect(key).await,
         }
     }
 

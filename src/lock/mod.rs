@@ -128,6 +128,7 @@ pub struct Lock<S, R> {
     holding: Cell<Holding>,
     hold: RefCell<Hold>,
     /// What each hold this lock takes says about its holder (see [`Lock::with_metadata`]).
+    #[cfg(feature = "std")]
     metadata: RefCell<Option<Metadata>>,
 }
 
@@ -143,6 +144,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             runtime,
             holding: Cell::new(Holding::Exclusive),
             hold: RefCell::new(Hold::None),
+            #[cfg(feature = "std")]
             metadata: RefCell::new(None),
         }
     }
@@ -151,33 +153,40 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// and [`Lock::inspect`] to show. A store that keeps none
     /// ([`LockStore::keeps_metadata`]) makes every acquire fail with [`Error::Unsupported`]
     /// rather than drop it.
+    ///
+    /// Builds with `std` only: the JS builds (no `std`) leave hold metadata to the JS face,
+    /// which passes it to the stores that keep it.
+    #[cfg(feature = "std")]
     pub fn with_metadata(self, metadata: Option<Metadata>) -> Self {
         self.set_metadata(metadata);
         self
     }
 
     /// Sets the metadata the next holds carry (see [`Lock::with_metadata`]).
+    #[cfg(feature = "std")]
     pub fn set_metadata(&self, metadata: Option<Metadata>) {
         *self.metadata.borrow_mut() = metadata;
     }
 
     /// The metadata this lock's holds carry, if any.
     pub fn metadata(&self) -> Option<Metadata> {
-        self.metadata.borrow().clone()
+        #[cfg(feature = "std")]
+        return self.metadata.borrow().clone();
+        #[cfg(not(feature = "std"))]
+        None
     }
 
     /// `owner`, carrying this lock's metadata if it has some.
+    #[cfg(feature = "std")]
     pub(crate) fn tagged(&self, owner: &OwnerToken) -> OwnerToken {
         owner.clone().with_metadata(self.metadata())
     }
 
     /// An error when this lock has metadata its store would not keep.
     pub(crate) fn metadata_refused(&self) -> Option<Error<S::Error>> {
-        (self.metadata.borrow().is_some() && !self.store.keeps_metadata()).then(|| {
-            Error::Unsupported {
-                store: self.store.name(),
-                operation: Operation::Metadata,
-            }
+        (self.metadata().is_some() && !self.store.keeps_metadata()).then(|| Error::Unsupported {
+            store: self.store.name(),
+            operation: Operation::Metadata,
         })
     }
 
@@ -267,14 +276,6 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         wait: Option<crate::store::Wait>,
     ) -> Result<SharedGrant, S::Error> {
         let (key, ttl) = (&self.key, self.ttl);
-        let tagged;
-        let owner = match self.metadata.borrow().is_some() {
-            true => {
-                tagged = self.tagged(owner);
-                &tagged
-            }
-            false => owner,
-        };
         Ok(match (self.holding.get(), wait) {
             (Holding::Exclusive, None) => self.store.acquire(key, owner, ttl).await?.into(),
             (Holding::Exclusive, Some(wait)) => self
@@ -435,12 +436,15 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         if self.holds_shared_already(self.runtime.monotonic_ms()) {
             return Ok(false);
         }
-        let (mut attempt, mut next) = Attempt::start(
+        let (attempt, mut next) = Attempt::start(
             options,
             self.ttl,
             self.store_hands_over(),
             self.runtime.monotonic_ms(),
         )?;
+        #[cfg(feature = "std")]
+        let attempt = attempt.with_metadata(self.metadata());
+        let mut attempt = attempt;
         loop {
             next = match next {
                 Next::Acquire { bound_ms } => {

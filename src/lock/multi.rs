@@ -7,6 +7,7 @@
 use super::*;
 use crate::input::InputError;
 use crate::store::ManyGrant;
+#[cfg(feature = "std")]
 use crate::token::Metadata;
 
 /// The most keys one [`MultiLock`] takes.
@@ -101,6 +102,7 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
     }
 
     /// This lock, every key's hold carrying `metadata` (see [`Lock::with_metadata`]).
+    #[cfg(feature = "std")]
     pub fn with_metadata(self, metadata: Option<Metadata>) -> Self {
         for lock in &self.locks {
             lock.set_metadata(metadata.clone());
@@ -295,7 +297,12 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
         let owners = self
             .locks
             .iter()
-            .map(|lock| OwnerToken::mint().map(|owner| lock.tagged(&owner)))
+            .map(|_lock| {
+                let owner = OwnerToken::mint();
+                #[cfg(feature = "std")]
+                let owner = owner.map(|owner| _lock.tagged(&owner));
+                owner
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let sent = self.runtime.monotonic_ms();
         let call = first.store().acquire_many(&keys, &owners, self.ttl);

@@ -170,3 +170,54 @@ export function mapSharedStore() {
     },
   };
 }
+
+/**
+ * A store that keeps hold metadata and answers `inspect`, in plain JS: rows key → { owner,
+ * expiresAt, fence, metadata }, one fence counter; `calls` records each acquire's arguments.
+ */
+export function mapInspectStore() {
+  const rows = new Map();
+  let fence = 0;
+  const calls = [];
+  const live = (key) => {
+    const row = rows.get(key);
+    return row && row.expiresAt > Date.now() ? row : undefined;
+  };
+  return {
+    rows,
+    calls,
+    async acquire(key, owner, ttlMs, ...rest) {
+      calls.push([key, owner, ttlMs, ...rest]);
+      await null;
+      if (live(key)) return false;
+      rows.set(key, { owner, expiresAt: Date.now() + ttlMs, fence: ++fence, metadata: rest[0] ?? null });
+      return { fence };
+    },
+    async release(key, owner) {
+      await null;
+      if (live(key)?.owner !== owner) return false;
+      rows.delete(key);
+      return true;
+    },
+    async extend(key, owner, ttlMs) {
+      await null;
+      const row = live(key);
+      if (row?.owner !== owner) return false;
+      row.expiresAt = Date.now() + ttlMs;
+      return true;
+    },
+    async isLocked(key) {
+      return live(key) !== undefined;
+    },
+    async remainingTime(key) {
+      const row = live(key);
+      return row ? row.expiresAt - Date.now() : null;
+    },
+    async inspect(key) {
+      const row = live(key);
+      // The owner goes along too, where no caller may see it: the face must drop it.
+      const holders = row ? [{ metadata: row.metadata, fence: row.fence, remainingMs: row.expiresAt - Date.now(), owner: row.owner }] : [];
+      return { holders, waiting: null, owner: row?.owner };
+    },
+  };
+}

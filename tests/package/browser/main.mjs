@@ -5,6 +5,7 @@ import { run } from "./node-test.mjs";
 import "../suite.test.mjs";
 import "../shared.test.mjs";
 import "../multi.test.mjs";
+import "../inspect.test.mjs";
 import "../operations.test.mjs";
 import "../handing-over.test.mjs";
 import "../abort.test.mjs";

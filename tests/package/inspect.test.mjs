@@ -1,0 +1,137 @@
+// Who holds it: hold metadata, `inspect(key)`, `campaign` and `observe`, from the installed
+// package, over a JS store that keeps metadata (it has `inspect`); and the clear errors for bad
+// metadata and for stores that keep none. Needs nothing of Node beyond `process.pid`.
+import { describe, it } from "node:test";
+import assert from "node:assert/strict";
+import { campaign, inspect, lock, observe, semaphore, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
+import { mapInspectStore, mapLockStore } from "./stores.mjs";
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let n = 0;
+const fresh = (name) => `${name}:${process.pid}:${++n}`;
+
+describe("hold metadata and inspect", () => {
+  it("run({ metadata }) hands the store the metadata; inspect shows it with the fence, never the token", async () => {
+    const store = mapInspectStore();
+    setLockStore(store);
+    const key = fresh("job");
+    const [ran, seen] = await lock(key, 5_000).run(async ({ fence }) => ({ fence, info: await inspect(key) }), { metadata: "host-a pid 7" });
+    assert.equal(ran, true);
+    assert.deepEqual(store.calls.at(-1).slice(3), ["host-a pid 7"]);
+    const { info } = seen;
+    assert.equal(info.key, key);
+    assert.equal(info.held, true);
+    assert.equal(info.waiting, null);
+    assert.equal(info.holders.length, 1);
+    assert.deepEqual({ ...info.holders[0], remainingMs: 0 }, { metadata: "host-a pid 7", fence: seen.fence, remainingMs: 0 });
+    assert.ok(info.holders[0].remainingMs > 0 && info.holders[0].remainingMs <= 5_000);
+    const owner = store.calls.at(-1)[1];
+    assert.ok(!JSON.stringify(info).includes(owner), "inspect leaked the owner token");
+    assert.deepEqual(await inspect(key), { key, held: false, holders: [], waiting: null });
+  });
+
+  it("a run without metadata sends acquire exactly its three arguments", async () => {
+    const store = mapInspectStore();
+    setLockStore(store);
+    await lock(fresh("plain")).run(() => 1);
+    assert.equal(store.calls.at(-1).length, 3);
+  });
+
+  it("acquire/hold take metadata too; a handle's inspect() reads its own key", async () => {
+    setLockStore(mapInspectStore());
+    const l = lock(fresh("held"));
+    await l.hold({ metadata: "nightly migration" });
+    const info = await l.inspect();
+    assert.equal(info.holders[0].metadata, "nightly migration");
+    assert.equal(info.holders[0].fence, l.fence);
+    await l.release();
+  });
+
+  it("bad metadata, and metadata or inspect on a store that keeps none, are clear errors", async () => {
+    setLockStore(mapInspectStore());
+    const l = lock(fresh("bad"));
+    await assert.rejects(l.run(() => 1, { metadata: 42 }), TypeError);
+    await assert.rejects(l.run(() => 1, { metadata: "é".repeat(513) }), RangeError);
+    assert.deepEqual(await l.run(() => "ok", { metadata: "x".repeat(1024) }), [true, "ok"]);
+    for (const store of [new MemoryLockStore(), mapLockStore()]) {
+      setLockStore(store);
+      const k = fresh("none");
+      await assert.rejects(lock(k).run(() => 1, { metadata: "m" }), { name: "TypeError", message: /no inspect method/ });
+      await assert.rejects(inspect(k), { name: "TypeError", message: /no inspect method/ });
+      assert.equal(await lock(k).isLocked(), false, "refused metadata left the key held");
+    }
+    await assert.rejects(inspect(""), RangeError);
+  });
+
+  it("an inspect answer outside the contract is a TypeError", async () => {
+    const store = mapInspectStore();
+    store.inspect = async () => ({ holders: [{ metadata: 5, fence: 1, remainingMs: 10 }], waiting: null });
+    setLockStore(store);
+    await assert.rejects(inspect(fresh("broken")), { name: "TypeError", message: /inspect\(\) must answer/ });
+  });
+});
+
+describe("campaign and observe", () => {
+  it("one leader at a time, in turn; observe sees each, with its metadata, then nobody", async () => {
+    setLockStore(mapInspectStore());
+    const key = fresh("leader");
+    const controller = new AbortController();
+    const seen = [];
+    const watching = (async () => {
+      for await (const leader of observe(key, { signal: controller.signal, intervalMs: 10 })) seen.push(leader);
+    })();
+    let inside = 0;
+    const term = (name) =>
+      campaign(
+        key,
+        async ({ fence }) => {
+          inside++;
+          assert.equal(inside, 1, "two leaders at once");
+          await sleep(80);
+          inside--;
+          return [name, fence];
+        },
+        { metadata: name, ttlMs: 2_000 },
+      );
+    const results = await Promise.all([term("a"), term("b")]);
+    await sleep(60);
+    controller.abort();
+    await watching;
+    assert.deepEqual(results.map(([name]) => name).sort(), ["a", "b"]);
+    assert.ok(results[0][1] !== results[1][1]);
+    const leaders = seen.filter((s) => s !== null).map((s) => s.metadata);
+    assert.deepEqual([...new Set(leaders)].sort(), ["a", "b"], JSON.stringify(seen));
+    assert.equal(seen.at(-1), null, "nobody leads once both returned");
+  });
+
+  it("leadership lost while leading: the signal aborts and the campaign rejects with the loss", async () => {
+    const store = mapInspectStore();
+    setLockStore(store);
+    const key = fresh("lost");
+    const leading = campaign(
+      key,
+      async ({ signal }) => {
+        store.rows.delete(key); // an operator, or an expiry the keep-alive could not stop
+        await new Promise((resolve) => signal.addEventListener("abort", resolve, { once: true }));
+        return "finished anyway";
+      },
+      { ttlMs: 120 },
+    );
+    await assert.rejects(leading, LockNotHeldError);
+  });
+
+  it("a campaign stops waiting when its signal aborts; bad arguments are clear errors", async () => {
+    setLockStore(mapInspectStore());
+    const key = fresh("abort");
+    const holder = lock(key);
+    await holder.acquire();
+    const controller = new AbortController();
+    const waiting = campaign(key, () => "never", { signal: controller.signal });
+    await sleep(30);
+    controller.abort(new Error("stand down"));
+    await assert.rejects(waiting, /stand down/);
+    await holder.release();
+    await assert.rejects(campaign(key, "nope"), TypeError);
+    await assert.rejects(observe(key, { intervalMs: 1 }).next(), RangeError);
+  });
+});
