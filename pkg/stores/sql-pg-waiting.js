@@ -32,7 +32,7 @@ const isPgPool = (db) => typeof db.connect === "function" && typeof db.totalCoun
  * fail with LockStoreClosedError (a single client's "end" event at once; a pool, which has no
  * such event, at the wait's next safety-net look).
  */
-export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare) {
+export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare, metadataOf) {
   const waiting = new Map(); // key -> Map(owner -> entry)
   const expiryTimers = new Map(); // key -> { at, timer }
   let listener = null; // { client, own: boolean, dead: boolean, close() }
@@ -264,8 +264,9 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
     }
   }
 
-  // acquireOrWait and acquireSharedOrWait: `share` is null, or { weight, limit }.
-  async function takeOrWait(key, owner, ttlMs, share, waitMs, pollMs) {
+  // acquireOrWait and acquireSharedOrWait: `share` is null, or { weight, limit }; `metadata`
+  // (checked; null: none) travels with the waiter's row and becomes its hold's.
+  async function takeOrWait(key, owner, ttlMs, share, waitMs, pollMs, metadata) {
     if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_WAIT_MS) {
       throw new RangeError(`databaseLockStore: waitMs must be a whole number of ms in 0..${MAX_WAIT_MS}, got ${waitMs}`);
     }
@@ -292,8 +293,8 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
     let row;
     try {
       row = share === null
-        ? await io.row(sql.enqueue, [key, owner, ttlMs, waitMs])
-        : (await io.row(sql.acquireSharedWait, [key, owner, ttlMs, share.weight, share.limit, waitMs]))?.r;
+        ? await io.row(sql.enqueue, [key, owner, ttlMs, waitMs, metadata])
+        : (await io.row(sql.acquireSharedWait, [key, owner, ttlMs, share.weight, share.limit, metadata, waitMs]))?.r;
     } catch (error) {
       // Whether or not the enqueue committed, the caller neither holds nor waits afterwards.
       await release(key, owner).catch(() => {});
@@ -333,12 +334,14 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
     /**
      * Takes the key, or queues for it and waits up to waitMs for the store to hand it over.
      * Answers { fence, waitedMs } or false (the wait is spent and the caller is not queued).
+     * `metadata` (optional) is the hold's, whether taken now or handed over later.
      */
-    async acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
+    async acquireOrWait(key, owner, ttlMs, waitMs, pollMs, metadata) {
       check.key(key);
       check.owner(owner);
       check.ttl(ttlMs);
-      return takeOrWait(key, owner, ttlMs, null, waitMs, pollMs);
+      const checked = metadataOf(metadata);
+      return takeOrWait(key, owner, ttlMs, null, waitMs, pollMs, checked);
     },
 
     /**
@@ -346,12 +349,13 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
      * for up to waitMs. Answers { fence, waitedMs }, false (the wait is spent, no longer
      * queued), or { heldLimit } at once when the live holds are under another limit.
      */
-    async acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, pollMs) {
+    async acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, pollMs, metadata) {
       check.key(key);
       check.owner(owner);
       check.ttl(ttlMs);
       checkShare(weight, limit);
-      return takeOrWait(key, owner, ttlMs, { weight, limit }, waitMs, pollMs);
+      const checked = metadataOf(metadata);
+      return takeOrWait(key, owner, ttlMs, { weight, limit }, waitMs, pollMs, checked);
     },
 
     /**

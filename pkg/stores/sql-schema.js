@@ -114,7 +114,7 @@ function objectNames(table) {
     ),
     headerTrigger: inSchema(fitIdentifier(last, "_shared_header_gone")),
     functions: Object.fromEntries(
-      ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many"].map((f) => [
+      ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many", "keep_fence"].map((f) => [
         f,
         inSchema(fitIdentifier(last, `_${f}`)),
       ]),
@@ -133,7 +133,9 @@ export function schemaStatements(dialect, table) {
         "  key          TEXT   PRIMARY KEY,\n" +
         "  owner        TEXT   NOT NULL,\n" +
         "  expires_at   BIGINT NOT NULL,\n" +
-        "  queued_until BIGINT NOT NULL DEFAULT 0\n" +
+        "  queued_until BIGINT NOT NULL DEFAULT 0,\n" +
+        "  fence        BIGINT,\n" + // the holder's fence (NULL: a header, or a hold from before this column)
+        "  metadata     TEXT\n" + // the holder's metadata, given at acquisition
         ")",
       // An index name is never schema-qualified in Postgres: it lives in its table's schema.
       `CREATE INDEX IF NOT EXISTS ${quote(n.index)} ON ${n.table} (expires_at)`,
@@ -153,6 +155,7 @@ export function schemaStatements(dialect, table) {
         "  fence       BIGINT,\n" +
         "  weight      BIGINT,\n" + // a shared waiter's permits and limit; NULL: exclusive
         "  lim         BIGINT,\n" +
+        "  metadata    TEXT,\n" + // what the grant's hold will carry
         "  PRIMARY KEY (key, owner)\n" +
         ")",
       `CREATE INDEX IF NOT EXISTS ${n.waitersIndex} ON ${n.waiters} (key, seq)`,
@@ -166,6 +169,7 @@ export function schemaStatements(dialect, table) {
         "  weight     BIGINT NOT NULL,\n" +
         "  lim        BIGINT NOT NULL,\n" +
         "  fence      BIGINT NOT NULL,\n" +
+        "  metadata   TEXT,\n" +
         "  PRIMARY KEY (key, owner)\n" +
         ")",
       `CREATE INDEX IF NOT EXISTS ${quote(n.sharedIndex)} ON ${n.shared} (expires_at)`,
@@ -187,7 +191,8 @@ export function schemaStatements(dialect, table) {
       "  key        TEXT    PRIMARY KEY NOT NULL,\n" +
       "  owner      TEXT    NOT NULL,\n" +
       "  expires_at INTEGER NOT NULL,\n" +
-      `  fence      INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL})\n` +
+      `  fence      INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL}),\n` +
+      "  metadata   TEXT\n" +
       ")",
     `CREATE INDEX IF NOT EXISTS ${n.indexInSchema} ON ${quote(n.last)} (expires_at)`,
     `CREATE TABLE IF NOT EXISTS ${n.shared} (\n` +
@@ -197,6 +202,7 @@ export function schemaStatements(dialect, table) {
       "  weight     INTEGER NOT NULL,\n" +
       "  lim        INTEGER NOT NULL,\n" +
       `  fence      INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL}),\n` +
+      "  metadata   TEXT,\n" +
       "  PRIMARY KEY (key, owner)\n" +
       ") WITHOUT ROWID",
     `CREATE INDEX IF NOT EXISTS ${n.sharedIndexInSchema} ON ${on} (expires_at)`,
@@ -240,24 +246,37 @@ export function schemaStatements(dialect, table) {
 const SQLITE_NOW = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
 // What createTable() runs after the CREATE TABLE and before the rest of schemaStatements(), to
-// bring a table from the layout without fences up to date. SQLite has no ADD COLUMN IF NOT EXISTS: the statement fails with "duplicate
+// bring a lock table from an earlier layout up to date: the fence column (SQLite) and the
+// metadata column. SQLite has no ADD COLUMN IF NOT EXISTS: each statement fails with "duplicate
 // column name" on a table that has the column, and createTable() ignores exactly that error.
-// Postgres keeps no fence in the lock row (its fence migration is the CREATE SEQUENCE above);
-// waiting adds the queued_until column (ADD COLUMN IF NOT EXISTS, so no error to ignore).
+// Postgres's fence migration was the CREATE SEQUENCE above; waiting added queued_until, and hold
+// metadata the holder's fence and metadata (ADD COLUMN IF NOT EXISTS, so no error to ignore;
+// before <table>_keep_fence, which names the fence column, is created).
 export function upgradeStatements(dialect, table) {
   const n = objectNames(table);
   if (dialect === "postgres") {
-    return [`ALTER TABLE ${n.table} ADD COLUMN IF NOT EXISTS queued_until BIGINT NOT NULL DEFAULT 0`];
+    return [
+      `ALTER TABLE ${n.table} ADD COLUMN IF NOT EXISTS queued_until BIGINT NOT NULL DEFAULT 0, ` +
+        "ADD COLUMN IF NOT EXISTS fence BIGINT, ADD COLUMN IF NOT EXISTS metadata TEXT",
+    ];
   }
-  return [`ALTER TABLE ${n.table} ADD COLUMN fence INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL})`];
+  return [
+    `ALTER TABLE ${n.table} ADD COLUMN fence INTEGER CHECK (fence BETWEEN 1 AND ${MAX_FENCE_SQL})`,
+    `ALTER TABLE ${n.table} ADD COLUMN metadata TEXT`,
+  ];
 }
 
-// What createTable() runs after all of schemaStatements(): a waiters table from before shared
-// holds gets their columns (Postgres; SQLite has no queue). No-ops on a table that has them.
+// What createTable() runs after all of schemaStatements(): the tables made there, as an earlier
+// release laid them out, get the columns that came since — the waiters' shared columns
+// (Postgres; SQLite has no queue) and the metadata columns. Postgres: no-ops on a table that
+// has them; SQLite: "duplicate column name", ignored as above.
 export function lateUpgradeStatements(dialect, table) {
   const n = objectNames(table);
-  if (dialect !== "postgres") return [];
-  return [`ALTER TABLE ${n.waiters} ADD COLUMN IF NOT EXISTS weight BIGINT, ADD COLUMN IF NOT EXISTS lim BIGINT`];
+  if (dialect !== "postgres") return [`ALTER TABLE ${n.shared} ADD COLUMN metadata TEXT`];
+  return [
+    `ALTER TABLE ${n.waiters} ADD COLUMN IF NOT EXISTS weight BIGINT, ADD COLUMN IF NOT EXISTS lim BIGINT, ADD COLUMN IF NOT EXISTS metadata TEXT`,
+    `ALTER TABLE ${n.shared} ADD COLUMN IF NOT EXISTS metadata TEXT`,
+  ];
 }
 
 // The statements, per dialect. Parameters are listed in the order each statement binds them.
@@ -270,11 +289,12 @@ export function statements(dialect, table) {
     return {
       // The new fence is read from the counter inside the statement, which already holds
       // SQLite's write lock; the triggers raise the counter when the row is written.
+      // The holder's metadata (NULL: none) is written with the grant, replacing an expired holder's.
       acquire:
-        `INSERT INTO ${t} AS cur (key, owner, expires_at, fence) ` +
-        `VALUES (?, ?, ${now} + CAST(? AS INTEGER), (SELECT value + 1 FROM ${n.counter} WHERE id = 1)) ` +
-        "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, fence = excluded.fence " +
-        `WHERE cur.expires_at <= ${now} RETURNING owner, fence`, // key, owner, ttl
+        `INSERT INTO ${t} AS cur (key, owner, expires_at, fence, metadata) ` +
+        `VALUES (?, ?, ${now} + CAST(? AS INTEGER), (SELECT value + 1 FROM ${n.counter} WHERE id = 1), ?) ` +
+        "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, fence = excluded.fence, " +
+        `metadata = excluded.metadata WHERE cur.expires_at <= ${now} RETURNING owner, fence`, // key, owner, ttl, metadata
       release: `DELETE FROM ${t} WHERE key = ? AND owner = ? RETURNING expires_at > ${now} AS live`, // key, owner
       forceRelease: `DELETE FROM ${t} WHERE key = ? RETURNING expires_at > ${now} AS live`, // key
       extend:
@@ -285,20 +305,29 @@ export function statements(dialect, table) {
       // Headers first (their holds go with them, by trigger), then expired holds of live keys.
       purge: [`DELETE FROM ${t} WHERE expires_at <= ${now}`, `DELETE FROM ${sh} WHERE expires_at <= ${now}`],
       now: `SELECT ${now} AS now`,
+      // The key's live holds: its lock row unless it is a header (owner ''), and its live shared
+      // holds. One statement, so one snapshot and one reading of the clock.
+      inspect: {
+        text:
+          `SELECT fence, metadata, expires_at - ${now} AS remaining FROM ${t} WHERE key = ? AND owner <> '' AND expires_at > ${now} ` +
+          `UNION ALL SELECT fence, metadata, expires_at - ${now} FROM ${sh} WHERE key = ? AND expires_at > ${now} ` +
+          "ORDER BY fence",
+        params: (key) => [key, key],
+      },
 
       // Shared holds. A grant when no exclusive hold is live, the caller holds no live share of
       // the key, every live share is under this limit and the weights fit; else no row. The
       // conflict path takes back the caller's own expired row. The header follows by trigger.
       acquireShared: {
         text:
-          `INSERT INTO ${sh} AS cur (key, owner, expires_at, weight, lim, fence) ` +
-          `SELECT ?, ?, ${now} + CAST(? AS INTEGER), ?, ?, (SELECT value + 1 FROM ${n.counter} WHERE id = 1) ` +
+          `INSERT INTO ${sh} AS cur (key, owner, expires_at, weight, lim, fence, metadata) ` +
+          `SELECT ?, ?, ${now} + CAST(? AS INTEGER), ?, ?, (SELECT value + 1 FROM ${n.counter} WHERE id = 1), ? ` +
           `WHERE NOT EXISTS (SELECT 1 FROM ${t} WHERE key = ? AND owner <> '' AND expires_at > ${now}) ` +
           `AND NOT EXISTS (SELECT 1 FROM ${sh} WHERE key = ? AND expires_at > ${now} AND (owner = ? OR lim <> ?)) ` +
           `AND (SELECT COALESCE(SUM(weight), 0) + ? <= ? FROM ${sh} WHERE key = ? AND expires_at > ${now}) ` +
           "ON CONFLICT (key, owner) DO UPDATE SET expires_at = excluded.expires_at, weight = excluded.weight, " +
-          "lim = excluded.lim, fence = excluded.fence RETURNING fence",
-        params: (key, owner, ttl, weight, limit) => [key, owner, ttl, weight, limit, key, key, owner, limit, weight, limit, key],
+          "lim = excluded.lim, fence = excluded.fence, metadata = excluded.metadata RETURNING fence",
+        params: (key, owner, ttl, weight, limit, metadata) => [key, owner, ttl, weight, limit, metadata, key, key, owner, limit, weight, limit, key],
       },
       // After a refusal: the limit of live holds under another limit, if any.
       heldLimit: {
@@ -312,15 +341,23 @@ export function statements(dialect, table) {
       // the set's fences are distinct and rise in key order, and the triggers raise the counter
       // past the last. One statement under SQLite's write lock: nothing changes between the
       // check and the writes, and the conflict path (the key's expired row) is the acquire's.
+      // Metadata, when any key has some, is a third JSON array (element i, or null), else NULL.
       acquireMany: {
         text:
-          `INSERT INTO ${t} AS cur (key, owner, expires_at, fence) ` +
-          `SELECT k.value, o.value, ${now} + CAST(? AS INTEGER), (SELECT value FROM ${n.counter} WHERE id = 1) + k.key + 1 ` +
+          `INSERT INTO ${t} AS cur (key, owner, expires_at, fence, metadata) ` +
+          `SELECT k.value, o.value, ${now} + CAST(? AS INTEGER), (SELECT value FROM ${n.counter} WHERE id = 1) + k.key + 1, ` +
+          "json_extract(?, '$[' || k.key || ']') " +
           "FROM json_each(?) AS k JOIN json_each(?) AS o ON o.key = k.key " +
           `WHERE NOT EXISTS (SELECT 1 FROM ${t} AS l WHERE l.key IN (SELECT value FROM json_each(?)) AND l.expires_at > ${now}) ` +
-          "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, fence = excluded.fence " +
-          `WHERE cur.expires_at <= ${now} RETURNING key, owner, fence`,
-        params: (keys, owners, ttl) => [ttl, JSON.stringify(keys), JSON.stringify(owners), JSON.stringify(keys)],
+          "ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at, fence = excluded.fence, " +
+          `metadata = excluded.metadata WHERE cur.expires_at <= ${now} RETURNING key, owner, fence`,
+        params: (keys, owners, ttl, metadata) => [
+          ttl,
+          metadata === null ? null : JSON.stringify(metadata),
+          JSON.stringify(keys),
+          JSON.stringify(owners),
+          JSON.stringify(keys),
+        ],
       },
       extendShared:
         `UPDATE ${sh} SET expires_at = ${now} + CAST(? AS INTEGER) ` +
@@ -360,6 +397,13 @@ function postgresStatements(n) {
   const freedPayload = "json_build_array($1::text, NULL)::text";
   const stale = staleAt("c.now");
   const grantReturning = "RETURNING w.key, w.owner, w.fence, w.granted_at - w.enqueued_at AS waited_ms, w.ttl_ms";
+  // The fence of a grant that `row` (a CTE's RETURNING cur.owner, cur.fence) wrote, kept in the
+  // lock row. A takeover drew it in its ON CONFLICT … DO UPDATE SET, which runs once the row is
+  // locked and the WHERE has passed. A new row (the INSERT path) cannot draw it there — the
+  // INSERT's values are computed before the row exists, so a nextval() there could be overtaken
+  // (see stores/README.md, "Fencing tokens (SQL)") — so it is drawn here, after the insert, and
+  // written into the row by <table>_keep_fence, whose UPDATE (a statement of its own) sees it.
+  const fenceOf = (row, key) => `COALESCE(${row}.fence, ${f.keep_fence}(${key}, ${row}.owner, ${seq}))`;
 
   // Hands key $1 to its oldest live waiter if the lock is free or expired, when `guard` holds.
   // CTEs: l (the lock row, locked), head (the oldest live waiter, locked; rows that stopped
@@ -368,12 +412,12 @@ function postgresStatements(n) {
   // A shared head is not granted here: its waiters' stores hand over (tick) at the expiry.
   const grantChain = (guard) =>
     `l AS (SELECT cur.expires_at FROM ${t} AS cur WHERE cur.key = $1 AND ${guard} FOR UPDATE OF cur), ` +
-    `head AS (SELECT w.owner, w.ttl_ms, w.weight FROM ${w} AS w, c WHERE w.key = $1 AND ${live} AND ${guard} ` +
+    `head AS (SELECT w.owner, w.ttl_ms, w.weight, w.metadata FROM ${w} AS w, c WHERE w.key = $1 AND ${live} AND ${guard} ` +
     "AND NOT EXISTS (SELECT 1 FROM l WHERE l.expires_at > c.now) ORDER BY w.seq LIMIT 1 FOR UPDATE OF w), " +
-    `hw AS (INSERT INTO ${t} AS cur (key, owner, expires_at) SELECT $1, head.owner, c.now + head.ttl_ms FROM head, c WHERE head.weight IS NULL ` +
-    "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at " +
-    `WHERE cur.expires_at <= ${nowSql} RETURNING cur.owner), ` +
-    `g AS (UPDATE ${w} AS w SET granted_at = c.now, fence = ${seq} FROM hw, c WHERE w.key = $1 AND w.owner = hw.owner ` +
+    `hw AS (INSERT INTO ${t} AS cur (key, owner, expires_at, metadata) SELECT $1, head.owner, c.now + head.ttl_ms, head.metadata FROM head, c WHERE head.weight IS NULL ` +
+    `ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, fence = ${seq}, metadata = EXCLUDED.metadata ` +
+    `WHERE cur.expires_at <= ${nowSql} RETURNING cur.owner, cur.fence), ` +
+    `g AS (UPDATE ${w} AS w SET granted_at = c.now, fence = ${fenceOf("hw", "$1")} FROM hw, c WHERE w.key = $1 AND w.owner = hw.owner ` +
     `${grantReturning}), ` +
     `swept AS (DELETE FROM ${w} AS w USING c WHERE w.key = $1 AND ${guard} AND ${stale})`;
   const notifyGrant = `(SELECT count(*) FROM g, LATERAL (SELECT ${notify(grantedPayload)}) AS sent)`;
@@ -382,16 +426,16 @@ function postgresStatements(n) {
 
   return {
     // nextval() is evaluated for the row `won` returns, after the upsert has written (and so
-    // locked) the lock row — never for a failed attempt, never before the row lock is held.
-    // With waiters queued the caller does not take the key: if it is free or expired, it goes to
-    // the oldest waiter in this same statement.
+    // locked) the lock row — never for a failed attempt, never before the row lock is held (see
+    // fenceOf). With waiters queued the caller does not take the key: if it is free or expired,
+    // it goes to the oldest waiter in this same statement. $4: the holder's metadata, or NULL.
     acquire:
       `WITH ${clockCte}, ${queued}, ` +
-      `won AS (INSERT INTO ${t} AS cur (key, owner, expires_at) SELECT $1, $2, c.now + $3::bigint FROM c, q WHERE NOT q.queued ` +
-      "ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at " +
-      `WHERE cur.expires_at <= ${nowSql} RETURNING cur.owner), ` +
+      `won AS (INSERT INTO ${t} AS cur (key, owner, expires_at, metadata) SELECT $1, $2, c.now + $3::bigint, $4::text FROM c, q WHERE NOT q.queued ` +
+      `ON CONFLICT (key) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at, fence = ${seq}, metadata = EXCLUDED.metadata ` +
+      `WHERE cur.expires_at <= ${nowSql} RETURNING cur.owner, cur.fence), ` +
       `${grantChain("(SELECT queued FROM q)")} ` +
-      `SELECT won.owner, ${seq} AS fence, ${notifyGrant} AS notified FROM won ` +
+      `SELECT won.owner, ${fenceOf("won", "$1")} AS fence, ${notifyGrant} AS notified FROM won ` +
       `UNION ALL SELECT NULL, NULL, ${notifyGrant} WHERE NOT EXISTS (SELECT 1 FROM won)`,
     // Frees the key, or hands it to the oldest live waiter (other than the caller) in the same
     // statement; also deletes the caller's own waiter row (so this is withdraw too) and stale
@@ -400,15 +444,17 @@ function postgresStatements(n) {
       `WITH ${clockCte}, ` +
       `mine AS (SELECT cur.expires_at > c.now AS live, cur.queued_until > c.now AS queued FROM ${t} AS cur, c ` +
       "WHERE cur.key = $1 AND cur.owner = $2 FOR UPDATE OF cur), " +
-      `head AS (SELECT w.owner, w.ttl_ms, w.weight IS NULL AS exclusive FROM ${w} AS w, c WHERE w.key = $1 AND w.owner <> $2 AND ${live} ` +
+      `head AS (SELECT w.owner, w.ttl_ms, w.weight IS NULL AS exclusive, w.metadata FROM ${w} AS w, c WHERE w.key = $1 AND w.owner <> $2 AND ${live} ` +
       "AND EXISTS (SELECT 1 FROM mine) ORDER BY w.seq LIMIT 1 FOR UPDATE OF w), " +
       // A shared head: the row stays, expired (a header of no holds, queued_until kept), and
-      // the caller runs `tick` next, which grants the front waiters that fit.
+      // the caller runs `tick` next, which grants the front waiters that fit. An exclusive head
+      // gets the row with a fence drawn under `mine`'s lock, and its own metadata.
       `moved AS (UPDATE ${t} AS cur SET owner = CASE WHEN head.exclusive THEN head.owner ELSE '' END, ` +
-      "expires_at = CASE WHEN head.exclusive THEN c.now + head.ttl_ms ELSE 0 END FROM head, c " +
-      "WHERE cur.key = $1 AND cur.owner = $2 RETURNING cur.owner), " +
+      "expires_at = CASE WHEN head.exclusive THEN c.now + head.ttl_ms ELSE 0 END, " +
+      `fence = CASE WHEN head.exclusive THEN ${seq} END, metadata = CASE WHEN head.exclusive THEN head.metadata END FROM head, c ` +
+      "WHERE cur.key = $1 AND cur.owner = $2 RETURNING cur.owner, cur.fence), " +
       `freed AS (DELETE FROM ${t} AS cur WHERE cur.key = $1 AND cur.owner = $2 AND NOT EXISTS (SELECT 1 FROM head) RETURNING 1), ` +
-      `g AS (UPDATE ${w} AS w SET granted_at = c.now, fence = ${seq} FROM moved, c WHERE w.key = $1 AND w.owner = moved.owner ` +
+      `g AS (UPDATE ${w} AS w SET granted_at = c.now, fence = moved.fence FROM moved, c WHERE w.key = $1 AND w.owner = moved.owner ` +
       `${grantReturning}), ` +
       `gone AS (DELETE FROM ${w} AS w USING c WHERE w.key = $1 AND (w.owner = $2 OR ${stale})) ` +
       `SELECT mine.live, ${notifyGrant} AS notified, ` +
@@ -438,25 +484,37 @@ function postgresStatements(n) {
       `(SELECT cur.key FROM ${t} AS cur, c WHERE cur.expires_at <= c.now FOR UPDATE OF cur SKIP LOCKED) RETURNING 1) ` +
       "SELECT (SELECT count(*) FROM holds) + (SELECT count(*) FROM locks) AS purged",
     now: clock + "SELECT now FROM c",
+    // The key's live holds as JSON [[fence, metadata, remaining ms], …] in fence order (numbers
+    // as text), and how many live waiters are queued for it. One statement: one snapshot.
+    inspect:
+      `WITH ${clockCte}, ` +
+      `h AS (SELECT cur.fence, cur.metadata, cur.expires_at - c.now AS remaining FROM ${t} AS cur, c ` +
+      "WHERE cur.key = $1 AND cur.owner <> '' AND cur.expires_at > c.now " +
+      `UNION ALL SELECT s.fence, s.metadata, s.expires_at - c.now FROM ${n.shared} AS s, c WHERE s.key = $1 AND s.expires_at > c.now) ` +
+      "SELECT (SELECT COALESCE(json_agg(json_build_array(h.fence::text, h.metadata, h.remaining::text) ORDER BY h.fence NULLS FIRST), '[]') FROM h) AS holders, " +
+      `(SELECT count(*) FROM ${w} AS w, c WHERE w.key = $1 AND ${live}) AS waiting`,
 
     // acquireOrWait's first statement ($1 key, $2 owner, $3 ttl, $4 wait): take the key if it is
     // free (or expired) and nobody is queued — answers fence; otherwise join the queue — answers
     // remaining, the holder's ms left as of now (null: no holder; ≤ 0: expired), read from the
     // lock row this statement wrote, so it is current. Either way the lock row's queued_until is
-    // raised to the new waiter's deadline (see postgresStatements).
+    // raised to the new waiter's deadline (see postgresStatements). $5: the caller's metadata, or
+    // NULL — its hold's, now or when the key is handed to it.
     enqueue:
       `WITH ${clockCte}, ${queued}, ` +
-      `won AS (INSERT INTO ${t} AS cur (key, owner, expires_at, queued_until) SELECT $1, $2, c.now + $3::bigint, 0 FROM c, q WHERE NOT q.queued ` +
+      `won AS (INSERT INTO ${t} AS cur (key, owner, expires_at, queued_until, metadata) SELECT $1, $2, c.now + $3::bigint, 0, $5::text FROM c, q WHERE NOT q.queued ` +
       // The same owner already holding the key is not a new grant: no update, so no fence.
       "ON CONFLICT (key) DO UPDATE SET " +
       `owner = CASE WHEN cur.expires_at <= ${nowSql} THEN EXCLUDED.owner ELSE cur.owner END, ` +
       `queued_until = CASE WHEN cur.expires_at <= ${nowSql} THEN cur.queued_until ELSE GREATEST(cur.queued_until, ${nowSql} + $4::bigint) END, ` +
-      `expires_at = CASE WHEN cur.expires_at <= ${nowSql} THEN EXCLUDED.expires_at ELSE cur.expires_at END ` +
-      "WHERE cur.owner <> EXCLUDED.owner RETURNING cur.owner, cur.expires_at), " +
+      `expires_at = CASE WHEN cur.expires_at <= ${nowSql} THEN EXCLUDED.expires_at ELSE cur.expires_at END, ` +
+      `fence = CASE WHEN cur.expires_at <= ${nowSql} THEN ${seq} ELSE cur.fence END, ` +
+      `metadata = CASE WHEN cur.expires_at <= ${nowSql} THEN EXCLUDED.metadata ELSE cur.metadata END ` +
+      "WHERE cur.owner <> EXCLUDED.owner RETURNING cur.owner, cur.expires_at, cur.fence), " +
       `raised AS (UPDATE ${t} AS cur SET queued_until = GREATEST(cur.queued_until, c.now + $4::bigint) FROM c, q ` +
       "WHERE cur.key = $1 AND q.queued RETURNING cur.expires_at), " +
-      `fenced AS (SELECT ${seq} AS fence FROM won WHERE won.owner = $2), ` +
-      `joined AS (INSERT INTO ${w} AS w (key, owner, ttl_ms, enqueued_at, deadline) SELECT $1, $2, $3::bigint, c.now, c.now + $4::bigint FROM c ` +
+      `fenced AS (SELECT ${fenceOf("won", "$1")} AS fence FROM won WHERE won.owner = $2), ` +
+      `joined AS (INSERT INTO ${w} AS w (key, owner, ttl_ms, enqueued_at, deadline, metadata) SELECT $1, $2, $3::bigint, c.now, c.now + $4::bigint, $5::text FROM c ` +
       "WHERE NOT EXISTS (SELECT 1 FROM fenced) ON CONFLICT (key, owner) DO NOTHING RETURNING 1) " +
       "SELECT (SELECT fence FROM fenced) AS fence, " +
       "(SELECT e.expires_at - c.now FROM (SELECT expires_at FROM won WHERE won.owner <> $2 UNION ALL SELECT expires_at FROM raised) AS e, c LIMIT 1) AS remaining, " +
@@ -478,17 +536,20 @@ function postgresStatements(n) {
     // Shared holds, each one call of a function (postgresFunctions) that locks the key's lock
     // row first: the function's later statements then see every shared hold of the key as of now.
     // JSON { fence } | { held_limit } | { fence: null, queued, remaining } ($1 key, $2 owner,
-    // $3 ttl, $4 weight, $5 limit[, $6 wait]).
-    acquireShared: { text: `SELECT ${f.take_shared}($1, $2, $3::bigint, $4::bigint, $5::bigint, NULL) AS r`, params: (...a) => a },
-    acquireSharedWait: `SELECT ${f.take_shared}($1, $2, $3::bigint, $4::bigint, $5::bigint, $6::bigint) AS r`,
+    // $3 ttl, $4 weight, $5 limit, $6 metadata[, $7 wait]).
+    acquireShared: {
+      text: `SELECT ${f.take_shared}($1, $2, $3::bigint, $4::bigint, $5::bigint, NULL::bigint, $6::text) AS r`,
+      params: (...a) => a,
+    },
+    acquireSharedWait: `SELECT ${f.take_shared}($1, $2, $3::bigint, $4::bigint, $5::bigint, $7::bigint, $6::text) AS r`,
     // JSON { live } ($1 key, $2 owner, or null: every hold of the key).
     releaseShared: `SELECT ${f.release_shared}($1, $2::text) AS r`,
     extendShared: `SELECT ${f.extend_shared}($2, $3, $1::bigint) AS ok`, // ttl, key, owner
     // Several keys in one step: the fences in key order, or NULL (nothing changed). See
     // postgresFunctions, take_many.
     acquireMany: {
-      text: `SELECT ${f.take_many}($1::text[], $2::text[], $3::bigint) AS fences`,
-      params: (keys, owners, ttl) => [keys, owners, ttl],
+      text: `SELECT ${f.take_many}($1::text[], $2::text[], $3::bigint, $4::text[]) AS fences`,
+      params: (keys, owners, ttl, metadata) => [keys, owners, ttl, metadata],
     },
   };
 }
@@ -539,20 +600,20 @@ function postgresFunctions(n) {
       `SELECT * INTO cur FROM ${t} AS l WHERE l.key = p_key;\n` +
         "IF FOUND AND NOT (cur.owner <> '' AND cur.expires_at > now_ms) THEN\n" +
         `  SELECT COALESCE(sum(s.weight), 0), min(s.lim) INTO held, held_limit FROM ${s} AS s WHERE s.key = p_key AND s.expires_at > now_ms;\n` +
-        `  FOR wr IN SELECT w.owner, w.ttl_ms, w.enqueued_at, w.weight, w.lim FROM ${w} AS w\n` +
+        `  FOR wr IN SELECT w.owner, w.ttl_ms, w.enqueued_at, w.weight, w.lim, w.metadata FROM ${w} AS w\n` +
         "      WHERE w.key = p_key AND w.granted_at IS NULL AND w.deadline > now_ms ORDER BY w.seq FOR UPDATE OF w LOOP\n" +
         "    IF wr.weight IS NULL THEN\n" +
         "      EXIT WHEN held > 0 OR cardinality(grants) > 0;\n" +
         `      DELETE FROM ${s} AS s WHERE s.key = p_key;\n` +
-        `      UPDATE ${t} AS l SET owner = wr.owner, expires_at = now_ms + wr.ttl_ms WHERE l.key = p_key;\n` +
         `      next_fence := ${seq};\n` +
+        `      UPDATE ${t} AS l SET owner = wr.owner, expires_at = now_ms + wr.ttl_ms, fence = next_fence, metadata = wr.metadata WHERE l.key = p_key;\n` +
         "    ELSE\n" +
         "      EXIT WHEN (held_limit IS NOT NULL AND wr.lim <> held_limit) OR held + wr.weight > wr.lim;\n" +
         `      next_fence := ${seq};\n` +
-        `      INSERT INTO ${s} AS s (key, owner, expires_at, weight, lim, fence)\n` +
-        "        VALUES (p_key, wr.owner, now_ms + wr.ttl_ms, wr.weight, wr.lim, next_fence)\n" +
+        `      INSERT INTO ${s} AS s (key, owner, expires_at, weight, lim, fence, metadata)\n` +
+        "        VALUES (p_key, wr.owner, now_ms + wr.ttl_ms, wr.weight, wr.lim, next_fence, wr.metadata)\n" +
         "        ON CONFLICT (key, owner) DO UPDATE SET expires_at = EXCLUDED.expires_at, weight = EXCLUDED.weight,\n" +
-        "        lim = EXCLUDED.lim, fence = EXCLUDED.fence;\n" +
+        "        lim = EXCLUDED.lim, fence = EXCLUDED.fence, metadata = EXCLUDED.metadata;\n" +
         `      ${raiseHeader("now_ms + wr.ttl_ms")}` +
         "      held := held + wr.weight;\n" +
         "      held_limit := wr.lim;\n" +
@@ -566,10 +627,12 @@ function postgresFunctions(n) {
         `DELETE FROM ${w} AS w WHERE w.key = p_key AND ${staleAt("now_ms")};\n` +
         "RETURN array_to_json(grants);\n",
     ),
-    // acquireShared (p_wait null) and acquireSharedOrWait.
+    // acquireShared (p_wait null) and acquireSharedOrWait; p_metadata is the hold's (or the
+    // waiter's, for its grant). An earlier release's take_shared, without p_metadata, is another
+    // function (an overload): createTable() leaves it to the processes still calling it.
     fn(
       f.take_shared,
-      "p_key text, p_owner text, p_ttl bigint, p_weight bigint, p_limit bigint, p_wait bigint",
+      "p_key text, p_owner text, p_ttl bigint, p_weight bigint, p_limit bigint, p_wait bigint, p_metadata text",
       "json",
       `  cur ${t}%ROWTYPE;\n  made boolean := false;\n  now_ms bigint;\n  excl boolean;\n  held bigint;\n` +
         "  held_limit bigint;\n  mine boolean;\n  next_fence bigint;\n  joined boolean;\n  soonest bigint;\n",
@@ -589,7 +652,7 @@ function postgresFunctions(n) {
         `IF NOT excl AND NOT mine AND held + p_weight <= p_limit AND NOT EXISTS (${liveWaiters}) THEN\n` +
         `  DELETE FROM ${s} AS s WHERE s.key = p_key AND s.expires_at <= now_ms;\n` +
         `  next_fence := ${seq};\n` +
-        `  INSERT INTO ${s} (key, owner, expires_at, weight, lim, fence) VALUES (p_key, p_owner, now_ms + p_ttl, p_weight, p_limit, next_fence);\n` +
+        `  INSERT INTO ${s} (key, owner, expires_at, weight, lim, fence, metadata) VALUES (p_key, p_owner, now_ms + p_ttl, p_weight, p_limit, next_fence, p_metadata);\n` +
         `  ${raiseHeader("now_ms + p_ttl")}` +
         "  RETURN json_build_object('fence', next_fence);\n" +
         "END IF;\n" +
@@ -598,8 +661,8 @@ function postgresFunctions(n) {
         `  IF made THEN DELETE FROM ${t} AS l WHERE l.key = p_key AND l.owner = '' AND l.expires_at <= now_ms; END IF;\n` +
         "  RETURN json_build_object('fence', NULL, 'queued', false);\n" +
         "END IF;\n" +
-        `INSERT INTO ${w} (key, owner, ttl_ms, enqueued_at, deadline, weight, lim)\n` +
-        "  VALUES (p_key, p_owner, p_ttl, now_ms, now_ms + p_wait, p_weight, p_limit) ON CONFLICT (key, owner) DO NOTHING;\n" +
+        `INSERT INTO ${w} (key, owner, ttl_ms, enqueued_at, deadline, weight, lim, metadata)\n` +
+        "  VALUES (p_key, p_owner, p_ttl, now_ms, now_ms + p_wait, p_weight, p_limit, p_metadata) ON CONFLICT (key, owner) DO NOTHING;\n" +
         "joined := FOUND;\n" +
         `UPDATE ${t} AS l SET queued_until = GREATEST(l.queued_until, now_ms + p_wait) WHERE l.key = p_key;\n` +
         soonest +
@@ -652,12 +715,14 @@ function postgresFunctions(n) {
     // over any of the keys, and the checks that follow, each a statement of its own, see
     // everything committed before: a live row (a lock or a header of shared holds) or a live
     // waiter on any key refuses the set — the rows made for it go and NULL is answered. Else
-    // each row is written as acquire writes it and its fence drawn after, in the caller's order.
+    // each row is written as acquire writes it, its fence drawn under its lock, in the caller's
+    // order; p_metadata[i] (NULL: none) is key i's. The earlier three-argument take_many is an
+    // overload, left as take_shared's is.
     fn(
       f.take_many,
-      "p_keys text[], p_owners text[], p_ttl bigint",
+      "p_keys text[], p_owners text[], p_ttl bigint, p_metadata text[]",
       "bigint[]",
-      `  cur ${t}%ROWTYPE;\n  one_key text;\n  made text[] := '{}';\n  now_ms bigint;\n  fences bigint[] := '{}';\n`,
+      `  cur ${t}%ROWTYPE;\n  one_key text;\n  made text[] := '{}';\n  now_ms bigint;\n  fences bigint[] := '{}';\n  next_fence bigint;\n`,
       'FOR one_key IN SELECT u.k FROM unnest(p_keys) AS u(k) ORDER BY u.k COLLATE "C" LOOP\n' +
         "  LOOP\n" +
         `    SELECT * INTO cur FROM ${t} AS l WHERE l.key = one_key FOR UPDATE;\n` +
@@ -673,8 +738,9 @@ function postgresFunctions(n) {
         "  RETURN NULL;\n" +
         "END IF;\n" +
         "FOR i IN 1 .. cardinality(p_keys) LOOP\n" +
-        `  UPDATE ${t} AS l SET owner = p_owners[i], expires_at = now_ms + p_ttl WHERE l.key = p_keys[i];\n` +
-        `  fences := fences || ${seq};\n` +
+        `  next_fence := ${seq};\n` +
+        `  UPDATE ${t} AS l SET owner = p_owners[i], expires_at = now_ms + p_ttl, fence = next_fence, metadata = p_metadata[i] WHERE l.key = p_keys[i];\n` +
+        "  fences := fences || next_fence;\n" +
         "END LOOP;\n" +
         "RETURN fences;\n",
     ),
@@ -693,6 +759,10 @@ function postgresFunctions(n) {
         "  (SELECT json_build_object('fence', w.fence, 'waited_ms', w.granted_at - w.enqueued_at, 'granted', w.granted_at IS NOT NULL,\n" +
         `    'grant_live', w.granted_at + w.ttl_ms > now_ms) FROM ${w} AS w WHERE w.key = p_key AND w.owner = p_owner));\n`,
     ),
+    // Writes the fence a statement drew for the row it inserted (postgresStatements, fenceOf)
+    // and answers it. Volatile, so its UPDATE sees the row the calling statement inserted.
+    `CREATE OR REPLACE FUNCTION ${f.keep_fence}(p_key text, p_owner text, p_fence bigint) RETURNS bigint LANGUAGE sql VOLATILE AS $fn$\n` +
+      `UPDATE ${t} AS l SET fence = p_fence WHERE l.key = p_key AND l.owner = p_owner RETURNING l.fence\n$fn$`,
   ];
 }
 

@@ -41,6 +41,24 @@ export interface SchemaOptions {
   table?: string;
 }
 
+/** One live hold of a key, as `inspect` shows it (never its owner). */
+export interface DatabaseHolderInfo {
+  /** The metadata given when the hold was acquired, or null. */
+  metadata: string | null;
+  /** The hold's fence; null for a hold taken before its table kept one (see `createTable()`). */
+  fence: number | null;
+  /** Whole ms until the hold expires, by the database's clock (≥ 0). */
+  remainingMs: number;
+}
+
+/** `inspect`'s answer: who holds a key now, and how many wait for it. */
+export interface DatabaseLockInfo {
+  /** The key's live holds in fence order: at most one lock, or each shared hold (permit, reader). */
+  holders: DatabaseHolderInfo[];
+  /** Live waiters queued for the key (PostgreSQL); 0 on SQLite and D1, which keep no queue. */
+  waiting: number;
+}
+
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
 export type DatabaseLockStore = Omit<
   LockStore,
@@ -52,9 +70,10 @@ export type DatabaseLockStore = Omit<
    * handed out before — across holders, processes, expiry, release, `purgeExpired()` and
    * database restarts; one counter serves all of a table's keys, so a key's fences have gaps.
    * Rejects (and leaves no lock) if the fence counter is missing (run `createTable()`) or
-   * exhausted.
+   * exhausted. `metadata`: a string of at most 1024 bytes of UTF-8 (longer: RangeError; not a
+   * string: TypeError), kept with the hold until it ends and shown by `inspect`.
    */
-  acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
+  acquire(key: string, owner: string, ttlMs: number, metadata?: string): Promise<false | Grant>;
   /**
    * A shared hold of `weight` permits under `limit` (semaphores; a read lock is weight 1 under
    * 2^32 − 1), for `ttlMs`, one row per owner: `{ fence }` (from the same counter as `acquire`),
@@ -63,20 +82,39 @@ export type DatabaseLockStore = Omit<
    * another limit. `acquire` is refused while any shared hold is live; `release` and `extend`
    * act on the owner's own hold. Rejects with RangeError unless `1 <= weight <= limit <= 2^32 − 1`.
    */
-  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<false | Grant | HeldLimit>;
+  acquireShared(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    metadata?: string,
+  ): Promise<false | Grant | HeldLimit>;
   /**
    * Several keys in one step: if `acquire(keys[i], owners[i], ttlMs)` would grant every key now,
    * each is granted to its owner as `acquire` grants it and the answer is each key's `{ fence }`
    * in key order; otherwise nothing changes and the answer is `false`. `null` (nothing changed):
    * a PostgreSQL table `createTable()` has not upgraded since this method came. Keys: 1..64,
    * distinct, sorted by code point; owners distinct, one per key (else TypeError / RangeError).
+   * `metadata`: one string (as `acquire` takes it) or undefined per key.
    */
-  acquireMany(keys: readonly string[], owners: readonly string[], ttlMs: number): Promise<false | null | Grant[]>;
+  acquireMany(
+    keys: readonly string[],
+    owners: readonly string[],
+    ttlMs: number,
+    metadata?: readonly (string | undefined)[],
+  ): Promise<false | null | Grant[]>;
   /**
    * Free `key` whoever holds it (operators clearing a stuck lock, every shared hold included);
    * `true` if someone did. On Postgres queued waiters are handed the key, as on any release.
    */
   forceRelease(key: string): Promise<boolean>;
+  /**
+   * Who holds `key` now, read in one statement: its live holds (metadata, fence, ms left) and
+   * its live waiters. Never shows an owner. Rejects with an error naming `createTable()` on a
+   * table that has not been upgraded for hold metadata.
+   */
+  inspect(key: string): Promise<DatabaseLockInfo>;
   readonly table: string;
   readonly driver: DatabaseDriver;
   readonly dialect: SqlDialect;
@@ -105,9 +143,17 @@ export type PostgresLockStore = DatabaseLockStore & {
    * expiry), looking again every max(`pollMs`, `safetyNetMs`) in case a notification was lost.
    * Answers `{ fence, waitedMs }` (the TTL runs from the grant) or `false` (the wait is spent; no
    * longer queued). The first call opens the store's LISTEN connection. When the pool or client is
-   * ended, a wait still queued rejects with `LockStoreClosedError`.
+   * ended, a wait still queued rejects with `LockStoreClosedError`. `metadata` (as `acquire`
+   * takes it) waits with the caller and is its hold's once granted.
    */
-  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number): Promise<false | SqlWaitedGrant>;
+  acquireOrWait(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    waitMs: number,
+    pollMs: number,
+    metadata?: string,
+  ): Promise<false | SqlWaitedGrant>;
   /**
    * `acquireShared`, or the back of the same FIFO queue as `acquireOrWait` (shared and exclusive
    * waiters alike; a hand-over grants the front waiters while each fits) for up to `waitMs`.
@@ -122,6 +168,7 @@ export type PostgresLockStore = DatabaseLockStore & {
     limit: number,
     waitMs: number,
     pollMs: number,
+    metadata?: string,
   ): Promise<false | SqlWaitedGrant | HeldLimit>;
   /**
    * Afterwards `owner` neither holds nor waits for `key`: leaves the queue, releases a grant it

@@ -16,6 +16,13 @@
 //   release   DELETE … WHERE key AND owner RETURNING <was it still live>  (true only if it was)
 //   extend    UPDATE … SET expires_at = now + ttl WHERE key AND owner AND not expired RETURNING
 //   isLocked / remainingTime   SELECT … WHERE key AND not expired
+//   inspect   SELECT the key's live lock row (not a header) UNION ALL its live shared holds:
+//             fence, metadata, ms left (and, Postgres, the count of live waiters)
+//
+// Hold metadata (an optional last argument of every acquiring method, at most 1024 bytes of
+// UTF-8) is a column of the row the grant writes, written by the same statement; a Postgres
+// waiter's is kept in its queue row until the hand-over writes it into its hold's row. A
+// Postgres lock row also keeps its holder's fence, for inspect (see sql-schema.js, fenceOf).
 //
 // acquireMany takes several keys in one step, all or none: on SQLite one INSERT … SELECT over the
 // keys (as JSON arrays) WHERE none of them has a live row, ON CONFLICT as acquire; on PostgreSQL
@@ -57,6 +64,7 @@
 // to), sql-pg-waiting.js (PostgreSQL's waiting without polling).
 
 import { argumentChecks, checkKeySet, LockStoreClosedError, safetyNetOption } from "./args.js";
+import { checkMetadata, checkMetadataList } from "./metadata.js";
 import { detectDriver, DRIVERS, driverFor, toFence, truthy } from "./sql-drivers.js";
 import { pgWaiting } from "./sql-pg-waiting.js";
 import {
@@ -76,6 +84,17 @@ const check = argumentChecks("databaseLockStore");
 
 // acquireMany's arguments (args.js).
 const checkSet = (keys, owners, ttlMs) => checkKeySet("databaseLockStore.acquireMany", keys, owners, ttlMs);
+
+const metadataOf = (metadata) => checkMetadata("databaseLockStore", metadata);
+
+/** One holder of inspect's answer, from a row's fence, metadata and ms left (never its owner). */
+function holderOf(fence, metadata, remaining) {
+  return {
+    metadata: metadata ?? null,
+    fence: fence === null || fence === undefined ? null : toFence(fence),
+    remainingMs: Math.max(0, Math.floor(Number(remaining))),
+  };
+}
 
 /** The largest limit of a shared hold, 2^32 − 1 (a read lock's). */
 const MAX_LIMIT = 4_294_967_295;
@@ -116,26 +135,26 @@ export function databaseLockStore(db, options = {}) {
   }
   const dialect = dialectOf(driver);
   const sql = statements(dialect, table);
-  const io = driverFor(db, driver);
+  const postgres = dialect === "postgres";
+  const io = withUpgradeHint(driverFor(db, driver), table, postgres);
   // Checked for every dialect (a bad option is an error wherever it is given); pg uses it.
   const safetyNetMs = safetyNetOption("databaseLockStore", options.safetyNetMs);
   if (options.listen !== undefined && typeof options.listen !== "function") {
     throw new TypeError("databaseLockStore: options.listen must be a function answering a pg client");
   }
 
-  const postgres = dialect === "postgres";
   // A shared hold's answer as the database gave it: Postgres answers JSON from its function,
   // SQLite a row of the grant (or nothing) and, after a refusal, the limit of the live holds.
-  async function takeShared(key, owner, ttlMs, weight, limit) {
+  async function takeShared(key, owner, ttlMs, weight, limit, metadata) {
     const { text, params } = sql.acquireShared;
     if (postgres) {
-      const r = (await io.row(text, params(key, owner, ttlMs, weight, limit)))?.r ?? null;
+      const r = (await io.row(text, params(key, owner, ttlMs, weight, limit, metadata)))?.r ?? null;
       if (r?.held_limit !== null && r?.held_limit !== undefined) return { heldLimit: Number(r.held_limit) };
       return r?.fence === null || r?.fence === undefined ? null : r.fence;
     }
     const [row, held] = await io.rows(
       [
-        [text, params(key, owner, ttlMs, weight, limit)],
+        [text, params(key, owner, ttlMs, weight, limit, metadata)],
         [sql.heldLimit.text, sql.heldLimit.params(key, limit)],
       ],
       (first) => first === null, // the limit is asked only after a refusal
@@ -167,11 +186,12 @@ export function databaseLockStore(db, options = {}) {
     driver,
     dialect,
 
-    async acquire(key, owner, ttlMs) {
+    /** `metadata` (optional): a string of at most 1024 bytes of UTF-8, kept with the hold. */
+    async acquire(key, owner, ttlMs, metadata) {
       check.key(key);
       check.owner(owner);
       check.ttl(ttlMs);
-      const row = await io.row(sql.acquire, [key, owner, ttlMs]);
+      const row = await io.row(sql.acquire, [key, owner, ttlMs, metadataOf(metadata)]);
       if (row === null || row.owner !== owner) return false;
       let fence;
       try {
@@ -188,17 +208,19 @@ export function databaseLockStore(db, options = {}) {
      * Several keys in one step: when `acquire(keys[i], owners[i], ttlMs)` would grant every key
      * now, each is granted to its owner as acquire grants it and the fences are answered in key
      * order; otherwise nothing changes and the answer is false. Null (nothing changed): a
-     * PostgreSQL table createTable() has not upgraded since this capability came.
+     * PostgreSQL table createTable() has not upgraded since this capability came. `metadata`
+     * (optional): one string or undefined per key, each kept with its key's hold.
      */
-    async acquireMany(keys, owners, ttlMs) {
+    async acquireMany(keys, owners, ttlMs, metadata) {
       checkSet(keys, owners, ttlMs);
+      const metadataList = checkMetadataList("databaseLockStore.acquireMany", metadata, keys.length);
       const { text, params } = sql.acquireMany;
       let fences;
       try {
         if (postgres) {
-          fences = (await io.row(text, params(keys, owners, ttlMs)))?.fences ?? null;
+          fences = (await io.row(text, params(keys, owners, ttlMs, metadataList)))?.fences ?? null;
         } else {
-          const rows = await io.all(text, params(keys, owners, ttlMs));
+          const rows = await io.all(text, params(keys, owners, ttlMs, metadataList));
           const byKey = new Map(rows.map((row) => [row.key, row]));
           const whole = rows.length === keys.length && keys.every((key, i) => byKey.get(key)?.owner === owners[i]);
           fences = rows.length === 0 ? null : whole ? keys.map((key) => byKey.get(key).fence) : [];
@@ -226,12 +248,12 @@ export function databaseLockStore(db, options = {}) {
      * weight 1 under 2^32 − 1): `{ fence }`, `false` (does not fit, or callers are queued), or
      * `{ heldLimit }` when the live holds are under another limit.
      */
-    async acquireShared(key, owner, ttlMs, weight, limit) {
+    async acquireShared(key, owner, ttlMs, weight, limit, metadata) {
       check.key(key);
       check.owner(owner);
       check.ttl(ttlMs);
       checkShare(weight, limit);
-      const answer = await takeShared(key, owner, ttlMs, weight, limit);
+      const answer = await takeShared(key, owner, ttlMs, weight, limit, metadataOf(metadata));
       if (answer === null) return false;
       if (typeof answer === "object") return answer;
       try {
@@ -286,6 +308,27 @@ export function databaseLockStore(db, options = {}) {
       throw new Error(`databaseLockStore: forceRelease(${JSON.stringify(key)}): the key kept changing hands`);
     },
 
+    /**
+     * Who holds `key` now, in one statement: `{ holders: [{ metadata, fence, remainingMs }],
+     * waiting }` — the live holds in fence order (a lock, or each shared hold), each with the
+     * metadata given at acquisition (or null), its fence and the whole ms until it expires by
+     * the database's clock; `waiting` the live waiters queued for the key (Postgres; SQLite and
+     * D1 keep no queue: 0). Never an owner.
+     */
+    async inspect(key) {
+      check.key(key);
+      if (postgres) {
+        const row = await io.row(sql.inspect, [key]);
+        const holders = Array.isArray(row?.holders) ? row.holders : [];
+        return {
+          holders: holders.map(([fence, metadata, remaining]) => holderOf(fence, metadata, remaining)),
+          waiting: Number(row?.waiting ?? 0),
+        };
+      }
+      const rows = await io.all(sql.inspect.text, sql.inspect.params(key));
+      return { holders: rows.map((row) => holderOf(row.fence, row.metadata, row.remaining)), waiting: 0 };
+    },
+
     async remainingTime(key) {
       check.key(key);
       const row = await io.row(sql.remainingTime, [key]);
@@ -296,20 +339,23 @@ export function databaseLockStore(db, options = {}) {
 
     /**
      * Creates the table, its expiry index and its fence counter if missing, and upgrades a table
-     * from the layout without fences (idempotent; locks held in the table stay held).
+     * from an earlier layout (without fences, shared holds or metadata; idempotent; locks held in
+     * the table stay held).
      */
     async createTable() {
       const [createLockTable, ...rest] = schemaStatements(dialect, table);
-      await io.count(createLockTable, []);
-      for (const statement of upgradeStatements(dialect, table)) {
+      // SQLite: ADD COLUMN of a column the table has fails with "duplicate column name".
+      const addColumn = async (statement) => {
         try {
           await io.count(statement, []);
         } catch (error) {
           if (!/duplicate column/i.test(String(error?.message))) throw error;
         }
-      }
+      };
+      await io.count(createLockTable, []);
+      for (const statement of upgradeStatements(dialect, table)) await addColumn(statement);
       for (const statement of rest) await io.count(statement, []);
-      for (const statement of lateUpgradeStatements(dialect, table)) await io.count(statement, []);
+      for (const statement of lateUpgradeStatements(dialect, table)) await addColumn(statement);
     },
 
     /** Deletes rows (locks and shared holds) expired by the database's clock; answers how many went. */
@@ -327,10 +373,37 @@ export function databaseLockStore(db, options = {}) {
     },
   };
   if (!postgres) return store; // SQLite and D1: waiting callers poll acquire and acquireShared
-  const wait = pgWaiting(db, sql, io, options, safetyNetMs, releaseAny, checkShare);
+  const wait = pgWaiting(db, sql, io, options, safetyNetMs, releaseAny, checkShare, metadataOf);
   Object.defineProperties(store, Object.getOwnPropertyDescriptors(wait));
   store.end = store.close;
   return store;
 }
 
 export default databaseLockStore;
+
+// A statement that names what createTable() adds for hold metadata (the metadata columns, a
+// Postgres lock row's fence, the functions that take metadata) fails on a table it has not
+// upgraded: that error is answered as one that says so. Its code and message are kept.
+function withUpgradeHint(io, table, postgres) {
+  const hint = (error) => {
+    const message = String(error?.message ?? "");
+    const missing = postgres
+      ? (error?.code === "42703" && /column (\w+\.)?"?(metadata|fence)\b/.test(message)) || (error?.code === "42883" && /_(keep_fence|take_shared)\b/.test(message))
+      : /no such column: (\w+\.)?(metadata|fence)\b|has no column named (metadata|fence)\b/.test(message);
+    if (!missing) return error;
+    const hinted = new Error(
+      `databaseLockStore: the table ${JSON.stringify(table)} lacks what createTable() adds — run store.createTable() to upgrade it (${message})`,
+      { cause: error },
+    );
+    if (error.code !== undefined) hinted.code = error.code;
+    return hinted;
+  };
+  const guarded = (method) => async (...args) => {
+    try {
+      return await method(...args);
+    } catch (error) {
+      throw hint(error);
+    }
+  };
+  return { row: guarded(io.row), all: guarded(io.all), count: guarded(io.count), rows: guarded(io.rows) };
+}

@@ -6,6 +6,7 @@ import { startD1 } from "./lib/servers.js";
 import { newContext, registerContract } from "./lib/contract.js";
 import { registerSqlTests } from "./lib/sql-suite.js";
 import { registerAcquireManyTests } from "./lib/sql-multi.js";
+import { registerInspectTests } from "./lib/sql-inspect.js";
 
 let d1;
 let stores;
@@ -29,4 +30,5 @@ describe("Cloudflare D1 (local workerd)", () => {
   registerContract(() => newContext(stores, "d1"));
   registerSqlTests(() => ({ dialect: "sqlite", db: d1.db, stores, raw }), { driver: "d1" });
   registerAcquireManyTests(() => ({ dialect: "sqlite", db: d1.db, stores, raw }));
+  registerInspectTests(() => ({ dialect: "sqlite", db: d1.db, stores, raw }));
 });

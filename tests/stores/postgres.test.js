@@ -14,6 +14,7 @@ import { acquired, newContext, registerContract } from "./lib/contract.js";
 import { fenceLedger, fenceScenario, registerSqlTests } from "./lib/sql-suite.js";
 import { registerPgWaitingTests } from "./lib/pg-waiting.js";
 import { registerAcquireManyTests, registerPgAcquireManyTests } from "./lib/sql-multi.js";
+import { registerInspectTests, registerPgInspectTests } from "./lib/sql-inspect.js";
 
 let server;
 const pools = [];
@@ -53,6 +54,8 @@ describe("pg Pool", () => {
   registerSqlTests(() => ({ dialect: "postgres", db: pools[1], stores, raw }), { driver: "pg" });
   registerAcquireManyTests(() => ({ dialect: "postgres", db: pools[1], stores, raw }));
   registerPgAcquireManyTests(() => ({ stores, pools, raw }));
+  registerInspectTests(() => ({ dialect: "postgres", db: pools[1], stores, raw }));
+  registerPgInspectTests(() => ({ stores, pools, raw }));
 });
 
 registerPgWaitingTests(() => ({ connectionString: server.connectionString, pools }));

@@ -13,6 +13,7 @@ import { databaseLockStore } from "../../pkg/stores/sql.js";
 import { acquired, newContext, registerContract } from "./lib/contract.js";
 import { fenceLedger, registerSqlTests } from "./lib/sql-suite.js";
 import { registerAcquireManyTests } from "./lib/sql-multi.js";
+import { registerInspectTests } from "./lib/sql-inspect.js";
 import { sleep } from "./lib/servers.js";
 
 const rawFor = (db) => async (sql, params) => {
@@ -33,6 +34,7 @@ describe("better-sqlite3, in memory", () => {
   registerContract(() => newContext(stores, "sqlite-mem"));
   registerSqlTests(() => ({ dialect: "sqlite", db, stores, raw: rawFor(db) }), { driver: "sqlite" });
   registerAcquireManyTests(() => ({ dialect: "sqlite", db, stores, raw: rawFor(db) }));
+  registerInspectTests(() => ({ dialect: "sqlite", db, stores, raw: rawFor(db) }));
 });
 
 describe("better-sqlite3, one file, several connections", () => {
@@ -56,6 +58,7 @@ describe("better-sqlite3, one file, several connections", () => {
   registerContract(() => newContext(stores, "sqlite-file"));
   registerSqlTests(() => ({ dialect: "sqlite", db: dbs[1], stores, raw: rawFor(dbs[2]) }), { driver: "sqlite" });
   registerAcquireManyTests(() => ({ dialect: "sqlite", db: dbs[1], stores, raw: rawFor(dbs[2]) }));
+  registerInspectTests(() => ({ dialect: "sqlite", db: dbs[1], stores, raw: rawFor(dbs[2]) }));
 
   // Real parallelism: threads, each with its own connection, released at one instant. Answers
   // every attempt, [{ owner, answer }].

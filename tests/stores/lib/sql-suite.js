@@ -126,7 +126,7 @@ async function dropLockTable(raw, dialect, table) {
   else {
     await raw(`DROP SEQUENCE IF EXISTS ${schemaPrefix}"${last}_fence_seq"`, []);
     await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_waiters"`, []);
-    for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many"]) {
+    for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many", "keep_fence"]) {
       await raw(`DROP FUNCTION IF EXISTS ${schemaPrefix}"${last}_${fn}"`, []);
     }
   }
@@ -249,21 +249,22 @@ export function registerSqlTests(env, { driver }) {
             )
           ).map((r) => r.name);
     if (dialect === "sqlite") {
-      // The fence of the current holder sits in its row; the counter is a one-row table.
-      assert.deepEqual(columns, ["key", "owner", "expires_at", "fence"]);
+      // The fence and metadata of the current holder sit in its row; the counter is a one-row table.
+      assert.deepEqual(columns, ["key", "owner", "expires_at", "fence", "metadata"]);
       const counter = await raw('SELECT id, value FROM "keel_locks_fence"', []);
       assert.equal(counter.length, 1);
       assert.equal(counter[0].id, 1);
     } else {
-      // queued_until: the latest deadline of a caller that queued for the key (acquireOrWait).
-      assert.deepEqual(columns, ["key", "owner", "expires_at", "queued_until"]);
+      // queued_until: the latest deadline of a caller that queued for the key (acquireOrWait);
+      // fence and metadata: the current holder's.
+      assert.deepEqual(columns, ["key", "owner", "expires_at", "queued_until", "fence", "metadata"]);
       const waiterColumns = (
         await raw(
           "SELECT column_name AS name FROM information_schema.columns WHERE table_name = 'keel_locks_waiters' ORDER BY ordinal_position",
           [],
         )
       ).map((r) => r.name);
-      assert.deepEqual(waiterColumns, ["key", "owner", "seq", "ttl_ms", "enqueued_at", "deadline", "granted_at", "fence", "weight", "lim"]);
+      assert.deepEqual(waiterColumns, ["key", "owner", "seq", "ttl_ms", "enqueued_at", "deadline", "granted_at", "fence", "weight", "lim", "metadata"]);
       const [seq] = await raw(
         "SELECT max_value::text AS max, cache_size::text AS cache, cycle FROM pg_sequences WHERE sequencename = 'keel_locks_fence_seq'",
         [],
@@ -470,7 +471,7 @@ export function registerSqlTests(env, { driver }) {
 
     if (dialect === "sqlite") {
       const columns = (await raw(`SELECT name FROM pragma_table_info('${table}') ORDER BY cid`, [])).map((r) => r.name);
-      assert.deepEqual(columns, ["key", "owner", "expires_at", "fence"]);
+      assert.deepEqual(columns, ["key", "owner", "expires_at", "fence", "metadata"]);
     }
     await dropLockTable(raw, dialect, table);
   });
@@ -827,7 +828,7 @@ function registerSharedTests(env, { driver }) {
       const columns = (
         await raw("SELECT column_name AS name FROM information_schema.columns WHERE table_name = ? ORDER BY ordinal_position", [`${table}_waiters`])
       ).map((r) => r.name);
-      assert.deepEqual(columns.slice(-2), ["weight", "lim"]);
+      assert.deepEqual(columns.slice(-3), ["weight", "lim", "metadata"]);
       // The queue works for shared waiters on the upgraded table.
       const w = owner();
       assert.ok(acquired(await store.acquire(key, a, LONG)));

@@ -3,7 +3,7 @@
 import type { Grant } from "../../../pkg/index.js";
 import type { LockStore } from "../../../pkg/index.js";
 import { redisLockStore, detectRedisClient, type RedisLockStore, type RedisClientType } from "../../../pkg/stores/redis.js";
-import { databaseLockStore, schema, type DatabaseLockStore } from "../../../pkg/stores/sql.js";
+import { databaseLockStore, schema, type DatabaseLockInfo, type DatabaseLockStore } from "../../../pkg/stores/sql.js";
 import { Redis as IORedis } from "ioredis";
 import { createClient } from "redis";
 import { Redis as Upstash } from "@upstash/redis";
@@ -44,6 +44,20 @@ export async function usage(): Promise<void> {
   // @ts-expect-error one owner per key, not one owner for the set
   sql.acquireMany(["a", "b"], "o", 1000);
   void [setFences, pgSet];
+  // Hold metadata, and who holds a key.
+  await sql.acquire("k", "o", 1000, "worker 7");
+  await sql.acquireShared("k", "o", 1000, 1, 3, "permit");
+  await sql.acquireMany(["a", "b"], ["o1", "o2"], 1000, ["first", undefined]);
+  await pgStore.acquireOrWait("k", "o", 1000, 5_000, 50, "waiter");
+  await pgStore.acquireSharedOrWait("k", "o", 1000, 1, 3, 5_000, 50, "reader");
+  const info: DatabaseLockInfo = await sql.inspect("k");
+  const firstHolder: { metadata: string | null; fence: number | null; remainingMs: number } | undefined = info.holders[0];
+  const waitingNow: number = info.waiting;
+  // @ts-expect-error metadata is a string
+  sql.acquire("k", "o", 1000, { who: "me" });
+  // @ts-expect-error acquireMany's metadata is one entry per key
+  sql.acquireMany(["a"], ["o"], 1000, "one for all");
+  void [firstHolder, waitingNow];
 
   // @ts-expect-error prefix must be a string
   redisLockStore(new IORedis(), { prefix: 1 });
