@@ -55,8 +55,8 @@ export interface DatabaseHolderInfo {
 export interface DatabaseLockInfo {
   /** The key's live holds in fence order: at most one lock, or each shared hold (permit, reader). */
   holders: DatabaseHolderInfo[];
-  /** Live waiters queued for the key (PostgreSQL); 0 on SQLite and D1, which keep no queue. */
-  waiting: number;
+  /** Live waiters queued for the key (PostgreSQL); `null` on SQLite and D1, which keep no queue. */
+  waiting: number | null;
 }
 
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */

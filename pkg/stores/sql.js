@@ -313,7 +313,7 @@ export function databaseLockStore(db, options = {}) {
      * waiting }` — the live holds in fence order (a lock, or each shared hold), each with the
      * metadata given at acquisition (or null), its fence and the whole ms until it expires by
      * the database's clock; `waiting` the live waiters queued for the key (Postgres; SQLite and
-     * D1 keep no queue: 0). Never an owner.
+     * D1 keep no queue and cannot count callers that poll: null). Never an owner.
      */
     async inspect(key) {
       check.key(key);
@@ -326,7 +326,7 @@ export function databaseLockStore(db, options = {}) {
         };
       }
       const rows = await io.all(sql.inspect.text, sql.inspect.params(key));
-      return { holders: rows.map((row) => holderOf(row.fence, row.metadata, row.remaining)), waiting: 0 };
+      return { holders: rows.map((row) => holderOf(row.fence, row.metadata, row.remaining)), waiting: null };
     },
 
     async remainingTime(key) {

@@ -52,7 +52,7 @@ export async function usage(): Promise<void> {
   await pgStore.acquireSharedOrWait("k", "o", 1000, 1, 3, 5_000, 50, "reader");
   const info: DatabaseLockInfo = await sql.inspect("k");
   const firstHolder: { metadata: string | null; fence: number | null; remainingMs: number } | undefined = info.holders[0];
-  const waitingNow: number = info.waiting;
+  const waitingNow: number | null = info.waiting;
   // @ts-expect-error metadata is a string
   sql.acquire("k", "o", 1000, { who: "me" });
   // @ts-expect-error acquireMany's metadata is one entry per key
