@@ -195,7 +195,10 @@ impl Attempt {
         // it gets a token of its own.
         #[cfg(feature = "std")]
         {
-            let metadata = self.owner.metadata().and_then(|said| Metadata::new(said).ok());
+            let metadata = self
+                .owner
+                .metadata()
+                .and_then(|said| Metadata::new(said).ok());
             self.owner = OwnerToken::mint()?.with_metadata(metadata);
         }
         #[cfg(not(feature = "std"))]

@@ -159,7 +159,11 @@ impl OwnerToken {
     #[cfg(feature = "std")]
     #[inline(never)]
     pub fn as_str(&self) -> &str {
-        let end = self.0.bytes().position(|b| b == SAYS).unwrap_or(self.0.len());
+        let end = self
+            .0
+            .bytes()
+            .position(|b| b == SAYS)
+            .unwrap_or(self.0.len());
         self.0.get(..end).unwrap_or_default()
     }
 
@@ -229,5 +233,22 @@ mod tests {
             format!("{:?}", OwnerToken::parse("secret").unwrap()),
             "OwnerToken(..)"
         );
+    }
+
+    #[test]
+    fn metadata_rides_on_the_token_and_equality_stays_the_tokens() {
+        let plain = OwnerToken::mint().unwrap();
+        let said = plain
+            .clone()
+            .with_metadata(Some(Metadata::new("host-a job 7").unwrap()));
+        assert_eq!(said.as_str(), plain.as_str());
+        assert_eq!(said, plain);
+        assert_eq!(said.metadata(), Some("host-a job 7"));
+        assert_eq!(plain.metadata(), None);
+        let cleared = said.with_metadata(None);
+        assert_eq!(cleared.metadata(), None);
+        assert_eq!(cleared, plain);
+        assert!(Metadata::new(&"é".repeat(512)).is_ok());
+        assert!(Metadata::new(&"é".repeat(513)).is_err());
     }
 }

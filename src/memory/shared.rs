@@ -6,8 +6,8 @@
 
 use super::*;
 use crate::inspect::HolderInfo;
-use crate::token::Metadata;
 use crate::share::{fit, Fit, Holding, LiveHolds, Share, SharedGrant};
+use crate::token::Metadata;
 
 /// One owner's permits on a key.
 struct SharedHold {
@@ -123,7 +123,11 @@ impl Row {
     /// The live holds of this row at `now`, as `inspect` shows them.
     pub(super) fn holders(&self, now: u64) -> Vec<HolderInfo> {
         let view = |owner: &OwnerToken, fence, expires_at: u64| {
-            HolderInfo::new(owner.metadata().and_then(|m| Metadata::new(m).ok()), fence, expires_at - now)
+            HolderInfo::new(
+                owner.metadata().and_then(|m| Metadata::new(m).ok()),
+                fence,
+                expires_at - now,
+            )
         };
         match &self.shared {
             _ if self.expires_at <= now => Vec::new(),
