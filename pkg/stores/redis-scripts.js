@@ -8,25 +8,31 @@ import { MAX_FENCE } from "./args.js";
 export const CHANNEL = "keel-lock:handover";
 // K[1] while held shared. Scores above 0 are holds; the bookkeeping sits in the same set at
 // scores of 0 and below, under names no owner has (owners hold no NUL), so one ZMSCORE reads a
-// holder and the key's state together and no other key needs its own expiry.
+// holder and the key's state together and no other key needs its own expiry. Each hold's fence
+// is kept there too, added by the ZADD that adds the hold and removed by the ZREM that drops it.
 const SHARED_LAYOUT = `-- K[1] held shared, a sorted set: owner -> expiry (ms by Redis's clock, > 0) for each hold, and
---   "\\0limit" -> -limit, "\\0w:" .. owner -> -weight for a hold above 1 permit, "\\0extra" ->
---   -(what those add above 1 each), "\\0h" -> -1 once a holder was handed the key (K[5] may
---   hold grant records). The weight held is the number of holds (expired ones not yet dropped
---   included) minus "\\0extra"'s score; none of these change while holds of 1 come and go.`;
+--   "\\0f:" .. owner -> -fence, "\\0limit" -> -limit, "\\0w:" .. owner -> -weight for a hold
+--   above 1 permit, "\\0extra" -> -(what those add above 1 each), "\\0h" -> -1 once a holder
+--   was handed the key or gave metadata (K[5] may hold records). The weight held is the number
+--   of holds (expired ones not yet dropped included) minus "\\0extra"'s score; none of these
+--   but the fences change while holds of 1 come and go.`;
 
 // Shared by the scripts below: the key layout of one lock (all in one hash slot) and the hand-over.
 // Lua creates a function each time execution passes its definition, so the enqueue and release
 // scripts place this after their uncontended path, which needs none of it (the acquire script
 // has no use for it at all).
 const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that covers several locks sets it)
--- K[1] lock: held exclusively, a string, the owner token (PX ttl; "\\0" .. owner while callers
---      queue behind it); held shared, a sorted set (below), PEXPIREAT its latest hold
+-- K[1] lock: held exclusively, a string, the owner token followed, if the hold has metadata,
+--      by "\\0" .. metadata (PX ttl; "\\0" in front while callers queue behind it; its fence
+--      is the counter's value: nothing draws a fence while it is held); held shared, a sorted
+--      set (below), PEXPIREAT its latest hold
 -- K[2] fence counter   K[3] queue (list of owners, oldest first)
--- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs", plus " weight limit" if shared)
+-- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs", plus " weight limit" if shared;
+--      "\\0m:" .. owner -> the waiter's metadata, if it gave some)
 -- K[5] grants: beside an exclusive holder, "fence waitedMs owner" of the last hand-over (PX
 --      ttl); beside shared holders, a hash owner -> "fence waitedMs" for each holder that was
---      handed the key, PEXPIREAT the latest hold as it stood at the last hand-over
+--      handed the key and "\\0m:" .. owner -> metadata for each holder that gave some,
+--      PEXPIREAT the latest hold as it stood when it was last written
 ${SHARED_LAYOUT}
 local K = KEYS
 local MARK = "\\0"
@@ -69,15 +75,19 @@ local function retime()
   redis.call("PEXPIREAT", K[5], last[2])
 end
 
--- Drops the shared holds in who (a list of owners): their members, weights and grant records.
+-- Drops the shared holds in who (a list of owners): their members, fences, weights, grant
+-- records and metadata.
 local function drop_holds(who)
   for first = 1, #who, 256 do
-    local weights, drop = {"ZMSCORE", K[1]}, {"ZREM", K[1]}
+    local weights, drop, records = {"ZMSCORE", K[1]}, {"ZREM", K[1]}, {"HDEL", K[5]}
     local last = math.min(#who, first + 255)
     for i = first, last do
       weights[#weights + 1] = "\\0w:" .. who[i]
       drop[#drop + 1] = who[i]
       drop[#drop + 1] = "\\0w:" .. who[i]
+      drop[#drop + 1] = "\\0f:" .. who[i]
+      records[#records + 1] = who[i]
+      records[#records + 1] = "\\0m:" .. who[i]
     end
     local above = 0
     -- (a missing weight is false, not nil, so ipairs sees every one)
@@ -86,7 +96,7 @@ local function drop_holds(who)
     end
     redis.call(unpack(drop))
     if above > 0 then redis.call("ZINCRBY", K[1], above, "\\0extra") end
-    redis.pcall("HDEL", K[5], unpack(who, first, last))
+    redis.pcall(unpack(records))
   end
 end
 
@@ -109,10 +119,10 @@ local function holds(now_ms)
 end
 
 -- Adds a shared hold of weight w under limit for ttl ms (kind: how the key was held before),
--- with a grant record of its fence and wait if handed; the caller retimes K[1] and K[5]
--- afterwards.
-local function hold_shared(who, w, limit, ttl, fence, waited, kind, now_ms, handed)
-  local add = {"ZADD", K[1], now_ms + ttl, who}
+-- with its fence, a grant record of its fence and wait if handed, and its metadata (meta, a
+-- string, or nil); the caller retimes K[1] and K[5] afterwards.
+local function hold_shared(who, w, limit, ttl, fence, waited, kind, now_ms, handed, meta)
+  local add = {"ZADD", K[1], now_ms + ttl, who, -fence, "\\0f:" .. who}
   if kind == "none" then
     redis.call("DEL", K[5]) -- a grant record left by an exclusive holder that expired
     add[#add + 1] = -limit
@@ -122,11 +132,20 @@ local function hold_shared(who, w, limit, ttl, fence, waited, kind, now_ms, hand
     add[#add + 1] = -w
     add[#add + 1] = "\\0w:" .. who
   end
-  if handed then
+  if handed or meta then
     if kind ~= "none" and not redis.call("ZSCORE", K[1], "\\0h") then redis.call("DEL", K[5]) end
     add[#add + 1] = -1
     add[#add + 1] = "\\0h"
-    redis.call("HSET", K[5], who, int(fence) .. " " .. int(waited))
+    local record = {"HSET", K[5]}
+    if handed then
+      record[3] = who
+      record[4] = int(fence) .. " " .. int(waited)
+    end
+    if meta then
+      record[#record + 1] = "\\0m:" .. who
+      record[#record + 1] = meta
+    end
+    redis.call(unpack(record))
   end
   redis.call(unpack(add))
   if w ~= 1 then redis.call("ZINCRBY", K[1], 1 - w, "\\0extra") end
@@ -135,21 +154,22 @@ end
 -- Drops who's shared hold; retimes the keys unless the caller hands over next (which does).
 local function unhold(who, handing)
   local w = redis.call("ZSCORE", K[1], "\\0w:" .. who)
-  redis.call("ZREM", K[1], who, "\\0w:" .. who)
+  redis.call("ZREM", K[1], who, "\\0w:" .. who, "\\0f:" .. who)
   if w then redis.call("ZINCRBY", K[1], -tonumber(w) - 1, "\\0extra") end
-  redis.pcall("HDEL", K[5], who)
+  redis.pcall("HDEL", K[5], who, "\\0m:" .. who)
   if not handing then retime() end
 end
 
 -- {1, fence, waitedMs} if who holds a live shared hold of K[1] at now_ms, else nil. Without its
--- record (never handed, or lost by hand) the counter and 0 ms waited are the conservative answer.
+-- grant record (never handed, or lost by hand) its fence and 0 ms waited are the answer (the
+-- counter, conservatively, for a hold kept without its fence).
 local function shared_grant(who, now_ms)
-  local s = redis.call("ZSCORE", K[1], who)
-  if not s or tonumber(s) <= now_ms then return nil end
+  local s = redis.call("ZMSCORE", K[1], who, "\\0f:" .. who)
+  if not s[1] or tonumber(s[1]) <= now_ms then return nil end
   local g = redis.pcall("HGET", K[5], who)
   local f, waited
   if type(g) == "string" then f, waited = string.match(g, "^(%d+) (%d+)$") end
-  if not f then return {1, tonumber(redis.call("GET", K[2])), 0} end
+  if not f then return {1, s[2] and -tonumber(s[2]) or tonumber(redis.call("GET", K[2])), 0} end
   return {1, tonumber(f), tonumber(waited)}
 end
 
@@ -176,7 +196,8 @@ local function hand_over(channel)
   while true do
     local who = redis.call("LINDEX", K[3], 0)
     if not who then break end
-    local info = redis.call("HGET", K[4], who)
+    local entry = redis.call("HMGET", K[4], who, "\\0m:" .. who)
+    local info, meta = entry[1], entry[2] or nil
     local enq, deadline, ttl, w, l
     if info then enq, deadline, ttl, w, l = string.match(info, "^(%d+) (%d+) (%d+) ?(%d*) ?(%d*)$") end
     w, l = tonumber(w), tonumber(l)
@@ -187,14 +208,15 @@ local function hand_over(channel)
       local fence = next_fence()
       if not fence then break end
       redis.call("LPOP", K[3])
-      redis.call("HDEL", K[4], who)
+      redis.call("HDEL", K[4], who, "\\0m:" .. who)
       local waited = math.max(0, math.floor((now - tonumber(enq)) / 1000))
       if w then
-        hold_shared(who, w, l, tonumber(ttl), fence, waited, kind, now_ms, true)
+        hold_shared(who, w, l, tonumber(ttl), fence, waited, kind, now_ms, true, meta)
         kind, total, limit = "shared", total + w, l
       else
         local value = who
-        if redis.call("EXISTS", K[3]) == 1 then value = MARK .. who end
+        if meta then value = who .. MARK .. meta end
+        if redis.call("EXISTS", K[3]) == 1 then value = MARK .. value end
         redis.call("SET", K[1], value, "PX", ttl)
         redis.call("SET", K[5], int(fence) .. " " .. int(waited) .. " " .. who, "PX", ttl)
         kind = "exclusive"
@@ -202,7 +224,7 @@ local function hand_over(channel)
       grants[#grants + 1] = {who, int(fence), int(waited)}
     else
       redis.call("LPOP", K[3])
-      redis.call("HDEL", K[4], who)
+      redis.call("HDEL", K[4], who, "\\0m:" .. who)
     end
   end
   if #grants == 0 then return nil end
@@ -212,6 +234,15 @@ local function hand_over(channel)
     redis.call("PUBLISH", channel, cjson.encode({K[1], g[1], g[2], g[3], next_ms}))
   end
   return #grants
+end
+
+-- The owner in v, an exclusive holder's value: without the mark in front ("callers queue") and
+-- the metadata after the owner (owners hold no NUL, so the first NUL after the owner ends it).
+local function holder(v)
+  if string.sub(v, 1, 1) == MARK then v = string.sub(v, 2) end
+  local nul = string.find(v, MARK, 1, true)
+  if nul then return string.sub(v, 1, nul - 1) end
+  return v
 end
 
 -- What a waiter that holds the key exclusively (handed over) answers: {1, fence, waitedMs},
@@ -234,8 +265,8 @@ local function free(v, channel)
 end
 `;
 
-// Takes the free lock (ENQUEUE_SCRIPT): INCR the fence counter KEYS[2], SET KEYS[1] to ARGV[1]
-// PX ARGV[2]; `fence` is then the new counter value. A counter that would leave 1..MAX_FENCE is
+// Takes the free lock (ENQUEUE_SCRIPT): INCR the fence counter KEYS[2], SET KEYS[1] to `value`
+// (the owner, and its metadata if any) PX ARGV[2]; `fence` is then the new counter value. A counter that would leave 1..MAX_FENCE is
 // put back and the script answers an error. Uses nothing from PRELUDE, so the uncontended path
 // creates none of its functions.
 const TAKE = `local fence = redis.call("INCR", KEYS[2])
@@ -243,14 +274,15 @@ if fence < 1 or fence > ${MAX_FENCE} then
   redis.call("DECR", KEYS[2])
   return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
 end
-redis.call("SET", KEYS[1], ARGV[1], "PX", ARGV[2])`;
+redis.call("SET", KEYS[1], value, "PX", ARGV[2])`;
 
 // `text` with every line indented by two spaces, to nest a shared part inside a block.
 const nested = (text) => text.replace(/^(?=.)/gm, "  ");
 
 /**
- * Plain acquire (KEYS: lock, fence counter, queue; ARGV: owner, ttl ms). SET KEYS[1] to ARGV[1]
- * NX with a TTL of ARGV[2] ms; if it was held, answer 0. If callers are queued for it (KEYS[3]
+ * Plain acquire (KEYS: lock, fence counter, queue; ARGV: the lock's value, ttl ms — the value is
+ * the owner, followed by NUL and the hold's metadata when it has some, so metadata costs this
+ * script nothing). SET KEYS[1] to ARGV[1] NX with a TTL of ARGV[2] ms; if it was held, answer 0. If callers are queued for it (KEYS[3]
  * exists: its holder's TTL passed while they waited), delete it again and answer -1: the store
  * then runs CHECK_SCRIPT for the key, which hands it to the oldest live waiter, and tries once
  * more — a newcomer never overtakes the queue. Otherwise INCR KEYS[2] (the fence counter) and
@@ -294,8 +326,9 @@ return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outs
  * check script would hand it over), while a queue of waiters that are all past their deadline
  * counts as empty and is dropped with the grant, as the hand-over would drop it. The grant: INCR
  * each counter (a counter that would leave 1..2^53-1, or that INCR refuses, puts every counter
- * back as it was and answers the error ACQUIRE_SCRIPT answers), then SET each lock to its owner
- * PX ttl; the answer is the fences in key order. Free keys cost two EXISTS for the whole set, one
+ * back as it was and answers the error ACQUIRE_SCRIPT answers), then SET each lock to its value
+ * (ARGV: the owner, followed by NUL and the hold's metadata when it has some, as ACQUIRE_SCRIPT
+ * takes it) PX ttl; the answer is the fences in key order. Free keys cost two EXISTS for the whole set, one
  * INCR and one SET each (and the counters' MGET, which tells an undo which counters to delete).
  */
 export const ACQUIRE_MANY_SCRIPT = `-- keel-lock acquire-many: four KEYS per key (lock, fence counter, queue, waiters), ARGV the ttl
@@ -357,13 +390,16 @@ return fences
 `;
 
 /**
- * Acquire or queue (ARGV: owner, ttl ms, wait ms, channel). Free and nobody queued: take it as
- * ACQUIRE_SCRIPT does and answer {1, fence}. Otherwise join the queue (the waiter's deadline and
- * TTL recorded by Redis's clock), mark an exclusive holder's value so its release hands over,
- * and answer {0, ms until the first hold expires}. The queue and the waiters hash expire a
+ * Acquire or queue (ARGV: owner, ttl ms, wait ms, channel, and the hold's metadata if it has
+ * some). Free and nobody queued: take it as ACQUIRE_SCRIPT does and answer {1, fence}.
+ * Otherwise join the queue (the waiter's deadline and TTL recorded by Redis's clock, and its
+ * metadata beside them, for the grant), mark an exclusive holder's value so its release hands
+ * over, and answer {0, ms until the first hold expires}. The queue and the waiters hash expire a
  * second after the last deadline.
  */
 export const ENQUEUE_SCRIPT = `-- keel-lock acquire-or-wait: take KEYS[1] like acquire, or queue ARGV[1] for ARGV[3] ms
+local value = ARGV[1]
+if ARGV[5] then value = ARGV[1] .. "\\0" .. ARGV[5] end
 local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
 if state == 0 then
 ${nested(TAKE)}
@@ -380,7 +416,12 @@ end
 local now = now_us()
 local wait = tonumber(ARGV[3])
 redis.call("RPUSH", KEYS[3], ARGV[1])
-redis.call("HSET", KEYS[4], ARGV[1], string.format("%.0f %.0f %s", now, now + wait * 1000, ARGV[2]))
+local entry = {"HSET", KEYS[4], ARGV[1], string.format("%.0f %.0f %s", now, now + wait * 1000, ARGV[2])}
+if ARGV[5] then
+  entry[5] = "\\0m:" .. ARGV[1]
+  entry[6] = ARGV[5]
+end
+redis.call(unpack(entry))
 for i = 3, 4 do
   if redis.call("PTTL", KEYS[i]) < wait + 1000 then redis.call("PEXPIRE", KEYS[i], wait + 1000) end
 end
@@ -391,7 +432,9 @@ return {0, next_expiry(math.floor(now / 1000))}
 
 /**
  * Shared acquire, or queue (KEYS: the lock's five names; ARGV: owner, ttl ms, weight, limit,
- * wait ms, channel). Callers queued for the key are first handed it as far as they fit. Then:
+ * wait ms, channel, and the hold's metadata if it has some: kept in K[5], or with the waiter's
+ * entry until it is handed the key). Callers queued for the key are first handed it as far as
+ * they fit. Then:
  * shared holders under another limit answer {2, their limit} (never queued); a hold fits when
  * nobody holds the key exclusively, nobody is still queued, and the weight held plus this one is
  * at most the limit: it is added (the next fence drawn) and the answer is {1, fence}. Otherwise,
@@ -403,10 +446,10 @@ return {0, next_expiry(math.floor(now / 1000))}
  * before PRELUDE (whose functions Lua would create on every run): one EXISTS tells free, held and
  * queued apart; beside other holds one ZMSCORE reads the owner, the limit, the weight held and
  * the latest expiry (or fails: the key is held exclusively); the hold is one INCR and one ZADD
- * (the hold, the weight held, the limit on a free key, the latest expiry when it is the
- * latest), and PEXPIREAT only when it is the latest. The weight held counts expired holds not
- * yet dropped, so a hold that fits with them fits; anything else (a full key with an expired
- * hold, another limit, an owner asking again) goes the full way.
+ * (the hold and its fence, the weight held, the limit on a free key, the latest expiry when it
+ * is the latest), and PEXPIREAT only when it is the latest. The weight held counts expired holds
+ * not yet dropped, so a hold that fits with them fits; anything else (a full key with an expired
+ * hold, another limit, an owner asking again, a hold with metadata) goes the full way.
  */
 export const ACQUIRE_SHARED_SCRIPT = `-- keel-lock shared acquire: add ARGV[1]'s hold of weight ARGV[3] under limit ARGV[4], or queue
 local w, l, wait, ttl = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[2])
@@ -415,6 +458,8 @@ if not (w and l and wait and ttl) or w % 1 ~= 0 or l % 1 ~= 0 or w < 1 or w > l 
 end
 local t
 repeat
+  -- a hold with metadata (ARGV[7]) goes the full way, which keeps it in K[5]
+  if ARGV[7] then break end
   -- 0: free; 1: held (shared, or a string: held exclusively); 2 or 3: callers queue (the full way)
   local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
   local total = 0
@@ -450,10 +495,10 @@ repeat
   local at = expiry .. ""
   -- K[1] expires with its latest hold: a later one moves it
   local later = state == 0 or now_ms + redis.call("PTTL", KEYS[1]) < expiry
-  local add = {"ZADD", KEYS[1], at, ARGV[1]}
+  local add = {"ZADD", KEYS[1], at, ARGV[1], -fence, "\\0f:" .. ARGV[1]}
   if state == 0 then
-    add[5] = -l
-    add[6] = "\\0limit"
+    add[7] = -l
+    add[8] = "\\0limit"
   end
   if w ~= 1 then
     add[#add + 1] = -w
@@ -479,13 +524,18 @@ if kind ~= "exclusive" and redis.call("EXISTS", K[3]) == 0 and (kind == "none" o
   if not fence then
     return redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..${MAX_FENCE}")
   end
-  hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms, false)
+  hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms, false, ARGV[7])
   retime()
   return {1, fence}
 end
 if wait == 0 then return {-1} end
 redis.call("RPUSH", K[3], ARGV[1])
-redis.call("HSET", K[4], ARGV[1], string.format("%.0f %.0f %.0f %.0f %.0f", now, now + wait * 1000, ttl, w, l))
+local entry = {"HSET", K[4], ARGV[1], string.format("%.0f %.0f %.0f %.0f %.0f", now, now + wait * 1000, ttl, w, l)}
+if ARGV[7] then
+  entry[5] = "\\0m:" .. ARGV[1]
+  entry[6] = ARGV[7]
+end
+redis.call(unpack(entry))
 for i = 3, 4 do
   if redis.call("PTTL", K[i]) < wait + 1000 then redis.call("PEXPIRE", K[i], int(wait + 1000)) end
 end
@@ -517,6 +567,8 @@ for first = 1, #KEYS, 5 do
     hand_over(ARGV[1])
     v = redis.pcall("GET", K[1])
   end
+  -- an exclusive holder's value: its owner alone (holder() cuts off the mark and metadata)
+  if type(v) == "string" and string.find(v, MARK, 2, true) then v = holder(v) end
   local now_ms = math.floor(now_us() / 1000)
   local answer = {next_expiry(now_ms)}
   for i = at + 1, at + count do
@@ -554,7 +606,7 @@ return answers
 export const LEAVE_SCRIPT = `-- keel-lock leave: take ARGV[1] out of KEYS[1]'s queue, or release the key it was handed
 ${PRELUDE}
 local v = redis.pcall("GET", KEYS[1])
-if v == ARGV[1] or v == MARK .. ARGV[1] then
+if type(v) == "string" and holder(v) == ARGV[1] then
   if ARGV[3] ~= "1" then return granted(ARGV[1]) end
   free(v, ARGV[2])
   return {2}
@@ -569,7 +621,7 @@ if type(v) == "table" then
   end
 end
 redis.call("LREM", KEYS[3], 0, ARGV[1])
-redis.call("HDEL", KEYS[4], ARGV[1])
+redis.call("HDEL", KEYS[4], ARGV[1], "\\0m:" .. ARGV[1])
 local queued = redis.call("EXISTS", KEYS[3]) == 1
 if type(v) == "string" then
   if string.sub(v, 1, 1) == MARK and not queued then redis.call("SET", KEYS[1], string.sub(v, 2), "KEEPTTL") end
@@ -580,12 +632,17 @@ return {0}
 `;
 
 // Release, the exclusive holder's part: GET (in v) told K[1] is a string or missing. Its owner
-// deletes it; a marked value (callers queued) goes on to hand over; anyone else answers 0.
+// deletes it; a marked value (callers queued) goes on to hand over; anyone else answers 0. A
+// value that is the owner alone is compared first: a hold without metadata costs no more.
 const RELEASE_EXCLUSIVE = `if v == ARGV[1] then
   return redis.call("DEL", KEYS[1])
 end
 if v ~= "\\0" .. ARGV[1] then
-  return 0
+  -- the owner followed by its metadata: owner .. "\\0" .. metadata (marked: "\\0" in front)
+  local o = ARGV[1] .. "\\0"
+  if not v then return 0 end
+  if string.sub(v, 1, #o) == o then return redis.call("DEL", KEYS[1]) end
+  if string.sub(v, 1, #o + 1) ~= "\\0" .. o then return 0 end
 end`;
 
 // Release, a shared holder's part: r is ZMSCORE of K[1] for the owner, its weight and the
@@ -600,12 +657,12 @@ if s <= tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) then
   return 0
 end
 if r[2] then
-  redis.call("ZREM", KEYS[1], ARGV[1], "\\0w:" .. ARGV[1])
+  redis.call("ZREM", KEYS[1], ARGV[1], "\\0f:" .. ARGV[1], "\\0w:" .. ARGV[1])
   redis.call("ZINCRBY", KEYS[1], -tonumber(r[2]) - 1, "\\0extra")
 else
-  redis.call("ZREM", KEYS[1], ARGV[1])
+  redis.call("ZREM", KEYS[1], ARGV[1], "\\0f:" .. ARGV[1])
 end
-if r[3] then redis.call("HDEL", KEYS[5], ARGV[1]) end
+if r[3] then redis.call("HDEL", KEYS[5], ARGV[1], "\\0m:" .. ARGV[1]) end
 if redis.call("EXISTS", KEYS[3]) == 0 then
   -- K[1] expires with the latest hold: only dropping that one moves its expiry
   local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")
@@ -681,7 +738,11 @@ export const EXTEND_SCRIPT = `-- keel-lock extend: reset ARGV[1]'s hold to ARGV[
 local holder = redis.pcall("GET", KEYS[1])
 if type(holder) ~= "table" then
   if holder ~= ARGV[1] and holder ~= "\\0" .. ARGV[1] then
-    return 0
+    -- the owner followed by its metadata (kept: PEXPIRE leaves the value as it is)
+    local o = ARGV[1] .. "\\0"
+    if not holder or (string.sub(holder, 1, #o) ~= o and string.sub(holder, 1, #o + 1) ~= "\\0" .. o) then
+      return 0
+    end
   end
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 end
@@ -719,24 +780,86 @@ if redis.call("EXISTS", K[3]) == 1 then hand_over(ARGV[1]) end
 return held
 `;
 
+/**
+ * Inspect (KEYS: the lock's five names; no ARGV): one atomic read, nothing written. Answers
+ * {waiting, then fence, metadata, remainingMs for each live hold}: waiting is the number of
+ * queued waiters whose deadline has not passed; a hold held exclusively has the counter's value
+ * as its fence (nothing draws a fence while it is held) and its PTTL; each live shared hold
+ * (scored after now) its own "\\0f:" fence — or its grant record's, or false for a hold kept
+ * without either — and its expiry less now. Metadata is answered with "=" in front (false:
+ * none), so a client that reads replies as JSON where it can (@upstash/redis) leaves it a string.
+ * No owner is answered.
+ */
+export const INSPECT_SCRIPT = `-- keel-lock inspect: the live holds of KEYS[1] (fence, metadata, ms left) and its live waiters
+local t = redis.call("TIME")
+local now_us = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local now_ms = math.floor(now_us / 1000)
+local answer = {0}
+local v = redis.pcall("GET", KEYS[1])
+if type(v) == "string" then
+  if string.sub(v, 1, 1) == "\\0" then v = string.sub(v, 2) end
+  local nul = string.find(v, "\\0", 1, true)
+  answer[2] = tonumber(redis.pcall("GET", KEYS[2])) or false
+  answer[3] = nul and "=" .. string.sub(v, nul + 1) or false
+  answer[4] = math.max(0, redis.call("PTTL", KEYS[1]))
+elseif v then
+  local live = redis.call("ZRANGEBYSCORE", KEYS[1], string.format("(%.0f", now_ms), "+inf", "WITHSCORES")
+  for first = 1, #live, 512 do
+    local last = math.min(#live, first + 511)
+    local fences, records = {"ZMSCORE", KEYS[1]}, {"HMGET", KEYS[5]}
+    for i = first, last, 2 do
+      fences[#fences + 1] = "\\0f:" .. live[i]
+      records[#records + 1] = live[i]
+      records[#records + 1] = "\\0m:" .. live[i]
+    end
+    fences = redis.call(unpack(fences))
+    records = redis.pcall(unpack(records))
+    if records.err then records = {} end
+    for j = 1, #fences do
+      local i = first + 2 * (j - 1)
+      local fence = fences[j] and -tonumber(fences[j])
+      if not fence and records[2 * j - 1] then fence = tonumber(string.match(records[2 * j - 1], "^(%d+) ")) end
+      answer[#answer + 1] = fence or false
+      answer[#answer + 1] = records[2 * j] and "=" .. records[2 * j] or false
+      answer[#answer + 1] = tonumber(live[i + 1]) - now_ms
+    end
+  end
+end
+local from = 0
+repeat
+  local who = redis.call("LRANGE", KEYS[3], from, from + 99)
+  if #who > 0 then
+    local info = redis.call("HMGET", KEYS[4], unpack(who))
+    for j = 1, #who do
+      local deadline = info[j] and string.match(info[j], "^%d+ (%d+) ")
+      if deadline and tonumber(deadline) > now_us then answer[1] = answer[1] + 1 end
+    end
+  end
+  from = from + 100
+until #who < 100
+return answer
+`;
+
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const ACQUIRE_SHA = "c63daa244b0ba5f38a0cdf96979f88f3c55d200e";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "b6735beb5834a537d4e420d3633e7fca5d9a7245";
+export const RELEASE_SHA = "cc46b27e80314290e93c623381ddb38be7fa349f";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const EXTEND_SHA = "de6767035d036d8aa155b2aab1f3fcc4fe7cfc12";
+export const EXTEND_SHA = "35704053b2a3c6469f88bb2c7f6fbb2d3d691d9c";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "8fd54c9dd038ea3227b6213f8c13d7e8aea2b347";
+export const ENQUEUE_SHA = "37675193d9a32f73b920e358673af0fa22885e8c";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "cf8e9c818c39ec1dca7914c5fb4fd959f5cd0ba3";
+export const CHECK_SHA = "935edc5969d1d30684d935722d62909dc17796cf";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "a11863f58f27336b511cb975650ab7a33aca34b4";
+export const LEAVE_SHA = "7628c3a2004c18092e963e766003d499c7ae1304";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "f6291a3b230c643b9fa0b467ce0bf8b83f92a0a9";
+export const FORCE_RELEASE_SHA = "b000fc711724b273086dd3886fa82a8cd10729fc";
 /** SHA-1 of RELEASE_SHARED_SCRIPT (checked by the tests). */
-export const RELEASE_SHARED_SHA = "a674bc00712b36eb6e7f06106e486dd7b8f1a213";
+export const RELEASE_SHARED_SHA = "8b4a0b2114010bf9dad7284b5d0464a949163b29";
 /** SHA-1 of ACQUIRE_SHARED_SCRIPT (checked by the tests). */
-export const ACQUIRE_SHARED_SHA = "a7d3e89919a551299fb9100d62bb89b614b9b7d9";
+export const ACQUIRE_SHARED_SHA = "fb73f0c83258834aa61a50fef3025d39d31c2101";
+/** SHA-1 of INSPECT_SCRIPT (checked by the tests). */
+export const INSPECT_SHA = "85f4103368ca1e02da49a7fcce8e058a335960d3";
 /** SHA-1 of ACQUIRE_MANY_SCRIPT (checked by the tests). */
 export const ACQUIRE_MANY_SHA = "a3b11736ff919afef91720da79012358e2c0886f";
 
@@ -763,6 +886,27 @@ export function manyAnswer(reply, count) {
     if (!got) throw new TypeError(`redisLockStore: the acquire-many script answered a fence of ${String(fence)}`);
     return got;
   });
+}
+
+// INSPECT_SCRIPT's answer: { holders: [{ metadata, fence, remainingMs }], waiting }, the holds in
+// fence order (those without a fence last, by time left).
+export function inspectAnswer(reply) {
+  if (!Array.isArray(reply) || reply.length % 3 !== 1) {
+    throw new TypeError(`redisLockStore: the inspect script answered ${String(reply)}`);
+  }
+  const holders = [];
+  for (let i = 1; i < reply.length; i += 3) {
+    const [fence, metadata, remainingMs] = [reply[i], reply[i + 1], reply[i + 2]];
+    holders.push({
+      metadata: metadata === null || metadata === undefined ? null : String(metadata).slice(1),
+      fence: fence === null || fence === undefined ? null : Number(fence),
+      remainingMs: Math.max(0, Math.floor(Number(remainingMs))),
+    });
+  }
+  if (holders.length > 1) {
+    holders.sort((a, b) => (a.fence === null) - (b.fence === null) || (a.fence ?? 0) - (b.fence ?? 0) || a.remainingMs - b.remainingMs);
+  }
+  return { holders, waiting: Number(reply[0]) };
 }
 
 // ACQUIRE_SHARED_SCRIPT's answer without waiting: {1, fence}, {2, heldLimit}, or {-1}.

@@ -5,6 +5,7 @@
 // it works: stores/README.md, "Waiting without polling" and "Shared holds".
 
 import { idleCloser, LockStoreClosedError, MAX_TTL_MS } from "./args.js";
+import { checkMetadata } from "./metadata.js";
 import { clientClosed, openSubscriber } from "./redis-clients.js";
 import {
   ACQUIRE_SHARED_SCRIPT,
@@ -275,7 +276,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     return runScript(LEAVE_SHA, LEAVE_SCRIPT, wait.names, [wait.owner, channel, withdrawing ? "1" : "0"]);
   }
 
-  function checkWait(key, owner, ttlMs, waitMs, pollMs) {
+  function checkWait(who, key, owner, ttlMs, waitMs, pollMs, metadata) {
     check.key(key);
     checkOwner(owner);
     check.ttl(ttlMs);
@@ -285,6 +286,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_TTL_MS) {
       throw new RangeError(`redisLockStore: pollMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${pollMs}`);
     }
+    checkMetadata(`redisLockStore.${who}`, metadata);
   }
 
   // Queues `owner` for `key` through `sha`/`script` (the enqueue or the shared acquire script,
@@ -325,16 +327,18 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     /**
      * Takes the key if it is free and nobody queues; otherwise joins its FIFO queue and waits up
      * to `waitMs` for a release (or the holders' expiry) to hand it over. Answers
-     * `{ fence, waitedMs }` or `false`.
+     * `{ fence, waitedMs }` or `false`. `metadata` is kept with the queue entry and becomes the
+     * hold's when it is handed the key.
      */
-    acquireOrWait(key, owner, ttlMs, waitMs, pollMs) {
+    acquireOrWait(key, owner, ttlMs, waitMs, pollMs, metadata) {
       try {
-        checkWait(key, owner, ttlMs, waitMs, pollMs);
+        checkWait("acquireOrWait", key, owner, ttlMs, waitMs, pollMs, metadata);
       } catch (error) {
         return Promise.reject(error);
       }
-      if (waitMs === 0) return store.acquire(key, owner, ttlMs).then((got) => got && { ...got, waitedMs: 0 });
+      if (waitMs === 0) return store.acquire(key, owner, ttlMs, metadata).then((got) => got && { ...got, waitedMs: 0 });
       const args = [String(ttlMs), String(waitMs), channel];
+      if (metadata !== undefined) args.push(metadata);
       return queueFor(key, owner, waitMs, pollMs, ENQUEUE_SHA, ENQUEUE_SCRIPT, args);
     },
 
@@ -344,16 +348,17 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
      * alike) and waits up to `waitMs` to be handed it. Answers `{ fence, waitedMs }`, `false`,
      * or `{ heldLimit }` at once when the key is held under another limit.
      */
-    acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, pollMs) {
+    acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, pollMs, metadata) {
       try {
-        checkWait(key, owner, ttlMs, waitMs, pollMs);
+        checkWait("acquireSharedOrWait", key, owner, ttlMs, waitMs, pollMs, metadata);
       } catch (error) {
         return Promise.reject(error);
       }
       if (waitMs === 0) {
-        return store.acquireShared(key, owner, ttlMs, weight, limit).then((got) => (got && "fence" in got ? { ...got, waitedMs: 0 } : got));
+        return store.acquireShared(key, owner, ttlMs, weight, limit, metadata).then((got) => (got && "fence" in got ? { ...got, waitedMs: 0 } : got));
       }
       const args = [String(ttlMs), String(weight), String(limit), String(waitMs), channel];
+      if (metadata !== undefined) args.push(metadata);
       return queueFor(key, owner, waitMs, pollMs, ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, args).then((got) => noteShared(owner, got));
     },
 

@@ -25,7 +25,7 @@ export interface RedisLockStoreOptions {
 
 /** The Redis key names for one lock key; both carry the same hash tag, so one cluster slot. */
 export interface RedisLockKeys {
-  /** `<prefix>{<key>}`: the owner token, with the lock's TTL. */
+  /** `<prefix>{<key>}`: the owner token (followed by NUL and the hold's metadata, if any), with the lock's TTL. */
   readonly lock: string;
   /** `<prefix>{<key>}:fence`: the fence counter, never expires. */
   readonly fence: string;
@@ -38,6 +38,24 @@ export type RedisWaitedGrant = Grant & WaitedGrant & { fence: number };
  * A LockStore over Redis. Every method answers a promise and costs one round trip
  * (a script call: one more after that Redis lost its script cache).
  */
+/** One live hold of a key, as `inspect` answers it: never its owner token. */
+export interface RedisHolderInfo {
+  /** The metadata given when the hold was acquired (or queued for), or null if none was. */
+  metadata: string | null;
+  /** The hold's fence, or null if unknown (a shared hold kept by a version that did not record it). */
+  fence: number | null;
+  /** Whole ms until the hold expires, by Redis's clock (≥ 0). */
+  remainingMs: number;
+}
+
+/** Who holds a key and how many wait for it: `inspect`'s answer (the shape of the core's `LockInfo`). */
+export interface RedisLockInfo {
+  /** The key's live holds in fence order: at most one held exclusively; each shared hold its own. */
+  holders: RedisHolderInfo[];
+  /** Waiters queued for the key whose deadline has not passed. */
+  waiting: number;
+}
+
 /** A shared acquire refused because the key is held under another limit (never queued). */
 export interface RedisHeldLimit {
   /** The limit the key's live shared holds were taken under. */
@@ -54,8 +72,10 @@ export type RedisLockStore = Omit<
    * fence handed out before for this key — across holders, processes, expiry and release — as
    * long as Redis keeps the counter (see the README on persistence, failover and eviction).
    * Rejects (and takes no lock) if the counter is not a positive integer or is exhausted.
+   * `metadata` (at most 1024 bytes of UTF-8; longer is a RangeError) is kept with the hold, in
+   * the same script, until it is released, expires or is force-released; `inspect` shows it.
    */
-  acquire(key: string, owner: string, ttlMs: number): Promise<false | Grant>;
+  acquire(key: string, owner: string, ttlMs: number, metadata?: string): Promise<false | Grant>;
   /**
    * Several keys in one script, atomically: when `acquire` would grant every key now (free or
    * expired, no live shared hold, no caller queued for it), `keys[i]` goes to `owners[i]` and the
@@ -63,8 +83,14 @@ export type RedisLockStore = Omit<
    * changes and the answer is `false`. `null`, with no request sent, on a cluster when the keys'
    * names are in different hash slots (see `hashTags`). 1 to 64 distinct keys sorted by code
    * point, distinct owners; rejects as `acquire` does if a key's counter cannot give a fence.
+   * `metadata`, if given, holds one entry per key: that key's hold's metadata, or undefined.
    */
-  acquireMany(keys: readonly string[], owners: readonly string[], ttlMs: number): Promise<false | null | Grant[]>;
+  acquireMany(
+    keys: readonly string[],
+    owners: readonly string[],
+    ttlMs: number,
+    metadata?: readonly (string | undefined)[],
+  ): Promise<false | null | Grant[]>;
   /**
    * A shared hold of `weight` under `limit` (a semaphore's permits; a read lock is weight 1 under
    * 2^32 − 1), one script: `{ fence }` when no exclusive holder, nobody queued, and the weight
@@ -72,8 +98,22 @@ export type RedisLockStore = Omit<
    * shared holds were taken under another limit. Each hold has its own owner, TTL and fence
    * (from the key's one counter); `release`/`extend` act on the owner's hold.
    * Rejects if weight and limit are not whole numbers with 1 ≤ weight ≤ limit ≤ 2^32 − 1.
+   * `metadata`: this hold's, as for `acquire`.
    */
-  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<false | Grant | RedisHeldLimit>;
+  acquireShared(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    metadata?: string,
+  ): Promise<false | Grant | RedisHeldLimit>;
+  /**
+   * Who holds `key`, in one script (an atomic read that writes nothing): its live holds with
+   * their metadata, fence and time left, in fence order, and the number of live waiters. Never
+   * answers an owner token.
+   */
+  inspect(key: string): Promise<RedisLockInfo>;
   /**
    * Frees every hold of `key` (for operators) and answers whether someone held it. Queued
    * waiters are handed the key, as on a release; the old holders' next extend answers false.
@@ -88,12 +128,14 @@ export type RedisLockStore = Omit<
    * queued). The first call that has to queue opens the store's pub/sub connection (a
    * `duplicate()` of the client); it is closed a moment after the last wait ends, and at once
    * when the client is closed — a wait still queued then rejects with `LockStoreClosedError`.
+   * `metadata` waits with the caller in the queue and becomes its hold's when it is handed the key.
    */
-  acquireOrWait?(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number): Promise<false | RedisWaitedGrant>;
+  acquireOrWait?(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number, metadata?: string): Promise<false | RedisWaitedGrant>;
   /**
    * `acquireShared`, or join the key's one FIFO queue (behind exclusive and shared waiters alike)
    * and wait up to `waitMs` to be handed the hold — by a release, or when a hold's TTL passes.
-   * `{ heldLimit }` answers at once and never queues. Absent on @upstash/redis.
+   * `{ heldLimit }` answers at once and never queues. Absent on @upstash/redis. `metadata`: as
+   * for `acquireOrWait`.
    */
   acquireSharedOrWait?(
     key: string,
@@ -103,6 +145,7 @@ export type RedisLockStore = Omit<
     limit: number,
     waitMs: number,
     pollMs: number,
+    metadata?: string,
   ): Promise<false | RedisWaitedGrant | RedisHeldLimit>;
   /**
    * Afterwards `owner` neither holds nor waits for `key`: leaves the queue, or releases a key it
@@ -198,3 +241,7 @@ export declare const CHECK_SHA: string;
 export declare const LEAVE_SHA: string;
 /** SHA-1 of FORCE_RELEASE_SCRIPT. */
 export declare const FORCE_RELEASE_SHA: string;
+/** The inspect script (the key's live holds — fence, metadata, time left — and its live waiters; writes nothing). */
+export declare const INSPECT_SCRIPT: string;
+/** SHA-1 of INSPECT_SCRIPT. */
+export declare const INSPECT_SHA: string;

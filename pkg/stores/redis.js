@@ -11,13 +11,17 @@
 // names share one Redis Cluster slot: P{K} (the owner token, PX ttl), P{K}:fence (the fence
 // counter, never expires), and, for waiting and shared holds, P{K}:queue, P{K}:waiters,
 // P{K}:grant (while the key is held shared, P{K} is a sorted set of holders and P{K}:grant the
-// limit, the weight held and the holders' records). In the braces and in P, "%", "{" and "}" are written "%25", "%7B", "%7D":
-// one-to-one, and the tag is never empty. With the option hashTags, a key with a hash tag of its
-// own (Redis's rule: the text between its first "{" and the first "}" after that, not empty) is
-// named P{tag}{K} instead: the tag decides the slot, so keys sharing one can be taken in one
-// script on a cluster (acquireMany); the {K} after it keeps the names one-to-one.
+// limit, the weight held and the holders' records). A hold's metadata is kept beside its owner,
+// by the script that grants it: after the owner in P{K} (exclusive), in P{K}:grant (shared), in
+// P{K}:waiters while it waits; inspect(key) reads them all in one script. In the braces and in
+// P, "%", "{" and "}" are written "%25", "%7B", "%7D": one-to-one, and the tag is never empty.
+// With the option hashTags, a key with a hash tag of its own (Redis's rule: the text between its
+// first "{" and the first "}" after that, not empty) is named P{tag}{K} instead: the tag decides
+// the slot, so keys sharing one can be taken in one script on a cluster (acquireMany); the {K}
+// after it keeps the names one-to-one.
 
 import { argumentChecks, checkKeySet, LockStoreClosedError, safetyNetOption } from "./args.js";
+import { checkMetadata, checkMetadataList } from "./metadata.js";
 import { adapter, CLIENT_TYPES, detectRedisClient, isNoScript, keySlot } from "./redis-clients.js";
 import {
   ACQUIRE_MANY_SCRIPT,
@@ -34,6 +38,9 @@ import {
   fenceFrom,
   FORCE_RELEASE_SCRIPT,
   FORCE_RELEASE_SHA,
+  INSPECT_SCRIPT,
+  INSPECT_SHA,
+  inspectAnswer,
   isOne,
   manyAnswer,
   RELEASE_SCRIPT,
@@ -59,6 +66,8 @@ export {
   EXTEND_SHA,
   FORCE_RELEASE_SCRIPT,
   FORCE_RELEASE_SHA,
+  INSPECT_SCRIPT,
+  INSPECT_SHA,
   LEAVE_SCRIPT,
   LEAVE_SHA,
   RELEASE_SCRIPT,
@@ -107,9 +116,10 @@ function hashTagsOption(options) {
 
 /**
  * The Redis key names the store uses for lock key `key` under `prefix`: `lock` holds the owner
- * token (with the lock's TTL), `fence` the fence counter (no TTL). Both carry the hash tag
- * `{key}` (with `%`, `{`, `}` escaped as `%25`, `%7B`, `%7D`), so they share one cluster slot;
- * with `options.hashTags`, a key with a hash tag of its own carries that tag instead.
+ * token (and, after a NUL, the hold's metadata; with the lock's TTL), `fence` the fence counter
+ * (no TTL). Both carry the hash tag `{key}` (with `%`, `{`, `}` escaped as `%25`, `%7B`, `%7D`),
+ * so they share one cluster slot; with `options.hashTags`, a key with a hash tag of its own
+ * carries that tag instead.
  */
 export function redisLockKeys(key, prefix = "", options = undefined) {
   check.key(key);
@@ -118,13 +128,18 @@ export function redisLockKeys(key, prefix = "", options = undefined) {
   return { lock, fence: `${lock}:fence` };
 }
 
-// acquireMany's arguments (args.js), and owners without NUL, as every owner here.
-function checkSet(keys, owners, ttlMs) {
+// acquireMany's arguments (args.js, metadata.js), and owners without NUL, as every owner here.
+function checkSet(keys, owners, ttlMs, metadata) {
   checkKeySet("redisLockStore.acquireMany", keys, owners, ttlMs);
   if (owners.some((owner) => owner.includes("\0"))) {
     throw new TypeError("redisLockStore.acquireMany: owner must not contain NUL");
   }
+  checkMetadataList("redisLockStore.acquireMany", metadata, keys.length);
 }
+
+// An exclusive hold's value in Redis: its owner, and after a NUL its metadata if it has some
+// (owners hold no NUL, so the first one after the owner ends it).
+const heldValue = (owner, metadata) => (metadata === undefined ? owner : `${owner}\0${metadata}`);
 
 /**
  * A keel-lock LockStore over Redis.
@@ -232,16 +247,17 @@ export function redisLockStore(client, options = {}) {
       return redisLockKeys(key, prefix, { hashTags });
     },
 
-    acquire(key, owner, ttlMs) {
+    acquire(key, owner, ttlMs, metadata) {
       try {
         check.key(key);
         checkOwner(owner);
         check.ttl(ttlMs);
+        checkMetadata("redisLockStore.acquire", metadata);
       } catch (error) {
         return Promise.reject(error);
       }
       const all = lockKeys(key);
-      const args = [owner, String(ttlMs)];
+      const args = [heldValue(owner, metadata), String(ttlMs)];
       // -1: the lock is free with callers queued (its holders expired). The check script hands it
       // to the oldest live waiters that fit, dropping those whose deadline passed; a second try
       // then finds it held (false), or free with nobody left queued (taken). Still free with
@@ -259,15 +275,16 @@ export function redisLockStore(client, options = {}) {
      * Every key to its owner (keys[i] to owners[i]) in one script when acquire would grant each of
      * them now: one `{ fence }` per key, in order; otherwise nothing changes and the answer is
      * `false`. `null`, with no request sent, on a cluster when the keys' names are in different
-     * hash slots (one script cannot touch them).
+     * hash slots (one script cannot touch them). `metadata`, if given, holds one string (or
+     * undefined) per key: each hold's metadata.
      */
-    acquireMany(keys, owners, ttlMs) {
+    acquireMany(keys, owners, ttlMs, metadata) {
       try {
-        checkSet(keys, owners, ttlMs);
+        checkSet(keys, owners, ttlMs, metadata);
       } catch (error) {
         return Promise.reject(error);
       }
-      // Each key's lock, counter, queue and waiters names; the TTL, then each key's owner.
+      // Each key's lock, counter, queue and waiters names; the TTL, then each key's value.
       const scriptKeys = [];
       const args = [String(ttlMs)];
       let slot;
@@ -275,7 +292,7 @@ export function redisLockStore(client, options = {}) {
         const all = lockKeys(keys[i]);
         if (cluster && (slot ??= all.slot) !== all.slot) return Promise.resolve(null);
         scriptKeys.push(all[0], all[1], all[2], all[3]);
-        args.push(owners[i]);
+        args.push(heldValue(owners[i], metadata?.[i]));
       }
       return runScript(ACQUIRE_MANY_SHA, ACQUIRE_MANY_SCRIPT, scriptKeys, args, (reply) => manyAnswer(reply, keys.length));
     },
@@ -304,15 +321,17 @@ export function redisLockStore(client, options = {}) {
      * `false` (no room, or callers queued), or `{ heldLimit }` (held under another limit). The
      * script checks weight and limit (whole numbers, 1 <= weight <= limit <= 2^32 - 1).
      */
-    acquireShared(key, owner, ttlMs, weight, limit) {
+    acquireShared(key, owner, ttlMs, weight, limit, metadata) {
       try {
         check.key(key);
         checkOwner(owner);
         check.ttl(ttlMs);
+        checkMetadata("redisLockStore.acquireShared", metadata);
       } catch (error) {
         return Promise.reject(error);
       }
       const args = [owner, String(ttlMs), String(weight), String(limit), "0", channel];
+      if (metadata !== undefined) args.push(metadata);
       return runScript(ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, lockKeys(key), args, (reply) => noteShared(owner, sharedAnswer(reply)));
     },
 
@@ -325,6 +344,21 @@ export function redisLockStore(client, options = {}) {
       check.key(key);
       const ms = Number(await redis.pttl(lockKey(key)));
       return Number.isFinite(ms) && ms > 0 ? ms : null;
+    },
+
+    /**
+     * Who holds `key`, in one script (an atomic read): `{ holders: [{ metadata, fence,
+     * remainingMs }], waiting }` — the live holds in fence order (at most one held exclusively;
+     * each shared hold its own), `metadata` null for a hold without, `remainingMs` by Redis's
+     * clock, `waiting` the live waiters queued for the key. Never an owner token.
+     */
+    inspect(key) {
+      try {
+        check.key(key);
+      } catch (error) {
+        return Promise.reject(error);
+      }
+      return runScript(INSPECT_SHA, INSPECT_SCRIPT, lockKeys(key), [], inspectAnswer);
     },
 
     /** Frees every hold of `key` (queued waiters are handed it); true if someone held it. */

@@ -5,7 +5,9 @@ import {
   redisLockKeys,
   detectRedisClient,
   ACQUIRE_SHA,
+  INSPECT_SHA,
   type RedisClientType,
+  type RedisLockInfo,
   type RedisLockKeys,
   type RedisLockStore,
 } from "../../../pkg/stores/redis.js";
@@ -39,6 +41,14 @@ export async function redisUsage(): Promise<void> {
   const many: false | null | Grant[] = await tagged.acquireMany(["{a}:1", "{a}:2"], ["o1", "o2"], 1000);
   const firstFence: number | undefined = many ? many[0].fence : undefined;
   const taggedNames: RedisLockKeys = redisLockKeys("{a}:1", "", { hashTags: true });
+  const withMetadata: false | Grant = await io.acquire("k", "owner", 1000, "worker 7");
+  const manyWithMetadata = await tagged.acquireMany(["{a}:1", "{a}:2"], ["o1", "o2"], 1000, ["a", undefined]);
+  const permit = await io.acquireShared("k", "owner", 1000, 1, 4, "reader");
+  const waited = await io.acquireOrWait?.("k", "owner", 1000, 500, 50, "waiter");
+  const info: RedisLockInfo = await upstash.inspect("k");
+  const holder: { metadata: string | null; fence: number | null; remainingMs: number } | undefined = info.holders[0];
+  const waiting: number = info.waiting;
+  const inspectSha: string = INSPECT_SHA;
 
   // @ts-expect-error acquire answers { fence } or false, not a boolean
   const won: boolean = await io.acquire("k", "owner", 1000);
@@ -50,8 +60,15 @@ export async function redisUsage(): Promise<void> {
   redisLockKeys("k", 1);
   // @ts-expect-error acquireMany takes the keys as an array
   await io.acquireMany("k", ["o"], 1000);
+  // @ts-expect-error metadata is a string
+  await io.acquire("k", "owner", 1000, 42);
+  // @ts-expect-error acquireMany's metadata is one entry per key, an array
+  await io.acquireMany(["k"], ["o"], 1000, "m");
+  // @ts-expect-error inspect answers no owner
+  const leaked: string = (await io.inspect("k")).holders[0].owner;
   // @ts-expect-error hashTags is a boolean
   redisLockStore(new IORedis(), { hashTags: "yes" });
 
+  void [withMetadata, manyWithMetadata, permit, waited, holder, waiting, inspectSha, leaked];
   void [asLockStore, firstFence, taggedNames, kind, type, fence, released, extended, left, lockName, counterName, sha, won, notAString];
 }
