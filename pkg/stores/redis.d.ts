@@ -64,7 +64,7 @@ export interface RedisHeldLimit {
 
 export type RedisLockStore = Omit<
   LockStore,
-  "acquire" | "acquireOrWait" | "withdraw" | "forceRelease" | "acquireShared" | "acquireSharedOrWait" | "acquireMany"
+  "acquire" | "acquireOrWait" | "withdraw" | "forceRelease" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "inspect"
 > & {
   /**
    * One script, atomically: if the key is free, take it and answer `{ fence }` from the key's

@@ -62,7 +62,7 @@ export interface DatabaseLockInfo {
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
 export type DatabaseLockStore = Omit<
   LockStore,
-  "acquire" | "acquireOrWait" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "withdraw" | "forceRelease"
+  "acquire" | "acquireOrWait" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "inspect" | "withdraw" | "forceRelease"
 > & {
   /**
    * Atomic set-if-absent judged by the database's clock: `{ fence }` if this call took the lock,

@@ -558,3 +558,44 @@ async function servedSlots(node) {
       return [from, to];
     });
 }
+
+// Through keel-lock itself (the installed package): run({ metadata }) reaches the store, and
+// inspect(key) shows it — a leader's campaign seen by observe, on a real redis-server.
+describe("keel-lock over redisLockStore: metadata, inspect, campaign and observe", () => {
+  let server;
+  let client;
+  before(async () => {
+    server = await startRedis();
+    client = new IORedis({ host: "127.0.0.1", port: server.port, lazyConnect: true });
+    await client.connect();
+  });
+  after(async () => {
+    client?.disconnect();
+    await server?.stop();
+  });
+
+  test("run({ metadata }) is kept with the hold; inspect shows it with the run's fence; campaigns take turns as observe sees", async () => {
+    const { lock, inspect, campaign, observe, setLockStore } = await import("keel-lock");
+    setLockStore(redisLockStore(client, { prefix: `e2e:${tag()}:` }));
+    const key = `job:${tag()}`;
+    const [ran, seen] = await lock(key, 10_000).run(async ({ fence }) => ({ fence, info: await inspect(key) }), { metadata: "worker 3 on host-b" });
+    assert.equal(ran, true);
+    assert.deepEqual(seen.info.holders.map((h) => [h.metadata, h.fence]), [["worker 3 on host-b", seen.fence]]);
+    assert.equal(seen.info.waiting, 0);
+    assert.equal((await inspect(key)).held, false);
+
+    const leaderKey = `leader:${tag()}`;
+    const controller = new AbortController();
+    const changes = [];
+    const watching = (async () => {
+      for await (const leader of observe(leaderKey, { signal: controller.signal, intervalMs: 10 })) changes.push(leader?.metadata ?? null);
+    })();
+    const term = (name) => campaign(leaderKey, () => sleep(60).then(() => name), { metadata: name, ttlMs: 5_000 });
+    assert.deepEqual((await Promise.all([term("a"), term("b")])).sort(), ["a", "b"]);
+    await sleep(50);
+    controller.abort();
+    await watching;
+    assert.deepEqual([...new Set(changes.filter((c) => c !== null))].sort(), ["a", "b"], JSON.stringify(changes));
+    assert.equal(changes.at(-1), null);
+  });
+});
