@@ -177,6 +177,7 @@ export function mapSharedStore() {
  */
 export function mapInspectStore() {
   const rows = new Map();
+  const inner = mapLockStore(rows);
   let fence = 0;
   const calls = [];
   const live = (key) => {
@@ -184,6 +185,7 @@ export function mapInspectStore() {
     return row && row.expiresAt > Date.now() ? row : undefined;
   };
   return {
+    ...inner,
     rows,
     calls,
     async acquire(key, owner, ttlMs, ...rest) {
@@ -192,26 +194,6 @@ export function mapInspectStore() {
       if (live(key)) return false;
       rows.set(key, { owner, expiresAt: Date.now() + ttlMs, fence: ++fence, metadata: rest[0] ?? null });
       return { fence };
-    },
-    async release(key, owner) {
-      await null;
-      if (live(key)?.owner !== owner) return false;
-      rows.delete(key);
-      return true;
-    },
-    async extend(key, owner, ttlMs) {
-      await null;
-      const row = live(key);
-      if (row?.owner !== owner) return false;
-      row.expiresAt = Date.now() + ttlMs;
-      return true;
-    },
-    async isLocked(key) {
-      return live(key) !== undefined;
-    },
-    async remainingTime(key) {
-      const row = live(key);
-      return row ? row.expiresAt - Date.now() : null;
     },
     async inspect(key) {
       const row = live(key);

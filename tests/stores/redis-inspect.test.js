@@ -17,6 +17,7 @@ import { Redis as Upstash } from "@upstash/redis";
 import { ENQUEUE_SCRIPT, INSPECT_SCRIPT, INSPECT_SHA, redisLockStore } from "../../pkg/stores/redis.js";
 import * as scripts from "../../pkg/stores/redis-scripts.js";
 import { keySlot } from "../../pkg/stores/redis-clients.js";
+import { standaloneClients } from "./lib/redis-clients.js";
 import { ioredisCluster, nodeRedisCluster, sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
 
 const LONG = 60_000;
@@ -363,30 +364,8 @@ describe("inspect and hold metadata on a standalone Redis", () => {
     await redis?.stop();
   });
 
-  const CLIENTS = {
-    "ioredis 5": async () => {
-      const client = new IORedis({ port: redis.port, host: "127.0.0.1" });
-      return { client, close: () => client.disconnect() };
-    },
-    "ioredis 6": async () => {
-      const Ctor = IORedis6.default ?? IORedis6;
-      const client = new Ctor({ port: redis.port, host: "127.0.0.1" });
-      return { client, close: () => client.disconnect() };
-    },
-    "node-redis 5": async () => {
-      const client = createNodeRedis({ url: redis.url });
-      client.on("error", () => {});
-      await client.connect();
-      return { client, close: () => client.quit() };
-    },
-    "node-redis 4": async () => {
-      const client = createNodeRedis4({ url: redis.url });
-      client.on("error", () => {});
-      await client.connect();
-      return { client, close: () => client.quit() };
-    },
-    "@upstash/redis (REST)": async () => ({ client: new Upstash({ url: upstash.url, token: upstash.token, retry: false }), close: () => {} }),
-  };
+  const CLIENTS = standaloneClients(() => ({ redis, upstash }));
+
 
   for (const [name, open] of Object.entries(CLIENTS)) {
     const env = () => ({

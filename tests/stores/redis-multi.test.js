@@ -24,6 +24,7 @@ import {
   redisLockStore as sourceStore,
 } from "../../pkg/stores/redis.js";
 import { keySlot } from "../../pkg/stores/redis-clients.js";
+import { standaloneClients } from "./lib/redis-clients.js";
 import { ioredisCluster as ioredisClusterOf, nodeRedisCluster as nodeRedisClusterOf, sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
 
 const tag = () => randomBytes(4).toString("hex");
@@ -226,32 +227,8 @@ describe("store.acquireMany on a standalone Redis", () => {
     await redis?.stop();
   });
 
-  const CLIENTS = {
-    "ioredis 5": async () => {
-      const client = new IORedis({ port: redis.port, host: "127.0.0.1", lazyConnect: true });
-      await client.connect();
-      return { client, close: () => client.disconnect() };
-    },
-    "ioredis 6": async () => {
-      const Ctor = IORedis6.default ?? IORedis6;
-      const client = new Ctor({ port: redis.port, host: "127.0.0.1", lazyConnect: true });
-      await client.connect();
-      return { client, close: () => client.disconnect() };
-    },
-    "node-redis 5": async () => {
-      const client = createNodeRedis({ url: redis.url });
-      client.on("error", () => {});
-      await client.connect();
-      return { client, close: () => client.quit() };
-    },
-    "node-redis 4": async () => {
-      const client = createNodeRedis4({ url: redis.url });
-      client.on("error", () => {});
-      await client.connect();
-      return { client, close: () => client.quit() };
-    },
-    "@upstash/redis (REST)": async () => ({ client: new Upstash({ url: upstash.url, token: upstash.token, retry: false }), close: () => {} }),
-  };
+  const CLIENTS = standaloneClients(() => ({ redis, upstash }));
+
   async function connect(name) {
     const opened = await CLIENTS[name]();
     closers.push(opened.close);
