@@ -44,7 +44,9 @@ export interface AcquireOptions {
 
 /** A store's `inspect(key)` answer. */
 export interface InspectAnswer {
-  holders: Array<{ metadata: string | null; fence: number | null; remainingMs: number }>;
+  /** The live holds, in fence order. */
+  holders: HolderInfo[];
+  /** Callers queued for the key, or `null` where the store cannot count them. */
   waiting: number | null;
 }
 

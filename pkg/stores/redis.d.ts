@@ -1,4 +1,4 @@
-import type { Grant, LockStore, WaitedGrant } from "../index.js";
+import type { Grant, HolderInfo, InspectAnswer, LockStore, WaitedGrant } from "../index.js";
 
 /** The client APIs `redisLockStore` adapts to. */
 export type RedisClientType = "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash";
@@ -39,19 +39,10 @@ export type RedisWaitedGrant = Grant & WaitedGrant & { fence: number };
  * (a script call: one more after that Redis lost its script cache).
  */
 /** One live hold of a key, as `inspect` answers it: never its owner token. */
-export interface RedisHolderInfo {
-  /** The metadata given when the hold was acquired (or queued for), or null if none was. */
-  metadata: string | null;
-  /** The hold's fence, or null if unknown (a shared hold kept by a version that did not record it). */
-  fence: number | null;
-  /** Whole ms until the hold expires, by Redis's clock (≥ 0). */
-  remainingMs: number;
-}
+export type RedisHolderInfo = HolderInfo;
 
-/** Who holds a key and how many wait for it: `inspect`'s answer (the shape of the core's `LockInfo`). */
-export interface RedisLockInfo {
-  /** The key's live holds in fence order: at most one held exclusively; each shared hold its own. */
-  holders: RedisHolderInfo[];
+/** Who holds a key and how many wait for it: `inspect`'s answer; Redis always counts its waiters. */
+export interface RedisLockInfo extends InspectAnswer {
   /** Waiters queued for the key whose deadline has not passed. */
   waiting: number;
 }

@@ -1,4 +1,4 @@
-import type { Grant, HeldLimit, LockStore, WaitedGrant } from "../index.js";
+import type { Grant, HeldLimit, HolderInfo, InspectAnswer, LockStore, WaitedGrant } from "../index.js";
 
 /** The database drivers `databaseLockStore` adapts to. */
 export type DatabaseDriver = "d1" | "sqlite" | "pg";
@@ -41,23 +41,11 @@ export interface SchemaOptions {
   table?: string;
 }
 
-/** One live hold of a key, as `inspect` shows it (never its owner). */
-export interface DatabaseHolderInfo {
-  /** The metadata given when the hold was acquired, or null. */
-  metadata: string | null;
-  /** The hold's fence; null for a hold taken before its table kept one (see `createTable()`). */
-  fence: number | null;
-  /** Whole ms until the hold expires, by the database's clock (≥ 0). */
-  remainingMs: number;
-}
+/** One live hold of a key, as `inspect` answers it: never its owner token. */
+export type DatabaseHolderInfo = HolderInfo;
 
-/** `inspect`'s answer: who holds a key now, and how many wait for it. */
-export interface DatabaseLockInfo {
-  /** The key's live holds in fence order: at most one lock, or each shared hold (permit, reader). */
-  holders: DatabaseHolderInfo[];
-  /** Live waiters queued for the key (PostgreSQL); `null` on SQLite and D1, which keep no queue. */
-  waiting: number | null;
-}
+/** `inspect`'s answer: `waiting` counted on PostgreSQL, `null` on SQLite and D1 (no queue). */
+export type DatabaseLockInfo = InspectAnswer;
 
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
 export type DatabaseLockStore = Omit<
