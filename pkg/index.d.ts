@@ -359,19 +359,26 @@ export interface Semaphore extends Lock {
 /** The default store: in memory, per isolate. For tests and single-process apps. */
 export declare class MemoryLockStore implements LockStore {
   constructor();
-  /** `{ fence }` when acquired (one counter per store), `false` when held. */
-  acquire(key: string, owner: string, ttlMs: number): Grant | false;
+  /** `{ fence }` when acquired (one counter per store), `false` when held; `metadata` kept with the hold. */
+  acquire(key: string, owner: string, ttlMs: number, metadata?: string): Grant | false;
   release(key: string, owner: string): boolean;
   extend(key: string, owner: string, ttlMs: number): boolean;
   isLocked(key: string): boolean;
   remainingTime(key: string): number | null;
   forceRelease(key: string): boolean;
   /** Permits or a read lock: `{ fence }`, `false`, or `{ heldLimit }` (see `LockStore`). */
-  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Grant | HeldLimit | false;
-  /** Who holds `key` and who waits. */
-  inspect(key: string): InspectAnswer;
+  acquireShared(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    metadata?: string,
+  ): Grant | HeldLimit | false;
+  /** Who holds `key` (with the metadata each hold was taken with) and who waits. */
+  inspect(key: string): Promise<InspectAnswer>;
   /** Every key to its owner in one turn (`{ fence }` each), or `false` and none. */
-  acquireMany(keys: string[], owners: string[], ttlMs: number): Grant[] | false;
+  acquireMany(keys: string[], owners: string[], ttlMs: number, metadata?: string[]): Grant[] | false;
   /** Rows stored right now, expired rows not yet swept included. */
   readonly size: number;
   /** Delete expired rows now; returns how many went. */

@@ -128,7 +128,8 @@ fn no_store_operation_or_answer_kind_is_written_bare_in_api_js() {
     let body = &API_JS[API_JS.find(END).unwrap()..];
     let mut bare = Vec::new();
     for call in [
-        "__kMemoryCall(this, ",
+        "memoryCall(this, ",
+        "memoryCall(store, ",
         "__kTimeoutError(id, ",
         "__kAnswered(id, ",
         "__kNotHeld(this.#key, ",

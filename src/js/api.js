@@ -41,6 +41,7 @@ const OP_IS_LOCKED = 3;
 const OP_REMAINING_TIME = 4;
 const OP_FORCE_RELEASE = 5;
 const OP_ACQUIRE_SHARED = 6;
+const OP_INSPECT = 7;
 // A JS store's acquire answer, told apart by type.
 const ANSWER_FALSE = 0;
 const ANSWER_TRUE = 1;
@@ -397,6 +398,9 @@ export class Lock {
   #told = undefined;
   #busy = false;
   #registered = false;
+  // The metadata of the run in progress on the memory store (undefined: none), which the
+  // grant's fence files in the store's `memoryMetadata`.
+  #saying = undefined;
   // The run's `autoExtend` option while it acquires (undefined: none); the watcher of the run's
   // hold (its context's signal was read, or it auto-extends); the one `autoExtend()` started.
   #runAutoExtend = undefined;
@@ -598,6 +602,7 @@ export class Lock {
     }
     this.#busy = true;
     this.#runAutoExtend = keep;
+    this.#saying = metadata;
     const code = w.__kBegin(id, timeout, retryDelay, performance.now());
     if (code === FAILED) {
       this.#done(KEPT);
@@ -617,7 +622,7 @@ export class Lock {
    * microtask it wakes. An abort leaves the queue (the core gives back a grant that raced it).
    */
   #queued(id, fn, signal) {
-    const waiter = { scheduled: false, go: null, timer: null };
+    const waiter = { scheduled: false, go: null, timer: null, key: this.#key, store: this.#store.object };
     waiters.set(id, waiter);
     rearm(waiter, id);
     return new Promise((resolve, reject) => {
@@ -647,8 +652,15 @@ export class Lock {
     return true;
   }
 
+  /** Files the run's metadata under the fence `code` of the hold it took on the memory store. */
+  #said(code) {
+    if (code >= 1) keepMemoryMetadata(this.#store.object, this.#key, code, this.#saying);
+    this.#saying = undefined;
+  }
+
   /** Runs `fn` on the hold the run took from the memory store, then ends it. */
   #holding(id, fn, code) {
+    if (this.#saying !== undefined) this.#said(code);
     if (fn === ACQUIRE_ONLY) return Promise.resolve(this.#adopt(id));
     const context = new LockContext(code >= 1 ? code : null, this);
     if (this.#runAutoExtend !== undefined) this.#startRunAutoExtend(id, context);
@@ -672,6 +684,7 @@ export class Lock {
    * with `resolve`/`reject`, with no promise between it and `fn`'s.
    */
   #holdingInto(id, fn, code, resolve, reject) {
+    if (this.#saying !== undefined) this.#said(code);
     if (fn === ACQUIRE_ONLY) {
       try {
         resolve(this.#adopt(id));
@@ -1775,7 +1788,7 @@ function inspect(key) {
  */
 async function inspectOn(store, key, bound) {
   const object = store.object;
-  if (store.memory || typeof object.inspect !== "function") throw new TypeError(`inspect: ${NO_INSPECT}`);
+  if (typeof object.inspect !== "function") throw new TypeError(`inspect: ${NO_INSPECT}`);
   const answer = await settle(object.inspect(key), bound);
   if (answer === UNANSWERED) {
     const LockStoreTimeoutError = w.__lockStoreTimeoutErrorClass();
@@ -1801,20 +1814,33 @@ async function inspectOn(store, key, bound) {
 
 // Why a store cannot inspect or keep metadata.
 const NO_INSPECT =
-  "the lock store cannot say who holds a key, and keeps no hold metadata: it has no inspect method (the memory store does not have one yet)";
+  "the lock store cannot say who holds a key, and keeps no hold metadata: it has no inspect method";
 
 /**
  * The error `metadata` earns on `store`: not a string, longer than 1 KiB of UTF-8, or given to
  * a store that would not keep it; undefined when it is good.
  */
 function metadataError(store, metadata) {
+  const bad = badMetadata(metadata);
+  if (bad !== undefined) return bad;
+  if (typeof store.object.inspect !== "function") return new TypeError(`metadata: ${NO_INSPECT}`);
+  return undefined;
+}
+
+/** Throws the error of bad `metadata`. */
+function checkMetadata(metadata) {
+  const bad = badMetadata(metadata);
+  if (bad !== undefined) throw bad;
+}
+
+/** The error of `metadata` that is not a string of at most 1 KiB of UTF-8; else undefined. */
+function badMetadata(metadata) {
   if (typeof metadata !== "string") return new TypeError(`metadata must be a string, got ${typeof metadata}`);
   // UTF-16 units never outnumber UTF-8 bytes, and one unit is at most 3 bytes.
   if (metadata.length * 3 > 1024) {
     const bytes = new TextEncoder().encode(metadata).length;
     if (bytes > 1024) return new RangeError(`metadata is ${bytes} bytes of UTF-8; the limit is 1024`);
   }
-  if (store.memory || typeof store.object.inspect !== "function") return new TypeError(`metadata: ${NO_INSPECT}`);
   return undefined;
 }
 
@@ -1883,6 +1909,40 @@ function getLockStore() {
   return w.getLockStore();
 }
 
+// === The memory store's hold metadata =======================================================
+
+// The memory store's wasm keeps no metadata (the no-std builds leave it out: docs/wasm-size.md),
+// so its JS face keeps it here: per store, `fence → [key, metadata]`. One counter per store
+// draws every fence, so a fence names one hold of one key for good. An entry is filed in the
+// turn its grant reaches the handle (a waiter's in the microtask its hand-over queues, which
+// `inspect` waits behind) and swept as the store's rows are: when the map reaches twice the
+// size its last sweep left (at least 64), the entries of holds no longer live go.
+const memoryMetadata = new WeakMap();
+const METADATA_SWEEP_FLOOR = 64;
+
+/** Files `metadata` (if any) under `fence`, the grant of a hold of `key` on `store`. */
+function keepMemoryMetadata(store, key, fence, metadata) {
+  if (metadata === undefined || !(fence >= 1)) return;
+  let kept = memoryMetadata.get(store);
+  if (kept === undefined) {
+    kept = { said: new Map(), sweepAt: METADATA_SWEEP_FLOOR };
+    memoryMetadata.set(store, kept);
+  }
+  kept.said.set(fence, [key, metadata]);
+  if (kept.said.size < kept.sweepAt) return;
+  const live = new Set();
+  for (const k of new Set(Array.from(kept.said.values(), ([k]) => k))) {
+    const flat = memoryCall(store, OP_INSPECT, k);
+    for (let i = 0; i < flat.length; i += 2) live.add(flat[i]);
+  }
+  for (const f of kept.said.keys()) if (!live.has(f)) kept.said.delete(f);
+  kept.sweepAt = Math.max(METADATA_SWEEP_FLOOR, 2 * kept.said.size);
+}
+
+function memoryCall(store, op, key, owner, ttlMs, weight, limit) {
+  return w.__kMemoryCall(store, op, key, owner, ttlMs, weight, limit);
+}
+
 // === MemoryLockStore's methods ==============================================================
 
 /**
@@ -1891,38 +1951,48 @@ function getLockStore() {
  */
 function installMemoryStore(proto) {
   const methods = {
-    acquire(key, owner, ttlMs) {
-      return w.__kMemoryCall(this, OP_ACQUIRE, key, owner, ttlMs, undefined, undefined);
+    // `metadata` defaulted: `length` stays the documented arguments', as a class would have it.
+    acquire(key, owner, ttlMs, metadata = undefined) {
+      if (metadata !== undefined) checkMetadata(metadata);
+      const grant = memoryCall(this, OP_ACQUIRE, key, owner, ttlMs);
+      if (grant !== false) keepMemoryMetadata(this, key, grant.fence, metadata);
+      return grant;
     },
     release(key, owner) {
-      return w.__kMemoryCall(this, OP_RELEASE, key, owner, undefined, undefined, undefined);
+      return memoryCall(this, OP_RELEASE, key, owner);
     },
     extend(key, owner, ttlMs) {
-      return w.__kMemoryCall(this, OP_EXTEND, key, owner, ttlMs, undefined, undefined);
+      return memoryCall(this, OP_EXTEND, key, owner, ttlMs);
     },
     isLocked(key) {
-      return w.__kMemoryCall(this, OP_IS_LOCKED, key, undefined, undefined, undefined, undefined);
+      return memoryCall(this, OP_IS_LOCKED, key);
     },
     remainingTime(key) {
-      return w.__kMemoryCall(this, OP_REMAINING_TIME, key, undefined, undefined, undefined, undefined);
+      return memoryCall(this, OP_REMAINING_TIME, key);
     },
     forceRelease(key) {
-      return w.__kMemoryCall(this, OP_FORCE_RELEASE, key, undefined, undefined, undefined, undefined);
+      return memoryCall(this, OP_FORCE_RELEASE, key);
     },
-    acquireShared(key, owner, ttlMs, weight, limit) {
-      const answer = w.__kMemoryCall(this, OP_ACQUIRE_SHARED, key, owner, ttlMs, weight, limit);
-      return typeof answer === "number" ? { heldLimit: answer } : answer;
+    acquireShared(key, owner, ttlMs, weight, limit, metadata = undefined) {
+      if (metadata !== undefined) checkMetadata(metadata);
+      const answer = memoryCall(this, OP_ACQUIRE_SHARED, key, owner, ttlMs, weight, limit);
+      if (typeof answer === "number") return { heldLimit: answer };
+      if (answer !== false) keepMemoryMetadata(this, key, answer.fence, metadata);
+      return answer;
     },
-    acquireMany(keys, owners, ttlMs) {
+    acquireMany(keys, owners, ttlMs, metadata = undefined) {
       if (!Array.isArray(keys) || !Array.isArray(owners) || keys.length !== owners.length) {
         throw new TypeError("MemoryLockStore.acquireMany: keys and owners must be arrays of one length");
+      }
+      if (metadata !== undefined && (!Array.isArray(metadata) || metadata.length !== keys.length)) {
+        throw new TypeError("MemoryLockStore.acquireMany: metadata must be an array as long as keys");
       }
       // Synchronous, so within one turn of the isolate: nothing runs between the takes and
       // (a key refused, or bad) the release of those taken, so nobody sees part of the set.
       const grants = [];
       try {
         for (let i = 0; i < keys.length; i++) {
-          const grant = this.acquire(keys[i], owners[i], ttlMs);
+          const grant = this.acquire(keys[i], owners[i], ttlMs, metadata?.[i]);
           if (grant === false) break;
           grants.push(grant);
         }
@@ -1930,6 +2000,24 @@ function installMemoryStore(proto) {
         if (grants.length < keys.length) for (let i = grants.length - 1; i >= 0; i--) this.release(keys[i], owners[i]);
       }
       return grants.length === keys.length && grants;
+    },
+    // A promise, read after the hand-overs already queued have reached their handles (and
+    // filed their metadata).
+    inspect(key) {
+      return resolved.then(() => {
+        const flat = memoryCall(this, OP_INSPECT, key);
+        const said = memoryMetadata.get(this)?.said;
+        const holders = [];
+        for (let i = 0; i < flat.length; i += 2) {
+          const fence = flat[i] || null;
+          holders.push({ metadata: said?.get(fence)?.[1] ?? null, fence, remainingMs: flat[i + 1] });
+        }
+        holders.sort((a, b) => (a.fence ?? 0) - (b.fence ?? 0));
+        // The store's queue is joined only by this file's handles, and each waiter is here.
+        let waiting = 0;
+        for (const waiter of waiters.values()) if (waiter.store === this && waiter.key === key) waiting++;
+        return { holders, waiting };
+      });
     },
   };
   for (const name of Object.keys(methods)) {

@@ -196,6 +196,7 @@ pub(crate) fn operation(op: u32) -> Option<Operation> {
         OP_REMAINING_TIME => Operation::RemainingTime,
         OP_FORCE_RELEASE => Operation::ForceRelease,
         OP_ACQUIRE_SHARED => Operation::AcquireShared,
+        OP_INSPECT => Operation::Inspect,
         _ => return None,
     })
 }

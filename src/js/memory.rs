@@ -101,7 +101,17 @@ pub fn memory_call(
                 _ => JsValue::FALSE,
             }
         }
-        Operation::Inspect | Operation::Metadata => return Err(super::convert::bad_operation()),
+        // Flat, for `inspect` in `src/js/api.js` to build the answer from (the metadata is kept
+        // in JS): each live hold's fence (0: none) and ms left.
+        Operation::Inspect => {
+            let out = js_sys::Array::new();
+            m.each_live_hold(&k, |fence, left| {
+                out.push(&JsValue::from_f64(fence.map_or(0.0, |f| f.get() as f64)));
+                out.push(&JsValue::from_f64(left as f64));
+            });
+            out.into()
+        }
+        Operation::Metadata => return Err(super::convert::bad_operation()),
     })
 }
 

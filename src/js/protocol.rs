@@ -66,6 +66,9 @@ pub const OP_FORCE_RELEASE: u32 = 5;
 /// The store's `acquireShared` (`__kMemoryCall` only: a limit mismatch answers the held limit
 /// as a number, which JS makes `{ heldLimit }`).
 pub const OP_ACQUIRE_SHARED: u32 = 6;
+/// The memory store's `inspect` (`__kMemoryCall` only: answers `[fence, ms left, …]` for the
+/// live holds, a fence of 0 for none, which JS joins with the metadata and waiters it keeps).
+pub const OP_INSPECT: u32 = 7;
 
 // ---- A JS store's acquire answer, as JS hands it in (`__kAnswered`) -----------------------
 
@@ -154,6 +157,7 @@ pub const TABLE: &[(&str, f64)] = &[
     ("OP_REMAINING_TIME", OP_REMAINING_TIME as f64),
     ("OP_FORCE_RELEASE", OP_FORCE_RELEASE as f64),
     ("OP_ACQUIRE_SHARED", OP_ACQUIRE_SHARED as f64),
+    ("OP_INSPECT", OP_INSPECT as f64),
     ("ANSWER_FALSE", ANSWER_FALSE as f64),
     ("ANSWER_TRUE", ANSWER_TRUE as f64),
     ("ANSWER_FENCE", ANSWER_FENCE as f64),

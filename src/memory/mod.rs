@@ -282,12 +282,27 @@ impl<R: Runtime> MemoryLockStore<R> {
             .borrow()
             .get(key.as_str())
             .map_or_else(Vec::new, |row| row.holders(now));
-        let waiting = self.queues.borrow().get(key.as_str()).map_or(0, |queue| {
+        let waiting = self.live_waiters(key, now);
+        LockInfo::new(holders, Some(u32::try_from(waiting).unwrap_or(u32::MAX)))
+    }
+
+    /// The holds [`Self::inspect_sync`] reads, with nothing built: calls `f` with each live
+    /// hold's fence and ms left, in no set order. The JS face's `inspect` builds its answer from
+    /// these (it keeps the metadata, and counts the waiters it queued, itself).
+    pub fn each_live_hold(&self, key: &Key, mut f: impl FnMut(Option<Fence>, u64)) {
+        let now = self.runtime.monotonic_ms();
+        if let Some(row) = self.rows.borrow().get(key.as_str()) {
+            row.each_live(now, |_, fence, expires_at| f(fence, expires_at - now));
+        }
+    }
+
+    /// The waiters queued for `key` that still wait at `now`.
+    fn live_waiters(&self, key: &Key, now: u64) -> usize {
+        self.queues.borrow().get(key.as_str()).map_or(0, |queue| {
             let live = queue.waiters.iter();
             live.filter(|w| !w.gone.get() && !w.timed_out.get() && w.deadline > now)
                 .count()
-        });
-        LockInfo::new(holders, Some(u32::try_from(waiting).unwrap_or(u32::MAX)))
+        })
     }
 
     /// Synchronous [`LockStore::acquire_many`]: every key to its owner, or none. One turn of

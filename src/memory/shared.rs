@@ -120,23 +120,29 @@ impl Row {
 }
 
 impl Row {
+    /// Calls `f` with each live hold of this row at `now`: its owner, fence and expiry.
+    pub(super) fn each_live(&self, now: u64, mut f: impl FnMut(&OwnerToken, Option<Fence>, u64)) {
+        if self.expires_at <= now {
+            return;
+        }
+        match &self.shared {
+            None => f(&self.owner, self.fence, self.expires_at),
+            Some(shared) => {
+                for hold in shared.live(now) {
+                    f(&hold.owner, hold.fence, hold.expires_at);
+                }
+            }
+        }
+    }
+
     /// The live holds of this row at `now`, as `inspect` shows them.
     pub(super) fn holders(&self, now: u64) -> Vec<HolderInfo> {
-        let view = |owner: &OwnerToken, fence, expires_at: u64| {
-            HolderInfo::new(
-                owner.metadata().and_then(|m| Metadata::new(m).ok()),
-                fence,
-                expires_at - now,
-            )
-        };
-        match &self.shared {
-            _ if self.expires_at <= now => Vec::new(),
-            None => vec![view(&self.owner, self.fence, self.expires_at)],
-            Some(shared) => shared
-                .live(now)
-                .map(|hold| view(&hold.owner, hold.fence, hold.expires_at))
-                .collect(),
-        }
+        let mut holders = Vec::new();
+        self.each_live(now, |owner, fence, expires_at| {
+            let metadata = owner.metadata().and_then(|m| Metadata::new(m).ok());
+            holders.push(HolderInfo::new(metadata, fence, expires_at - now));
+        });
+        holders
     }
 }
 

@@ -53,7 +53,7 @@ describe("hold metadata and inspect", () => {
     await assert.rejects(l.run(() => 1, { metadata: 42 }), TypeError);
     await assert.rejects(l.run(() => 1, { metadata: "é".repeat(513) }), RangeError);
     assert.deepEqual(await l.run(() => "ok", { metadata: "x".repeat(1024) }), [true, "ok"]);
-    for (const store of [new MemoryLockStore(), mapLockStore()]) {
+    for (const store of [mapLockStore()]) {
       setLockStore(store);
       const k = fresh("none");
       await assert.rejects(lock(k).run(() => 1, { metadata: "m" }), { name: "TypeError", message: /no inspect method/ });
@@ -68,6 +68,122 @@ describe("hold metadata and inspect", () => {
     store.inspect = async () => ({ holders: [{ metadata: 5, fence: 1, remainingMs: 10 }], waiting: null });
     setLockStore(store);
     await assert.rejects(inspect(fresh("broken")), { name: "TypeError", message: /inspect\(\) must answer/ });
+  });
+});
+
+describe("hold metadata and inspect on the memory store", () => {
+  it("run, acquire and hold keep metadata per hold; inspect shows holds in fence order and the waiters", async () => {
+    setLockStore(new MemoryLockStore());
+    const key = fresh("mem");
+    const first = lock(key, 5_000);
+    await first.acquire({ metadata: "first" });
+    const held = await inspect(key);
+    assert.deepEqual({ ...held, holders: held.holders.map((h) => ({ ...h, remainingMs: h.remainingMs > 0 && h.remainingMs <= 5_000 })) }, {
+      key,
+      held: true,
+      holders: [{ metadata: "first", fence: first.fence, remainingMs: true }],
+      waiting: 0,
+    });
+    // Two waiters queue behind the holder; the release hands the key to the oldest, whose
+    // metadata inspect shows at once.
+    const second = lock(key, 5_000).run(async ({ fence }) => ({ fence, info: await inspect(key) }), { timeout: 5_000, metadata: "second" });
+    const third = lock(key, 5_000).run(() => "third", { timeout: 5_000 });
+    await sleep(10);
+    assert.equal((await inspect(key)).waiting, 2);
+    await first.release();
+    const after = await inspect(key);
+    assert.equal(after.holders[0].metadata, "second");
+    assert.equal(after.waiting, 1);
+    const [, { fence, info }] = await second;
+    assert.ok(fence > first.fence);
+    assert.deepEqual(info.holders.map((h) => [h.metadata, h.fence]), [["second", fence]]);
+    assert.deepEqual(await third, [true, "third"]);
+    assert.deepEqual(await inspect(key), { key, held: false, holders: [], waiting: 0 });
+    // A later hold without metadata shows none, not an earlier hold's.
+    const plain = lock(key);
+    await plain.acquire();
+    assert.equal((await plain.inspect()).holders[0].metadata, null);
+    await plain.release();
+  });
+
+  it("semaphore permits each keep their own metadata; the answer never carries a token", async () => {
+    const store = new MemoryLockStore();
+    setLockStore(store);
+    const key = fresh("permits");
+    const a = semaphore(key, 3);
+    const b = semaphore(key, 3);
+    await a.acquire({ metadata: "worker a" });
+    await b.acquire({ metadata: "worker b", permits: 2 });
+    const info = await inspect(key);
+    assert.deepEqual(info.holders.map((h) => [h.metadata, h.fence]), [["worker a", a.fence], ["worker b", b.fence]]);
+    // The serialized hold carries the owner token, base64url, as its sixth field.
+    const owner = atob(a.serialize().split(":")[5].replace(/-/g, "+").replace(/_/g, "/"));
+    assert.ok(owner.length > 8 && !JSON.stringify(info).includes(owner), "inspect leaked an owner token");
+    await a.release();
+    assert.deepEqual((await inspect(key)).holders.map((h) => h.metadata), ["worker b"]);
+    await b.release();
+  });
+
+  it("the store's own methods take metadata as their last argument and check it", async () => {
+    const store = new MemoryLockStore();
+    const key = fresh("seam");
+    const grant = store.acquire(key, "owner-1", 1_000, "by hand");
+    const { holders, waiting } = await store.inspect(key);
+    assert.deepEqual([holders.length, holders[0].metadata, holders[0].fence, waiting], [1, "by hand", grant.fence, 0]);
+    assert.ok(holders[0].remainingMs > 0 && holders[0].remainingMs <= 1_000);
+    assert.equal(store.acquire(key, "owner-2", 1_000, "refused"), false);
+    assert.equal((await store.inspect(key)).holders[0].metadata, "by hand");
+    assert.equal(store.release(key, "owner-1"), true);
+    assert.throws(() => store.acquire(key, "owner-3", 1_000, 7), TypeError);
+    assert.throws(() => store.acquire(key, "owner-3", 1_000, "x".repeat(1025)), RangeError);
+    assert.equal(store.isLocked(key), false, "a refused metadata took the key");
+    const grants = store.acquireMany([`${key}:a`, `${key}:b`], ["o-a", "o-b"], 1_000, ["a", "b"]);
+    assert.equal((await store.inspect(`${key}:b`)).holders[0].metadata, "b");
+    assert.equal(grants.length, 2);
+    const shared = store.acquireShared(key, "o-s", 1_000, 1, 2, "reader");
+    assert.equal((await store.inspect(key)).holders[0].fence, shared.fence);
+    assert.equal((await store.inspect(key)).holders[0].metadata, "reader");
+    await assert.rejects(store.inspect(""), RangeError);
+  });
+
+  it("the kept metadata is swept of holds that are gone, never of live ones", async () => {
+    const store = new MemoryLockStore();
+    setLockStore(store);
+    const live = lock("pile:live", 60_000);
+    await live.acquire({ metadata: "still here" });
+    // Hundreds of holds with metadata come and go: the kept metadata is swept several times.
+    for (let i = 0; i < 300; i++) await lock(`pile:${i}`).run(() => {}, { metadata: `m${i}` });
+    assert.equal(store.size, 1);
+    assert.deepEqual((await inspect("pile:live")).holders.map((h) => h.metadata), ["still here"]);
+    // A key taken again shows only its new hold's metadata.
+    await lock("pile:0").acquire();
+    assert.deepEqual((await inspect("pile:0")).holders.map((h) => h.metadata), [null]);
+    await live.release();
+  });
+
+  it("campaign and observe over the memory store: each leader with its metadata, in turn", async () => {
+    setLockStore(new MemoryLockStore());
+    const key = fresh("mem-leader");
+    const controller = new AbortController();
+    const seen = [];
+    const watching = (async () => {
+      for await (const leader of observe(key, { signal: controller.signal, intervalMs: 10 })) seen.push(leader);
+    })();
+    const order = [];
+    const term = (name) =>
+      campaign(key, async ({ fence }) => {
+        order.push(name);
+        await sleep(60);
+        return fence;
+      }, { metadata: name });
+    const fences = await Promise.all([term("a"), term("b")]);
+    await sleep(40);
+    controller.abort();
+    await watching;
+    assert.deepEqual(order, ["a", "b"]);
+    assert.ok(fences[1] > fences[0]);
+    assert.deepEqual(seen.filter((s) => s !== null), [{ metadata: "a", fence: fences[0] }, { metadata: "b", fence: fences[1] }]);
+    assert.equal(seen.at(-1), null);
   });
 });
 
