@@ -4,7 +4,8 @@
 # PostgreSQL cluster (pg), better-sqlite3, and D1 in local workerd.
 #   - the store tests that import pkg/stores/ from the source tree;
 #   - the conformance kit, keel-lock/testing, run against EVERY store, and shown to catch broken
-#     ones; and a user-written Redis store raced from two OS processes — these use keel-lock as
+#     ones; a user-written Redis store raced from two OS processes; and a leader SIGKILLed in one
+#     OS process, replaced by a second at its TTL as a third observes — these use keel-lock as
 #     users get it: pkg/ built, packed, and the tarball installed into tests/stores.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -29,4 +30,4 @@ npm install --no-save --no-audit --no-fund --loglevel=error "$tarball"
 # a client reconnecting to a server it stopped fails the run instead of hanging it.
 node --test --test-concurrency=1 --test-force-exit --test-reporter=spec \
   redis.test.js redis-waiting.test.js redis-shared.test.js redis-multi.test.js redis-inspect.test.js pg-failures.test.js sqlite.test.js postgres.test.js d1.test.js types.test.js \
-  kit.test.js conformance.test.js two-process.test.js exit.test.js
+  kit.test.js conformance.test.js two-process.test.js leader-failover.test.js exit.test.js
