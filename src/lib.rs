@@ -156,6 +156,12 @@ pub mod virtual_time;
 
 #[cfg(all(feature = "component", target_arch = "wasm32"))]
 pub mod component;
+// The component's key-value value format is text handling alone, so its tests also run in
+// native test builds, where nothing else uses it.
+#[cfg(all(test, feature = "std", not(target_arch = "wasm32")))]
+#[allow(dead_code)]
+#[path = "component/value.rs"]
+mod component_value;
 #[cfg(all(feature = "js", target_arch = "wasm32"))]
 pub mod js;
 #[cfg(all(feature = "workerd", target_arch = "wasm32"))]

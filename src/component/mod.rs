@@ -15,17 +15,21 @@ mod runtime;
 mod store;
 #[cfg(feature = "testing")]
 mod testing;
+mod value;
 
 pub use runtime::{block_on, wall_clock_ms, WasiRuntime};
 pub use store::{KeyValueError, KeyValueLockStore};
 
 use alloc::rc::Rc;
 
-use crate::error::Error;
+use crate::error::{Error, Operation};
 use crate::input::{AcquireOptions, Key, Ttl};
+use crate::inspect::LockInfo;
 use crate::lock::Lock;
 use crate::serialized::SerializedLock;
 use crate::share::{Holding, Share, MAX_LIMIT};
+use crate::store::LockStore;
+use crate::token::Metadata;
 
 // Generated glue (canonical ABI lifting and lowering) is unsafe by nature; nothing else here is.
 #[allow(unsafe_code)]
@@ -95,6 +99,41 @@ fn invalid(e: crate::error::InputError) -> LockError {
     LockError::InvalidInput(e.to_string())
 }
 
+/// Checked hold metadata, `none` passed through.
+fn metadata(text: Option<String>) -> Result<Option<Metadata>, LockError> {
+    text.as_deref()
+        .map(Metadata::new)
+        .transpose()
+        .map_err(invalid)
+}
+
+/// The WIT view of what `inspect` found: the core's records field by field (neither has a
+/// field for an owner token).
+fn wit_info(info: LockInfo) -> wit_lock::LockInfo {
+    let holders = info.holders.into_iter().map(|h| wit_lock::HolderInfo {
+        metadata: h.metadata.map(|m| m.as_str().to_owned()),
+        fence: h.fence.map(|f| f.get()),
+        remaining_ms: h.remaining_ms,
+    });
+    wit_lock::LockInfo {
+        holders: holders.collect(),
+        waiting: info.waiting,
+    }
+}
+
+/// `inspect` of `key` in `store`: one read of the key's value, which answers at once, so the
+/// handle's method and the free function share this rather than the core's bounded call.
+fn inspect_in(store: &KeyValueLockStore, key: &Key) -> Result<wit_lock::LockInfo, LockError> {
+    let info = store.look(key).map_err(|error| {
+        wit_error(Error::Store {
+            store: store.name(),
+            operation: Operation::Inspect,
+            error,
+        })
+    })?;
+    Ok(wit_info(info))
+}
+
 fn open_bucket(bucket: &str) -> Result<KeyValueLockStore, LockError> {
     KeyValueLockStore::open(bucket).map_err(|e| LockError::StoreError(e.to_string()))
 }
@@ -159,6 +198,11 @@ impl wit_lock::Guest for Component {
     fn restore_in(bucket: String, serialized: String) -> Result<wit_lock::Lock, LockError> {
         restore_lock(&bucket, &serialized)
     }
+
+    fn inspect(bucket: String, key: String) -> Result<wit_lock::LockInfo, LockError> {
+        let key = Key::new(key).map_err(invalid)?;
+        inspect_in(&open_bucket(&bucket)?, &key)
+    }
 }
 
 impl wit_lock::GuestLock for ComponentLock {
@@ -217,6 +261,15 @@ impl wit_lock::GuestLock for ComponentLock {
         let share = Share::new(permits, limit).map_err(invalid)?;
         self.inner.set_holding(Holding::Shared(share));
         Ok(())
+    }
+
+    fn set_metadata(&self, text: Option<String>) -> Result<(), LockError> {
+        self.inner.set_metadata(metadata(text)?);
+        Ok(())
+    }
+
+    fn inspect(&self) -> Result<wit_lock::LockInfo, LockError> {
+        inspect_in(self.inner.store(), self.inner.key())
     }
 
     fn key(&self) -> String {

@@ -4,7 +4,7 @@
 use super::bindings::exports::keel::lock::multi as wit_multi;
 use super::bindings::exports::keel::lock::types::LockError;
 use super::{
-    block_on, invalid, open_shared_bucket, wit_error, Bucket, Component, WasiRuntime,
+    block_on, invalid, metadata, open_shared_bucket, wit_error, Bucket, Component, WasiRuntime,
     DEFAULT_BUCKET,
 };
 use crate::input::{AcquireOptions, Key, Ttl};
@@ -60,6 +60,14 @@ impl wit_multi::GuestMultiLock for ComponentMultiLock {
     fn extend(&self, ttl_ms: Option<u64>) -> Result<(), LockError> {
         let ttl = ttl_ms.map(Ttl::from_ms).transpose().map_err(invalid)?;
         block_on(self.inner.extend(ttl)).map_err(wit_error)
+    }
+
+    fn set_metadata(&self, text: Option<String>) -> Result<(), LockError> {
+        let said = metadata(text)?;
+        for lock in self.inner.locks() {
+            lock.set_metadata(said.clone());
+        }
+        Ok(())
     }
 
     fn fences(&self) -> Option<Vec<wit_multi::KeyFence>> {

@@ -1,31 +1,30 @@
 //! [`KeyValueLockStore`]: the store seam over the host's `wasi:keyvalue@0.2.0-draft2`
 //! (`store` + `atomics`).
 //!
-//! Each lock is one key whose value is `2:<expiry, epoch ms>:<last fence>:<owner token>` (ASCII);
-//! while shared holds (semaphore permits, read locks) are live it is
-//! `3:<last fence>:<limit>:<expiry>,<weight>,<owner>` with one such hold per owner, separated by
-//! spaces — every holder of a key in one value, so one compare-and-swap judges a request
-//! against all of them ([`crate::share::fit`]).
-//! Every change is one compare-and-swap (`atomics.cas` + `swap`) against the value just read,
-//! and what to write is decided by the core's [`crate::rows`] rules, so acquire is set-if-free
-//! and release/extend are compare-owner-and-write, with no window between check and write.
-//! Expiry is judged by `wasi:clocks/wall-clock`, so the host needs no TTL support.
+//! Each lock is one key whose value holds every hold of the key — owner, expiry, fence and
+//! metadata of each — and the key's last fence ([`super::value`] has the format), so one
+//! compare-and-swap judges a request against all of them ([`crate::share::fit`]) and takes
+//! its fence with it. Every change is one compare-and-swap (`atomics.cas` + `swap`) against
+//! the value just read, and what to write is decided by the core's [`crate::rows`] rules, so
+//! acquire is set-if-free and release/extend are compare-owner-and-write, with no window
+//! between check and write. Expiry is judged by `wasi:clocks/wall-clock`, so the host needs no
+//! TTL support; `inspect` is one read of the value.
 //!
-//! The fence counter lives in the same value, so one compare-and-swap takes the lock and its
-//! fence together. Draft2 has no compare-and-delete, and the counter must outlive the hold, so
-//! release writes `2:0:<last fence>:` (free, counter kept) instead of deleting: released and
-//! expired keys stay in the bucket as small values. Values written by earlier versions
-//! (`1:<expiry>:<owner>`, or empty once released) are read as holds with no fence yet.
+//! Draft2 has no compare-and-delete, and the fence counter must outlive the hold, so release
+//! writes `2:0:<last fence>:` (free, counter kept) instead of deleting: released and expired
+//! keys stay in the bucket as small values.
 
 use std::fmt;
 
 use super::bindings::wasi::keyvalue::atomics::{self, Cas, CasError};
 use super::bindings::wasi::keyvalue::store::{self, Bucket};
 use super::runtime::wall_clock_ms;
+use super::value::{metadata_of, Hold, SharedHold, Slot};
 use crate::grant::{Fence, Grant};
 use crate::input::{Key, Ttl};
+use crate::inspect::LockInfo;
 use crate::rows::{self, Change, Decision, RowView};
-use crate::share::{fit, Fit, Holding, LiveHolds, Share, SharedGrant};
+use crate::share::{fit, Fit, Holding, Share, SharedGrant};
 use crate::store::LockStore;
 use crate::token::OwnerToken;
 
@@ -50,127 +49,6 @@ impl From<store::Error> for KeyValueError {
             store::Error::AccessDenied => "access denied".to_owned(),
             store::Error::Other(msg) => msg,
         })
-    }
-}
-
-/// One shared hold (semaphore permits, a read lock) in a key's value.
-struct SharedHold {
-    owner: String,
-    expires_at: u64,
-    weight: u32,
-}
-
-/// A key's value as read from the bucket: its holds and the last fence handed out.
-struct Slot {
-    /// The exclusive holder and the hold's expiry; `None` once released (or never taken).
-    hold: Option<(String, u64)>,
-    /// The shared holds, all under `limit` (empty for an exclusive or free key).
-    shared: Vec<SharedHold>,
-    limit: u32,
-    /// The last fence handed out for this key; 0 before the first.
-    fence: u64,
-}
-
-impl Slot {
-    fn read(value: Option<Vec<u8>>) -> Result<Slot, KeyValueError> {
-        let mut slot = Slot {
-            hold: None,
-            shared: Vec::new(),
-            limit: 0,
-            fence: 0,
-        };
-        let value = match value {
-            None => return Ok(slot),
-            Some(v) if v.is_empty() => return Ok(slot),
-            Some(v) => v,
-        };
-        let foreign = || KeyValueError("the key holds a value keel-lock did not write".to_owned());
-        let text = std::str::from_utf8(&value).map_err(|_| foreign())?;
-        let (version, rest) = text.split_once(':').ok_or_else(foreign)?;
-        if version == "3" {
-            // `3:<last fence>:<limit>:<expiry>,<weight>,<owner> …`: owners have no spaces, so a
-            // space separates the holds, and the owner comes last in each.
-            let (fence, rest) = rest.split_once(':').ok_or_else(foreign)?;
-            let (limit, holds) = rest.split_once(':').ok_or_else(foreign)?;
-            slot.fence = fence.parse().map_err(|_| foreign())?;
-            slot.limit = limit.parse().map_err(|_| foreign())?;
-            for hold in holds.split(' ').filter(|h| !h.is_empty()) {
-                let (expires_at, rest) = hold.split_once(',').ok_or_else(foreign)?;
-                let (weight, owner) = rest.split_once(',').ok_or_else(foreign)?;
-                slot.shared.push(SharedHold {
-                    owner: owner.to_owned(),
-                    expires_at: expires_at.parse().map_err(|_| foreign())?,
-                    weight: weight.parse().map_err(|_| foreign())?,
-                });
-            }
-            return Ok(slot);
-        }
-        let (expires_at, rest) = rest.split_once(':').ok_or_else(foreign)?;
-        let expires_at: u64 = expires_at.parse().map_err(|_| foreign())?;
-        let (fence, owner) = match version {
-            "1" => (0, rest),
-            "2" => {
-                let (fence, owner) = rest.split_once(':').ok_or_else(foreign)?;
-                (fence.parse().map_err(|_| foreign())?, owner)
-            }
-            _ => return Err(foreign()),
-        };
-        slot.hold = (!owner.is_empty()).then(|| (owner.to_owned(), expires_at));
-        slot.fence = fence;
-        Ok(slot)
-    }
-
-    fn view(&self) -> Option<RowView<'_>> {
-        self.hold.as_ref().map(|(owner, expires_at)| RowView {
-            owner,
-            expires_at: *expires_at,
-        })
-    }
-
-    /// The value to write back: `2:<expiry>:<fence>:<owner>` for an exclusive hold or a free
-    /// key (`2:0:<fence>:`), `3:…` while shared holds are live. Expired shared holds are left
-    /// out, so a key's value never grows with holds that are gone.
-    fn encode(&mut self, now: u64) -> Vec<u8> {
-        self.shared.retain(|h| h.expires_at > now);
-        if self.shared.is_empty() {
-            return match &self.hold {
-                Some((owner, expires_at)) => format!("2:{expires_at}:{}:{owner}", self.fence),
-                None => format!("2:0:{}:", self.fence),
-            }
-            .into_bytes();
-        }
-        let mut value = format!("3:{}:{}:", self.fence, self.limit);
-        for (i, h) in self.shared.iter().enumerate() {
-            let sep = if i == 0 { "" } else { " " };
-            value.push_str(&format!("{sep}{},{},{}", h.expires_at, h.weight, h.owner));
-        }
-        value.into_bytes()
-    }
-
-    /// What is live at `now`, for the grant rule.
-    fn live(&self, now: u64) -> LiveHolds {
-        let mut live = LiveHolds {
-            exclusive: self.view().is_some_and(|row| row.is_live(now)),
-            ..LiveHolds::default()
-        };
-        for h in self.shared.iter().filter(|h| h.expires_at > now) {
-            live.limit = Some(self.limit);
-            live.weight += u64::from(h.weight);
-        }
-        live
-    }
-
-    /// `owner`'s live shared hold.
-    fn shared_of(&mut self, owner: &OwnerToken, now: u64) -> Option<&mut SharedHold> {
-        self.shared
-            .iter_mut()
-            .find(|h| h.expires_at > now && h.owner == owner.as_str())
-    }
-
-    /// Takes the next fence.
-    fn next_fence(&mut self) -> Option<Fence> {
-        self.fence = self.fence.saturating_add(1);
-        Fence::new(self.fence).ok()
     }
 }
 
@@ -203,7 +81,7 @@ impl KeyValueLockStore {
     ) -> Result<Option<T>, KeyValueError> {
         let mut cas = Cas::new(&self.bucket, key.as_str())?;
         for _ in 0..MAX_CAS_ATTEMPTS {
-            let mut slot = Slot::read(cas.current()?)?;
+            let mut slot = read_value(cas.current()?)?;
             let now = wall_clock_ms();
             let (answer, write) = decide(&mut slot, now);
             if !write {
@@ -219,12 +97,11 @@ impl KeyValueLockStore {
     }
 
     /// A change to the holder's own hold (release, extend): the exclusive row by `rule`
-    /// (one of [`crate::rows`]), else `owner`'s shared hold by `shared`. Answers whether it was
-    /// granted.
+    /// (one of [`crate::rows`], given the caller's owner), else the caller's shared hold by
+    /// `shared`. Answers whether it was granted. The hold keeps its metadata and fence.
     fn update_hold(
         &self,
         key: &Key,
-        owner: &OwnerToken,
         rule: impl Fn(Option<RowView<'_>>, u64) -> Decision,
         shared: impl Fn(&mut Slot, u64) -> bool,
     ) -> Result<bool, KeyValueError> {
@@ -236,7 +113,10 @@ impl KeyValueLockStore {
                     (changed, changed)
                 }
                 Change::Put { expires_at } => {
-                    slot.hold = Some((owner.as_str().to_owned(), expires_at));
+                    // Only the live holder's extend puts: its hold, with a new expiry.
+                    if let Some(hold) = slot.hold.as_mut() {
+                        hold.expires_at = expires_at;
+                    }
                     (decision.granted, true)
                 }
                 Change::Delete => {
@@ -248,9 +128,21 @@ impl KeyValueLockStore {
         .ok_or_else(contended)
     }
 
-    fn read(&self, key: &Key) -> Result<Slot, KeyValueError> {
-        Slot::read(self.bucket.get(key.as_str())?)
+    /// [`LockStore::inspect`], answered at once: one read of the key's value.
+    pub fn look(&self, key: &Key) -> Result<LockInfo, KeyValueError> {
+        let slot = self.read(key)?;
+        Ok(LockInfo::new(slot.holders(wall_clock_ms()), None))
     }
+
+    fn read(&self, key: &Key) -> Result<Slot, KeyValueError> {
+        read_value(self.bucket.get(key.as_str())?)
+    }
+}
+
+/// A key's value as the bucket answered it.
+fn read_value(value: Option<Vec<u8>>) -> Result<Slot, KeyValueError> {
+    Slot::read(value.as_deref())
+        .map_err(|_| KeyValueError("the key holds a value keel-lock did not write".to_owned()))
 }
 
 fn contended() -> KeyValueError {
@@ -279,7 +171,11 @@ impl LockStore for KeyValueLockStore {
             }
             match rows::acquire(slot.view(), now, ttl).change {
                 Change::Put { expires_at } => {
-                    slot.hold = Some((owner.as_str().to_owned(), expires_at));
+                    slot.hold = Some(Hold {
+                        owner: owner.as_str().to_owned(),
+                        expires_at,
+                        metadata: metadata_of(owner),
+                    });
                     (Some(Grant::new(slot.next_fence())), true)
                 }
                 _ => (None, false),
@@ -293,7 +189,6 @@ impl LockStore for KeyValueLockStore {
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, KeyValueError> {
         self.update_hold(
             key,
-            owner,
             |row, now| rows::release(row, now, owner),
             |slot, now| {
                 let before = slot.shared.len();
@@ -307,7 +202,6 @@ impl LockStore for KeyValueLockStore {
     async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, KeyValueError> {
         self.update_hold(
             key,
-            owner,
             |row, now| rows::extend(row, now, owner, ttl),
             |slot, now| match slot.shared_of(owner, now) {
                 Some(hold) => {
@@ -340,14 +234,26 @@ impl LockStore for KeyValueLockStore {
             slot.shared
                 .retain(|h| h.expires_at > now && h.owner != owner.as_str());
             slot.limit = share.limit();
+            let fence = slot.next_fence();
             slot.shared.push(SharedHold {
                 owner: owner.as_str().to_owned(),
                 expires_at: now.saturating_add(ttl.as_ms()),
                 weight: share.weight(),
+                fence: fence.map(Fence::get),
+                metadata: metadata_of(owner),
             });
-            (SharedGrant::Granted(Grant::new(slot.next_fence())), true)
+            (SharedGrant::Granted(Grant::new(fence)), true)
         })?;
         Ok(outcome.unwrap_or(SharedGrant::Busy))
+    }
+
+    fn keeps_metadata(&self) -> bool {
+        true
+    }
+
+    /// One read of the key's value. `waiting` is `None`: waiters poll, nobody is queued here.
+    async fn inspect(&self, key: &Key) -> Result<Option<LockInfo>, KeyValueError> {
+        self.look(key).map(Some)
     }
 
     async fn is_locked(&self, key: &Key) -> Result<bool, KeyValueError> {

@@ -4,7 +4,7 @@
 use super::bindings::exports::keel::lock::conformance as wit_conformance;
 use super::bindings::exports::keel::lock::types::LockError;
 use super::{block_on, invalid, open_bucket, Component, WasiRuntime};
-use crate::conformance::{self, ConformanceOptions};
+use crate::conformance::{self, ConformanceOptions, PropertyResult, Verdict};
 use crate::input::{Ttl, MAX_KEY_BYTES, MAX_WAIT_MS};
 
 /// Most contenders a conformance run accepts.
@@ -52,10 +52,21 @@ impl wit_conformance::Guest for Component {
         let outcomes = block_on(conformance::check_all(&store, &WasiRuntime, &run));
         Ok(outcomes
             .into_iter()
-            .map(|(property, result)| wit_conformance::Outcome {
-                property: property.to_owned(),
-                violation: result.err().map(|v| v.message),
-            })
+            .map(|(property, result)| outcome(property, result))
             .collect())
+    }
+}
+
+/// A property's result as the WIT record reports it.
+fn outcome(property: &str, result: PropertyResult) -> wit_conformance::Outcome {
+    let (violation, not_applicable) = match result {
+        Ok(Verdict::Holds) => (None, None),
+        Ok(Verdict::NotApplicable(why)) => (None, Some(why)),
+        Err(violation) => (Some(violation.message), None),
+    };
+    wit_conformance::Outcome {
+        property: property.to_owned(),
+        violation,
+        not_applicable,
     }
 }

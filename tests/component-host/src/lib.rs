@@ -37,6 +37,7 @@ wasmtime::component::bindgen!({
 });
 
 use exports::keel::lock::conformance::{Options as ConformanceOptions, Outcome};
+pub use exports::keel::lock::lock::{HolderInfo, LockInfo};
 pub use exports::keel::lock::multi::KeyFence;
 pub use exports::keel::lock::types::{LockError, MismatchedLimits};
 use wasi::keyvalue::{atomics, store};
@@ -823,6 +824,25 @@ impl Instance {
             .call_set_permits(&mut self.store, l.0, permits)
     }
 
+    /// `lock.set-metadata(metadata)`.
+    pub fn set_metadata(&mut self, l: LockHandle, metadata: Option<&str>) -> Answer<()> {
+        api(&self.bindings)
+            .lock()
+            .call_set_metadata(&mut self.store, l.0, metadata)
+    }
+
+    /// `lock.inspect()`.
+    pub fn inspect(&mut self, l: LockHandle) -> Answer<LockInfo> {
+        api(&self.bindings)
+            .lock()
+            .call_inspect(&mut self.store, l.0)
+    }
+
+    /// `inspect(bucket, key)`, the free function.
+    pub fn inspect_key(&mut self, bucket: &str, key: &str) -> Answer<LockInfo> {
+        api(&self.bindings).call_inspect(&mut self.store, bucket, key)
+    }
+
     /// `lock.key()`.
     pub fn key(&mut self, l: LockHandle) -> Result<String> {
         api(&self.bindings).lock().call_key(&mut self.store, l.0)
@@ -895,6 +915,14 @@ impl Instance {
             .keel_lock_multi()
             .multi_lock()
             .call_extend(&mut self.store, m.0, ttl_ms)
+    }
+
+    /// `multi-lock.set-metadata(metadata)`.
+    pub fn multi_set_metadata(&mut self, m: MultiHandle, metadata: Option<&str>) -> Answer<()> {
+        self.bindings
+            .keel_lock_multi()
+            .multi_lock()
+            .call_set_metadata(&mut self.store, m.0, metadata)
     }
 
     /// `multi-lock.fences()`.
