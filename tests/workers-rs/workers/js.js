@@ -65,7 +65,7 @@ async function route(request, env) {
     case "/state": {
       useStore(env);
       const l = lock(body.key);
-      const snapshot = await env.LOCKS.get(env.LOCKS.idFromName(body.key)).inspect();
+      const snapshot = await env.LOCKS.get(env.LOCKS.idFromName(body.key)).snapshot();
       return { isLocked: await l.isLocked(), remaining: await l.getRemainingTime(), rows: snapshot.rows, waiting: snapshot.waiting };
     }
   }
