@@ -73,15 +73,17 @@
 //! export class LockDurableObject extends DurableObject {
 //!   #core;
 //!   constructor(ctx, env) { super(ctx, env); this.#core = new LockDurableObjectCore(ctx, env); }
-//!   acquire(key, owner, ttlMs) { return this.#core.acquire(key, owner, ttlMs); }
-//!   acquireOrWait(key, owner, ttlMs, waitMs) {
-//!     return this.#core.acquireOrWait(key, owner, ttlMs, waitMs);
+//!   acquire(key, owner, ttlMs, metadata) {
+//!     return this.#core.acquire(key, owner, ttlMs, metadata);
 //!   }
-//!   acquireShared(key, owner, ttlMs, weight, limit) {
-//!     return this.#core.acquireShared(key, owner, ttlMs, weight, limit);
+//!   acquireOrWait(key, owner, ttlMs, waitMs, metadata) {
+//!     return this.#core.acquireOrWait(key, owner, ttlMs, waitMs, metadata);
 //!   }
-//!   acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs) {
-//!     return this.#core.acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs);
+//!   acquireShared(key, owner, ttlMs, weight, limit, metadata) {
+//!     return this.#core.acquireShared(key, owner, ttlMs, weight, limit, metadata);
+//!   }
+//!   acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, metadata) {
+//!     return this.#core.acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, metadata);
 //!   }
 //!   withdraw(key, owner) { return this.#core.withdraw(key, owner); }
 //!   release(key, owner) { return this.#core.release(key, owner); }
@@ -89,7 +91,8 @@
 //!   extend(key, owner, ttlMs) { return this.#core.extend(key, owner, ttlMs); }
 //!   isLocked(key) { return this.#core.isLocked(key); }
 //!   remainingTime(key) { return this.#core.remainingTime(key); }
-//!   inspect() { return this.#core.inspect(); }
+//!   inspect(key) { return this.#core.inspect(key); }
+//!   snapshot() { return this.#core.snapshot(); }
 //!   alarm() { return this.#core.alarm(); }
 //! }
 //! ```

@@ -18,17 +18,17 @@ export class LockDurableObject extends DurableObject {
     super(ctx, env);
     this.#core = new LockDurableObjectCore(ctx, env);
   }
-  acquire(key, owner, ttlMs) {
-    return this.#core.acquire(key, owner, ttlMs);
+  acquire(key, owner, ttlMs, metadata) {
+    return this.#core.acquire(key, owner, ttlMs, metadata);
   }
-  acquireOrWait(key, owner, ttlMs, waitMs) {
-    return this.#core.acquireOrWait(key, owner, ttlMs, waitMs);
+  acquireOrWait(key, owner, ttlMs, waitMs, metadata) {
+    return this.#core.acquireOrWait(key, owner, ttlMs, waitMs, metadata);
   }
-  acquireShared(key, owner, ttlMs, weight, limit) {
-    return this.#core.acquireShared(key, owner, ttlMs, weight, limit);
+  acquireShared(key, owner, ttlMs, weight, limit, metadata) {
+    return this.#core.acquireShared(key, owner, ttlMs, weight, limit, metadata);
   }
-  acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs) {
-    return this.#core.acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs);
+  acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, metadata) {
+    return this.#core.acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, metadata);
   }
   withdraw(key, owner) {
     return this.#core.withdraw(key, owner);
@@ -48,9 +48,13 @@ export class LockDurableObject extends DurableObject {
   remainingTime(key) {
     return this.#core.remainingTime(key);
   }
+  /** Who holds `key` and who waits: each live hold's metadata, fence and time left. */
+  inspect(key) {
+    return this.#core.inspect(key);
+  }
   /** Diagnostics: what storage and the wait queues hold (owner tokens never leave). */
-  inspect() {
-    return this.#core.inspect();
+  snapshot() {
+    return this.#core.snapshot();
   }
   alarm() {
     return this.#core.alarm();

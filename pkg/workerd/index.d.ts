@@ -1,7 +1,7 @@
 // Types for the Cloudflare Workers (workerd) build of keel-lock: everything in ../index.d.ts,
 // plus the Durable Object lock store.
 export * from "../index.js";
-import type { Grant, LockStore, WaitedGrant } from "../index.js";
+import type { Grant, InspectAnswer, LockStore, WaitedGrant } from "../index.js";
 
 /** The slice of a Durable Object namespace binding (`env.LOCKS`) the store uses. */
 export interface LockNamespace {
@@ -12,19 +12,38 @@ export interface LockNamespace {
 /**
  * A lock store on Durable Objects: each key lives in its own `LockDurableObject`
  * (`idFromName(key)`), one RPC per operation, expiry judged by the object's clock.
- * `setLockStore(new DurableObjectLockStore(env.LOCKS))`.
+ * `setLockStore(new DurableObjectLockStore(env.LOCKS))`. It keeps hold metadata and answers
+ * `inspect`, so `run(fn, { metadata })`, `inspect(key)`, `campaign` and `observe` work over it.
  */
 export declare class DurableObjectLockStore implements LockStore {
   constructor(namespace: LockNamespace);
-  acquire(key: string, owner: string, ttlMs: number): Promise<Grant | false>;
+  /**
+   * Set-if-absent. `metadata` (a string of at most 1 KiB of UTF-8), as every acquiring
+   * method's last argument, is kept with the hold until it ends.
+   */
+  acquire(key: string, owner: string, ttlMs: number, metadata?: string): Promise<Grant | false>;
   /** One RPC that stays open while the call waits in the key's FIFO queue (at most `waitMs`). */
-  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs?: number): Promise<WaitedGrant | false>;
+  acquireOrWait(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    waitMs: number,
+    pollMs?: number,
+    metadata?: string,
+  ): Promise<WaitedGrant | false>;
   /**
    * A shared hold (semaphore permits, a read lock) of `weight` out of `limit`: a grant, `false`
    * (no room now, or callers queued first), or `{ heldLimit }` when the key's live shared holds
    * have another limit.
    */
-  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<Grant | false | { heldLimit: number }>;
+  acquireShared(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    metadata?: string,
+  ): Promise<Grant | false | { heldLimit: number }>;
   /** `acquireShared`, or one RPC open while the call waits in the key's one FIFO queue (at most `waitMs`). */
   acquireSharedOrWait(
     key: string,
@@ -34,6 +53,7 @@ export declare class DurableObjectLockStore implements LockStore {
     limit: number,
     waitMs: number,
     pollMs?: number,
+    metadata?: string,
   ): Promise<WaitedGrant | false | { heldLimit: number }>;
   /** Leave the key's queue, or release the key if it was already handed to `owner`. */
   withdraw(key: string, owner: string): Promise<void>;
@@ -43,9 +63,15 @@ export declare class DurableObjectLockStore implements LockStore {
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): Promise<boolean>;
   remainingTime(key: string): Promise<number | null>;
+  /**
+   * Who holds `key` and who waits, read in one turn of its object: the live holds in fence
+   * order (each one's metadata, fence and whole ms left by the object's clock) and the calls
+   * queued for it. Never an owner token.
+   */
+  inspect(key: string): Promise<InspectAnswer>;
 }
 
-/** What `inspect()` reports: storage as it is now, expired rows not yet deleted included. */
+/** What `snapshot()` reports: storage as it is now, expired rows not yet deleted included. */
 export interface LockObjectSnapshot {
   /** The object's clock, ms since the epoch. */
   now: number;
@@ -65,9 +91,17 @@ export interface LockObjectSnapshot {
  */
 export declare class LockDurableObject {
   constructor(ctx: unknown, env: unknown);
-  acquire(key: string, owner: string, ttlMs: number): Promise<Grant | false>;
-  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number): Promise<WaitedGrant | false>;
-  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number): Promise<Grant | false | { heldLimit: number }>;
+  /** Each acquiring method's optional last argument is the hold's metadata (≤ 1 KiB of UTF-8; `null`: none). */
+  acquire(key: string, owner: string, ttlMs: number, metadata?: string | null): Promise<Grant | false>;
+  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, metadata?: string | null): Promise<WaitedGrant | false>;
+  acquireShared(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    metadata?: string | null,
+  ): Promise<Grant | false | { heldLimit: number }>;
   acquireSharedOrWait(
     key: string,
     owner: string,
@@ -75,6 +109,7 @@ export declare class LockDurableObject {
     weight: number,
     limit: number,
     waitMs: number,
+    metadata?: string | null,
   ): Promise<WaitedGrant | false | { heldLimit: number }>;
   withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;
@@ -82,6 +117,9 @@ export declare class LockDurableObject {
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): boolean;
   remainingTime(key: string): number | null;
-  inspect(): Promise<LockObjectSnapshot>;
+  /** Who holds `key` and who waits, in one synchronous turn (never an owner token). */
+  inspect(key: string): InspectAnswer;
+  /** Diagnostics of the whole object. */
+  snapshot(): Promise<LockObjectSnapshot>;
   alarm(): Promise<void>;
 }

@@ -45,25 +45,30 @@ export class LockDurableObject extends DurableObject {
     super(ctx, env);
     this.#core = new wasm.LockDurableObjectCore(ctx, env);
   }
-  acquire(key, owner, ttlMs) {
-    return this.#core.acquire(key, owner, ttlMs);
+  /**
+   * Set-if-absent: `{ fence }` or `false`. Every acquiring method takes the hold's `metadata`
+   * (a string of at most 1 KiB of UTF-8) as an optional last argument; the hold keeps it until
+   * it ends, and `inspect` shows it.
+   */
+  acquire(key, owner, ttlMs, metadata) {
+    return this.#core.acquire(key, owner, ttlMs, metadata);
   }
   /** Acquire, or wait in the key's FIFO queue up to `waitMs`: `{ fence, waitedMs }` or `false`. */
-  acquireOrWait(key, owner, ttlMs, waitMs) {
-    return this.#core.acquireOrWait(key, owner, ttlMs, waitMs);
+  acquireOrWait(key, owner, ttlMs, waitMs, metadata) {
+    return this.#core.acquireOrWait(key, owner, ttlMs, waitMs, metadata);
   }
-  /** Leave the key's queue, or release the key if it was already handed to `owner`. */
   /**
    * A shared hold (semaphore permits, a read lock) of `weight` out of `limit`: `{ fence }`,
    * `false`, or `{ heldLimit }` when the key's live shared holds have another limit.
    */
-  acquireShared(key, owner, ttlMs, weight, limit) {
-    return this.#core.acquireShared(key, owner, ttlMs, weight, limit);
+  acquireShared(key, owner, ttlMs, weight, limit, metadata) {
+    return this.#core.acquireShared(key, owner, ttlMs, weight, limit, metadata);
   }
   /** `acquireShared`, or wait in the key's one FIFO queue up to `waitMs`. */
-  acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs) {
-    return this.#core.acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs);
+  acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, metadata) {
+    return this.#core.acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, metadata);
   }
+  /** Leave the key's queue, or release the key if it was already handed to `owner`. */
   withdraw(key, owner) {
     return this.#core.withdraw(key, owner);
   }
@@ -82,9 +87,13 @@ export class LockDurableObject extends DurableObject {
   remainingTime(key) {
     return this.#core.remainingTime(key);
   }
-  /** Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }], waiting }` (owner tokens never leave). */
-  inspect() {
-    return this.#core.inspect();
+  /** Who holds `key` and who waits: `{ holders: [{ metadata, fence, remainingMs }], waiting }`. */
+  inspect(key) {
+    return this.#core.inspect(key);
+  }
+  /** Diagnostics: `{ now, alarm, rows, shared, waiting }` of the whole object (owner tokens never leave). */
+  snapshot() {
+    return this.#core.snapshot();
   }
   alarm() {
     return this.#core.alarm();

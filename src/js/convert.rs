@@ -9,6 +9,8 @@ use crate::error::{Error, HoldOperation, InputError, Operation};
 use crate::holding::KeepAlive;
 use crate::input::{decimal, AcquireOptions, Key, ShowNumber, Ttl, WaitOption};
 use crate::token::OwnerToken;
+#[cfg(feature = "workerd")]
+use crate::token::MAX_METADATA_BYTES;
 
 #[wasm_bindgen(module = "/src/js/errors.js")]
 extern "C" {
@@ -280,6 +282,27 @@ pub(crate) fn owner(value: &JsValue) -> Result<OwnerToken, JsValue> {
         ));
     };
     OwnerToken::parse(s).map_err(input_to_js)
+}
+
+/// Hold metadata handed to a store call (a Durable Object RPC, its store's JS face): a string
+/// of at most 1 KiB of UTF-8, answered as given; `undefined` or `null` (none) as `null`. Any
+/// other value is a `TypeError`, a longer string a `RangeError`.
+#[cfg(feature = "workerd")]
+pub(crate) fn metadata(value: &JsValue) -> Result<JsValue, JsValue> {
+    if value.is_undefined() || value.is_null() {
+        return Ok(JsValue::NULL);
+    }
+    let Some(text) = value.as_string() else {
+        return Err(type_error(
+            ["metadata must be a string, got ", &describe(value)].concat(),
+        ));
+    };
+    if text.len() > MAX_METADATA_BYTES {
+        let len = text.len();
+        let max = MAX_METADATA_BYTES;
+        return Err(input_to_js(InputError::MetadataTooLong { len, max }));
+    }
+    Ok(value.clone())
 }
 
 /// A TTL that a store call must carry (no default).

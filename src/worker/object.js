@@ -37,3 +37,28 @@ export function withAlarm(read, out, failed) {
     return out;
   }, failed);
 }
+
+/**
+ * `inspect`'s answer, `{ holders: [{ metadata, fence, remainingMs }], waiting }`, from the
+ * `[fence, metadata, ms left]` rows of a key's live holds (in fence order); a row's missing
+ * fence or metadata is `null`.
+ */
+export function inspected(rows, waiting) {
+  const holders = [];
+  for (const [fence, metadata, remainingMs] of rows) {
+    holders.push({ metadata: metadata ?? null, fence: fence ?? null, remainingMs });
+  }
+  return { holders, waiting };
+}
+
+/**
+ * The diagnostics `snapshot` answers, but for its alarm (see `withAlarm`): the `[key,
+ * expiresAt]` rows of the lock table and the `[key, expiresAt, weight, limit]` ones of the
+ * shared holds, the object's clock and how many calls it has queued.
+ */
+export function snapshotOf(rows, shared, now, waiting) {
+  const out = { now, alarm: null, rows: [], shared: [], waiting };
+  for (const [key, expiresAt] of rows) out.rows.push({ key, expiresAt });
+  for (const [key, expiresAt, weight, limit] of shared) out.shared.push({ key, expiresAt, weight, limit });
+  return out;
+}

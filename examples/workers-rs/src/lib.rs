@@ -7,7 +7,11 @@
 //! POST /shared          {"kind": "semaphore", "limit": 3}   a shared hold instead of the lock
 //! POST /transfer        {"from": "account:1", "to": "account:2", "amount": 10}   hold both
 //! GET  /ledger?run=ID   charges booked in that run, and the most ever inside at once
+//! GET  /inspect?key=K   who holds the key (each hold's metadata and fence) and who waits
 //! ```
+//!
+//! A charge may say who is charging (`"metadata": "…"`): the lock keeps it with the hold, and
+//! `/inspect` shows it, whichever Worker (Rust or JS) took the hold.
 //!
 //! A transfer holds both accounts with one `MultiLock` (all or none, taken in sorted order, so
 //! transfers in opposite directions never deadlock) and books into each account's own run,
@@ -23,7 +27,7 @@ use std::time::Duration;
 
 use keel_lock::lock::RunError;
 use keel_lock::worker::DurableObjectLockStore;
-use keel_lock::{AcquireOptions, Holding, KeepAlive, Share};
+use keel_lock::{AcquireOptions, Holding, KeepAlive, LockInfo, Metadata, Share};
 use serde::{Deserialize, Serialize};
 use worker::{
     durable_object, event, Context, Date, Delay, DurableObject, Env, Method, Request, RequestInit,
@@ -56,6 +60,8 @@ struct Order {
     /// In `immediate` mode the charge stays inside until this many requests minus one have
     /// been turned away (at most 5 s), so the outcome never depends on scheduling luck.
     expected: u32,
+    /// What the hold says about its holder (at most 1 KiB of UTF-8), shown by `/inspect`.
+    metadata: Option<String>,
 }
 
 impl Default for Order {
@@ -66,6 +72,7 @@ impl Default for Order {
             key: "invoice:42".into(),
             pay_ms: 25,
             expected: 1,
+            metadata: None,
         }
     }
 }
@@ -86,7 +93,10 @@ fn now() -> u64 {
 
 async fn charge(env: &Env, order: Order) -> Result<Outcome> {
     let ledger = Ledger::open(env, &order.run)?;
-    let lock = DurableObjectLockStore::from_env(env, "LOCKS")?.lock(order.key, LOCK_TTL_MS)?;
+    let metadata = order.metadata.as_deref().map(Metadata::new).transpose()?;
+    let lock = DurableObjectLockStore::from_env(env, "LOCKS")?
+        .lock(order.key, LOCK_TTL_MS)?
+        .with_metadata(metadata);
     let options = match order.mode {
         Mode::Immediate => AcquireOptions::immediately(),
         Mode::Wait => AcquireOptions {
@@ -372,6 +382,41 @@ async fn hold_until_lost(env: &Env, order: LossOrder) -> Result<Option<Loss>> {
     Ok(lost)
 }
 
+/// One live hold of a key, as `/inspect` answers it.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Holder {
+    metadata: Option<String>,
+    fence: Option<u64>,
+    remaining_ms: u64,
+}
+
+/// `/inspect`'s answer: the key's live holds in fence order, and how many callers wait.
+#[derive(Serialize)]
+struct Holders {
+    holders: Vec<Holder>,
+    waiting: Option<u32>,
+}
+
+/// Who holds `key` and who waits, read in one turn of its lock object. Never an owner token.
+async fn inspect(env: &Env, key: String) -> Result<Holders> {
+    let lock = DurableObjectLockStore::from_env(env, "LOCKS")?.lock(key, LOCK_TTL_MS)?;
+    let info: LockInfo = lock.inspect().await?;
+    let holders = info
+        .holders
+        .into_iter()
+        .map(|h| Holder {
+            metadata: h.metadata.map(|m| m.as_str().to_owned()),
+            fence: h.fence.map(|f| f.get()),
+            remaining_ms: h.remaining_ms,
+        })
+        .collect();
+    Ok(Holders {
+        holders,
+        waiting: info.waiting,
+    })
+}
+
 fn query(url: &Url, name: &str) -> Option<String> {
     url.query_pairs()
         .find(|(k, _)| k == name)
@@ -417,6 +462,13 @@ async fn fetch(mut req: Request, env: Env, _ctx: Context) -> Result<Response> {
             let order: SharedOrder = serde_json::from_str(&req.text().await?)?;
             match shared(&env, order).await {
                 Ok(outcome) => Response::from_json(&outcome),
+                Err(e) => Response::error(e.to_string(), 500),
+            }
+        }
+        (Method::Get, "/inspect") => {
+            let key = query(&req.url()?, "key").unwrap_or_else(|| "invoice:42".into());
+            match inspect(&env, key).await {
+                Ok(holders) => Response::from_json(&holders),
                 Err(e) => Response::error(e.to_string(), 500),
             }
         }

@@ -37,7 +37,7 @@ use super::{describe, key, type_error};
 use crate::grant::{Fence, Grant};
 use crate::input::{whole_wait_ms, Key, Ttl, MAX_WAIT_MS};
 use crate::js::convert::{
-    fence_to_js, grant_to_js, not_a_number, object, owner, required_ttl as ttl, share,
+    fence_to_js, grant_to_js, metadata, not_a_number, object, owner, required_ttl as ttl, share,
     wait_range_error,
 };
 use crate::memory::KeyHasher;
@@ -67,6 +67,17 @@ extern "C" {
     /// `out` with its `alarm` field from what `read` answers, or what `failed(error)` answers.
     #[wasm_bindgen(js_name = withAlarm)]
     fn with_alarm(read: &Promise, out: &JsValue, failed: &Function) -> Promise;
+    /// `snapshot`'s answer, but for its alarm, from the rows of `LIST` and `LIST_SHARED`.
+    #[wasm_bindgen(catch, js_name = snapshotOf)]
+    fn snapshot_of(
+        rows: &js_sys::Iterator,
+        shared: &js_sys::Iterator,
+        now: f64,
+        waiting: f64,
+    ) -> Result<JsValue, JsValue>;
+    /// `inspect`'s answer from the rows of `HOLDERS` and the count of waiters.
+    #[wasm_bindgen(catch)]
+    fn inspected(rows: &js_sys::Iterator, waiting: f64) -> Result<JsValue, JsValue>;
 }
 
 /// What [`LockDurableObjectCore::edit`] does to a key's holds.
@@ -82,7 +93,8 @@ enum Edit<'a> {
 /// expiry. Exported to JS under the same name: workerd instantiates the JS
 /// `LockDurableObject extends DurableObject` class, which builds one of these and forwards
 /// `acquire`, `acquireOrWait`, `acquireShared`, `acquireSharedOrWait`, `withdraw`, `release`,
-/// `forceRelease`, `extend`, `isLocked`, `remainingTime`, `inspect` and `alarm` to it.
+/// `forceRelease`, `extend`, `isLocked`, `remainingTime`, `inspect`, `snapshot` and `alarm` to
+/// it.
 #[wasm_bindgen(js_name = LockDurableObjectCore)]
 pub struct LockDurableObjectCore {
     inner: Rc<Inner>,
@@ -185,8 +197,9 @@ impl Inner {
 #[wasm_bindgen(js_class = LockDurableObjectCore)]
 impl LockDurableObjectCore {
     /// Built by the JS `LockDurableObject` class's constructor with workerd's `(ctx, env)`.
-    /// Creates the lock table if needed; fails with a clear error when the class was not
-    /// declared SQLite-backed (`new_sqlite_classes`).
+    /// Creates the tables if needed and brings an older object's up to the current columns;
+    /// fails with a clear error when the class was not declared SQLite-backed
+    /// (`new_sqlite_classes`).
     #[wasm_bindgen(constructor)]
     pub fn new(ctx: JsValue, _env: JsValue) -> Result<LockDurableObjectCore, JsValue> {
         let storage = Reflect::get(&ctx, &JsValue::from_str("storage"))
@@ -223,18 +236,34 @@ impl LockDurableObjectCore {
         inner.exec(CREATE, &[])?;
         inner.exec(CREATE_FENCES, &[])?;
         inner.exec(CREATE_SHARED, &[])?;
-        inner
-            .shared_seen
-            .set(first_number(inner.exec(ANY_SHARED, &[])?)? != Some(0));
+        let opening = next_row(&inner.exec(OPENING, &[])?.raw())?
+            .ok_or_else(|| storage_error("the opening read answered no row"))?;
+        let yes = |i: u32| as_ms(&opening.get(i)).is_some_and(|n| n > 0);
+        inner.shared_seen.set(yes(0));
+        // Each statement of an upgrade is written in this synchronous turn, so it lands whole.
+        if !yes(1) {
+            inner.exec(UPGRADE, &[])?;
+        }
+        if !yes(2) {
+            inner.exec(UPGRADE_SHARED, &[])?;
+        }
         Ok(LockDurableObjectCore { inner })
     }
 
     /// Set-if-absent (an expired row counts as absent). Resolves `{ fence }` when acquired,
     /// `false` otherwise. Never overtakes waiting calls: a free key goes to the oldest waiter
     /// still waiting first, and while anyone is still queued (the hand-over to the one before
-    /// failed in storage) a plain acquire is refused.
-    pub fn acquire(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Result<Promise, JsValue> {
-        self.acquiring(k, o, t, None, None)
+    /// failed in storage) a plain acquire is refused. Every acquiring call takes the hold's
+    /// metadata (a string of at most 1 KiB of UTF-8) as an optional last argument, which the
+    /// hold keeps until it ends.
+    pub fn acquire(
+        &self,
+        k: &JsValue,
+        o: &JsValue,
+        t: &JsValue,
+        m: &JsValue,
+    ) -> Result<Promise, JsValue> {
+        self.acquiring(k, o, t, None, None, m)
     }
 
     /// A shared hold of `weight` permits out of `limit` (a read lock: 1 out of 2^32 − 1) when
@@ -250,14 +279,16 @@ impl LockDurableObjectCore {
         t: &JsValue,
         weight: &JsValue,
         limit: &JsValue,
+        m: &JsValue,
     ) -> Result<Promise, JsValue> {
-        self.acquiring(k, o, t, Some((weight, limit)), None)
+        self.acquiring(k, o, t, Some((weight, limit)), None, m)
     }
 
     /// `acquireShared`, or wait in the key's one FIFO queue (exclusive and shared waiters alike)
     /// for up to `waitMs`: `{ fence, waitedMs }` once a hand-over grants it, `false` when the
     /// wait is spent, `{ heldLimit }` at once on a limit mismatch.
     #[wasm_bindgen(js_name = acquireSharedOrWait)]
+    #[allow(clippy::too_many_arguments)]
     pub fn acquire_shared_or_wait(
         &self,
         k: &JsValue,
@@ -266,14 +297,16 @@ impl LockDurableObjectCore {
         weight: &JsValue,
         limit: &JsValue,
         w: &JsValue,
+        m: &JsValue,
     ) -> Result<Promise, JsValue> {
-        self.acquiring(k, o, t, Some((weight, limit)), Some(w))
+        self.acquiring(k, o, t, Some((weight, limit)), Some(w), m)
     }
 
     /// Acquire now if the key is free and nobody is still waiting for it (`{ fence }`); otherwise
     /// wait in the key's FIFO queue for up to `waitMs` for the object to hand it over on release
     /// or at the holder's expiry (`{ fence, waitedMs }`, the grant already in storage), or
-    /// resolve `false` when the wait is spent. The call stays open while it waits.
+    /// resolve `false` when the wait is spent. The call stays open while it waits, and its
+    /// metadata is the grant's when the key is handed to it.
     #[wasm_bindgen(js_name = acquireOrWait)]
     pub fn acquire_or_wait(
         &self,
@@ -281,14 +314,15 @@ impl LockDurableObjectCore {
         o: &JsValue,
         t: &JsValue,
         w: &JsValue,
+        m: &JsValue,
     ) -> Result<Promise, JsValue> {
-        self.acquiring(k, o, t, None, Some(w))
+        self.acquiring(k, o, t, None, Some(w), m)
     }
 
     /// The four acquiring handlers in one body (kept out of line, so that each export's glue
     /// does not carry its own copy): checks the arguments in the order the handlers take them
-    /// (key, owner, TTL, then the share's terms, then `waitMs`), then takes the hold now or
-    /// queues the call. A plain acquire is a wait of 0 ms: it never queues.
+    /// (key, owner, TTL, then the share's terms, then `waitMs`, then the metadata), then takes
+    /// the hold now or queues the call. A plain acquire is a wait of 0 ms: it never queues.
     #[inline(never)]
     fn acquiring(
         &self,
@@ -297,6 +331,7 @@ impl LockDurableObjectCore {
         t: &JsValue,
         terms: Option<(&JsValue, &JsValue)>,
         w: Option<&JsValue>,
+        m: &JsValue,
     ) -> Result<Promise, JsValue> {
         let (k, o, t) = (key(k)?, owner(o)?, ttl(t)?);
         let holding = match terms {
@@ -307,10 +342,11 @@ impl LockDurableObjectCore {
             Some(w) => wait_ms("waitMs", w)?,
             None => 0,
         };
-        self.wait_for(k, o, t, holding, w)
+        self.wait_for(k, o, t, holding, w, metadata(m)?)
     }
 
-    /// Takes `holding` now if it may, or queues the call for up to `w` ms.
+    /// Takes `holding` now if it may, or queues the call for up to `w` ms; `said` is the
+    /// hold's metadata, or `null`.
     fn wait_for(
         &self,
         k: Key,
@@ -318,10 +354,11 @@ impl LockDurableObjectCore {
         t: Ttl,
         holding: Holding,
         w: u64,
+        said: JsValue,
     ) -> Result<Promise, JsValue> {
         let since = now();
         self.inner.hand_over(&k, since);
-        match self.inner.try_now(&k, &o, t, holding, since)? {
+        match self.inner.try_now(&k, &o, t, holding, &said, since)? {
             SharedGrant::Busy if w > 0 => {}
             answer => return self.inner.answer_with(shared_to_js(answer)?),
         }
@@ -333,6 +370,7 @@ impl LockDurableObjectCore {
             owner: o,
             ttl: t,
             holding,
+            said,
             since,
             give_up_at: since.saturating_add(w),
             answer: RefCell::new(Some((
@@ -408,7 +446,7 @@ impl LockDurableObjectCore {
         let mut changed = false;
         if let Some(o) = owner {
             changed = inner
-                .decide(k, o, now, &|row, now| match edit {
+                .decide(k, now, &|row, now| match edit {
                     Edit::Extend(_, t) => rows::extend(row, now, o, t),
                     _ => rows::release(row, now, o),
                 })?
@@ -461,45 +499,36 @@ impl LockDurableObjectCore {
         }
     }
 
+    /// Who holds the key and who waits, read in this one synchronous turn: `{ holders:
+    /// [{ metadata, fence, remainingMs }], waiting }` — the live holds in fence order
+    /// (`metadata` `null` where the hold has none), `remainingMs` whole ms by this object's
+    /// clock, `waiting` the calls queued for the key whose wait is not spent. Never an owner
+    /// token.
+    pub fn inspect(&self, k: &JsValue) -> Result<JsValue, JsValue> {
+        let (k, now) = (key(k)?, now());
+        let at = JsValue::from_f64(now as f64);
+        let rows = self.inner.exec(HOLDERS, &[k.as_str().into(), at])?;
+        let waiting = self.inner.waiting_for(&k, now) as f64;
+        inspected(&rows.raw(), waiting).map_err(storage_error)
+    }
+
     /// Diagnostics: `{ now, alarm, rows: [{ key, expiresAt }], shared: [{ key, expiresAt,
     /// weight, limit }], waiting }` — what storage holds right now, expired rows not yet deleted
     /// included, and how many waiting calls this instance has queued. Owner tokens are never
     /// exposed.
-    pub fn inspect(&self) -> Promise {
-        self.inspected().unwrap_or_else(|e| Promise::reject(&e))
+    pub fn snapshot(&self) -> Promise {
+        self.snapshot_now().unwrap_or_else(|e| Promise::reject(&e))
     }
 
-    fn inspected(&self) -> Result<Promise, JsValue> {
+    fn snapshot_now(&self) -> Result<Promise, JsValue> {
         let inner = &self.inner;
-        let rows = Array::new();
-        let list = inner.exec(LIST, &[])?.raw();
-        while let Some(row) = next_row(&list)? {
-            let key = row.get(0);
-            if key.is_string() {
-                let at = as_ms(&row.get(1)).map_or(JsValue::NULL, |ms| (ms as f64).into());
-                rows.push(&object(&[("key", key), ("expiresAt", at)])?);
-            }
-        }
-        let shared = Array::new();
-        let list = inner.exec(LIST_SHARED, &[])?.raw();
-        while let Some(row) = next_row(&list)? {
-            let number = |i: u32| as_ms(&row.get(i)).map_or(JsValue::NULL, |n| (n as f64).into());
-            shared.push(&object(&[
-                ("key", row.get(0)),
-                ("expiresAt", number(1)),
-                ("weight", number(2)),
-                ("limit", number(3)),
-            ])?);
-        }
+        let rows = inner.exec(LIST, &[])?.raw();
+        let shared = inner.exec(LIST_SHARED, &[])?.raw();
         let alarm = inner.storage.get_alarm().map_err(storage_error)?;
-        let out = object(&[
-            ("now", (now() as f64).into()),
-            ("alarm", JsValue::NULL),
-            ("rows", rows.into()),
-            ("shared", shared.into()),
-            ("waiting", JsValue::from_f64(inner.waiting() as f64)),
-        ])?;
-        Ok(with_alarm(&alarm, &out, &inner.alarm_failed))
+        let (now, waiting) = (now() as f64, inner.waiting() as f64);
+        snapshot_of(&rows, &shared, now, waiting)
+            .map_err(storage_error)
+            .map(|out| with_alarm(&alarm, &out, &inner.alarm_failed))
     }
 }
 

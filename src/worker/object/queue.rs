@@ -11,6 +11,8 @@ pub(super) struct Waiter {
     pub(super) ttl: Ttl,
     /// Exclusive, or the permits it waits for.
     pub(super) holding: Holding,
+    /// The metadata its hold will carry, or `null`.
+    pub(super) said: JsValue,
     /// When it joined the queue, by the object's clock.
     pub(super) since: u64,
     /// When its wait is spent, by the object's clock: from then on it is never handed the key.
@@ -47,6 +49,13 @@ impl Inner {
         self.queues.borrow().values().map(VecDeque::len).sum()
     }
 
+    /// The calls queued for `key` whose wait is not spent at `now`.
+    pub(super) fn waiting_for(&self, key: &Key, now: u64) -> usize {
+        let queues = self.queues.borrow();
+        let queue = queues.get(key.as_str());
+        queue.map_or(0, |q| q.iter().filter(|w| w.give_up_at > now).count())
+    }
+
     /// Grants `key` to its front waiters in order while each fits beside what is live at `now`
     /// (one writer; or readers and permits until the next does not fit — nobody passes the
     /// front waiter): writes each hold and its fence, then settles the waiter (its call resolves
@@ -64,15 +73,15 @@ impl Inner {
                 self.settle(&waiter, Outcome::NotGranted);
                 continue;
             }
-            let outcome =
-                match self.take_holding(key, &waiter.owner, waiter.ttl, waiter.holding, now) {
-                    Ok(SharedGrant::Granted(grant)) => {
-                        Outcome::Granted(grant.waited(now.saturating_sub(waiter.since)))
-                    }
-                    // Not yet (a mismatched limit too: it waits for the other holds to go).
-                    Ok(_) => break,
-                    Err(e) => Outcome::Failed(e),
-                };
+            let (owner, ttl, said) = (&waiter.owner, waiter.ttl, &waiter.said);
+            let outcome = match self.take_holding(key, owner, ttl, waiter.holding, said, now) {
+                Ok(SharedGrant::Granted(grant)) => {
+                    Outcome::Granted(grant.waited(now.saturating_sub(waiter.since)))
+                }
+                // Not yet (a mismatched limit too: it waits for the other holds to go).
+                Ok(_) => break,
+                Err(e) => Outcome::Failed(e),
+            };
             self.leave(key, &waiter);
             popped = true;
             let failed = matches!(outcome, Outcome::Failed(_));

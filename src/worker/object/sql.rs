@@ -4,10 +4,14 @@
 use super::*;
 use crate::share::{fit, Fit, Holding, LiveHolds, SharedGrant};
 
+/// The exclusive holds, one row per key: the holder, its expiry, and the hold's fence and
+/// metadata (`NULL`: none) for `inspect`.
 pub(super) const CREATE: &str = "CREATE TABLE IF NOT EXISTS keel_locks (
     key TEXT PRIMARY KEY NOT NULL,
     owner TEXT NOT NULL,
-    expires_at INTEGER NOT NULL
+    expires_at INTEGER NOT NULL,
+    fence INTEGER,
+    metadata TEXT
 ) WITHOUT ROWID";
 /// The last fence handed out per key. Never deleted with the lock row, so fences keep rising
 /// across release, expiry, alarms and restarts.
@@ -18,8 +22,12 @@ pub(super) const CREATE_FENCES: &str = "CREATE TABLE IF NOT EXISTS keel_fences (
 pub(super) const NEXT_FENCE: &str = "INSERT INTO keel_fences (key, last) VALUES (?, 1)
     ON CONFLICT (key) DO UPDATE SET last = last + 1 RETURNING last";
 pub(super) const SELECT: &str = "SELECT owner, expires_at FROM keel_locks WHERE key = ?";
-pub(super) const UPSERT: &str = "INSERT INTO keel_locks (key, owner, expires_at) VALUES (?, ?, ?)
-    ON CONFLICT (key) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at";
+/// A grant: the new holder's row replaces an expired one whole, fence and metadata included.
+pub(super) const UPSERT: &str = "INSERT INTO keel_locks (key, owner, expires_at, fence, metadata)
+    VALUES (?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET owner = excluded.owner,
+    expires_at = excluded.expires_at, fence = excluded.fence, metadata = excluded.metadata";
+/// The holder's extend: its fence and metadata stay.
+pub(super) const EXTEND: &str = "UPDATE keel_locks SET expires_at = ? WHERE key = ?";
 pub(super) const DELETE: &str = "DELETE FROM keel_locks WHERE key = ?";
 pub(super) const DELETE_EXPIRED: &str = "DELETE FROM keel_locks WHERE expires_at <= ?";
 pub(super) const NEXT_EXPIRY: &str = "SELECT MIN(expires_at) FROM keel_locks";
@@ -35,16 +43,34 @@ pub(super) const CREATE_SHARED: &str = "CREATE TABLE IF NOT EXISTS keel_shared (
     expires_at INTEGER NOT NULL,
     weight INTEGER NOT NULL,
     lim INTEGER NOT NULL,
+    fence INTEGER,
+    metadata TEXT,
     PRIMARY KEY (key, owner)
 ) WITHOUT ROWID";
-pub(super) const ANY_SHARED: &str = "SELECT COUNT(*) FROM (SELECT 1 FROM keel_shared LIMIT 1)";
+/// What the constructor needs to know of storage, in one read: whether any shared hold is
+/// kept, and whether each table has its `metadata` column (an object made before hold
+/// metadata has neither it nor `fence`).
+pub(super) const OPENING: &str = "SELECT EXISTS (SELECT 1 FROM keel_shared),
+    (SELECT COUNT(*) FROM pragma_table_info('keel_locks') WHERE name = 'metadata'),
+    (SELECT COUNT(*) FROM pragma_table_info('keel_shared') WHERE name = 'metadata')";
+/// Brings an older object's lock rows up to the current columns. A live row's fence is the
+/// key's last one (no grant can come between a live exclusive hold and its fence), so it is
+/// filled in from the counter; expired rows get it too, harmlessly.
+pub(super) const UPGRADE: &str = "ALTER TABLE keel_locks ADD COLUMN fence INTEGER;
+    ALTER TABLE keel_locks ADD COLUMN metadata TEXT;
+    UPDATE keel_locks SET fence = (SELECT last FROM keel_fences WHERE keel_fences.key = keel_locks.key)";
+/// The same for shared holds, whose fences were not kept: an older permit's fence stays
+/// unknown (`NULL`) until it goes.
+pub(super) const UPGRADE_SHARED: &str = "ALTER TABLE keel_shared ADD COLUMN fence INTEGER;
+    ALTER TABLE keel_shared ADD COLUMN metadata TEXT";
 /// The live shared holds of a key: their limit, total weight, first and last expiry.
 pub(super) const SHARED_LIVE: &str = "SELECT lim, SUM(weight), MIN(expires_at), MAX(expires_at)
     FROM keel_shared WHERE key = ? AND expires_at > ? GROUP BY lim";
 pub(super) const UPSERT_SHARED: &str =
-    "INSERT INTO keel_shared (key, owner, expires_at, weight, lim)
-    VALUES (?, ?, ?, ?, ?) ON CONFLICT (key, owner) DO UPDATE SET
-    expires_at = excluded.expires_at, weight = excluded.weight, lim = excluded.lim";
+    "INSERT INTO keel_shared (key, owner, expires_at, weight, lim, fence, metadata)
+    VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, owner) DO UPDATE SET
+    expires_at = excluded.expires_at, weight = excluded.weight, lim = excluded.lim,
+    fence = excluded.fence, metadata = excluded.metadata";
 pub(super) const RELEASE_SHARED: &str =
     "DELETE FROM keel_shared WHERE key = ? AND owner = ? AND expires_at > ? RETURNING 1";
 pub(super) const EXTEND_SHARED: &str =
@@ -52,6 +78,12 @@ pub(super) const EXTEND_SHARED: &str =
 pub(super) const FORCE_SHARED: &str = "DELETE FROM keel_shared WHERE key = ? RETURNING expires_at";
 pub(super) const DELETE_EXPIRED_SHARED: &str = "DELETE FROM keel_shared WHERE expires_at <= ?";
 pub(super) const NEXT_SHARED_EXPIRY: &str = "SELECT MIN(expires_at) FROM keel_shared";
+/// A key's live holds for `inspect`, exclusive and shared alike, in fence order: fence,
+/// metadata, ms left.
+pub(super) const HOLDERS: &str = "SELECT fence, metadata, expires_at - ?2 FROM keel_locks
+    WHERE key = ?1 AND expires_at > ?2
+    UNION ALL SELECT fence, metadata, expires_at - ?2 FROM keel_shared
+    WHERE key = ?1 AND expires_at > ?2 ORDER BY 1";
 pub(super) const LIST_SHARED: &str =
     "SELECT key, expires_at, weight, lim FROM keel_shared ORDER BY key, expires_at";
 
@@ -128,32 +160,22 @@ impl Inner {
         }
     }
 
-    /// Reads the row, decides with `rule` at `now`, writes the decision. Synchronous: atomic.
+    /// Reads the row, decides with `rule` (a release or an extend by the row's holder) at `now`,
+    /// writes the decision. Synchronous: atomic.
     pub(super) fn decide(
         &self,
         key: &Key,
-        owner: &OwnerToken,
         now: u64,
         rule: &dyn Fn(Option<RowView<'_>>, u64) -> Decision,
     ) -> Result<Decision, JsValue> {
         let row = self.row(key)?;
-        let view = row.as_ref().map(|(owner, expires_at)| RowView {
-            owner,
-            expires_at: *expires_at,
-        });
-        let decision = rule(view, now);
+        let decision = rule(view(&row), now);
         match decision.change {
             Change::Keep => {}
             Change::Put { expires_at } => {
                 self.wrote_expiry(expires_at);
-                self.exec(
-                    UPSERT,
-                    &[
-                        key.as_str().into(),
-                        owner.as_str().into(),
-                        JsValue::from_f64(expires_at as f64),
-                    ],
-                )?;
+                let at = JsValue::from_f64(expires_at as f64);
+                self.exec(EXTEND, &[at, key.as_str().into()])?;
             }
             Change::Delete => {
                 self.exec(DELETE, &[key.as_str().into()])?;
@@ -179,13 +201,15 @@ impl Inner {
             .ok_or_else(|| storage_error("the fence counter is missing or spent"))
     }
 
-    /// Set-if-absent for `owner`, with the fence in the same synchronous turn as the row write.
-    /// Does not look at the queue.
+    /// Set-if-absent for `owner`, the row carrying its fence and `said` (the holder's metadata,
+    /// or `null`), written in the same synchronous turn as the fence is drawn. Does not look at
+    /// the queue.
     pub(super) fn take(
         &self,
         key: &Key,
         owner: &OwnerToken,
         ttl: Ttl,
+        said: &JsValue,
         now: u64,
     ) -> Result<Option<Grant>, JsValue> {
         // An object that never kept a shared hold skips this read: the exclusive path makes
@@ -193,11 +217,23 @@ impl Inner {
         if self.shared_seen.get() && self.shared_live(key, now)?.limit.is_some() {
             return Ok(None);
         }
-        let d = self.decide(key, owner, now, &|row, now| rows::acquire(row, now, ttl))?;
-        Ok(match d.granted {
-            true => Some(Grant::new(Some(self.next_fence(key)?))),
-            false => None,
-        })
+        let Change::Put { expires_at } = rows::acquire(view(&self.row(key)?), now, ttl).change
+        else {
+            return Ok(None);
+        };
+        let fence = self.next_fence(key)?;
+        self.wrote_expiry(expires_at);
+        self.exec(
+            UPSERT,
+            &[
+                key.as_str().into(),
+                owner.as_str().into(),
+                JsValue::from_f64(expires_at as f64),
+                JsValue::from_f64(fence.get() as f64),
+                said.clone(),
+            ],
+        )?;
+        Ok(Some(Grant::new(Some(fence))))
     }
 
     /// The earliest expiry of `key`'s live holds, if any: when room may next appear.
@@ -215,12 +251,7 @@ impl Inner {
 
     /// Milliseconds until the last live hold of `key` expires.
     pub(super) fn remaining(&self, key: &Key, now: u64) -> Result<Option<u64>, JsValue> {
-        let row = self.row(key)?;
-        let view = row.as_ref().map(|(owner, expires_at)| RowView {
-            owner,
-            expires_at: *expires_at,
-        });
-        let exclusive = rows::remaining_time(view, now);
+        let exclusive = rows::remaining_time(view(&self.row(key)?), now);
         if !self.shared_seen.get() {
             return Ok(exclusive);
         }
@@ -268,17 +299,19 @@ impl Inner {
     }
 
     /// Takes `key` for `owner` as `holding` says, if it fits beside the live holds, without
-    /// looking at the queue: the row and the fence in this synchronous turn.
+    /// looking at the queue: the row (with `said`, the holder's metadata or `null`) and the
+    /// fence in this synchronous turn.
     pub(super) fn take_holding(
         &self,
         key: &Key,
         owner: &OwnerToken,
         ttl: Ttl,
         holding: Holding,
+        said: &JsValue,
         now: u64,
     ) -> Result<SharedGrant, JsValue> {
         let share = match holding {
-            Holding::Exclusive => return Ok(self.take(key, owner, ttl, now)?.into()),
+            Holding::Exclusive => return Ok(self.take(key, owner, ttl, said, now)?.into()),
             Holding::Shared(share) => share,
         };
         match fit(self.live_holds(key, now)?, holding) {
@@ -286,6 +319,7 @@ impl Inner {
             Fit::Full => return Ok(SharedGrant::Busy),
             Fit::Mismatch { held } => return Ok(SharedGrant::LimitMismatch { held }),
         }
+        let fence = self.next_fence(key)?;
         let expires_at = now.saturating_add(ttl.as_ms());
         self.wrote_expiry(expires_at);
         self.exec(
@@ -296,12 +330,12 @@ impl Inner {
                 JsValue::from_f64(expires_at as f64),
                 JsValue::from_f64(share.weight().into()),
                 JsValue::from_f64(share.limit().into()),
+                JsValue::from_f64(fence.get() as f64),
+                said.clone(),
             ],
         )?;
         self.shared_seen.set(true);
-        Ok(SharedGrant::Granted(Grant::new(Some(
-            self.next_fence(key)?,
-        ))))
+        Ok(SharedGrant::Granted(Grant::new(Some(fence))))
     }
 
     /// A request's answer now: the limit mismatch at once, refused while anyone is queued
@@ -312,6 +346,7 @@ impl Inner {
         owner: &OwnerToken,
         ttl: Ttl,
         holding: Holding,
+        said: &JsValue,
         now: u64,
     ) -> Result<SharedGrant, JsValue> {
         if let (Holding::Shared(_), true) = (holding, self.shared_seen.get()) {
@@ -322,7 +357,7 @@ impl Inner {
         if self.has_waiters(key) {
             return Ok(SharedGrant::Busy);
         }
-        self.take_holding(key, owner, ttl, holding, now)
+        self.take_holding(key, owner, ttl, holding, said, now)
     }
 
     /// Frees `owner`'s live shared hold on `key`; answers whether it had one.
@@ -386,6 +421,14 @@ impl Inner {
         }
         Ok(live)
     }
+}
+
+/// `row` as the row rules read it.
+fn view(row: &Option<(String, u64)>) -> Option<RowView<'_>> {
+    row.as_ref().map(|(owner, expires_at)| RowView {
+        owner,
+        expires_at: *expires_at,
+    })
 }
 
 /// A shared acquire's answer on the seam: `{ fence }`, `false` or `{ heldLimit }`.

@@ -2,10 +2,13 @@
 //! each method checking its arguments before any RPC and answering as the seam does.
 
 use super::*;
+use crate::js::convert::metadata;
 
 /// `new DurableObjectLockStore(env.LOCKS)` for JS Workers: a store object with the five
-/// `LockStore` methods, the waiting pair (`acquireOrWait`, `withdraw`) and the shared pair
-/// (`acquireShared`, `acquireSharedOrWait`), ready for `setLockStore`.
+/// `LockStore` methods, the waiting pair (`acquireOrWait`, `withdraw`), the shared pair
+/// (`acquireShared`, `acquireSharedOrWait`) and `inspect`, ready for `setLockStore`. With
+/// `inspect` it keeps hold metadata: the JS face passes it to the acquiring methods as their
+/// last argument.
 #[wasm_bindgen(js_name = DurableObjectLockStore)]
 pub struct JsDurableObjectLockStore {
     inner: Rc<DurableObjectLockStore>,
@@ -68,13 +71,14 @@ per_thread! {
 }
 
 /// The arguments of a call from JS — key, then as many of owner, TTL, weight and limit as the
-/// method takes — checked as the object checks them (a bad one rejects the call before anything
-/// is sent) and passed on as the caller gave them: a valid key is well-formed UTF-16 and a valid
-/// owner printable ASCII, so the strings are the ones the checks read. The TTL goes as the
-/// whole milliseconds it stands for, the share's terms as the numbers they stand for. One
-/// routine for every method, with the unused tail left `undefined` (never sent).
-fn checked(args: &[&JsValue]) -> Result<[JsValue; 5], JsValue> {
-    let mut out = [(); 5].map(|()| JsValue::UNDEFINED);
+/// method takes, then `said`, the hold's metadata, if the caller gave some — checked as the
+/// object checks them (a bad one rejects the call before anything is sent) and passed on as the
+/// caller gave them: a valid key is well-formed UTF-16 and a valid owner printable ASCII, so
+/// the strings are the ones the checks read. The TTL goes as the whole milliseconds it stands
+/// for, the share's terms as the numbers they stand for. One routine for every method: answers
+/// the arguments and how many to send (the unused tail is never sent).
+fn checked(args: &[&JsValue], said: Option<&JsValue>) -> Result<([JsValue; 6], usize), JsValue> {
+    let mut out = [(); 6].map(|()| JsValue::UNDEFINED);
     if let Some(k) = args.first() {
         key(k)?;
         out[0] = JsValue::clone(k);
@@ -89,7 +93,12 @@ fn checked(args: &[&JsValue]) -> Result<[JsValue; 5], JsValue> {
     if let (Some(weight), Some(limit)) = (args.get(3), args.get(4)) {
         [out[3], out[4]] = terms(share(weight, limit)?);
     }
-    Ok(out)
+    let mut n = args.len();
+    if let Some(said) = said.filter(|m| !m.is_undefined()) {
+        out[n] = metadata(said)?;
+        n += usize::from(!out[n].is_null());
+    }
+    Ok((out, n))
 }
 
 /// A shared acquire's answer as the JS seam has it: `{ fence }` (`{ fence, waitedMs }` after a
@@ -105,26 +114,35 @@ fn shared_grant_to_js(answer: SharedGrant) -> Result<JsValue, JsValue> {
 }
 
 impl JsDurableObjectLockStore {
-    /// One RPC call with `args` (see [`checked`]) sent now, its answer judged by `step`: the
-    /// promise of the checked answer. Bad arguments or a failed send reject it. Nothing here
-    /// awaits in Rust: the call's own promise, then `step`, settle the answer.
+    /// One RPC call with `args` and `said` (see [`checked`]) sent now, its answer judged by
+    /// `step` (passed on as the object gave it without one): the promise of the checked answer.
+    /// Bad arguments or a failed send reject it. Nothing here awaits in Rust: the call's own
+    /// promise, then `step`, settle the answer.
     #[inline(never)]
-    fn answered(&self, rpc: Rpc, args: &[&JsValue], step: &'static PerThread<Function>) -> Promise {
-        let sent = checked(args).and_then(|all| self.inner.send(rpc, &all[..args.len()]));
-        match sent {
-            Ok((_, answer)) => step.with(|step| {
+    fn answered(
+        &self,
+        rpc: Rpc,
+        args: &[&JsValue],
+        said: Option<&JsValue>,
+        step: Option<&'static PerThread<Function>>,
+    ) -> Promise {
+        let sent = checked(args, said).and_then(|(all, n)| self.inner.send(rpc, first(&all, n)));
+        match (sent, step) {
+            (Ok((_, answer)), Some(step)) => step.with(|step| {
                 Promise::resolve(&answer)
                     .unchecked_into::<Then>()
                     .then(step)
             }),
-            Err(e) => Promise::reject(&e),
+            (Ok((_, answer)), None) => Promise::resolve(&answer),
+            (Err(e), _) => Promise::reject(&e),
         }
     }
 
     /// `acquireOrWait` and `acquireSharedOrWait` (with the share's `terms`) in one body and one
     /// future: the arguments checked in the order the methods take them (a bad one rejects the
-    /// promise), then the waiting call.
+    /// promise), then the waiting call, carrying the metadata `m` when given.
     #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
     fn waiting(
         &self,
         k: &JsValue,
@@ -133,6 +151,7 @@ impl JsDurableObjectLockStore {
         terms: Option<(&JsValue, &JsValue)>,
         w: &JsValue,
         p: &JsValue,
+        m: &JsValue,
     ) -> Promise {
         let checked = || -> Result<_, JsValue> {
             let (k, o, t) = (key(k)?, owner(o)?, required_ttl(t)?);
@@ -147,13 +166,14 @@ impl JsDurableObjectLockStore {
                     false => wait_ms("pollMs", p)?,
                 },
             };
-            Ok((k, o, t, holding, wait))
+            let said = Some(metadata(m)?).filter(|m| !m.is_null());
+            Ok((k, o, t, holding, wait, said))
         };
         let checked = checked();
         spawn(&self.inner, move |s| {
-            let (k, o, t, holding, wait) = checked?;
+            let (k, o, t, holding, wait, said) = checked?;
             Ok(async move {
-                let answer = s.wait_in_queue(&k, &o, t, holding, wait).await?;
+                let answer = s.wait_in_queue(&k, &o, t, holding, wait, said).await?;
                 shared_grant_to_js(answer)
             })
         })
@@ -170,9 +190,11 @@ impl JsDurableObjectLockStore {
         })
     }
 
-    /// Atomic set-if-absent, in the key's Durable Object: `{ fence }` or `false`.
-    pub fn acquire(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Promise {
-        self.answered(Rpc::Acquire, &[k, o, t], &ACQUIRED)
+    /// Atomic set-if-absent, in the key's Durable Object: `{ fence }` or `false`. `metadata`
+    /// (a string of at most 1 KiB of UTF-8), when given, is kept with the hold; so for every
+    /// acquiring method, as its last argument.
+    pub fn acquire(&self, k: &JsValue, o: &JsValue, t: &JsValue, m: &JsValue) -> Promise {
+        self.answered(Rpc::Acquire, &[k, o, t], Some(m), Some(&ACQUIRED))
     }
 
     /// Acquire, or wait in the key's queue in its Durable Object for up to `waitMs`: `{ fence }`
@@ -186,8 +208,9 @@ impl JsDurableObjectLockStore {
         t: &JsValue,
         w: &JsValue,
         p: &JsValue,
+        m: &JsValue,
     ) -> Promise {
-        self.waiting(k, o, t, None, w, p)
+        self.waiting(k, o, t, None, w, p, m)
     }
 
     /// A shared hold of `weight` permits out of `limit`, in the key's Durable Object: `{ fence }`,
@@ -201,8 +224,10 @@ impl JsDurableObjectLockStore {
         t: &JsValue,
         weight: &JsValue,
         limit: &JsValue,
+        m: &JsValue,
     ) -> Promise {
-        self.answered(Rpc::AcquireShared, &[k, o, t, weight, limit], &SHARED)
+        let args = [k, o, t, weight, limit];
+        self.answered(Rpc::AcquireShared, &args, Some(m), Some(&SHARED))
     }
 
     /// `acquireShared`, or wait in the key's one FIFO queue for up to `waitMs`:
@@ -219,14 +244,15 @@ impl JsDurableObjectLockStore {
         limit: &JsValue,
         w: &JsValue,
         p: &JsValue,
+        m: &JsValue,
     ) -> Promise {
-        self.waiting(k, o, t, Some((weight, limit)), w, p)
+        self.waiting(k, o, t, Some((weight, limit)), w, p, m)
     }
 
     /// Frees the key whoever holds it (operators); resolves whether anyone did.
     #[wasm_bindgen(js_name = forceRelease)]
     pub fn force_release(&self, k: &JsValue) -> Promise {
-        self.answered(Rpc::ForceRelease, &[k], &FORCE_RELEASED)
+        self.answered(Rpc::ForceRelease, &[k], None, Some(&FORCE_RELEASED))
     }
 
     /// Stop waiting: leave the key's queue, or release the key if it was already handed over.
@@ -240,23 +266,30 @@ impl JsDurableObjectLockStore {
 
     /// Compare-owner-and-delete.
     pub fn release(&self, k: &JsValue, o: &JsValue) -> Promise {
-        self.answered(Rpc::Release, &[k, o], &RELEASED)
+        self.answered(Rpc::Release, &[k, o], None, Some(&RELEASED))
     }
 
     /// Compare-owner-and-reset-expiry.
     pub fn extend(&self, k: &JsValue, o: &JsValue, t: &JsValue) -> Promise {
-        self.answered(Rpc::Extend, &[k, o, t], &EXTENDED)
+        self.answered(Rpc::Extend, &[k, o, t], None, Some(&EXTENDED))
     }
 
     /// Whether anyone holds the key.
     #[wasm_bindgen(js_name = isLocked)]
     pub fn is_locked(&self, k: &JsValue) -> Promise {
-        self.answered(Rpc::IsLocked, &[k], &LOCKED)
+        self.answered(Rpc::IsLocked, &[k], None, Some(&LOCKED))
     }
 
     /// Milliseconds until the key expires, or `null`.
     #[wasm_bindgen(js_name = remainingTime)]
     pub fn remaining_time(&self, k: &JsValue) -> Promise {
-        self.answered(Rpc::RemainingTime, &[k], &REMAINING)
+        self.answered(Rpc::RemainingTime, &[k], None, Some(&REMAINING))
+    }
+
+    /// Who holds the key and who waits, read in one turn of its Durable Object: `{ holders:
+    /// [{ metadata, fence, remainingMs }], waiting }` (the live holds in fence order; never an
+    /// owner token), as the object answers it. `keel-lock`'s `inspect(key)` judges it.
+    pub fn inspect(&self, k: &JsValue) -> Promise {
+        self.answered(Rpc::Inspect, &[k], None, None)
     }
 }

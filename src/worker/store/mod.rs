@@ -9,6 +9,8 @@
 //! queue, and the object resolves it with the grant when it hands the key over. Shared holds
 //! (semaphores, read locks) are the same two calls with the share's terms:
 //! `acquireShared(key, owner, ttlMs, weight, limit)` and `acquireSharedOrWait(…, waitMs)`.
+//! Each acquiring call carries the hold's metadata as one more argument when there is some,
+//! and `inspect(key)` reads the key's holds and waiters back.
 
 use alloc::rc::Rc;
 
@@ -20,11 +22,13 @@ use super::{describe, key, promise, type_error, WorkersRuntime};
 use crate::error::InputError;
 use crate::grant::Grant;
 use crate::input::{Key, Ttl, DEFAULT_RETRY_DELAY_MS};
+use crate::inspect::LockInfo;
 use crate::js::convert::{object, owner, required_ttl, share};
 use crate::js::promises::{grant_answer, settled};
 use crate::js::store::answers;
 use crate::lock::{Lock, MultiLock};
 use crate::per_thread::PerThread;
+use crate::prelude::*;
 use crate::runtime::Runtime;
 use crate::share::{Holding, Share, SharedGrant};
 use crate::store::{ForceRelease, LockStore, Wait};
@@ -137,6 +141,7 @@ enum Rpc {
     Extend,
     IsLocked,
     RemainingTime,
+    Inspect,
 }
 
 impl Rpc {
@@ -152,13 +157,15 @@ impl Rpc {
             Rpc::Extend => "extend",
             Rpc::IsLocked => "isLocked",
             Rpc::RemainingTime => "remainingTime",
+            Rpc::Inspect => "inspect",
         }
     }
 
-    /// How many arguments the method takes, the key first.
+    /// How many arguments the method takes, the key first (the acquiring ones one more when
+    /// they carry metadata).
     fn arity(self) -> usize {
         match self {
-            Rpc::ForceRelease | Rpc::IsLocked | Rpc::RemainingTime => 1,
+            Rpc::ForceRelease | Rpc::IsLocked | Rpc::RemainingTime | Rpc::Inspect => 1,
             Rpc::Withdraw | Rpc::Release => 2,
             Rpc::Acquire | Rpc::Extend => 3,
             Rpc::AcquireOrWait => 4,
@@ -180,6 +187,7 @@ impl Rpc {
             Rpc::Extend => "LockDurableObject.extend()",
             Rpc::IsLocked => "LockDurableObject.isLocked()",
             Rpc::RemainingTime => "LockDurableObject.remainingTime()",
+            Rpc::Inspect => "LockDurableObject.inspect()",
         }
     }
 }
@@ -252,7 +260,7 @@ impl DurableObjectLockStore {
         let keys = keys
             .into_iter()
             .map(Key::new)
-            .collect::<Result<alloc::vec::Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?;
         MultiLock::new(keys, Ttl::from_ms(ttl_ms)?, self.clone(), WorkersRuntime)
     }
 
@@ -285,7 +293,12 @@ impl DurableObjectLockStore {
     /// Sends the RPC call `rpc` with `args` to the object of the key, which every call has as
     /// its first argument; answers the stub and the call's answer.
     fn send(&self, rpc: Rpc, args: &[JsValue]) -> Result<(JsValue, JsValue), JsValue> {
-        let (Some(k), true) = (args.first(), args.len() == rpc.arity()) else {
+        let says = matches!(
+            rpc,
+            Rpc::Acquire | Rpc::AcquireOrWait | Rpc::AcquireShared | Rpc::AcquireSharedOrWait
+        );
+        let arity = args.len() == rpc.arity() || (says && args.len() == rpc.arity() + 1);
+        let (Some(k), true) = (args.first(), arity) else {
             return Err(type_error([rpc.method(), ": wrong arguments"].concat()));
         };
         let stub = self.stub(k)?;
@@ -323,6 +336,7 @@ impl DurableObjectLockStore {
     /// the caller waits in the key's one queue; when it fails, plain attempts every
     /// `wait.poll_ms` until the wait is spent (see `poll_after_failed_wait`). One body for both
     /// kinds, so the wasm has one such future rather than one per kind.
+    /// `said` is the hold's metadata (a JS string), sent as the call's last argument.
     async fn wait_in_queue(
         &self,
         key: &Key,
@@ -330,29 +344,41 @@ impl DurableObjectLockStore {
         ttl: Ttl,
         holding: Holding,
         wait: Wait,
+        said: Option<JsValue>,
     ) -> Result<SharedGrant, JsValue> {
         let started = WorkersRuntime.now_ms();
         let w = JsValue::from_f64(wait.wait_ms as f64);
-        let [k, o, t] = args3(key, owner, ttl);
-        let (rpc, args, n) = match holding {
-            Holding::Exclusive => {
-                let none = JsValue::UNDEFINED;
-                (Rpc::AcquireOrWait, [k, o, t, w, none.clone(), none], 4)
-            }
-            Holding::Shared(share) => {
-                let [n, l] = terms(share);
-                (Rpc::AcquireSharedOrWait, [k, o, t, n, l, w], 6)
-            }
-        };
-        match self.call_acquiring(key, owner, rpc, &args[..n]).await {
+        let (rpc, args, n) = acquiring_args(key, owner, ttl, holding, Some(w), said.clone());
+        match self.call_acquiring(key, owner, rpc, first(&args, n)).await {
             Ok(answer) => match holding {
                 Holding::Exclusive => answers::waited(rpc.method(), &answer).map(Into::into),
                 Holding::Shared(_) => answers::shared(rpc.method(), &answer, true),
             },
             Err(failure) => {
-                self.poll_after_failed_wait(key, owner, ttl, holding, wait, started, failure)
+                let wait = (wait, started);
+                self.poll_after_failed_wait(key, owner, ttl, holding, wait, said, failure)
                     .await
             }
+        }
+    }
+
+    /// One plain acquiring call — `acquire`, or `acquireShared` for a share — carrying `said`
+    /// (the hold's metadata) when there is some.
+    async fn take(
+        &self,
+        key: &Key,
+        owner: &OwnerToken,
+        ttl: Ttl,
+        holding: Holding,
+        said: Option<JsValue>,
+    ) -> Result<SharedGrant, JsValue> {
+        let (rpc, args, n) = acquiring_args(key, owner, ttl, holding, None, said);
+        let answer = self
+            .call_acquiring(key, owner, rpc, first(&args, n))
+            .await?;
+        match holding {
+            Holding::Exclusive => answers::acquire(rpc.method(), &answer).map(Into::into),
+            Holding::Shared(_) => answers::shared(rpc.method(), &answer, false),
         }
     }
 
@@ -362,7 +388,8 @@ impl DurableObjectLockStore {
     /// (no hold is left that nobody knows of); then plain acquires every `poll_ms` until the
     /// wait that began at `started` is spent. A plain acquire never overtakes callers queued
     /// in the restarted object, and never yields a second holder. A shared hold polls
-    /// `acquireShared` the same way; a limit mismatch ends it at once.
+    /// `acquireShared` the same way; a limit mismatch ends it at once. Each attempt carries
+    /// `said`, as the waiting call did.
     #[allow(clippy::too_many_arguments)]
     async fn poll_after_failed_wait(
         &self,
@@ -370,8 +397,8 @@ impl DurableObjectLockStore {
         owner: &OwnerToken,
         ttl: Ttl,
         holding: Holding,
-        wait: Wait,
-        started: u64,
+        (wait, started): (Wait, u64),
+        said: Option<JsValue>,
         failure: JsValue,
     ) -> Result<SharedGrant, JsValue> {
         if self.release(key, owner).await.is_err() {
@@ -380,10 +407,7 @@ impl DurableObjectLockStore {
         let give_up_at = started.saturating_add(wait.wait_ms);
         loop {
             let sent = WorkersRuntime.now_ms();
-            let answer = match holding {
-                Holding::Exclusive => self.acquire(key, owner, ttl).await?.into(),
-                Holding::Shared(share) => self.acquire_shared(key, owner, ttl, share).await?,
-            };
+            let answer = self.take(key, owner, ttl, holding, said.clone()).await?;
             match answer {
                 // The TTL ran from no earlier than this attempt was sent.
                 SharedGrant::Granted(grant) => {
@@ -420,6 +444,58 @@ fn args3(key: &Key, owner: &OwnerToken, ttl: Ttl) -> [JsValue; 3] {
     ]
 }
 
+/// An acquiring call and its arguments, of which the first `n` are sent: `acquire` or
+/// `acquireShared` (the share's terms after the TTL), their waiting forms when `wait` (the
+/// `waitMs` argument) is given, and `said` last when there is some.
+fn acquiring_args(
+    key: &Key,
+    owner: &OwnerToken,
+    ttl: Ttl,
+    holding: Holding,
+    wait: Option<JsValue>,
+    said: Option<JsValue>,
+) -> (Rpc, [JsValue; 7], usize) {
+    let [k, o, t] = args3(key, owner, ttl);
+    let mut args = [
+        k,
+        o,
+        t,
+        JsValue::UNDEFINED,
+        JsValue::UNDEFINED,
+        JsValue::UNDEFINED,
+        JsValue::UNDEFINED,
+    ];
+    let mut n = 3;
+    let rpc = match holding {
+        Holding::Exclusive if wait.is_some() => Rpc::AcquireOrWait,
+        Holding::Exclusive => Rpc::Acquire,
+        Holding::Shared(share) => {
+            [args[3], args[4]] = terms(share);
+            n = 5;
+            match wait {
+                Some(_) => Rpc::AcquireSharedOrWait,
+                None => Rpc::AcquireShared,
+            }
+        }
+    };
+    for extra in [wait, said].into_iter().flatten() {
+        args[n] = extra;
+        n += 1;
+    }
+    (rpc, args, n)
+}
+
+/// The first `n` of `args` (all of them if there are fewer: [`DurableObjectLockStore::send`]
+/// then refuses the call), without a bounds check's panic path.
+fn first(args: &[JsValue], n: usize) -> &[JsValue] {
+    args.get(..n).unwrap_or(args)
+}
+
+/// The metadata `owner` carries, as an acquiring call's last argument.
+fn said(owner: &OwnerToken) -> Option<JsValue> {
+    owner.metadata().map(JsValue::from_str)
+}
+
 impl LockStore for DurableObjectLockStore {
     type Error = JsValue;
 
@@ -433,9 +509,11 @@ impl LockStore for DurableObjectLockStore {
         owner: &OwnerToken,
         ttl: Ttl,
     ) -> Result<Option<Grant>, JsValue> {
-        let args = args3(key, owner, ttl);
-        let answer = self.call_acquiring(key, owner, Rpc::Acquire, &args).await?;
-        answers::acquire(Rpc::Acquire.method(), &answer)
+        let answer = self.take(key, owner, ttl, Holding::Exclusive, said(owner));
+        Ok(match answer.await? {
+            SharedGrant::Granted(grant) => Some(grant),
+            _ => None,
+        })
     }
 
     async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, JsValue> {
@@ -474,12 +552,8 @@ impl LockStore for DurableObjectLockStore {
         ttl: Ttl,
         share: Share,
     ) -> Result<SharedGrant, JsValue> {
-        let [k, o, t] = args3(key, owner, ttl);
-        let [n, l] = terms(share);
-        let args = [k, o, t, n, l];
-        let rpc = Rpc::AcquireShared;
-        let answer = self.call_acquiring(key, owner, rpc, &args).await?;
-        answers::shared(rpc.method(), &answer, false)
+        let holding = Holding::Shared(share);
+        self.take(key, owner, ttl, holding, said(owner)).await
     }
 
     /// One `acquireSharedOrWait` call, open while the caller waits in the key's one queue; when
@@ -494,7 +568,8 @@ impl LockStore for DurableObjectLockStore {
         wait: Wait,
     ) -> Result<SharedGrant, JsValue> {
         let holding = Holding::Shared(share);
-        self.wait_in_queue(key, owner, ttl, holding, wait).await
+        self.wait_in_queue(key, owner, ttl, holding, wait, said(owner))
+            .await
     }
 
     /// One `acquireOrWait` call, open while the caller waits in the object's queue. When that
@@ -507,11 +582,22 @@ impl LockStore for DurableObjectLockStore {
         ttl: Ttl,
         wait: Wait,
     ) -> Result<Option<Grant>, JsValue> {
-        let answer = self.wait_in_queue(key, owner, ttl, Holding::Exclusive, wait);
+        let answer = self.wait_in_queue(key, owner, ttl, Holding::Exclusive, wait, said(owner));
         Ok(match answer.await? {
             SharedGrant::Granted(grant) => Some(grant),
             _ => None,
         })
+    }
+
+    /// The object keeps each hold's metadata with its row (the owner token carries it here).
+    fn keeps_metadata(&self) -> bool {
+        true
+    }
+
+    /// One `inspect` call, answered in one synchronous turn of the key's object.
+    async fn inspect(&self, key: &Key) -> Result<Option<LockInfo>, JsValue> {
+        let answer = self.call(Rpc::Inspect, &[key.as_str().into()]).await?;
+        answers::inspect(Rpc::Inspect.method(), &answer).map(Some)
     }
 
     async fn force_release(&self, key: &Key) -> Result<ForceRelease, JsValue> {

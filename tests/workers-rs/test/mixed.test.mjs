@@ -75,6 +75,41 @@ for (const lockHost of ["rust", "js"]) {
       assert.equal(after.isLocked, false);
     });
 
+    it("hold metadata across Rust and JS: each sees the other's, and a waiter's becomes its grant's", async () => {
+      const key = `invoice:${crypto.randomUUID()}`;
+      const run = `metadata:${crypto.randomUUID()}`;
+      const look = (worker) =>
+        worker === "rust" ? w.call("rust", `/inspect?key=${encodeURIComponent(key)}`) : w.call("js", "/inspect", { key });
+      /** Polls `worker`'s inspect of the key until `ready(answer)`; answers it. */
+      const until = async (worker, ready, what) => {
+        const deadline = Date.now() + 20_000;
+        for (;;) {
+          const answer = await look(worker);
+          if (ready(answer)) return answer;
+          assert.ok(Date.now() < deadline, `${what}: ${worker} inspect answered ${JSON.stringify(answer)}`);
+          await new Promise((r) => setTimeout(r, 10));
+        }
+      };
+      assert.deepEqual(await look("rust"), { holders: [], waiting: 0 }, "a free key, from Rust");
+      // A Rust hold with metadata, seen by both Workers' inspect.
+      const holder = w.call("rust", "/charge", { run, key, mode: "wait", payMs: 1_500, metadata: "rust: charging" });
+      const fromJs = await until("js", (a) => a.holders.length === 1, "the Rust holder");
+      assert.equal(fromJs.holders[0].metadata, "rust: charging");
+      const fromRust = await look("rust");
+      assert.deepEqual(fromRust.holders.map((h) => [h.metadata, h.fence]), [["rust: charging", fromJs.holders[0].fence]]);
+      assert.ok(fromRust.holders[0].remainingMs > 0 && fromRust.holders[0].remainingMs <= 30_000, JSON.stringify(fromRust));
+      // A JS waiter with metadata queues behind it; the hand-over makes its metadata the hold's.
+      const waiter = w.call("js", "/charge", { run, key, mode: "wait", payMs: 1_500, metadata: "js: waiting" });
+      await until("rust", (a) => a.waiting === 1, "the JS waiter queued");
+      const handed = await until("rust", (a) => a.holders[0]?.metadata === "js: waiting", "the hand-over");
+      assert.equal(handed.waiting, 0);
+      const [first, second] = await Promise.all([holder, waiter]);
+      assert.equal(first.fence, fromJs.holders[0].fence, "the Rust holder's fence, as inspect showed it");
+      assert.deepEqual(handed.holders.map((h) => [h.metadata, h.fence]), [["js: waiting", second.fence]]);
+      assert.ok(second.fence > first.fence, `fences ${first.fence}, ${second.fence}`);
+      assert.deepEqual(await look("js"), { holders: [], waiting: 0 }, "the key after both");
+    });
+
     it("holds alternate between JS and Rust: each fence above the other's last", async () => {
       const key = `invoice:${crypto.randomUUID()}`;
       const run = `alternate:${crypto.randomUUID()}`;

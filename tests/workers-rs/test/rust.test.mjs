@@ -64,6 +64,26 @@ describe("Rust Worker, two isolates", { concurrency: false, timeout: 180_000 }, 
     const long = await w.request("rust-b", "/charge", { key: "k".repeat(600) });
     assert.equal(long.status, 500);
     assert.match(String(long.body), /600 bytes of UTF-8; the limit is 512/);
+    const said = await w.request("rust", "/charge", { key: `said:${crypto.randomUUID()}`, metadata: "é".repeat(513) });
+    assert.equal(said.status, 500);
+    assert.match(String(said.body), /metadata is 1026 bytes of UTF-8; the limit is 1024/);
+  });
+
+  it("a Rust hold keeps its metadata, shown by inspect from the other isolate until it ends", async () => {
+    const key = `said:${crypto.randomUUID()}`;
+    const look = () => w.call("rust-b", `/inspect?key=${encodeURIComponent(key)}`);
+    const run = `said:${crypto.randomUUID()}`;
+    const charge = w.call("rust", "/charge", { run, key, mode: "wait", payMs: 1_000, metadata: "rust isolate a" });
+    let seen;
+    const deadline = Date.now() + 20_000;
+    while ((seen = await look()).holders.length === 0) {
+      assert.ok(Date.now() < deadline, "the hold never showed");
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    const { fence } = await charge;
+    assert.deepEqual(seen.holders.map((h) => [h.metadata, h.fence]), [["rust isolate a", fence]]);
+    assert.equal(seen.waiting, 0);
+    assert.deepEqual(await look(), { holders: [], waiting: 0 }, "after the charge released");
   });
 });
 

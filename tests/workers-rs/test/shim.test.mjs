@@ -9,21 +9,28 @@ import { fileURLToPath } from "node:url";
 
 const top = join(dirname(fileURLToPath(import.meta.url)), "..", "..", "..");
 
-/** Method names of `class LockDurableObject extends DurableObject { … }` in `file`. */
+/**
+ * The methods of `class LockDurableObject extends DurableObject { … }` in `file`, each as
+ * `name(parameters)`; each must hand all of its parameters, in order, to the core's method of
+ * the same name (one dropped would be an argument the RPC carries and the core never sees).
+ */
 function forwarded(file) {
   const text = readFileSync(join(top, file), "utf8");
   const start = text.indexOf("class LockDurableObject extends DurableObject {");
   assert.notEqual(start, -1, `${file} declares no LockDurableObject class`);
   const body = text.slice(start, text.indexOf("\n}", start));
-  const names = [...body.matchAll(/^ {2}(\w+)\([^)]*\) \{$/gm)].map((m) => m[1]).filter((n) => n !== "constructor");
-  for (const name of names) {
-    assert.match(body, new RegExp(`this\\.#core\\.${name}\\(`), `${file}: ${name}() does not forward to the core`);
+  const methods = [...body.matchAll(/^ {2}(\w+)\(([^)]*)\) \{$/gm)].filter((m) => m[1] !== "constructor");
+  for (const [, name, params] of methods) {
+    const call = `this.#core.${name}(${params})`;
+    assert.ok(body.includes(call), `${file}: ${name}(${params}) does not forward as ${call}`);
   }
-  return names.sort();
+  return methods.map(([, name, params]) => `${name}(${params})`).sort();
 }
 
-it("the example's LockDurableObject forwards the same methods as the npm package's", () => {
+it("the example's LockDurableObject forwards the same methods, with the same arguments, as the npm package's", () => {
   const pkg = forwarded("pkg/workerd/index.js");
-  assert.ok(pkg.includes("acquire") && pkg.includes("alarm"), `package methods: ${pkg}`);
+  for (const method of ["acquire(key, owner, ttlMs, metadata)", "inspect(key)", "alarm()"]) {
+    assert.ok(pkg.includes(method), `package methods: ${pkg}`);
+  }
   assert.deepEqual(forwarded("examples/workers-rs/entry.js"), pkg);
 });

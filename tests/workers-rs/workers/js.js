@@ -5,7 +5,7 @@
 //
 // It also exports keel-lock's LockDurableObject, so a test can make this script the one that
 // serves the lock class, with the Rust Worker bound to it.
-import { lock, setLockStore, DurableObjectLockStore, LockDurableObject } from "keel-lock";
+import { inspect, lock, setLockStore, DurableObjectLockStore, LockDurableObject } from "keel-lock";
 
 export { LockDurableObject };
 
@@ -27,7 +27,7 @@ async function book(env, what, run, fence) {
   return res.json();
 }
 
-async function charge(env, { run = "curl", mode = "immediate", key = "invoice:42", payMs = 25, expected = 1 }) {
+async function charge(env, { run = "curl", mode = "immediate", key = "invoice:42", payMs = 25, expected = 1, metadata }) {
   useStore(env);
   const started = Date.now();
   let enteredAt = null;
@@ -45,7 +45,7 @@ async function charge(env, { run = "curl", mode = "immediate", key = "invoice:42
       await book(env, "exit", run);
       return fence;
     },
-    mode === "wait" ? { timeout: 60_000, retryDelay: 5 } : undefined,
+    { ...(mode === "wait" ? { timeout: 60_000, retryDelay: 5 } : {}), ...(metadata === undefined ? {} : { metadata }) },
   );
   if (!charged) await book(env, "refuse", run);
   return { charged, fence: charged ? fence : null, waitedMs: enteredAt === null ? null : enteredAt - started, totalMs: Date.now() - started, worker: "js" };
@@ -57,6 +57,11 @@ async function route(request, env) {
   switch (url.pathname) {
     case "/charge":
       return charge(env, body);
+    case "/inspect": {
+      useStore(env);
+      const { holders, waiting } = await inspect(body.key);
+      return { holders, waiting };
+    }
     case "/hold": {
       // Takes the key and keeps it (no release): for the row-format test across restarts.
       useStore(env);
@@ -65,7 +70,7 @@ async function route(request, env) {
     case "/state": {
       useStore(env);
       const l = lock(body.key);
-      const snapshot = await env.LOCKS.get(env.LOCKS.idFromName(body.key)).inspect();
+      const snapshot = await env.LOCKS.get(env.LOCKS.idFromName(body.key)).snapshot();
       return { isLocked: await l.isLocked(), remaining: await l.getRemainingTime(), rows: snapshot.rows, waiting: snapshot.waiting };
     }
   }

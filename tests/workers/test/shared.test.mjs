@@ -30,7 +30,7 @@ describe("shared holds in the Durable Object", { concurrency: false }, async () 
     assert.ok(results.every((r) => r.released), "every holder released its own hold");
     const fences = results.map((r) => r.fence);
     assert.equal(new Set(fences).size, n, `fences repeat: ${fences}`);
-    const state = await w.call("main", "/inspect", { key });
+    const state = await w.call("main", "/snapshot", { key });
     assert.equal(state.waiting, 0);
     assert.deepEqual(state.shared, []);
     return w.call("main", "/stats", { runId });

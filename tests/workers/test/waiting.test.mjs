@@ -16,7 +16,7 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 async function untilQueued(w, key, waiting) {
   const deadline = Date.now() + 20_000;
   let seen;
-  while ((seen = (await w.call("main", "/inspect", { key })).waiting) !== waiting) {
+  while ((seen = (await w.call("main", "/snapshot", { key })).waiting) !== waiting) {
     assert.ok(Date.now() < deadline, `${seen} calls queued, expected ${waiting}`);
     await sleep(10);
   }
@@ -72,7 +72,7 @@ describe("waiting in the Durable Object's queue", { concurrency: false }, async 
     assert.equal(stats.maxInside, 1);
     assert.ok(stats.fences[0] > held.fence);
     assertIncreasing(stats.fences);
-    assert.equal((await w.call("main", "/inspect", { key })).waiting, 0);
+    assert.equal((await w.call("main", "/snapshot", { key })).waiting, 0);
   });
 
   it("32 waiters from two isolates: one at a time, two RPCs per acquisition", async (t) => {
@@ -119,7 +119,7 @@ describe("a runtime restart with calls waiting", { concurrency: false }, () => {
         outcomes.push(call.then((ok) => ({ ok }), (error) => ({ error })));
       }
       await untilQueued(w, key, 3);
-      deadline = (await w.call("main", "/inspect", { key })).rows[0].expiresAt;
+      deadline = (await w.call("main", "/snapshot", { key })).rows[0].expiresAt;
     } finally {
       await w.dispose();
     }
@@ -130,14 +130,14 @@ describe("a runtime restart with calls waiting", { concurrency: false }, () => {
 
     w = await start({ persist: dir });
     try {
-      const snapshot = await w.call("main", "/inspect", { key });
+      const snapshot = await w.call("main", "/snapshot", { key });
       assert.equal(snapshot.waiting, 0, "the queue came back after the restart");
       assert.equal(snapshot.rows[0]?.expiresAt, deadline, "the holder's deadline changed across the restart");
       assert.ok(snapshot.now < deadline, "restart took longer than the TTL; cannot judge");
       const next = await w.call("main", "/hold", { key, ttl: 20_000, timeout: 60_000 });
       assert.equal(next.acquired, true);
       assert.ok(next.fence > held.fence, `fence ${next.fence} after ${held.fence}`);
-      const granted = (await w.call("main", "/inspect", { key })).rows[0].expiresAt - 20_000;
+      const granted = (await w.call("main", "/snapshot", { key })).rows[0].expiresAt - 20_000;
       assert.ok(granted >= deadline, `granted at ${granted}, before the holder's deadline ${deadline}`);
       const calls = await rpcs(w, key);
       assert.equal(calls.acquireOrWait, 1, `the new waiter waited in one call: ${JSON.stringify(calls)}`);

@@ -1,6 +1,7 @@
 // Worker A: owns the LOCKS (LockDurableObject) and COUNTER namespaces; runs the lock API suite,
 // the conformance kit and the bad-input checks inside workerd, with DurableObjectLockStore.
 import {
+  inspect,
   lock,
   restoreLock,
   getLockStore,
@@ -13,7 +14,22 @@ import {
 // DurableObjectLockStore made by "keel-lock" through the store's five methods.
 import { lockStoreResults } from "keel-lock/testing";
 import { databaseLockStore } from "keel-lock/sql";
-import { Counter, Ledger, READ_LIMIT, contend, contendMulti, contendShared, rpcCounts, stats, sleep, useStore } from "./shared.js";
+import {
+  Counter,
+  Ledger,
+  READ_LIMIT,
+  campaignFor,
+  contend,
+  contendMulti,
+  contendShared,
+  observeLeaders,
+  rpcCounts,
+  stats,
+  sleep,
+  useStore,
+} from "./shared.js";
+import { inspectSuite } from "./inspect.js";
+import { check, eq, fenceOf, increasing, rejects, stubFor, throwsSync, unique, untilFree, untilQueued, watched } from "./checks.js";
 
 /**
  * The package's Durable Object plus one test hook: `crash()` resets the object the way an
@@ -29,7 +45,7 @@ export class LockDurableObject extends PackagedLockDurableObject {
    * due meanwhile, before any of them runs.
    */
   async stallThenForceRelease(key, ms, waiting) {
-    const seen = (await this.inspect()).waiting;
+    const seen = (await this.snapshot()).waiting;
     if (seen !== waiting) throw new Error(`${seen} calls queued before the stall, expected ${waiting}`);
     const started = Date.now();
     for (let spins = 1; Date.now() - started < ms; spins++) {
@@ -37,43 +53,29 @@ export class LockDurableObject extends PackagedLockDurableObject {
     }
     return this.forceRelease(key);
   }
+  /**
+   * Rewrites this object's storage as an object made before hold metadata left it: both tables
+   * without their fence and metadata columns, holding `key` for `holder` (a lock) or for each of
+   * `permits` (one permit of 3 each), live for a minute, with `lastFence` as the key's counter.
+   * A `crash()` after it makes the next instance open the old tables.
+   */
+  downgrade(key, { holder, permits = [], lastFence }) {
+    const sql = this.ctx.storage.sql;
+    const until = Date.now() + 60_000;
+    sql.exec("DROP TABLE keel_locks");
+    sql.exec("CREATE TABLE keel_locks (key TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL) WITHOUT ROWID");
+    sql.exec("DROP TABLE keel_shared");
+    sql.exec(
+      "CREATE TABLE keel_shared (key TEXT NOT NULL, owner TEXT NOT NULL, expires_at INTEGER NOT NULL, " +
+        "weight INTEGER NOT NULL, lim INTEGER NOT NULL, PRIMARY KEY (key, owner)) WITHOUT ROWID",
+    );
+    if (holder !== undefined) sql.exec("INSERT INTO keel_locks VALUES (?, ?, ?)", key, holder, until);
+    for (const owner of permits) sql.exec("INSERT INTO keel_shared VALUES (?, ?, ?, 1, 3)", key, owner, until);
+    sql.exec("INSERT INTO keel_fences (key, last) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET last = excluded.last", key, lastFence);
+  }
 }
 
 export { Counter, Ledger };
-
-class Failure extends Error {}
-function check(cond, message) {
-  if (!cond) throw new Failure(message);
-}
-function eq(actual, expected, what) {
-  check(
-    JSON.stringify(actual) === JSON.stringify(expected),
-    `${what}: expected ${JSON.stringify(expected)}, got ${JSON.stringify(actual)}`,
-  );
-}
-async function rejects(promise, cls, pattern, what) {
-  try {
-    await promise;
-  } catch (e) {
-    check(e instanceof cls || e?.name === cls.name, `${what}: expected ${cls.name}, got ${e?.name}: ${e?.message}`);
-    check(pattern.test(String(e?.message)), `${what}: message ${JSON.stringify(e?.message)} does not match ${pattern}`);
-    return e;
-  }
-  throw new Failure(`${what}: did not reject`);
-}
-async function throwsSync(fn, cls, pattern, what) {
-  return rejects((async () => fn())(), cls, pattern, what);
-}
-/** Waits (polling the store) until `l`'s key is free; the DO's clock decides. */
-async function untilFree(l, limitMs = 10_000) {
-  const deadline = Date.now() + limitMs;
-  while (await l.isLocked()) {
-    check(Date.now() < deadline, `${l.key} still locked after ${limitMs} ms`);
-    await sleep(20);
-  }
-}
-const unique = (name) => `${name}:${crypto.randomUUID()}`;
-const stubFor = (env, key) => env.LOCKS.get(env.LOCKS.idFromName(key));
 
 /** The lock API suite, each case on a fresh key. */
 const suite = {
@@ -287,7 +289,7 @@ const suite = {
     check(await waiter, "the waiter was handed the key");
     await rejects(holder.extend(), LockNotHeldError, /not held/, "the forced-out holder's extend");
     const stub = stubFor(env, key);
-    eq((await stub.inspect()).waiting, 0, "queue after the hand-over");
+    eq((await stub.snapshot()).waiting, 0, "queue after the hand-over");
     eq(await lock(key).forceRelease(), true, "forceRelease of the waiter's hold");
     eq(await lock(key).forceRelease(), false, "forceRelease of a free key");
   },
@@ -296,7 +298,7 @@ const suite = {
     const l = lock(key, 200);
     check(await l.acquire(), "acquire");
     const stub = stubFor(env, key);
-    const before = await stub.inspect();
+    const before = await stub.snapshot();
     eq(before.rows.length, 1, "rows after acquire");
     eq(before.alarm, before.rows[0].expiresAt, "alarm set to the row's expiry");
     // No lock operation touches the key from here on: only the alarm can delete the row.
@@ -304,7 +306,7 @@ const suite = {
     let after = before;
     while (after.rows.length > 0 && Date.now() < deadline) {
       await sleep(50);
-      after = await stub.inspect();
+      after = await stub.snapshot();
     }
     eq(after.rows, [], "rows after the alarm");
     eq(after.alarm, null, "no alarm left");
@@ -314,65 +316,55 @@ const suite = {
     const stub = stubFor(env, key);
     const l = lock(key, 60_000);
     check(await l.acquire(), "acquire");
-    const first = await stub.inspect();
+    const first = await stub.snapshot();
     eq(first.alarm, first.rows[0].expiresAt, "a new object's first write sets the alarm to its expiry");
     await l.extend(120_000);
-    const later = await stub.inspect();
+    const later = await stub.snapshot();
     eq(later.alarm, first.alarm, "an extend to a later expiry leaves the alarm");
     check(later.rows[0].expiresAt > later.alarm, `alarm ${later.alarm} not before the expiry ${later.rows[0].expiresAt}`);
     await l.extend(1_000);
-    const earlier = await stub.inspect();
+    const earlier = await stub.snapshot();
     eq(earlier.alarm, earlier.rows[0].expiresAt, "an extend to an expiry before the alarm moves it there");
     check(earlier.alarm < first.alarm, `alarm did not move earlier: ${first.alarm} -> ${earlier.alarm}`);
     check(await l.release(), "release");
-    const released = await stub.inspect();
+    const released = await stub.snapshot();
     eq(released.rows, [], "rows after release");
     eq(released.alarm, earlier.alarm, "a release leaves the alarm");
     // Acquired again before the alarm fires: the alarm is already due before the new expiry.
     const again = lock(key, 60_000);
     check(await again.acquire(), "acquire again");
-    const held = await stub.inspect();
+    const held = await stub.snapshot();
     eq(held.alarm, earlier.alarm, "an acquire expiring after the alarm leaves it");
     // It fires with the key held: the live row stays, the alarm moves to the holder's expiry.
     let deadline = Date.now() + 15_000;
     let fired = held;
     while (fired.alarm === held.alarm && Date.now() < deadline) {
       await sleep(50);
-      fired = await stub.inspect();
+      fired = await stub.snapshot();
     }
     eq(fired.rows.length, 1, "rows after the alarm fired with the key held");
     eq(fired.alarm, fired.rows[0].expiresAt, "the fired alarm points at the holder's expiry");
     // Brought near, then released: the alarm fires once, finds nothing, and leaves no alarm.
     await again.extend(300);
-    const near = await stub.inspect();
+    const near = await stub.snapshot();
     eq(near.alarm, near.rows[0].expiresAt, "an extend to an expiry before the alarm moves it there");
     check(await again.release(), "release again");
     deadline = Date.now() + 15_000;
-    let after = await stub.inspect();
+    let after = await stub.snapshot();
     while (after.alarm !== null && Date.now() < deadline) {
       await sleep(50);
-      after = await stub.inspect();
+      after = await stub.snapshot();
     }
     eq(after.rows, [], "rows after the released key's alarm fired");
     eq(after.alarm, null, "no alarm left after it fired");
     // With no alarm, the next write sets one at its expiry.
     const third = lock(key, 60_000);
     check(await third.acquire(), "acquire after the alarm");
-    const set = await stub.inspect();
+    const set = await stub.snapshot();
     eq(set.alarm, set.rows[0].expiresAt, "the first write after no alarm sets it to its expiry");
     check(await third.release(), "release the third hold");
   },
 };
-
-/** Polls the key's object until `waiting` calls are queued in it. */
-async function untilQueued(env, key, waiting, limitMs = 10_000) {
-  const deadline = Date.now() + limitMs;
-  let seen;
-  while ((seen = (await stubFor(env, key).inspect()).waiting) !== waiting) {
-    check(Date.now() < deadline, `${key}: ${seen} calls queued after ${limitMs} ms, expected ${waiting}`);
-    await sleep(5);
-  }
-}
 
 /** Critical sections entered in this request: the overlap and the fences, in entry order. */
 function sections() {
@@ -394,7 +386,7 @@ const waitingSuite = {
     const holder = lock(key, 10_000);
     check(await holder.acquire(), "holder acquire");
     eq(await lock(key).acquire({ timeout: 200 }), false, "queued acquire after its timeout");
-    eq((await stubFor(env, key).inspect()).waiting, 0, "calls queued after the timeout");
+    eq((await stubFor(env, key).snapshot()).waiting, 0, "calls queued after the timeout");
     check(await holder.release(), "holder release");
     eq(await lock(key).isLocked(), false, "the key after the release (nobody was handed it)");
     eq(rpcCounts(key).acquireOrWait, 1, "the timed-out wait was one acquireOrWait call");
@@ -418,7 +410,7 @@ const waitingSuite = {
     }
     check(thrown === reason, `run() after abort: ${thrown === null ? "resolved" : `${thrown?.name}: ${thrown?.message}`}`);
     check(!ran, "the aborted waiter's task ran");
-    eq((await stubFor(env, key).inspect()).waiting, 0, "calls queued after the abort");
+    eq((await stubFor(env, key).snapshot()).waiting, 0, "calls queued after the abort");
     check(await holder.release(), "holder release");
     eq(await lock(key).isLocked(), false, "the key after the release (not handed to the aborted waiter)");
     eq(rpcCounts(key).withdraw, 1, "withdraw calls");
@@ -432,7 +424,7 @@ const waitingSuite = {
     await untilQueued(env, key, 1);
     check(await holder.release(), "holder release");
     // The release wrote the waiter's grant in the same turn: the key was never free.
-    const snapshot = await stubFor(env, key).inspect();
+    const snapshot = await stubFor(env, key).snapshot();
     eq(snapshot.rows.length, 1, "rows right after the release");
     eq(snapshot.waiting, 0, "calls queued right after the release");
     check(await waiting, "the waiter got the key");
@@ -443,10 +435,10 @@ const waitingSuite = {
     const key = unique("crashed-holder");
     const holder = lock(key, 400);
     check(await holder.acquire(), "holder acquire"); // and never releases: it crashed
-    const expiry = (await stubFor(env, key).inspect()).rows[0].expiresAt;
+    const expiry = (await stubFor(env, key).snapshot()).rows[0].expiresAt;
     const waiter = lock(key, 10_000);
     check(await waiter.acquire({ timeout: 20_000 }), "waiter acquire");
-    const granted = (await stubFor(env, key).inspect()).rows[0].expiresAt - 10_000;
+    const granted = (await stubFor(env, key).snapshot()).rows[0].expiresAt - 10_000;
     check(granted >= expiry, `granted at ${granted}, before the holder's expiry ${expiry}`);
     check(waiter.fence > holder.fence, `waiter's fence ${waiter.fence} after ${holder.fence}`);
     eq(await holder.release(), false, "the crashed holder's late release");
@@ -495,7 +487,7 @@ const waitingSuite = {
     eq(await spentWaiting, false, "the waiter whose wait ran out");
     eq(await nextWaiting, true, "the next waiter still waiting");
     check(next.fence > holder.fence, `next waiter's fence ${next.fence} after ${holder.fence}`);
-    eq((await stubFor(env, key).inspect()).waiting, 0, "calls queued");
+    eq((await stubFor(env, key).snapshot()).waiting, 0, "calls queued");
     check(await next.release(), "next waiter release");
   },
   async "a release racing a waiter's timeout never makes two holders"(env, { rounds = 30 } = {}) {
@@ -518,7 +510,7 @@ const waitingSuite = {
       const [ran] = await waiter;
       if (ran) acquiredByWaiter += 1;
       eq(await lock(key).isLocked(), false, `round ${round}: key after both (a grant nobody took?)`);
-      eq((await stubFor(env, key).inspect()).waiting, 0, `round ${round}: calls queued`);
+      eq((await stubFor(env, key).snapshot()).waiting, 0, `round ${round}: calls queued`);
     }
     eq(seen.maxInside, 1, "holders at once");
     for (let i = 1; i < seen.fences.length; i++) {
@@ -540,7 +532,7 @@ const waitingSuite = {
     );
     await untilQueued(env, key, 3);
     await stubFor(env, key).crash().catch(() => {});
-    const after = await stubFor(env, key).inspect();
+    const after = await stubFor(env, key).snapshot();
     eq(after.waiting, 0, "calls queued in the new instance");
     eq(after.rows.length, 1, "the holder's row survived the reset");
     check(await holder.release(), "holder release after the reset");
@@ -622,21 +614,6 @@ const waitingSuite = {
   },
 };
 
-/** `promise`, with `settled` telling whether it has settled yet. */
-function watched(promise) {
-  const w = { settled: false, promise };
-  promise.then(() => (w.settled = true), () => (w.settled = true));
-  return w;
-}
-/** Checks a store answer is a grant: `{ fence }` (plus `waitedMs` after a wait); answers the fence. */
-function fenceOf(answer, what) {
-  check(Number.isSafeInteger(answer?.fence) && answer.fence >= 1, `${what}: answered ${JSON.stringify(answer)}`);
-  return answer.fence;
-}
-function increasing(fences, what) {
-  for (let i = 1; i < fences.length; i++) check(fences[i] > fences[i - 1], `${what}: fence ${fences[i]} after ${fences[i - 1]}`);
-}
-
 /**
  * Shared holds (semaphore permits, read locks) in the Durable Object, driven through the store's
  * own methods (`acquireShared`, `acquireSharedOrWait`, and the exclusive ones beside them) and
@@ -661,7 +638,7 @@ const sharedSuite = {
     eq(await store.extend(key, "c", 30_000), true, "c extends its own permit");
     check((await store.remainingTime(key)) > 20_000, "remainingTime after c's extend");
     eq(await store.extend(key, "a", 30_000), false, "a, released, cannot extend");
-    const snapshot = await stubFor(env, key).inspect();
+    const snapshot = await stubFor(env, key).snapshot();
     eq(snapshot.shared.map((h) => [h.weight, h.limit]).sort(), [[1, 3], [2, 3]], "shared holds in storage");
     eq(snapshot.rows, [], "no exclusive row");
     eq(await store.release(key, "b"), true, "b releases");
@@ -696,7 +673,7 @@ const sharedSuite = {
     eq(await store.acquireShared(key, "b", 10_000, 1, 4), { heldLimit: 3 }, "1 of 4 beside 1 of 3");
     eq(await stub.acquireShared(key, "b", 10_000, 1, 4), { heldLimit: 3 }, "the object's own answer");
     eq(await store.acquireSharedOrWait(key, "b", 10_000, 1, 4, 10_000, 10), { heldLimit: 3 }, "waiting with another limit");
-    eq((await stub.inspect()).waiting, 0, "calls queued after the mismatch");
+    eq((await stub.snapshot()).waiting, 0, "calls queued after the mismatch");
     eq(await store.acquireShared(key, "r", 10_000, 1, READ_LIMIT), { heldLimit: 3 }, "a reader beside permits");
     eq(await store.release(key, "a"), true, "a releases");
     fenceOf(await store.acquireShared(key, "b", 10_000, 4, 4), "4 of 4 once the limit-3 holds went");
@@ -721,7 +698,7 @@ const sharedSuite = {
     eq(await store.release(key, "heavy"), true, "heavy releases");
     fenceOf(await late.promise, "the later permit after the heavy one left");
     eq(await store.release(key, "late"), true, "late releases");
-    eq((await stubFor(env, key).inspect()).waiting, 0, "calls queued at the end");
+    eq((await stubFor(env, key).snapshot()).waiting, 0, "calls queued at the end");
   },
   async "a queued writer is not overtaken by later readers; one release grants several readers"(env) {
     const key = unique("writer-queue");
@@ -742,7 +719,7 @@ const sharedSuite = {
     // One release: the three readers at the front together, and the second writer still waits.
     const fences = [];
     for (const [i, r] of readers.entries()) fences.push(fenceOf(await r.promise, `reader ${i + 2}`));
-    const snapshot = await stubFor(env, key).inspect();
+    const snapshot = await stubFor(env, key).snapshot();
     eq(snapshot.shared.length, 3, "readers holding after the writer's release");
     eq(snapshot.waiting, 1, "the second writer still queued");
     check(!writer2.settled, "the second writer was granted beside readers");
@@ -771,20 +748,20 @@ const sharedSuite = {
     const stub = stubFor(env, key);
     fenceOf(await store.acquireShared(key, "crashed", 500, 1, 2), "the permit that will crash");
     fenceOf(await store.acquireShared(key, "alive", 60_000, 1, 2), "the permit that stays");
-    const expiry = (await stub.inspect()).shared.find((h) => h.expiresAt < Date.now() + 10_000).expiresAt;
-    eq((await stub.inspect()).alarm, expiry, "the alarm at the first permit's expiry");
+    const expiry = (await stub.snapshot()).shared.find((h) => h.expiresAt < Date.now() + 10_000).expiresAt;
+    eq((await stub.snapshot()).alarm, expiry, "the alarm at the first permit's expiry");
     const waiter = await store.acquireSharedOrWait(key, "waiter", 60_000, 1, 2, 20_000, 10);
     fenceOf(waiter, "the waiter, at the crashed permit's expiry");
-    const snapshot = await stub.inspect();
+    const snapshot = await stub.snapshot();
     check(snapshot.now >= expiry, `granted at ${snapshot.now}, before the crashed permit's expiry ${expiry}`);
     eq(await store.release(key, "crashed"), false, "the crashed permit's late release");
     eq(await store.acquireShared(key, "third", 60_000, 1, 2), false, "a third permit beside the two live");
     // Left to the alarm alone: it deletes the expired row and points at the next expiry.
     const deadline = Date.now() + 15_000;
-    let after = await stub.inspect();
+    let after = await stub.snapshot();
     while (after.shared.length !== 2 && Date.now() < deadline) {
       await sleep(50);
-      after = await stub.inspect();
+      after = await stub.snapshot();
     }
     eq(after.shared.length, 2, "shared rows after the alarm");
     eq(after.alarm, Math.min(...after.shared.map((h) => h.expiresAt)), "the alarm at the next permit's expiry");
@@ -796,10 +773,10 @@ const sharedSuite = {
     const stub = stubFor(env, key);
     fenceOf(await useStore(env).acquireShared(key, "p", 200, 1, 5), "permit");
     const deadline = Date.now() + 15_000;
-    let after = await stub.inspect();
+    let after = await stub.snapshot();
     while ((after.shared.length > 0 || after.alarm !== null) && Date.now() < deadline) {
       await sleep(50);
-      after = await stub.inspect();
+      after = await stub.snapshot();
     }
     eq(after.shared, [], "shared rows after the alarm");
     eq(after.alarm, null, "alarm after the last permit went");
@@ -948,14 +925,27 @@ async function route(request, env) {
       if (!fn) throw new Error(`no such case ${body.name}`);
       return { ok: true, report: (await fn(env, body.options)) ?? null };
     }
+    case "/inspect-cases":
+      return Object.keys(inspectSuite);
+    case "/inspect-case": {
+      const fn = inspectSuite[body.name];
+      if (!fn) throw new Error(`no such case ${body.name}`);
+      return { ok: true, report: (await fn(env, body.options)) ?? null };
+    }
+    case "/inspect":
+      return inspect(body.key);
+    case "/campaign":
+      return campaignFor(env, body);
+    case "/observe":
+      return observeLeaders(env, body);
     case "/contend-shared":
       return contendShared(env, body);
     case "/contend-multi":
       return contendMulti(env, body);
     case "/d1-multi":
       return d1Multi(env, body);
-    case "/inspect":
-      return stubFor(env, body.key).inspect();
+    case "/snapshot":
+      return stubFor(env, body.key).snapshot();
     case "/rpcs":
       return rpcCounts(body.key);
     case "/conformance":
@@ -971,7 +961,7 @@ async function route(request, env) {
     }
     case "/state": {
       const l = lock(body.key);
-      const snapshot = await stubFor(env, body.key).inspect();
+      const snapshot = await stubFor(env, body.key).snapshot();
       return { isLocked: await l.isLocked(), remaining: await l.getRemainingTime(), snapshot, acquiredByOther: await lock(body.key, 100).acquire() };
     }
     case "/restore": {

@@ -1,5 +1,5 @@
 // Worker B: a second script bound (by scriptName) to worker A's LOCKS and COUNTER namespaces.
-import { contend, contendMulti, contendShared, rpcCounts } from "./shared.js";
+import { campaignFor, contend, contendMulti, contendShared, observeLeaders, rpcCounts } from "./shared.js";
 
 export default {
   async fetch(request, env) {
@@ -8,6 +8,8 @@ export default {
     if (url.pathname === "/contend-shared") return Response.json(await contendShared(env, await request.json()));
     if (url.pathname === "/contend-multi") return Response.json(await contendMulti(env, await request.json()));
     if (url.pathname === "/rpcs") return Response.json(rpcCounts((await request.json()).key));
+    if (url.pathname === "/campaign") return Response.json(await campaignFor(env, await request.json()));
+    if (url.pathname === "/observe") return Response.json(await observeLeaders(env, await request.json()));
     return new Response("not found", { status: 404 });
   },
 };

@@ -1,16 +1,20 @@
 // Shared by both test Workers (each bundles its own copy: two scripts, two isolates).
 import { DurableObject } from "cloudflare:workers";
-import { lock, setLockStore, DurableObjectLockStore } from "keel-lock";
+import { campaign, inspect, lock, observe, setLockStore, DurableObjectLockStore } from "keel-lock";
 
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 /** RPC calls this isolate's store made to lock objects: key -> { method: count }. */
 const rpcs = new Map();
 export const rpcCounts = (key) => rpcs.get(key) ?? {};
+/** The arguments of the last RPC call of each method per key: key -> { method: [...args] }. */
+const lastArgs = new Map();
+export const rpcArgs = (key) => lastArgs.get(key) ?? {};
 
 /**
- * The LOCKS namespace as the store sees it, counting every RPC call per key and method. The
- * store passes `idFromName`'s answer to `get` untouched, so the id can carry the key along.
+ * The LOCKS namespace as the store sees it, counting every RPC call per key and method and
+ * keeping the last one's arguments. The store passes `idFromName`'s answer to `get` untouched,
+ * so the id can carry the key along.
  */
 function countingNamespace(namespace) {
   return {
@@ -22,6 +26,7 @@ function countingNamespace(namespace) {
           const counts = rpcs.get(name) ?? {};
           counts[method] = (counts[method] ?? 0) + 1;
           rpcs.set(name, counts);
+          lastArgs.set(name, { ...lastArgs.get(name), [method]: args });
           return stub[method](...args);
         },
       });
@@ -175,4 +180,48 @@ export async function contendMulti(env, { keys, runId, holdMs = 5, timeout = 60_
     { timeout, retryDelay: 10 },
   );
   return { ran, fences };
+}
+
+/**
+ * A campaign for `key` from this isolate, with `metadata`: once leading, it enters the run's
+ * Counter as an exclusive holder labelled with its metadata, waits until `inspect` shows
+ * `waitFor` callers queued behind it, stays `holdMs` more, leaves the Counter, and returns,
+ * which ends its leadership. Answers its fence.
+ */
+export async function campaignFor(env, { key, runId, metadata, waitFor = 0, holdMs = 0, ttlMs = 10_000 }) {
+  useStore(env);
+  const counter = env.COUNTER.get(env.COUNTER.idFromName(runId));
+  const fence = await campaign(
+    key,
+    async ({ fence }) => {
+      await counter.enter(fence, metadata, 1, true);
+      const deadline = Date.now() + 20_000;
+      while ((await inspect(key)).waiting < waitFor && Date.now() < deadline) await sleep(10);
+      await sleep(holdMs);
+      await counter.exit(1, true);
+      return fence;
+    },
+    { ttlMs, metadata },
+  );
+  return { fence };
+}
+
+/**
+ * `observe(key)` from this isolate, every `intervalMs`, until the leader's metadata is `until`
+ * (or `limitMs` passes): answers every leadership change it saw, in order.
+ */
+export async function observeLeaders(env, { key, until, intervalMs = 20, limitMs = 30_000 }) {
+  useStore(env);
+  const seen = [];
+  const stop = new AbortController();
+  const timer = setTimeout(() => stop.abort(), limitMs);
+  try {
+    for await (const leader of observe(key, { intervalMs, signal: stop.signal })) {
+      seen.push(leader);
+      if (leader?.metadata === until) break;
+    }
+  } finally {
+    clearTimeout(timer);
+  }
+  return { seen };
 }
