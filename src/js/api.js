@@ -1862,8 +1862,15 @@ async function campaign(key, fn, options) {
   for (;;) {
     const [ran, value] = await leader.run(
       async (context) => {
-        const out = await fn({ fence: context.fence, signal: context.signal });
-        if (context.signal.aborted) throw context.signal.reason;
+        const signal = context.signal;
+        // The loss rejects the campaign even while `fn` has not settled (it may not heed it).
+        const lost = new Promise((_, reject) => {
+          if (signal.aborted) reject(signal.reason);
+          else signal.addEventListener("abort", () => reject(signal.reason), { once: true });
+        });
+        lost.catch(nothing);
+        const out = await Promise.race([fn({ fence: context.fence, signal }), lost]);
+        if (signal.aborted) throw signal.reason;
         return out;
       },
       { timeout: LONGEST_WAIT, autoExtend: true, signal, metadata },

@@ -236,6 +236,21 @@ describe("campaign and observe", () => {
     await assert.rejects(leading, LockNotHeldError);
   });
 
+  it("leadership lost: the campaign rejects even while fn never settles", async () => {
+    const store = mapInspectStore();
+    setLockStore(store);
+    const key = fresh("lost-deaf");
+    const leading = campaign(
+      key,
+      async () => {
+        store.rows.delete(key);
+        await new Promise(() => {}); // never settles, never looks at its signal
+      },
+      { ttlMs: 120 },
+    );
+    await assert.rejects(leading, LockNotHeldError);
+  });
+
   it("a campaign stops waiting when its signal aborts; bad arguments are clear errors", async () => {
     setLockStore(mapInspectStore());
     const key = fresh("abort");
