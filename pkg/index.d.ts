@@ -252,6 +252,16 @@ export interface LockStore {
    * caller gave some (`acquireMany`: an array, one per key), and keep it with the hold.
    */
   inspect?(key: string): InspectAnswer | Promise<InspectAnswer>;
+  /**
+   * Optional: push `key`'s exclusive holder changes to `onChange` (then `observe` is told
+   * rather than polling). Resolves, once subscribed, to a function that stops the reports.
+   * Until then, every change a store operation makes is reported once, in the store's order:
+   * a grant (acquire or hand-over) as `{ fence, held: true, metadata, remainingMs }`, an end
+   * (release, force-release, withdraw) as `{ fence, held: false }`. Expiry, `extend` and
+   * shared holds are not reported; `null` means reports may have been missed (look again).
+   * Never an owner token.
+   */
+  watch?(key: string, onChange: (change: WatchReport | null) => void): Promise<() => unknown>;
   /** Optional: leave `key`'s queue; if already handed `key`, release it. */
   withdraw?(key: string, owner: string): unknown;
   /** Optional: free `key` whoever holds it; `true` when someone did. */
@@ -262,6 +272,11 @@ export interface LockStore {
   /** ms until `key` expires (0 to 2^31 - 1), or `null` when nobody holds it. */
   remainingTime(key: string): number | null | Promise<number | null>;
 }
+
+/** A change of a key's exclusive holder, as `LockStore.watch` reports it. */
+export type WatchReport =
+  | { fence: number; held: true; metadata: string | null; remainingMs: number }
+  | { fence: number; held: false };
 
 /** A grant from `acquireOrWait`: the fence (or `null`) and how long it waited in the store. */
 export interface WaitedGrant {
@@ -469,9 +484,10 @@ export declare function campaign<T>(
   options?: { ttlMs?: number; metadata?: string; signal?: LockAbortSignal },
 ): Promise<T>;
 /**
- * The leaders of `key` as they change (`null` while nobody leads), read from `inspect()` every
- * `intervalMs` (default 1000, at least 10): a leader that comes and goes between two looks is
- * missed. Ends when `signal` aborts.
+ * The leaders of `key` as they change (`null` while nobody leads); never an older leader after
+ * a newer one. A store with `watch` (the Durable Object, Redis with pub/sub, PostgreSQL) pushes
+ * every change; elsewhere `inspect()` is read every `intervalMs` (default 1000, at least 10),
+ * and a leader that comes and goes between two looks is missed. Ends when `signal` aborts.
  */
 export declare function observe(
   key: string,

@@ -35,7 +35,9 @@ export class LockStoreConformanceError extends Error {
  * property, never rejecting for a failed property (only for unusable arguments).
  */
 export async function lockStoreResults(store, options) {
-  return runProperties(store, options);
+  const results = await runProperties(store, options);
+  results.push(await watchReportsEveryChangeInOrder(store, options?.keyPrefix ?? "keel-lock-conformance:"));
+  return results;
 }
 
 /**
@@ -43,7 +45,7 @@ export async function lockStoreResults(store, options) {
  * rejects with a `LockStoreConformanceError` listing each failed property and its message.
  */
 export async function checkLockStore(store, options) {
-  const results = await runProperties(store, options);
+  const results = await lockStoreResults(store, options);
   const failures = results.filter((r) => !r.ok);
   if (failures.length > 0) throw new LockStoreConformanceError(failures, results);
   return results;
@@ -58,6 +60,91 @@ export async function checkLockStore(store, options) {
  */
 export function checkHistory(history, options) {
   return runChecker(history, options);
+}
+
+// The one property of the JS seam alone: `watch` reports through a callback, which the core's
+// properties (src/conformance/) have no way to receive.
+const WATCH = "watch_reports_every_change_in_order";
+// How long the reports of the last change may take to arrive.
+const WATCH_SETTLE_MS = 2000;
+
+/**
+ * On a store with `watch`: one key's holder changes — a grant, a hand-over to a queued waiter
+ * (when the store queues), a release, a force-release, a grant, an extend and a release — are
+ * reported once each, in that order, with the grants' fences and metadata and no owner token;
+ * the extend is not reported, and nothing after `stop()`.
+ */
+async function watchReportsEveryChangeInOrder(store, keyPrefix) {
+  if (typeof store.watch !== "function") {
+    return { property: WATCH, ok: true, applicable: false, message: "the store has no watch(): observe polls its inspect" };
+  }
+  const key = `${keyPrefix}watch:${token()}`;
+  const owners = [token(), token(), token()];
+  const said = typeof store.inspect === "function";
+  const metadata = (i) => (said ? `holder ${i}` : undefined);
+  const reports = [];
+  const expected = [];
+  const grant = (answer, i) => {
+    if (answer === false || answer === null || typeof answer !== "object") throw new Error(`holder ${i} was refused a free key`);
+    expected.push({ fence: answer.fence, held: true, metadata: said ? `holder ${i}` : null });
+    return answer.fence;
+  };
+  let stop;
+  try {
+    stop = await store.watch(key, (change) => reports.push(change));
+    if (typeof stop !== "function") throw new Error(`watch() resolved ${String(stop)}, not a function that stops it`);
+    const ttl = 30_000;
+    let fence = grant(await store.acquire(key, owners[0], ttl, metadata(0)), 0);
+    if (typeof store.acquireOrWait === "function") {
+      const waiting = store.acquireOrWait(key, owners[1], ttl, 10_000, 50, metadata(1));
+      await pause(50); // queued behind holder 0
+      if (!(await store.release(key, owners[0]))) throw new Error("holder 0's release was refused");
+      expected.push({ fence, held: false });
+      fence = grant(await waiting, 1);
+    } else {
+      if (!(await store.release(key, owners[0]))) throw new Error("holder 0's release was refused");
+      expected.push({ fence, held: false });
+      fence = grant(await store.acquire(key, owners[1], ttl, metadata(1)), 1);
+    }
+    if (!(await store.forceRelease(key))) throw new Error("the force-release of holder 1 found nothing held");
+    expected.push({ fence, held: false });
+    fence = grant(await store.acquire(key, owners[2], ttl, metadata(2)), 2);
+    if (!(await store.extend(key, owners[2], ttl))) throw new Error("holder 2's extend was refused");
+    if (!(await store.release(key, owners[2]))) throw new Error("holder 2's release was refused");
+    expected.push({ fence, held: false });
+    const until = performance.now() + WATCH_SETTLE_MS;
+    while (reports.length < expected.length && performance.now() < until) await pause(10);
+    await pause(50); // anything extra shows now
+  } catch (error) {
+    return { property: WATCH, ok: false, applicable: true, message: String(error?.message ?? error) };
+  } finally {
+    if (typeof stop === "function") await stop();
+  }
+  const seen = reports.length;
+  // After stop(), a change is not reported.
+  if ((await store.acquire(key, owners[0], 1000)) !== false) await store.release(key, owners[0]);
+  await pause(50);
+  const failed = (message) => ({ property: WATCH, ok: false, applicable: true, message });
+  const text = JSON.stringify(reports);
+  const leaked = owners.find((owner) => text.includes(owner));
+  if (leaked !== undefined) return failed(`a report carries an owner token: ${text}`);
+  const got = reports.slice(0, seen).map((r) =>
+    r === null || typeof r !== "object" ? r : r.held ? { fence: r.fence, held: true, metadata: r.metadata ?? null } : { fence: r.fence, held: r.held },
+  );
+  if (JSON.stringify(got) !== JSON.stringify(expected)) {
+    return failed(`reported ${JSON.stringify(got)}; the changes were ${JSON.stringify(expected)}`);
+  }
+  for (const r of reports.slice(0, seen)) {
+    if (r.held && !(r.remainingMs > 0 && r.remainingMs <= 30_000)) return failed(`a grant reported remainingMs ${r.remainingMs} of a 30000 ms hold`);
+  }
+  if (reports.length > seen) return failed(`reported ${JSON.stringify(reports.slice(seen))} after stop()`);
+  return { property: WATCH, ok: true, applicable: true, message: null };
+}
+
+/** A random owner token: 32 hex digits. */
+function token() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 // mulberry32: a small seeded generator, so a run's choices repeat for a seed (its timing does not).
@@ -114,10 +201,6 @@ export async function checkLockStoreUnderLoad(makeStore, options = {}) {
   let operations = 0;
   let grants = 0;
   let labels = 0;
-  const token = () => {
-    const bytes = crypto.getRandomValues(new Uint8Array(16));
-    return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
-  };
 
   // One store call, recorded as invoke and ok / fail / info.
   async function call(client, store, op, key, owner, label, ttl, immediate) {

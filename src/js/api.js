@@ -1881,9 +1881,12 @@ async function campaign(key, fn, options) {
 
 /**
  * The leaders of `key` as they change: `{ metadata, fence }` of the holder, or `null` while
- * nobody leads; the first value is the state when iteration starts. Read from `inspect` every
- * `intervalMs` (default 1000 ms, at least 10): a leader that comes and goes between two looks
- * is not seen. Ends when `signal` aborts.
+ * nobody leads; the first value is the state when iteration starts, and a leader is never
+ * reported after a newer one. On a store with `watch` every change the store makes is pushed
+ * here as it happens (a leader that comes and goes at once is still seen), and the holder's
+ * expiry is looked for when its time runs out. Elsewhere `inspect` is read every `intervalMs`
+ * (default 1000 ms, at least 10), and a leader that comes and goes between two looks is not
+ * seen. Ends when `signal` aborts.
  */
 async function* observe(key, options) {
   if (options !== undefined && (options === null || typeof options !== "object")) {
@@ -1893,18 +1896,124 @@ async function* observe(key, options) {
   if (typeof intervalMs !== "number" || !(intervalMs >= 10 && intervalMs <= LONGEST_WAIT)) {
     throw new RangeError(`observe: intervalMs must be a number of milliseconds from 10 to ${LONGEST_WAIT}, got ${intervalMs}`);
   }
-  const handle = lock(key);
-  let last;
-  while (signal === undefined || !signal.aborted) {
-    const { holders } = await handle.inspect();
-    const top = holders.at(-1);
-    const now = top === undefined ? null : { metadata: top.metadata, fence: top.fence };
-    if (last === undefined || (now === null) !== (last === null) || (now !== null && now.fence !== last.fence)) {
-      last = now;
-      yield now;
-    }
-    if (await pause(intervalMs, signal)) return;
+  if (signal !== undefined && !(typeof signal?.addEventListener === "function" && typeof signal.aborted === "boolean")) {
+    throw new TypeError(`observe: options.signal must be an AbortSignal, got ${signal === null ? "null" : typeof signal}`);
   }
+  const store = current ?? bind();
+  const handle = lock(key);
+  const watched = typeof store.object.watch === "function" ? await watchOn(store.object, key, signal) : null;
+  try {
+    // The leader last yielded (undefined: none yet), the largest fence yielded, and when the
+    // leader's hold runs out by its own clock (a store that pushes reports no expiry).
+    let last;
+    let seen = 0;
+    let endsAt = Infinity;
+    const leader = (fence, metadata, remainingMs) => {
+      endsAt = performance.now() + remainingMs;
+      return { metadata, fence };
+    };
+    // The holder `inspect` shows now, if it is news.
+    const look = async () => {
+      const { holders } = await handle.inspect();
+      const top = holders.at(-1);
+      if (top === undefined) {
+        endsAt = Infinity;
+        return last === null ? undefined : null;
+      }
+      const now = leader(top.fence, top.metadata, top.remainingMs);
+      if (last !== undefined && last !== null && top.fence === last.fence) return undefined;
+      if (last !== undefined && top.fence !== null && top.fence <= seen) return undefined;
+      return now;
+    };
+    let news = await look();
+    for (;;) {
+      if (news !== undefined) {
+        last = news;
+        if (news !== null && news.fence !== null) seen = Math.max(seen, news.fence);
+        yield news;
+      }
+      if (signal?.aborted) return;
+      if (watched === null) {
+        if (await pause(intervalMs, signal)) return;
+        news = await look();
+        continue;
+      }
+      const change = await watched.next(endsAt - performance.now());
+      if (change === ABORTED) return;
+      news = undefined;
+      if (change === UNANSWERED || change === null) {
+        news = await look(); // the holder's time ran out, or the store may have missed reports
+      } else if (change.held) {
+        if (!(change.fence > seen)) continue; // older than what was yielded
+        news = leader(change.fence, change.metadata, change.remainingMs);
+      } else if (last !== null && last !== undefined && last.fence === change.fence) {
+        endsAt = Infinity;
+        news = null;
+      }
+    }
+  } finally {
+    // Stopping is the store's business; its failure is not the iteration's.
+    if (watched !== null) Promise.resolve().then(() => watched.stop()).catch(nothing);
+  }
+}
+
+/**
+ * Subscribes to `object.watch(key, …)` (checking what it reports): `{ next(ms), stop() }`,
+ * `next` answering the next report, `UNANSWERED` when `ms` pass first, `ABORTED` once
+ * `signal` aborts. Reports made before `next` is called wait for it, in order.
+ */
+async function watchOn(object, key, signal) {
+  const queue = [];
+  let wake = nothing;
+  const broken = () =>
+    new TypeError("lock store's watch() must report { fence, held, metadata, remainingMs }, { fence, held: false } or null");
+  let failure = null;
+  const stop = await object.watch(key, (change) => {
+    if (change !== null) {
+      const metadata = change?.metadata ?? null;
+      const good =
+        typeof change === "object" &&
+        Number.isInteger(change.fence) &&
+        change.fence >= 1 &&
+        change.fence <= MAX_FENCE &&
+        (change.held === false ||
+          (change.held === true &&
+            (metadata === null || typeof metadata === "string") &&
+            change.remainingMs >= 0 &&
+            change.remainingMs <= 2147483647));
+      if (!good) failure ??= broken();
+      else change = change.held ? { fence: change.fence, held: true, metadata, remainingMs: change.remainingMs } : { fence: change.fence, held: false };
+    }
+    queue.push(change);
+    wake();
+  });
+  if (typeof stop !== "function") throw new TypeError("lock store's watch() must resolve to a function that stops it");
+  return {
+    async next(ms) {
+      if (failure !== null) throw failure;
+      if (queue.length === 0) {
+        const done = await new Promise((resolve) => {
+          let t = null;
+          let stopListening = nothing;
+          // Whichever comes first settles the wait and lets the others go.
+          const finish = (value) => {
+            if (t !== null) cancelTimer(t);
+            stopListening();
+            wake = nothing;
+            resolve(value);
+          };
+          if (signal?.aborted) return finish(ABORTED);
+          if (ms < Infinity) t = timer(Math.max(0, Math.min(ms, LONGEST_WAIT)), () => finish(UNANSWERED));
+          stopListening = onAbort(signal, () => finish(ABORTED));
+          wake = () => finish(undefined);
+        });
+        if (done !== undefined) return done;
+      }
+      if (failure !== null) throw failure;
+      return queue.shift();
+    },
+    stop,
+  };
 }
 
 function setLockStore(store) {

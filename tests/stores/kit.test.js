@@ -40,6 +40,8 @@ const PROPERTIES = [
   "inspect_agrees_with_the_holds",
   "metadata_is_kept_per_hold",
   "fences_increase",
+  // The kit's own, in JS: watch reports through a callback.
+  "watch_reports_every_change_in_order",
 ];
 // The ones a store without shared holds (no acquireShared) answers as not applicable.
 const SHARED = PROPERTIES.filter((p) => p.includes("shared") || p.includes("permit") || p.includes("limit") || p.startsWith("nobody"));
@@ -67,7 +69,7 @@ describe("stores that are locks pass", () => {
     assert.deepEqual(results.map((r) => r.property), PROPERTIES);
     for (const r of results) {
       // Its JS face has no acquireSharedOrWait (lock() waits in its queue inside the wasm).
-      if (r.property === "nobody_passes_a_queued_waiter") {
+      if (r.property === "nobody_passes_a_queued_waiter" || r.property === "watch_reports_every_change_in_order") {
         assert.deepEqual([r.ok, r.applicable], [true, false]);
         continue;
       }
@@ -89,7 +91,14 @@ describe("stores that are locks pass", () => {
     assert.equal(fences.applicable, false);
     assert.match(fences.message, /no fences/);
     const others = results.filter(
-      (r) => !["fences_increase", "sets_taken_in_one_step_are_atomic", "inspect_agrees_with_the_holds", "metadata_is_kept_per_hold"].includes(r.property) && !SHARED.includes(r.property),
+      (r) =>
+        ![
+          "fences_increase",
+          "sets_taken_in_one_step_are_atomic",
+          "inspect_agrees_with_the_holds",
+          "metadata_is_kept_per_hold",
+          "watch_reports_every_change_in_order",
+        ].includes(r.property) && !SHARED.includes(r.property),
     );
     assert.ok(others.every((r) => r.applicable));
     assert.ok(results.filter((r) => SHARED.includes(r.property)).every((r) => r.ok && !r.applicable));
@@ -104,6 +113,16 @@ describe("stores that are locks pass", () => {
     const absent = without.find((r) => r.property === "sets_taken_in_one_step_are_atomic");
     assert.deepEqual([absent.ok, absent.applicable], [true, false]);
     assert.match(absent.message, /no acquireMany/);
+  });
+
+  test("a store that pushes holder changes (watch) is held to it, and passes", async () => {
+    const results = await checkLockStore(brokenStore(["watch"]));
+    assert.deepEqual(failedOf(results), []);
+    const watch = results.find((r) => r.property === "watch_reports_every_change_in_order");
+    assert.deepEqual([watch.ok, watch.applicable], [true, true]);
+    const without = (await checkLockStore(jsMapStore())).find((r) => r.property === watch.property);
+    assert.deepEqual([without.ok, without.applicable], [true, false]);
+    assert.match(without.message, /no watch/);
   });
 
   test("lockStoreResults answers the same without throwing", async () => {
@@ -134,6 +153,9 @@ const BROKEN = [
     ],
   ],
   [["fence-reused"], ["fences_increase"]],
+  [["watch-drops-ends"], ["watch_reports_every_change_in_order"]],
+  [["watch-leaks-owner"], ["watch_reports_every_change_in_order"]],
+  [["watch-ignores-stop"], ["watch_reports_every_change_in_order"]],
   // Its partial sets stay held; overlapping sets that happen to collide then wait on them, so
   // the deadlock property may fail too.
   [["many-key-by-key"], ["several_keys_all_or_nothing", "sets_taken_in_one_step_are_atomic"], ["opposite_order_sets_complete"]],

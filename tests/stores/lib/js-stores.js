@@ -19,19 +19,42 @@ const tick = () => new Promise((resolve) => setImmediate(resolve));
  *   "fence-reused"       the fence counter restarts when a key is released
  *   "many"               not a flaw: acquireMany, every key or none in one step
  *   "many-key-by-key"    acquireMany takes key after key and keeps what it got when one is held
+ *   "watch"              not a flaw: forceRelease, inspect (so metadata), and watch, which
+ *                        pushes every holder change
+ *   "watch-drops-ends"   watch reports grants but never a release
+ *   "watch-leaks-owner"  watch's reports carry the holder's owner token
+ *   "watch-ignores-stop" watch goes on reporting after stop()
  * Without flaws, acquire answers { fence } from one counter per store.
  */
 export function brokenStore(flaws = []) {
   const flawed = new Set(flaws);
   for (const f of flawed) {
-    const known = ["get-then-set", "release-any-owner", "extend-any-owner", "extend-revives", "never-expires", "no-fences", "fence-reused", "many", "many-key-by-key"];
+    const known = [
+      ...["get-then-set", "release-any-owner", "extend-any-owner", "extend-revives", "never-expires", "no-fences", "fence-reused"],
+      ...["many", "many-key-by-key", "watch", "watch-drops-ends", "watch-leaks-owner", "watch-ignores-stop"],
+    ];
     if (!known.includes(f)) {
       throw new Error(`unknown flaw ${f}`);
     }
   }
   const rows = new Map();
   let lastFence = 0;
-  const grant = () => (flawed.has("no-fences") ? true : { fence: ++lastFence });
+  const watchers = new Map(); // key → Set of onChange
+  const tell = (key, change) => {
+    for (const onChange of watchers.get(key) ?? []) onChange({ ...change });
+  };
+  // Reports the grant `answer` of `key` to `owner` for `ttlMs`, and keeps its fence in the row.
+  const granted = (key, owner, ttlMs, answer) => {
+    rows.get(key).fence = answer.fence;
+    const report = { fence: answer.fence, held: true, metadata: rows.get(key).metadata ?? null, remainingMs: ttlMs };
+    if (flawed.has("watch-leaks-owner")) report.owner = owner;
+    tell(key, report);
+    return answer;
+  };
+  const ended = (key, row) => {
+    if (!flawed.has("watch-drops-ends")) tell(key, { fence: row.fence, held: false });
+  };
+  const grant = (key, owner, ttlMs) => (flawed.has("no-fences") ? true : granted(key, owner, ttlMs, { fence: ++lastFence }));
   const live = (key) => {
     const row = rows.get(key);
     if (!row) return null;
@@ -40,18 +63,18 @@ export function brokenStore(flaws = []) {
   };
   const store = {
     rows,
-    async acquire(key, owner, ttlMs) {
+    async acquire(key, owner, ttlMs, metadata = null) {
       if (flawed.has("get-then-set")) {
         const held = live(key);
         await tick(); // the "round trip" between the read and the write
         if (held) return false;
-        rows.set(key, { owner, expiresAt: Date.now() + ttlMs });
-        return grant();
+        rows.set(key, { owner, expiresAt: Date.now() + ttlMs, metadata });
+        return grant(key, owner, ttlMs);
       }
       await tick();
       if (live(key)) return false;
-      rows.set(key, { owner, expiresAt: Date.now() + ttlMs });
-      return grant();
+      rows.set(key, { owner, expiresAt: Date.now() + ttlMs, metadata });
+      return grant(key, owner, ttlMs);
     },
     async release(key, owner) {
       await tick();
@@ -60,6 +83,7 @@ export function brokenStore(flaws = []) {
       if (row.owner !== owner && !flawed.has("release-any-owner")) return false;
       rows.delete(key);
       if (flawed.has("fence-reused")) lastFence = 0;
+      ended(key, row);
       return true;
     },
     async extend(key, owner, ttlMs) {
@@ -67,7 +91,7 @@ export function brokenStore(flaws = []) {
       const row = flawed.has("extend-revives") ? rows.get(key) ?? { owner } : live(key);
       if (!row) return false;
       if (row.owner !== owner && !flawed.has("extend-any-owner")) return false;
-      rows.set(key, { owner: row.owner, expiresAt: Date.now() + ttlMs });
+      rows.set(key, { ...row, expiresAt: Date.now() + ttlMs });
       return true;
     },
     async isLocked(key) {
@@ -87,7 +111,7 @@ export function brokenStore(flaws = []) {
       if (keys.some((key) => live(key))) return false;
       return keys.map((key, i) => {
         rows.set(key, { owner: owners[i], expiresAt: Date.now() + ttlMs });
-        return grant();
+        return grant(key, owners[i], ttlMs);
       });
     };
   }
@@ -102,6 +126,31 @@ export function brokenStore(flaws = []) {
       return grants;
     };
   }
+  if ([...flawed].some((f) => f.startsWith("watch"))) {
+    store.forceRelease = async (key) => {
+      await tick();
+      const row = live(key);
+      if (!row) return false;
+      rows.delete(key);
+      ended(key, row);
+      return true;
+    };
+    store.inspect = async (key) => {
+      await tick();
+      const row = live(key);
+      const holders = row ? [{ metadata: row.metadata ?? null, fence: row.fence, remainingMs: Math.max(0, row.expiresAt - Date.now()) }] : [];
+      return { holders, waiting: null };
+    };
+    store.watch = async (key, onChange) => {
+      await tick();
+      if (!watchers.has(key)) watchers.set(key, new Set());
+      const mine = (change) => onChange(change); // one entry per watch, even of one function
+      watchers.get(key).add(mine);
+      return () => {
+        if (!flawed.has("watch-ignores-stop")) watchers.get(key)?.delete(mine);
+      };
+    };
+  }
   return store;
 }
 
@@ -114,7 +163,7 @@ export const jsMapStore = () => brokenStore([]);
  */
 export function racyRedisStore(redis, prefix = "") {
   return {
-    async acquire(key, owner, ttlMs) {
+    async acquire(key, owner, ttlMs, metadata = null) {
       if ((await redis.get(prefix + key)) !== null) return false;
       await redis.set(prefix + key, owner, "PX", ttlMs);
       return true;
