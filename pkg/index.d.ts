@@ -257,7 +257,8 @@ export interface LockStore {
    * rather than polling). Resolves, once subscribed, to a function that stops the reports.
    * Until then, every change a store operation makes is reported once, in the store's order:
    * a grant (acquire or hand-over) as `{ fence, held: true, metadata, remainingMs }`, an end
-   * (release, force-release, withdraw) as `{ fence, held: false }`. Expiry, `extend` and
+   * (release, force-release, withdraw) as `{ fence, held: false }` (unsaid when the key went
+   * straight to a waiter: the newer grant says it). Expiry, `extend` and
    * shared holds are not reported; `null` means reports may have been missed (look again).
    * Never an owner token.
    */

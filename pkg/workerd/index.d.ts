@@ -1,7 +1,7 @@
 // Types for the Cloudflare Workers (workerd) build of keel-lock: everything in ../index.d.ts,
 // plus the Durable Object lock store.
 export * from "../index.js";
-import type { Grant, InspectAnswer, LockStore, WaitedGrant } from "../index.js";
+import type { Grant, InspectAnswer, LockStore, WaitedGrant, WatchReport } from "../index.js";
 
 /** The slice of a Durable Object namespace binding (`env.LOCKS`) the store uses. */
 export interface LockNamespace {
@@ -69,6 +69,13 @@ export declare class DurableObjectLockStore implements LockStore {
    * queued for it. Never an owner token.
    */
   inspect(key: string): Promise<InspectAnswer>;
+  /**
+   * Pushes `key`'s exclusive holder changes to `onChange`, as its object makes them (a hand-over
+   * as the new grant alone); resolves, once subscribed, to the function that stops. An open RPC
+   * call per watch keeps the subscription: if the object goes away (a restart), `onChange(null)`
+   * says "look again" and the watch subscribes anew. `observe` uses it.
+   */
+  watch(key: string, onChange: (change: WatchReport | null) => void): Promise<() => Promise<boolean> | undefined>;
 }
 
 /** What `snapshot()` reports: storage as it is now, expired rows not yet deleted included. */
@@ -119,6 +126,15 @@ export declare class LockDurableObject {
   remainingTime(key: string): number | null;
   /** Who holds `key` and who waits, in one synchronous turn (never an owner token). */
   inspect(key: string): InspectAnswer;
+  /**
+   * Calls `onChange(seq, report)` for each change of `key`'s exclusive holder, numbered from
+   * the answer, until `unwatch(key, id)` or a failed call (`DurableObjectLockStore#watch`).
+   */
+  watch(key: string, id: string, onChange: (seq: number, change: WatchReport) => unknown): number;
+  /** Stays open while watch `id` lasts; resolves when it ends. */
+  watching(key: string, id: string): Promise<boolean>;
+  /** Ends watch `id` of `key`: `true` when it was live. */
+  unwatch(key: string, id: string): boolean;
   /** Diagnostics of the whole object. */
   snapshot(): Promise<LockObjectSnapshot>;
   alarm(): Promise<void>;

@@ -1946,7 +1946,7 @@ async function* observe(key, options) {
       } else if (change.held) {
         if (!(change.fence > seen)) continue; // older than what was yielded
         news = leader(change.fence, change.metadata, change.remainingMs);
-      } else if (last !== null && last !== undefined && last.fence === change.fence) {
+      } else if (last !== null && last !== undefined && last.fence === change.fence && !watched.handedOver(change.fence)) {
         endsAt = Infinity;
         news = null;
       }
@@ -2011,6 +2011,10 @@ async function watchOn(object, key, signal) {
       }
       if (failure !== null) throw failure;
       return queue.shift();
+    },
+    /** Whether a newer grant already waits behind the end of `fence`: a hand-over, not a gap. */
+    handedOver(fence) {
+      return queue.length > 0 && queue[0] !== null && queue[0].held && queue[0].fence > fence;
     },
     stop,
   };

@@ -2,7 +2,7 @@
 // everything of the main API plus the Durable Object store and class, which keeps hold metadata
 // and answers inspect.
 import { campaign, inspect, lock, observe, setLockStore, DurableObjectLockStore, LockDurableObject, LockNotHeldError } from "keel-lock";
-import type { Grant, InspectAnswer, LockInfo, LockObjectSnapshot, LockStore } from "keel-lock";
+import type { Grant, InspectAnswer, LockInfo, LockObjectSnapshot, LockStore, WatchReport } from "keel-lock";
 
 export { LockDurableObject };
 
@@ -24,6 +24,10 @@ export default {
     const answer: InspectAnswer = await new DurableObjectLockStore(env.LOCKS).inspect("invoice:42");
     const first: string | null = answer.holders[0]?.metadata ?? null;
     void first;
+    const stop = await new DurableObjectLockStore(env.LOCKS).watch("leader", (change: WatchReport | null) => {
+      if (change?.held) void change.remainingMs;
+    });
+    await stop();
     await lock("invoice:42").run(() => 1, { metadata: "worker a" });
     const info: LockInfo = await inspect("invoice:42");
     const leader: number = await campaign("leader", ({ fence }) => fence ?? 0, { metadata: "worker a" });

@@ -55,4 +55,29 @@ describe("hold metadata and inspect on the Durable Object", { concurrency: false
     const end = await w.call("main", "/inspect", { key });
     assert.deepEqual(end, { key, held: false, holders: [], waiting: 0 });
   });
+
+  it("the object pushes every change to an observer in another isolate: a leader gone at once, a force-release, an expiry", async () => {
+    const key = `pushed:${uuid()}`;
+    const ready = `${key}:ready`;
+    // No poll in the test's time (60 s): only what the object pushes, and the expiry the
+    // observer looks for when the holder's time runs out, can be seen.
+    const observed = w.call("other", "/observe", { key, count: 7, ready, intervalMs: 60_000 });
+    const deadline = Date.now() + 20_000;
+    while (!(await w.call("main", "/inspect", { key: ready })).held) {
+      assert.ok(Date.now() < deadline, "the observer never subscribed");
+      await sleep(10);
+    }
+    const { fences } = await w.call("main", "/leader-changes", { key });
+    const { seen } = await observed;
+    // The last null is c's 300 ms hold running out, which no store reports.
+    assert.deepEqual(seen, [
+      null,
+      { metadata: "a", fence: fences[0] },
+      null,
+      { metadata: "b", fence: fences[1] },
+      null,
+      { metadata: "c", fence: fences[2] },
+      null,
+    ]);
+  });
 });

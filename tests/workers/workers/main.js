@@ -938,6 +938,23 @@ async function route(request, env) {
       return campaignFor(env, body);
     case "/observe":
       return observeLeaders(env, body);
+    case "/leader-changes": {
+      // A brief leader, one force-released, one left to expire: the fences, in order.
+      useStore(env);
+      const fences = [];
+      const a = lock(body.key, 30_000);
+      await a.acquire({ metadata: "a" });
+      fences.push(a.fence);
+      await a.release();
+      const b = lock(body.key, 30_000);
+      await b.acquire({ metadata: "b" });
+      fences.push(b.fence);
+      await b.forceRelease();
+      const c = lock(body.key, 300);
+      await c.acquire({ metadata: "c" });
+      fences.push(c.fence);
+      return { fences };
+    }
     case "/contend-shared":
       return contendShared(env, body);
     case "/contend-multi":

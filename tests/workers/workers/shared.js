@@ -210,7 +210,7 @@ export async function campaignFor(env, { key, runId, metadata, waitFor = 0, hold
  * `observe(key)` from this isolate, every `intervalMs`, until the leader's metadata is `until`
  * (or `limitMs` passes): answers every leadership change it saw, in order.
  */
-export async function observeLeaders(env, { key, until, intervalMs = 20, limitMs = 30_000 }) {
+export async function observeLeaders(env, { key, until, count = Infinity, ready, intervalMs = 20, limitMs = 30_000 }) {
   useStore(env);
   const seen = [];
   const stop = new AbortController();
@@ -218,7 +218,9 @@ export async function observeLeaders(env, { key, until, intervalMs = 20, limitMs
   try {
     for await (const leader of observe(key, { intervalMs, signal: stop.signal })) {
       seen.push(leader);
-      if (leader?.metadata === until) break;
+      // Subscribed and looked: say so by holding `ready`, for a test to wait on.
+      if (seen.length === 1 && ready !== undefined) await lock(ready, limitMs).acquire();
+      if ((until !== undefined && leader?.metadata === until) || seen.length >= count) break;
     }
   } finally {
     clearTimeout(timer);
