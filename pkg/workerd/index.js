@@ -57,7 +57,8 @@ export class DurableObjectLockStore extends wasm.DurableObjectLockStore {
       throw new TypeError(`DurableObjectLockStore.watch: onChange must be a function, got ${typeof onChange}`);
     }
     const namespace = this.#namespace;
-    const stub = namespace.get(namespace.idFromName(key));
+    // A stub whose object went away stays broken: each subscription gets a new one.
+    let stub;
     const id = crypto.randomUUID();
     let stopped = false;
     let next = 0;
@@ -69,6 +70,7 @@ export class DurableObjectLockStore extends wasm.DurableObjectLockStore {
       return true;
     };
     const subscribe = async () => {
+      stub = namespace.get(namespace.idFromName(key));
       next = await stub.watch(key, id, told);
       stub.watching(key, id).then(
         () => {},

@@ -80,4 +80,25 @@ describe("hold metadata and inspect on the Durable Object", { concurrency: false
       null,
     ]);
   });
+
+  it("an observer whose object restarts subscribes again and sees the leader after it", async () => {
+    const key = `restarted:${uuid()}`;
+    const ready = `${key}:ready`;
+    const observed = w.call("other", "/observe", { key, count: 2, ready, intervalMs: 60_000 });
+    const deadline = Date.now() + 20_000;
+    while (!(await w.call("main", "/inspect", { key: ready })).held) {
+      assert.ok(Date.now() < deadline, "the observer never subscribed");
+      await sleep(10);
+    }
+    await w.call("main", "/crash", { key }); // the watch goes with the object's memory
+    await sleep(50);
+    const { fences } = await w.call("main", "/leader-changes", { key });
+    const { seen } = await observed;
+    // Subscribed again, it looks: c's hold (300 ms) — or, if the look came before c, one of
+    // the three, and never an older one after a newer.
+    assert.equal(seen[0], null);
+    const i = ["a", "b", "c"].indexOf(seen[1]?.metadata);
+    assert.ok(i >= 0, `seen ${JSON.stringify(seen)}`);
+    assert.equal(seen[1].fence, fences[i]);
+  });
 });

@@ -938,6 +938,9 @@ async function route(request, env) {
       return campaignFor(env, body);
     case "/observe":
       return observeLeaders(env, body);
+    case "/crash":
+      await stubFor(env, body.key).crash().catch(() => {});
+      return { crashed: true };
     case "/leader-changes": {
       // A brief leader, one force-released, one left to expire: the fences, in order.
       useStore(env);
