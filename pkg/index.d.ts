@@ -40,6 +40,18 @@ export interface AcquireOptions {
    * that keeps none (no `inspect` method) refuses it with a `TypeError`.
    */
   metadata?: string;
+  /**
+   * As in the Web Locks API: take the key only if it is free now (keel-lock's default,
+   * `timeout` 0; a `TypeError` with any other `timeout`).
+   */
+  ifAvailable?: boolean;
+  /**
+   * As in the Web Locks API: free the key whoever holds it (`forceRelease`: the old holder
+   * learns at its next extend, its signal aborting), then take it with the other options; a
+   * waiter already queued is served first. Keys held alone only: a semaphore or read lock
+   * refuses it (`TypeError`), as does `ifAvailable` with it.
+   */
+  steal?: boolean;
 }
 
 /** A store's `inspect(key)` answer. */

@@ -351,6 +351,33 @@ function pause(ms, signal) {
 
 // === Options and abort signals ==============================================================
 
+/**
+ * The Web Locks API's request options, on `handle` (a Lock or a set of keys): `ifAvailable:
+ * true` takes the key only if it is free now (keel-lock's default, `timeout` 0); `steal: true`
+ * frees the key whoever holds it (`forceRelease`: the old holder learns at its next extend,
+ * its run's signal aborting) and then takes it with the other options — a waiter already queued
+ * for it is served first. Checked, then `then(rest)` with the other options.
+ */
+function webLocksOptions(handle, options, then) {
+  const { ifAvailable, steal, ...rest } = options;
+  for (const [name, value] of [["ifAvailable", ifAvailable], ["steal", steal]]) {
+    if (value !== undefined && typeof value !== "boolean") {
+      return Promise.reject(new TypeError(`options.${name} must be a boolean, got ${typeof value}`));
+    }
+  }
+  if (ifAvailable && steal) {
+    return Promise.reject(new TypeError("options.ifAvailable and options.steal cannot be combined: one leaves a held key alone, the other takes it"));
+  }
+  if (ifAvailable && rest.timeout !== undefined && rest.timeout !== 0) {
+    return Promise.reject(new TypeError(`options.ifAvailable never waits, so it cannot be combined with timeout ${String(rest.timeout)}`));
+  }
+  if (!steal) return then(rest);
+  if (handle.limit !== null) {
+    return Promise.reject(new TypeError("options.steal takes a key to hold alone: a semaphore permit or a read lock cannot steal"));
+  }
+  return handle.forceRelease().then(() => then(rest));
+}
+
 const NO_OPTIONS = [NaN, NaN, undefined, undefined, undefined, undefined];
 
 /**
@@ -543,6 +570,9 @@ export class Lock {
 
   /** Acquire, run `fn({ fence, signal })`, always release: `[true, result]` or `[false, undefined]`. */
   run(fn, options) {
+    if (options?.ifAvailable !== undefined || options?.steal !== undefined) {
+      return webLocksOptions(this, options, (rest) => this.run(fn, rest));
+    }
     const plain = plainOptions(options);
     if (plain === null) return Promise.reject(w.__kOptionsError(options, true));
     if (typeof fn !== "function") {
@@ -930,6 +960,9 @@ export class Lock {
 
   /** Tries to take the lock; with `{ timeout }`, waits until then. Resolves a boolean. */
   acquire(options) {
+    if (options?.ifAvailable !== undefined || options?.steal !== undefined) {
+      return webLocksOptions(this, options, (rest) => this.acquire(rest));
+    }
     const plain = plainOptions(options);
     if (plain === null) return Promise.reject(w.__kOptionsError(options, false));
     if (this.#busy) return this.#twin().acquire(options);
@@ -1442,6 +1475,9 @@ class MultiKeyLock {
 
   /** Takes every key, the lowest first, or none: `true` when all are held. */
   async acquire(options) {
+    if (options?.ifAvailable !== undefined || options?.steal !== undefined) {
+      return webLocksOptions(this, options, (rest) => this.acquire(rest));
+    }
     const started = performance.now();
     const half = this.ttlMs / 2;
     if (this.#step !== null) {
@@ -1530,6 +1566,9 @@ class MultiKeyLock {
 
   /** Acquire every key, run `fn({ fence: null, fences, signal })`, always release. */
   run(fn, options) {
+    if (options?.ifAvailable !== undefined || options?.steal !== undefined) {
+      return webLocksOptions(this, options, (rest) => this.run(fn, rest));
+    }
     if (typeof fn !== "function") return Promise.reject(w.__kNotAFunction(fn));
     if (options?.permits !== undefined) return Promise.reject(new TypeError(PERMITS_ON_SET));
     return this.#runAll(fn, options);

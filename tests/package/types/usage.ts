@@ -52,6 +52,8 @@ export async function snippets(client: FakeRedis): Promise<void> {
   }
 
   await lock("report").run(() => rebuild(), { timeout: 5_000, retryDelay: 100 });
+  await lock("report").run(() => rebuild(), { ifAvailable: true });
+  await lock("report").acquire({ steal: true });
   await lock("report").runImmediately(() => rebuild());
   lock("invoice:42");
   lock("nightly-report", 300_000);
