@@ -6,8 +6,8 @@ import { MAX_FENCE } from "./args.js";
 
 // Every hand-over under prefix P is published on the channel P + CHANNEL.
 export const CHANNEL = "keel-lock:handover";
-// A lock's watch name (its sixth) is its lock name followed by this: a sorted set of the stores
-// watching it, and the channel its holder changes are published on while the set exists.
+// A lock's watch set, and the channel its exclusive holder changes are published on while
+// someone watches it, is named by its lock name followed by this.
 export const WATCH_SUFFIX = ":watch";
 // K[1] while held shared. Scores above 0 are holds; the bookkeeping sits in the same set at
 // scores of 0 and below, under names no owner has (owners hold no NUL), so one ZMSCORE reads a
@@ -24,7 +24,7 @@ const SHARED_LAYOUT = `-- K[1] held shared, a sorted set: owner -> expiry (ms by
 // Lua creates a function each time execution passes its definition, so the enqueue and release
 // scripts place this after their uncontended path, which needs none of it (the acquire script
 // has no use for it at all).
-const PRELUDE = `-- K: the six names of one lock (KEYS, unless a script that covers several locks sets it)
+const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that covers several locks sets it)
 -- K[1] lock: held exclusively, a string, the owner token followed, if the hold has metadata,
 --      by "\\0" .. metadata (PX ttl; "\\0" in front while callers queue behind it or someone
 --      watches it, so that its release runs the full script; its fence is the counter's value:
@@ -32,15 +32,14 @@ const PRELUDE = `-- K: the six names of one lock (KEYS, unless a script that cov
 --      its latest hold
 -- K[2] fence counter   K[3] queue (list of owners, oldest first)
 -- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs", plus " weight limit" if shared;
---      "\\0m:" .. owner -> the waiter's metadata, if it gave some)
+--      "\\0m:" .. owner -> the waiter's metadata, if it gave some; "\\0w" -> until when (ms)
+--      some store watches K[1] (WATCH_SCRIPT), while one does: every change of the exclusive
+--      holder is then PUBLISHed on K[1] .. "${WATCH_SUFFIX}": "+fence ttlMs", and " " .. metadata if the
+--      hold has some, when a hold is granted; "-fence" when an operation ends it)
 -- K[5] grants: beside an exclusive holder, "fence waitedMs owner" of the last hand-over (PX
 --      ttl); beside shared holders, a hash owner -> "fence waitedMs" for each holder that was
 --      handed the key and "\\0m:" .. owner -> metadata for each holder that gave some,
 --      PEXPIREAT the latest hold as it stood when it was last written
--- K[6] watch: while it exists (a sorted set: watcher -> until, ms; PEXPIREAT the latest), every
---      change of the exclusive holder is PUBLISHed on the channel of the same name: "+fence
---      ttlMs" and " " .. metadata if the hold has some, when a hold is granted; "-fence" when
---      an operation ends it
 ${SHARED_LAYOUT}
 local K = KEYS
 local MARK = "\\0"
@@ -61,12 +60,12 @@ local function int(n)
   return string.format("%.0f", n)
 end
 
--- Whether someone watches K[1]; tell() publishes a holder change to them.
+-- Whether some store watches K[1]; tell() publishes a holder change to the watchers.
 local function watched()
-  return redis.call("EXISTS", K[6]) == 1
+  return redis.call("HEXISTS", K[4], "\\0w") == 1
 end
 local function tell(text)
-  redis.call("PUBLISH", K[6], text)
+  redis.call("PUBLISH", K[1] .. "${WATCH_SUFFIX}", text)
 end
 
 -- Draws K[1]'s next fence; nil (the counter put back) once it would leave 1..MAX.
@@ -289,18 +288,18 @@ end
 
 // Takes the free lock (ENQUEUE_SCRIPT): INCR the fence counter KEYS[2], SET KEYS[1] to `value`
 // (the owner, and its metadata if any) PX ARGV[2]; `fence` is then the new counter value. A counter that would leave 1..MAX_FENCE is
-// put back and the script answers an error. While someone watches the key (`seen`: KEYS[6]
-// exists) the value is marked, so that its release runs the full script, and the grant is
-// published on KEYS[6]. Uses nothing from PRELUDE, so the uncontended path creates none of its
-// functions.
+// put back and the script answers an error. When the waiters hash exists (`seen`; nobody
+// queues, so it is there for its "\\0w") and says someone watches, the value is marked, so that
+// its release runs the full script, and the grant is published. Uses nothing from PRELUDE, so
+// the uncontended path creates none of its functions.
 const TAKE = `local fence = redis.call("INCR", KEYS[2])
 if fence < 1 or fence > ${MAX_FENCE} then
   redis.call("DECR", KEYS[2])
   return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
 end
-if seen then
+if seen and redis.call("HEXISTS", KEYS[4], "\\0w") == 1 then
   redis.call("SET", KEYS[1], "\\0" .. value, "PX", ARGV[2])
-  redis.call("PUBLISH", KEYS[6], "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (ARGV[5] and " " .. ARGV[5] or ""))
+  redis.call("PUBLISH", KEYS[1] .. "${WATCH_SUFFIX}", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (ARGV[5] and " " .. ARGV[5] or ""))
 else
   redis.call("SET", KEYS[1], value, "PX", ARGV[2])
 end`;
@@ -309,7 +308,7 @@ end`;
 const nested = (text) => text.replace(/^(?=.)/gm, "  ");
 
 /**
- * Plain acquire (KEYS: lock, fence counter, queue, watch; ARGV: the lock's value, ttl ms — the value is
+ * Plain acquire (KEYS: lock, fence counter, queue, waiters; ARGV: the lock's value, ttl ms — the value is
  * the owner, followed by NUL and the hold's metadata when it has some, so metadata costs this
  * script nothing). SET KEYS[1] to ARGV[1] NX with a TTL of ARGV[2] ms; if it was held, answer 0. If callers are queued for it (KEYS[3]
  * exists: its holder's TTL passed while they waited), delete it again and answer -1: the store
@@ -319,10 +318,10 @@ const nested = (text) => text.replace(/^(?=.)/gm, "  ");
  * A counter that would leave 1..2^53-1, or that INCR refuses (not an integer), is an error: the
  * counter is put back as it was and the lock deleted again, so every later acquire of the key
  * fails the same way.
- * While someone watches the key (KEYS[4] exists) the value is marked (a NUL in front, as while
- * callers queue), so that its release runs the full release script, which reports the end, and
- * the grant is published on KEYS[4]: two more commands, only then.
- * The uncontended path is three commands — SET NX, one EXISTS of the queue and the watch names,
+ * While some store watches the key (the waiters hash KEYS[4] holds "\\0w") the value is marked
+ * (a NUL in front, as while callers queue), so that its release runs the full release script,
+ * which reports the end, and the grant is published on KEYS[1] .. WATCH_SUFFIX.
+ * The uncontended path is three commands — SET NX, one EXISTS of the queue and waiters names,
  * INCR — and the script takes only the names that path reads (Redis parses every argument of
  * every call); a held key costs the SET NX alone.
  */
@@ -332,7 +331,7 @@ export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobo
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
   return 0
 end
--- 0: nobody queues or watches; 1: watched (KEYS[4]); 2 or 3: callers queue
+-- 0: nobody queues; 1: nobody queues, the waiters hash is there for a watch; 2 or 3: callers queue
 local state = redis.call("EXISTS", KEYS[3], KEYS[3], KEYS[4])
 if state >= 2 then
   redis.call("DEL", KEYS[1])
@@ -340,10 +339,10 @@ if state >= 2 then
 end
 local fence = redis.pcall("INCR", KEYS[2])
 if type(fence) == "number" and fence >= 1 and fence <= ${MAX_FENCE} then
-  if state == 1 then
+  if state == 1 and redis.call("HEXISTS", KEYS[4], "\\0w") == 1 then
     redis.call("SET", KEYS[1], "\\0" .. ARGV[1], "KEEPTTL")
     local nul = string.find(ARGV[1], "\\0", 1, true)
-    redis.call("PUBLISH", KEYS[4], "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (nul and " " .. string.sub(ARGV[1], nul + 1) or ""))
+    redis.call("PUBLISH", KEYS[1] .. "${WATCH_SUFFIX}", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (nul and " " .. string.sub(ARGV[1], nul + 1) or ""))
   end
   return fence
 end
@@ -356,8 +355,8 @@ return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outs
 `;
 
 /**
- * Several keys in one step (KEYS: five names per key, the keys in order: lock, fence counter,
- * queue, waiters, watch; ARGV: ttl ms, then the owner of each key in the same order). Every key is
+ * Several keys in one step (KEYS: four names per key, the keys in order: lock, fence counter,
+ * queue, waiters; ARGV: ttl ms, then the owner of each key in the same order). Every key is
  * granted to its owner, as ACQUIRE_SCRIPT grants one, when ACQUIRE_SCRIPT would grant each of them
  * now; otherwise the script changes nothing and answers 0. A key is free when its lock name does
  * not exist (held exclusively or shared, it exists; an expired one does not) and no caller
@@ -367,20 +366,20 @@ return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outs
  * each counter (a counter that would leave 1..2^53-1, or that INCR refuses, puts every counter
  * back as it was and answers the error ACQUIRE_SCRIPT answers), then SET each lock to its value
  * (ARGV: the owner, followed by NUL and the hold's metadata when it has some, as ACQUIRE_SCRIPT
- * takes it) PX ttl; the answer is the fences in key order. A key someone watches (its watch name
- * exists) is SET marked and its grant published, as ACQUIRE_SCRIPT does. Free keys cost three
- * EXISTS for the whole set, one INCR and one SET each (and the counters' MGET, which tells an
- * undo which counters to delete).
+ * takes it) PX ttl; the answer is the fences in key order. A key some store watches (its waiters
+ * hash holds "\\0w") is SET marked and its grant published, as ACQUIRE_SCRIPT does; a stale
+ * queue's waiters go, its watch stays. Free keys cost three EXISTS for the whole set, one INCR
+ * and one SET each (and the counters' MGET, which tells an undo which counters to delete).
  */
-export const ACQUIRE_MANY_SCRIPT = `-- keel-lock acquire-many: five KEYS per key (lock, fence counter, queue, waiters, watch), ARGV
--- the ttl ms and one owner per key; if acquire would take every key now, take them all and
--- answer their fences in order; else change nothing and answer 0
-local locks, queues, counters, watches = {"EXISTS"}, {"EXISTS"}, {"MGET"}, {"EXISTS"}
-for i = 1, #KEYS, 5 do
+export const ACQUIRE_MANY_SCRIPT = `-- keel-lock acquire-many: four KEYS per key (lock, fence counter, queue, waiters), ARGV the ttl
+-- ms and one owner per key; if acquire would take every key now, take them all and answer their
+-- fences in order; else change nothing and answer 0
+local locks, queues, counters, waiters = {"EXISTS"}, {"EXISTS"}, {"MGET"}, {"EXISTS"}
+for i = 1, #KEYS, 4 do
   locks[#locks + 1] = KEYS[i]
   counters[#counters + 1] = KEYS[i + 1]
   queues[#queues + 1] = KEYS[i + 2]
-  watches[#watches + 1] = KEYS[i + 4]
+  waiters[#waiters + 1] = KEYS[i + 3]
 end
 if redis.call(unpack(locks)) ~= 0 then return 0 end
 -- Free keys with a queue: a live waiter is handed the key first; waiters past their deadline
@@ -389,7 +388,7 @@ local stale = {}
 if redis.call(unpack(queues)) ~= 0 then
   local t = redis.call("TIME")
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-  for i = 3, #KEYS, 5 do
+  for i = 3, #KEYS, 4 do
     local from = 0
     repeat
       local who = redis.call("LRANGE", KEYS[i], from, from + 99)
@@ -410,40 +409,46 @@ end
 -- counter that did not exist is deleted again), so nothing has changed.
 local before = redis.call(unpack(counters))
 local fences = {}
-for i = 2, #KEYS, 5 do
+for i = 2, #KEYS, 4 do
   local fence = redis.pcall("INCR", KEYS[i])
   if type(fence) ~= "number" or fence < 1 or fence > ${MAX_FENCE} then
     if type(fence) == "number" then redis.call("DECR", KEYS[i]) end
     for j = 1, #fences do
-      if before[j] then redis.call("DECR", KEYS[5 * j - 3]) else redis.call("DEL", KEYS[5 * j - 3]) end
+      if before[j] then redis.call("DECR", KEYS[4 * j - 2]) else redis.call("DEL", KEYS[4 * j - 2]) end
     end
     if type(fence) ~= "number" then return fence end
     return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[i] .. " is outside 1..${MAX_FENCE}")
   end
   fences[#fences + 1] = fence
 end
+for _, i in ipairs(stale) do
+  -- the waiters go; a watch ("\\0w") stays, until when it was
+  local w = redis.call("HGET", KEYS[i + 1], "\\0w")
+  redis.call("DEL", KEYS[i], KEYS[i + 1])
+  if w then
+    redis.call("HSET", KEYS[i + 1], "\\0w", w)
+    redis.call("PEXPIREAT", KEYS[i + 1], w)
+  end
+end
 -- watched keys are marked, so that their release reports the end, and their grants published
-local seen = redis.call(unpack(watches)) ~= 0
+local seen = redis.call(unpack(waiters)) ~= 0
 for j = 1, #fences do
-  local i = 5 * j - 4
-  if seen and redis.call("EXISTS", KEYS[i + 4]) == 1 then
+  local i = 4 * j - 3
+  if seen and redis.call("HEXISTS", KEYS[i + 3], "\\0w") == 1 then
     redis.call("SET", KEYS[i], "\\0" .. ARGV[j + 1], "PX", ARGV[1])
     local nul = string.find(ARGV[j + 1], "\\0", 1, true)
-    redis.call("PUBLISH", KEYS[i + 4], "+" .. string.format("%.0f", fences[j]) .. " " .. ARGV[1] .. (nul and " " .. string.sub(ARGV[j + 1], nul + 1) or ""))
+    redis.call("PUBLISH", KEYS[i] .. "${WATCH_SUFFIX}", "+" .. string.format("%.0f", fences[j]) .. " " .. ARGV[1] .. (nul and " " .. string.sub(ARGV[j + 1], nul + 1) or ""))
   else
     redis.call("SET", KEYS[i], ARGV[j + 1], "PX", ARGV[1])
   end
-end
-for _, i in ipairs(stale) do
-  redis.call("DEL", KEYS[i], KEYS[i + 1])
 end
 return fences
 `;
 
 /**
- * Acquire or queue (KEYS: the lock's six names; ARGV: owner, ttl ms, wait ms, channel, and the
- * hold's metadata if it has some). Free and nobody queued: take it as ACQUIRE_SCRIPT does (a
- * watched key's grant marked and published as there) and answer {1, fence}.
+ * Acquire or queue (ARGV: owner, ttl ms, wait ms, channel, and the hold's metadata if it has
+ * some). Free and nobody queued: take it as ACQUIRE_SCRIPT does (a watched key's grant marked
+ * and published as there) and answer {1, fence}.
  * Otherwise join the queue (the waiter's deadline and TTL recorded by Redis's clock, and its
  * metadata beside them, for the grant), mark an exclusive holder's value so its release hands
  * over, and answer {0, ms until the first hold expires}. The queue and the waiters hash expire a
@@ -452,8 +457,8 @@ return fences
 export const ENQUEUE_SCRIPT = `-- keel-lock acquire-or-wait: take KEYS[1] like acquire, or queue ARGV[1] for ARGV[3] ms
 local value = ARGV[1]
 if ARGV[5] then value = ARGV[1] .. "\\0" .. ARGV[5] end
--- 0: free; 1: held; 2: free with callers queued; 3: both; 4 more when watched (KEYS[6])
-local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3], KEYS[6], KEYS[6], KEYS[6], KEYS[6])
+-- 0: free; 1: held; 2: free with callers queued; 3: both; 4 more while the waiters hash exists
+local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3], KEYS[4], KEYS[4], KEYS[4], KEYS[4])
 local seen = state >= 4
 state = state % 4
 if state == 0 then
@@ -462,7 +467,7 @@ ${nested(TAKE)}
 end
 ${PRELUDE}
 if state == 2 and not hand_over(ARGV[4]) then
-  state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3], KEYS[6], KEYS[6], KEYS[6], KEYS[6])
+  state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3], KEYS[4], KEYS[4], KEYS[4], KEYS[4])
   seen = state >= 4
   state = state % 4
 end
@@ -488,7 +493,7 @@ return {0, next_expiry(math.floor(now / 1000))}
 `;
 
 /**
- * Shared acquire, or queue (KEYS: the lock's six names; ARGV: owner, ttl ms, weight, limit,
+ * Shared acquire, or queue (KEYS: the lock's five names; ARGV: owner, ttl ms, weight, limit,
  * wait ms, channel, and the hold's metadata if it has some: kept in K[5], or with the waiter's
  * entry until it is handed the key). Callers queued for the key are first handed it as far as
  * they fit. Then:
@@ -603,7 +608,7 @@ return {0, next_expiry(now_ms)}
 
 /**
  * The waiters of one store look — their safety-net poll, and the look at a hold's expiry — for
- * several locks in one call. KEYS: six names per lock (a lock's names, as the other scripts take
+ * several locks in one call. KEYS: five names per lock (a lock's names, as the other scripts take
  * them, one lock after another). ARGV: the channel, then per lock the number of owners asked
  * about followed by those owners. A lock not held exclusively (free, or held shared: some hold
  * may have expired) is first handed to the waiters at the front of its queue, as far as they
@@ -611,13 +616,13 @@ return {0, next_expiry(now_ms)}
  * numbers per owner asked about: 1, fence, waitedMs if it was handed the key; -1, 0, 0 if it is
  * no longer queued (its deadline passed); 0, 0, 0 while it waits.
  */
-export const CHECK_SCRIPT = `-- keel-lock look: for each lock (six KEYS each), which of the owners in ARGV were handed it?
+export const CHECK_SCRIPT = `-- keel-lock look: for each lock (five KEYS each), which of the owners in ARGV were handed it?
 -- a lock whose holders expired is handed over first
 ${PRELUDE}
 local answers = {}
 local at = 2
-for first = 1, #KEYS, 6 do
-  K = {KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4], KEYS[first + 5]}
+for first = 1, #KEYS, 5 do
+  K = {KEYS[first], KEYS[first + 1], KEYS[first + 2], KEYS[first + 3], KEYS[first + 4]}
   local count = tonumber(ARGV[at])
   local v = redis.pcall("GET", K[1])
   if type(v) ~= "string" and redis.call("EXISTS", K[3]) == 1 then
@@ -746,7 +751,7 @@ return 1`;
 const SHARED_READ = `redis.pcall("ZMSCORE", KEYS[1], ARGV[1], "\\0w:" .. ARGV[1], "\\0h")`;
 
 /**
- * Release (KEYS: the lock's six names; ARGV: owner): frees ARGV[1]'s hold only while it holds
+ * Release (KEYS: the lock's five names; ARGV: owner): frees ARGV[1]'s hold only while it holds
  * it and answers 1 or 0. An exclusive holder with nobody queued is GET and DEL; a holder with
  * callers queued behind it (its value is marked) hands the key over in the same script. A
  * shared holder (K[1] is a sorted set, so GET fails: redis.pcall reads that as the type check)
@@ -838,7 +843,7 @@ return held
 `;
 
 /**
- * Inspect (KEYS: the lock's six names; no ARGV): one atomic read, nothing written. Answers
+ * Inspect (KEYS: the lock's five names; no ARGV): one atomic read, nothing written. Answers
  * {waiting, then fence, metadata, remainingMs for each live hold}: waiting is the number of
  * queued waiters whose deadline has not passed; a hold held exclusively has the counter's value
  * as its fence (nothing draws a fence while it is held) and its PTTL; each live shared hold
@@ -898,57 +903,65 @@ return answer
 `;
 
 /**
- * A store watches a lock, or stops (KEYS: lock, watch; ARGV: the store's watcher id, and the ms
- * its watch lasts unless renewed, or "0" to stop). Watching: the id is added to the watch set
- * (or its time renewed) until now + ARGV[2] ms by Redis's clock, the set's ids whose time passed
- * are dropped, the set expires with its latest id, and an exclusive holder's value is marked, so
- * that its release runs the full release script (which reports the end); answers 1 if the id
- * was already watching, 0 if not (first watch, or its time had passed: changes may have gone
- * unreported). Stopping: the id is dropped, and the set with it when no id is left; answers 0.
+ * A store watches a lock, or stops (KEYS: lock, waiters, watch set; ARGV: the store's watcher id,
+ * and the ms its watch lasts unless renewed, or "0" to stop). The watch set holds each watching
+ * store's id until when it watches (ms by Redis's clock); the ids whose time passed are dropped,
+ * and the set expires with its latest. While the set has an id, the waiters hash holds "\\0w" ->
+ * that latest time (and lives at least as long), which tells the other scripts to publish; with
+ * no id left it is removed. Watching also marks an exclusive holder's value, so that its release
+ * runs the full release script (which reports the end). Answers 1 if the id was watching
+ * already, 0 if not (a first watch, or its time had passed: changes may have gone unreported);
+ * stopping answers 0.
  */
-export const WATCH_SCRIPT = `-- keel-lock watch: ARGV[1] watches KEYS[1] for ARGV[2] ms (KEYS[2]: the watchers), or stops ("0")
+export const WATCH_SCRIPT = `-- keel-lock watch: ARGV[1] watches KEYS[1] for ARGV[2] ms (KEYS[3]: the watchers), or stops ("0")
 local t = redis.call("TIME")
 local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ms = tonumber(ARGV[2])
-local was = redis.call("ZSCORE", KEYS[2], ARGV[1])
-redis.call("ZREMRANGEBYSCORE", KEYS[2], "-inf", now_ms)
+local was = redis.call("ZSCORE", KEYS[3], ARGV[1])
+redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now_ms)
 if ms == 0 then
-  redis.call("ZREM", KEYS[2], ARGV[1])
+  redis.call("ZREM", KEYS[3], ARGV[1])
 else
-  redis.call("ZADD", KEYS[2], now_ms + ms, ARGV[1])
+  redis.call("ZADD", KEYS[3], now_ms + ms, ARGV[1])
   local v = redis.pcall("GET", KEYS[1])
   if type(v) == "string" and string.sub(v, 1, 1) ~= "\\0" then redis.call("SET", KEYS[1], "\\0" .. v, "KEEPTTL") end
 end
-local last = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")[2]
-if last then redis.call("PEXPIREAT", KEYS[2], last) end
+local last = redis.call("ZRANGE", KEYS[3], -1, -1, "WITHSCORES")[2]
+if last then
+  redis.call("PEXPIREAT", KEYS[3], last)
+  redis.call("HSET", KEYS[2], "\\0w", last)
+  if redis.call("PTTL", KEYS[2]) < tonumber(last) - now_ms then redis.call("PEXPIREAT", KEYS[2], last) end
+else
+  redis.call("HDEL", KEYS[2], "\\0w")
+end
 if ms ~= 0 and was and tonumber(was) > now_ms then return 1 end
 return 0
 `;
 
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "762f030838036b0e79245ad784903987c2119999";
+export const ACQUIRE_SHA = "99ce45b5965ffc59d9f4815bf04c143e0a7e3dc7";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "5eb189e88032e4db7c86b8e6025de1b0d9dd2676";
+export const RELEASE_SHA = "a85f7c74a6570913fa323ff1a6c6ebec9ff17910";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const EXTEND_SHA = "35704053b2a3c6469f88bb2c7f6fbb2d3d691d9c";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "9abdd0b0b2290362ff0689337d2c3d76526fed41";
+export const ENQUEUE_SHA = "f846fc15ea12a2069a74d5aa6e07216f706186a6";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "4c59ab07b014b1fe666bfd956e47b8e4b692f908";
+export const CHECK_SHA = "3fcd5352d582a534274dd382586135f067fc8c12";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "801203751848df7a8d4af9bf2361d2658178b51e";
+export const LEAVE_SHA = "c499e12c268ad12019a2e248f0f9973c91afa3ef";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "fd310fa08cad26ed46d65c5633cea8ea4931d219";
+export const FORCE_RELEASE_SHA = "6eea0aa1f61a4f3ad0333be54034083138db419c";
 /** SHA-1 of RELEASE_SHARED_SCRIPT (checked by the tests). */
-export const RELEASE_SHARED_SHA = "87be6a5f502ef7eeb15bb1bfd7da2f8d7193cc00";
+export const RELEASE_SHARED_SHA = "e30dfcf42b0d782bfc5b6cf87fd715f918dc7b15";
 /** SHA-1 of ACQUIRE_SHARED_SCRIPT (checked by the tests). */
-export const ACQUIRE_SHARED_SHA = "a38821aca5707ec341633feac39d4681ee39b151";
+export const ACQUIRE_SHARED_SHA = "a83f233a0a11c3fb2c4e61b5ac1f95af3dcdce1f";
 /** SHA-1 of INSPECT_SCRIPT (checked by the tests). */
 export const INSPECT_SHA = "85f4103368ca1e02da49a7fcce8e058a335960d3";
 /** SHA-1 of WATCH_SCRIPT (checked by the tests). */
-export const WATCH_SHA = "82e0f15ad137a2b2885d4e55d92f18b05feb0169";
+export const WATCH_SHA = "e03380eb06e84ba7f44c62e71304048cfe0eb7d6";
 /** SHA-1 of ACQUIRE_MANY_SCRIPT (checked by the tests). */
-export const ACQUIRE_MANY_SHA = "cf7f6d19c10dad33bb53be0c8b2bfd45fdd8f330";
+export const ACQUIRE_MANY_SHA = "c4fc766f54cf1ce4c7ec55e0f89fb1cb24a543d5";
 
 // How a script's answer reads.
 export const isOne = (reply) => Number(reply) === 1;

@@ -145,7 +145,7 @@ export function redisWatching({ lockKeys, runScript, check, pubsub }) {
       }
       if (pubsub.closed()) throw new LockStoreClosedError("redisLockStore: the Redis client is closed");
       const names = lockKeys(key);
-      const name = names[5];
+      const name = names.watch[2];
       let entry = entries.get(name);
       if (entry === undefined) {
         entry = { names, listeners: new Set(), ready: null, subscriber: null, live: false };

@@ -12,7 +12,8 @@
 // counter, never expires), and, for waiting and shared holds, P{K}:queue, P{K}:waiters,
 // P{K}:grant (while the key is held shared, P{K} is a sorted set of holders and P{K}:grant the
 // limit, the weight held and the holders' records), and while a store watches the key, P{K}:watch
-// (the watching stores, and the channel its holder changes are published on). A hold's metadata is kept beside its owner,
+// (the watching stores; P{K}:waiters then says so to the other scripts, and its holder changes
+// are published on the channel of that name). A hold's metadata is kept beside its owner,
 // by the script that grants it: after the owner in P{K} (exclusive), in P{K}:grant (shared), in
 // P{K}:waiters while it waits; inspect(key) reads them all in one script. In the braces and in
 // P, "%", "{" and "}" are written "%25", "%7B", "%7D": one-to-one, and the tag is never empty.
@@ -183,9 +184,10 @@ export function redisLockStore(client, options = {}) {
   // A script may only touch names of one hash slot on a cluster.
   const cluster = clientType === "ioredis-cluster" || clientType === "node-redis-cluster";
   // Every name one lock uses, in the order the scripts take them as KEYS (a frozen array; its
-  // `take` is the lock, counter, queue and watch names, what the acquire script takes, `extend`
-  // the lock and grants names, what the extend script takes, and `watch` the lock and watch
-  // names; on a cluster, `slot` is their hash slot). The names of
+  // `take` is the first four, what the acquire script takes, `extend` the lock and grants names,
+  // what the extend script takes, and `watch` the lock, waiters and watch set names, what the
+  // watch script takes — the watch set's name is also the channel a watched key's holder
+  // changes are published on; on a cluster, `slot` is their hash slot). The names of
   // recently used keys are kept, so a release finds those its acquire built; the cache is emptied
   // when it reaches NAMES_CACHED keys.
   const names = new Map();
@@ -193,10 +195,10 @@ export function redisLockStore(client, options = {}) {
     let all = names.get(key);
     if (all === undefined) {
       const lock = lockKey(key);
-      all = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`, `${lock}${WATCH_SUFFIX}`];
-      all.take = Object.freeze([all[0], all[1], all[2], all[5]]);
+      all = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
+      all.take = Object.freeze(all.slice(0, 4));
       all.extend = Object.freeze([all[0], all[4]]);
-      all.watch = Object.freeze([all[0], all[5]]);
+      all.watch = Object.freeze([all[0], all[3], `${lock}${WATCH_SUFFIX}`]);
       if (cluster) all.slot = keySlot(lock);
       Object.freeze(all);
       if (names.size >= NAMES_CACHED) names.clear();
@@ -290,14 +292,14 @@ export function redisLockStore(client, options = {}) {
       } catch (error) {
         return Promise.reject(error);
       }
-      // Each key's lock, counter, queue, waiters and watch names; the TTL, then each key's value.
+      // Each key's lock, counter, queue and waiters names; the TTL, then each key's value.
       const scriptKeys = [];
       const args = [String(ttlMs)];
       let slot;
       for (let i = 0; i < keys.length; i++) {
         const all = lockKeys(keys[i]);
         if (cluster && (slot ??= all.slot) !== all.slot) return Promise.resolve(null);
-        scriptKeys.push(all[0], all[1], all[2], all[3], all[5]);
+        scriptKeys.push(all[0], all[1], all[2], all[3]);
         args.push(heldValue(owners[i], metadata?.[i]));
       }
       return runScript(ACQUIRE_MANY_SHA, ACQUIRE_MANY_SCRIPT, scriptKeys, args, (reply) => manyAnswer(reply, keys.length));

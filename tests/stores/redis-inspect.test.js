@@ -420,21 +420,21 @@ describe("inspect and hold metadata on a standalone Redis", () => {
     const store = redisLockStore(client, { prefix: "ki:" });
     const k = `inspect:look:${tag()}`;
     const { lock, fence } = store.keys(k);
-    const names = [lock, fence, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`, `${lock}:watch`];
+    const names = [lock, fence, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
     const channel = "ki:keel-lock:handover";
     const o = owner("holder");
     const w = owner("w");
     assert.ok(await store.acquire(k, o, LONG, "holder's"));
     // w queues through the script alone (no store of its own waits for it)
-    assert.deepEqual((await admin.eval(ENQUEUE_SCRIPT, 6, ...names, w, String(LONG), "20000", channel, "w's"))[0], 0);
+    assert.deepEqual((await admin.eval(ENQUEUE_SCRIPT, 5, ...names, w, String(LONG), "20000", channel, "w's"))[0], 0);
     assert.equal(await store.release(k, o), true);
     assert.equal(await admin.get(lock), `${w}\0w's`, "handed over with its metadata");
-    const [[, state, grantFence]] = await admin.eval(scripts.CHECK_SCRIPT, 6, ...names, channel, "1", w);
+    const [[, state, grantFence]] = await admin.eval(scripts.CHECK_SCRIPT, 5, ...names, channel, "1", w);
     assert.deepEqual([state, grantFence], [1, Number(await admin.get(fence))], "the look tells w it holds the key");
-    const left = await admin.eval(scripts.LEAVE_SCRIPT, 6, ...names, w, channel, "0");
+    const left = await admin.eval(scripts.LEAVE_SCRIPT, 5, ...names, w, channel, "0");
     assert.deepEqual(left.slice(0, 2), [1, grantFence], "leaving at its deadline, w keeps the key");
     assert.deepEqual((await store.inspect(k)).holders.map(({ metadata, fence: f }) => [metadata, f]), [["w's", grantFence]]);
-    assert.deepEqual(await admin.eval(scripts.LEAVE_SCRIPT, 6, ...names, w, channel, "1"), [2], "withdrawing, w releases it");
+    assert.deepEqual(await admin.eval(scripts.LEAVE_SCRIPT, 5, ...names, w, channel, "1"), [2], "withdrawing, w releases it");
     assert.deepEqual(await store.inspect(k), FREE);
   });
 
@@ -445,9 +445,9 @@ describe("inspect and hold metadata on a standalone Redis", () => {
     const k = `inspect:stale:${tag()}`;
     const o = owner();
     assert.ok(await store.acquire(k, o, LONG, "holder"));
-    const names = [store.keys(k).lock, store.keys(k).fence, `${store.keys(k).lock}:queue`, `${store.keys(k).lock}:waiters`, `${store.keys(k).lock}:grant`, `${store.keys(k).lock}:watch`];
+    const names = [store.keys(k).lock, store.keys(k).fence, `${store.keys(k).lock}:queue`, `${store.keys(k).lock}:waiters`, `${store.keys(k).lock}:grant`];
     // A waiter that queued for 100 ms and never left (its process died): the enqueue alone.
-    await admin.eval(ENQUEUE_SCRIPT, 6, ...names, "gone", String(LONG), "100", "ki:keel-lock:handover", "its metadata");
+    await admin.eval(ENQUEUE_SCRIPT, 5, ...names, "gone", String(LONG), "100", "ki:keel-lock:handover", "its metadata");
     assert.equal((await store.inspect(k)).waiting, 1);
     await sleep(200);
     assert.equal(await admin.llen(names[2]), 1, "still in the queue");

@@ -392,7 +392,7 @@ describe("store.acquireMany on a standalone Redis", () => {
     const owners = ownersOf(keys, t);
     const holder = await s.acquire(keys[1], "holder", 60_000);
     const { lock } = s.keys(keys[1]);
-    const names = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`, `${lock}:watch`];
+    const names = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
     // A waiter that queued for 1 ms and then died (its process gone, nobody to leave the queue).
     const queued = await admin.eval(ENQUEUE_SCRIPT, names.length, ...names, "ghost", "10000", "1", "keel-lock:handover");
     assert.equal(Number(queued[0]), 0);

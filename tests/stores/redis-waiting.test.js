@@ -246,11 +246,11 @@ function lookingPerWaiter(client) {
           const keys = rest.slice(0, numkeys);
           const [channel, ...args] = rest.slice(numkeys);
           const answers = [];
-          for (let first = 0, at = 0; first < keys.length; first += 6) {
+          for (let first = 0, at = 0; first < keys.length; first += 5) {
             const count = Number(args[at]);
             const answer = [];
             for (const o of args.slice(at + 1, at + 1 + count)) {
-              const [[pttl, ...state]] = await target.evalsha(CHECK_SHA, 6, ...keys.slice(first, first + 6), channel, "1", o);
+              const [[pttl, ...state]] = await target.evalsha(CHECK_SHA, 5, ...keys.slice(first, first + 5), channel, "1", o);
               answer[0] = pttl;
               answer.push(...state);
             }
@@ -405,8 +405,8 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     const store = await storeOf();
     const key = uniqueKey("holder-gone");
     const { lock } = store.keys(key);
-    const names = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`, `${lock}:watch`];
-    const enqueue = async (who, waitMs) => (await admin.eval(ENQUEUE_SCRIPT, 6, ...names, who, String(LONG), String(waitMs), "keel-lock:handover")).map(Number);
+    const names = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
+    const enqueue = async (who, waitMs) => (await admin.eval(ENQUEUE_SCRIPT, 5, ...names, who, String(LONG), String(waitMs), "keel-lock:handover")).map(Number);
     const counter = async () => Number(await admin.get(names[1]));
 
     // A live waiter behind a holder that is gone: a newcomer's acquire answers false and the
@@ -488,8 +488,8 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     const store = await storeOf();
     const key = uniqueKey("queued-free");
     const { lock } = store.keys(key);
-    const names = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`, `${lock}:watch`];
-    const enqueue = async (who) => (await admin.eval(ENQUEUE_SCRIPT, 6, ...names, who, String(LONG), "10000", "keel-lock:handover")).map(Number);
+    const names = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
+    const enqueue = async (who) => (await admin.eval(ENQUEUE_SCRIPT, 5, ...names, who, String(LONG), "10000", "keel-lock:handover")).map(Number);
     const scriptCalls = async () => {
       const stats = await admin.info("commandstats");
       return Number(/cmdstat_evalsha:calls=(\d+)/.exec(stats)?.[1] ?? 0) + Number(/cmdstat_eval:calls=(\d+)/.exec(stats)?.[1] ?? 0);
@@ -501,7 +501,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     assert.equal((await enqueue(waiter))[0], 0);
     await admin.del(lock); // as at the holder's expiry
     const fence = await admin.get(names[1]);
-    assert.equal(await admin.eval(ACQUIRE_SCRIPT, 4, names[0], names[1], names[2], names[5], newcomer, String(LONG)), -1);
+    assert.equal(await admin.eval(ACQUIRE_SCRIPT, 4, ...names.slice(0, 4), newcomer, String(LONG)), -1);
     assert.equal(await admin.exists(lock), 0);
     assert.equal(await admin.get(names[1]), fence);
     assert.deepEqual(await queueOf(admin, store, key), [waiter]);

@@ -193,8 +193,9 @@ function registerCases(env, label) {
     assert.equal(await s2.release(k, o), true);
     await sleep(100);
     assert.equal(second.reports.length, 2, "nothing after the last stop()");
-    const watchName = `${s1.keys(k).lock}:watch`;
-    assert.equal(await env().admin.exists(watchName), 0, "the watch set is gone");
+    const { lock } = s1.keys(k);
+    assert.equal(await env().admin.exists(`${lock}:watch`), 0, "the watch set is gone");
+    assert.equal(await env().admin.exists(`${lock}:waiters`), 0, "and the waiters hash that told the scripts");
     // watched again after stopping: reported again
     const again = recorder();
     const stopAgain = await s1.watch(k, again.onChange);
@@ -319,13 +320,14 @@ describe("watch on a standalone Redis", () => {
     const { lock } = store.keys(k);
     const watchName = `${lock}:watch`;
     // a store that watched for 150 ms and was never heard of again
-    assert.equal(await admin.eval(WATCH_SCRIPT, 2, lock, watchName, "gone", "150"), 0);
+    assert.equal(await admin.eval(WATCH_SCRIPT, 3, lock, `${lock}:waiters`, watchName, "gone", "150"), 0);
     const o = owner();
     await store.acquire(k, o, LONG);
     assert.equal((await admin.get(lock))[0], "\0", "a watched key's holder is marked");
     await store.release(k, o);
     await sleep(250);
     assert.equal(await admin.exists(watchName), 0, "the watch set expired");
+    assert.equal(await admin.exists(`${lock}:waiters`), 0, "and the waiters hash that told the scripts");
     await store.acquire(k, o, LONG);
     assert.equal(await admin.get(lock), o, "an unwatched key's holder is not marked");
     await store.release(k, o);
