@@ -48,6 +48,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
         if (subscriber && waits.size === 0 && !watching.active) idle.arm();
       },
       closed: () => clientClosed(client, clientType),
+      ended: () => clientEnded(),
     },
   });
   // The store's safety-net look: one timer for all its waits, due when the first of them is

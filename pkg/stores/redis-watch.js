@@ -5,7 +5,7 @@
 // pub/sub connection (redis-waiting.js owns it) and hands each report to the key's watchers.
 // How it works: stores/README.md, "Watching a key (Redis)".
 
-import { LockStoreClosedError, unrefTimer } from "./args.js";
+import { IDLE_CLOSE_MS, LockStoreClosedError, unrefTimer } from "./args.js";
 import { WATCH_SCRIPT, WATCH_SHA } from "./redis-scripts.js";
 
 /**
@@ -40,7 +40,9 @@ export function watchReport(text) {
 /**
  * The store's watch(key, onChange). `pubsub` is the waiting side's connection: `open()` resolves
  * to the subscribed connection (opened if need be), `idle()` lets it close once nothing uses it,
- * `closed()` tells whether the user closed their client.
+ * `closed()` tells whether the user closed their client, `ended()` closes everything when they
+ * did (for a client that says nothing when it closes, a look every IDLE_CLOSE_MS while anything
+ * is watched finds it).
  */
 export function redisWatching({ lockKeys, runScript, check, pubsub }) {
   // This store's name in every watch set: random, so two stores never share an entry.
@@ -48,6 +50,17 @@ export function redisWatching({ lockKeys, runScript, check, pubsub }) {
   const entries = new Map(); // watch name → { names, listeners, ready, subscriber }
   const leaving = new Map(); // watch name → a key's entry still leaving Redis
   let renewTimer = null;
+  let closedTimer = null;
+
+  function lookForClose() {
+    if (closedTimer !== null || entries.size === 0) return;
+    closedTimer = unrefTimer(() => {
+      closedTimer = null;
+      if (entries.size === 0) return;
+      if (pubsub.closed()) pubsub.ended();
+      else lookForClose();
+    }, IDLE_CLOSE_MS);
+  }
 
   // One report to one watcher: a copy of its own, and an error it throws is its own (thrown
   // again outside the message handler, which it must not break).
@@ -165,6 +178,7 @@ export function redisWatching({ lockKeys, runScript, check, pubsub }) {
       entry.live = true;
       listener.live = true;
       renewSoon();
+      lookForClose();
       let stopped = null;
       return () => (stopped ??= drop(name, entry, listener));
     },
