@@ -139,31 +139,65 @@ function corker(client) {
 // ioredis Cluster, node-redis and its cluster client; a cluster client subscribes through one of
 // its nodes, and PUBLISH reaches every node), subscribed to `channel`. `onMessage(text)` gets
 // each message; `onReconnect()` runs when the connection comes back after a drop (messages sent
-// meanwhile are lost). Answers { ready, connection, close() }; `ready` settles once subscribed.
+// meanwhile are lost). Answers { ready, connection, close(), listen(), unlisten(), barrier() };
+// `ready` settles once subscribed. `listen(other, onText)` subscribes to one more channel (its
+// promise settles once Redis confirmed it), `unlisten(other)` drops it; `barrier()` settles once
+// every subscription sent before it is confirmed again after a reconnect (ioredis sends them
+// again after its "ready"; node-redis has done so before its "ready").
 export function openSubscriber(client, type, channel, onMessage, onReconnect) {
   if (!fn(client, "duplicate")) {
     const ready = Promise.reject(new TypeError("redisLockStore: the client has no duplicate() to open a pub/sub connection with"));
-    return { ready, connection: null, close: async () => {} };
+    return { ready, connection: null, close: async () => {}, listen: () => ready, unlisten: async () => {}, barrier: async () => {} };
   }
   const connection = client.duplicate();
   const ignore = () => {};
   connection.on?.("error", ignore); // connection errors surface as lost messages, covered by the poll
   let subscribed = false;
   connection.on?.("ready", () => subscribed && onReconnect());
+  const others = new Map(); // channel → onText, for the channels listen() added
   let ready;
   let close;
+  let listen;
+  let unlisten;
+  let barrier;
   if (type === "ioredis" || type === "ioredis-cluster") {
-    connection.on("message", (from, text) => from === channel && onMessage(text));
+    connection.on("message", (from, text) => {
+      if (from === channel) onMessage(text);
+      else others.get(from)?.(text);
+    });
     ready = connection.subscribe(channel);
     close = async () => connection.disconnect();
+    listen = (other, onText) => {
+      others.set(other, onText);
+      return connection.subscribe(other);
+    };
+    unlisten = async (other) => {
+      others.delete(other);
+      await connection.unsubscribe(other);
+    };
+    // SUBSCRIBE again: Redis confirms it after the subscriptions ioredis resent before it.
+    barrier = async () => {
+      if (others.size > 0) await connection.subscribe(...others.keys());
+    };
   } else {
     ready = Promise.resolve(connection.connect()).then(() => connection.subscribe(channel, (text) => onMessage(text)));
     close = async () => {
       if (fn(connection, "destroy")) connection.destroy();
       else await connection.disconnect();
     };
+    listen = (other, onText) => {
+      const listener = (text) => onText(text);
+      others.set(other, listener);
+      return connection.subscribe(other, listener);
+    };
+    unlisten = async (other) => {
+      const listener = others.get(other);
+      others.delete(other);
+      if (listener) await connection.unsubscribe(other, listener);
+    };
+    barrier = async () => {};
   }
-  const opened = { ready: null, connection, close, subscribed: false };
+  const opened = { ready: null, connection, close, subscribed: false, listen, unlisten, barrier };
   opened.ready = ready.then(() => {
     subscribed = true;
     opened.subscribed = true;

@@ -6,6 +6,9 @@ import { MAX_FENCE } from "./args.js";
 
 // Every hand-over under prefix P is published on the channel P + CHANNEL.
 export const CHANNEL = "keel-lock:handover";
+// A lock's watch set, and the channel its exclusive holder changes are published on while
+// someone watches it, is named by its lock name followed by this.
+export const WATCH_SUFFIX = ":watch";
 // K[1] while held shared. Scores above 0 are holds; the bookkeeping sits in the same set at
 // scores of 0 and below, under names no owner has (owners hold no NUL), so one ZMSCORE reads a
 // holder and the key's state together and no other key needs its own expiry. Each hold's fence
@@ -23,12 +26,16 @@ const SHARED_LAYOUT = `-- K[1] held shared, a sorted set: owner -> expiry (ms by
 // has no use for it at all).
 const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that covers several locks sets it)
 -- K[1] lock: held exclusively, a string, the owner token followed, if the hold has metadata,
---      by "\\0" .. metadata (PX ttl; "\\0" in front while callers queue behind it; its fence
---      is the counter's value: nothing draws a fence while it is held); held shared, a sorted
---      set (below), PEXPIREAT its latest hold
+--      by "\\0" .. metadata (PX ttl; "\\0" in front while callers queue behind it or someone
+--      watches it, so that its release runs the full script; its fence is the counter's value:
+--      nothing draws a fence while it is held); held shared, a sorted set (below), PEXPIREAT
+--      its latest hold
 -- K[2] fence counter   K[3] queue (list of owners, oldest first)
 -- K[4] waiters (hash: owner -> "enqueuedUs deadlineUs ttlMs", plus " weight limit" if shared;
---      "\\0m:" .. owner -> the waiter's metadata, if it gave some)
+--      "\\0m:" .. owner -> the waiter's metadata, if it gave some; "\\0w" -> until when (ms)
+--      some store watches K[1] (WATCH_SCRIPT), while one does: every change of the exclusive
+--      holder is then PUBLISHed on K[1] .. "${WATCH_SUFFIX}": "+fence ttlMs", and " " .. metadata if the
+--      hold has some, when a hold is granted; "-fence" when an operation ends it)
 -- K[5] grants: beside an exclusive holder, "fence waitedMs owner" of the last hand-over (PX
 --      ttl); beside shared holders, a hash owner -> "fence waitedMs" for each holder that was
 --      handed the key and "\\0m:" .. owner -> metadata for each holder that gave some,
@@ -51,6 +58,14 @@ end
 
 local function int(n)
   return string.format("%.0f", n)
+end
+
+-- Whether some store watches K[1]; tell() publishes a holder change to the watchers.
+local function watched()
+  return redis.call("HEXISTS", K[4], "\\0w") == 1
+end
+local function tell(text)
+  redis.call("PUBLISH", K[1] .. "${WATCH_SUFFIX}", text)
 end
 
 -- Draws K[1]'s next fence; nil (the counter put back) once it would leave 1..MAX.
@@ -216,9 +231,11 @@ local function hand_over(channel)
       else
         local value = who
         if meta then value = who .. MARK .. meta end
-        if redis.call("EXISTS", K[3]) == 1 then value = MARK .. value end
+        local seen = watched()
+        if seen or redis.call("EXISTS", K[3]) == 1 then value = MARK .. value end
         redis.call("SET", K[1], value, "PX", ttl)
         redis.call("SET", K[5], int(fence) .. " " .. int(waited) .. " " .. who, "PX", ttl)
+        if seen then tell("+" .. int(fence) .. " " .. ttl .. (meta and " " .. meta or "")) end
         kind = "exclusive"
       end
       grants[#grants + 1] = {who, int(fence), int(waited)}
@@ -257,30 +274,41 @@ local function granted(owner)
   return {1, tonumber(redis.call("GET", K[2])), 0}
 end
 
--- Frees the key held exclusively with value v (the caller checked the owner); a marked key goes
--- to the next waiters.
+-- Frees the key held exclusively with value v (the caller checked the owner), telling the
+-- watchers (before any grant that follows); a marked key goes to the next waiters.
 local function free(v, channel)
   redis.call("DEL", K[1], K[5])
+  if watched() then
+    local fence = redis.call("GET", K[2])
+    if fence then tell("-" .. fence) end
+  end
   if string.sub(v, 1, 1) == MARK then hand_over(channel) end
 end
 `;
 
 // Takes the free lock (ENQUEUE_SCRIPT): INCR the fence counter KEYS[2], SET KEYS[1] to `value`
 // (the owner, and its metadata if any) PX ARGV[2]; `fence` is then the new counter value. A counter that would leave 1..MAX_FENCE is
-// put back and the script answers an error. Uses nothing from PRELUDE, so the uncontended path
-// creates none of its functions.
+// put back and the script answers an error. When the waiters hash exists (`seen`; nobody
+// queues, so it is there for its "\\0w") and says someone watches, the value is marked, so that
+// its release runs the full script, and the grant is published. Uses nothing from PRELUDE, so
+// the uncontended path creates none of its functions.
 const TAKE = `local fence = redis.call("INCR", KEYS[2])
 if fence < 1 or fence > ${MAX_FENCE} then
   redis.call("DECR", KEYS[2])
   return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..${MAX_FENCE}")
 end
-redis.call("SET", KEYS[1], value, "PX", ARGV[2])`;
+if seen and redis.call("HEXISTS", KEYS[4], "\\0w") == 1 then
+  redis.call("SET", KEYS[1], "\\0" .. value, "PX", ARGV[2])
+  redis.call("PUBLISH", KEYS[1] .. "${WATCH_SUFFIX}", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (ARGV[5] and " " .. ARGV[5] or ""))
+else
+  redis.call("SET", KEYS[1], value, "PX", ARGV[2])
+end`;
 
 // `text` with every line indented by two spaces, to nest a shared part inside a block.
 const nested = (text) => text.replace(/^(?=.)/gm, "  ");
 
 /**
- * Plain acquire (KEYS: lock, fence counter, queue; ARGV: the lock's value, ttl ms — the value is
+ * Plain acquire (KEYS: lock, fence counter, queue, waiters; ARGV: the lock's value, ttl ms — the value is
  * the owner, followed by NUL and the hold's metadata when it has some, so metadata costs this
  * script nothing). SET KEYS[1] to ARGV[1] NX with a TTL of ARGV[2] ms; if it was held, answer 0. If callers are queued for it (KEYS[3]
  * exists: its holder's TTL passed while they waited), delete it again and answer -1: the store
@@ -290,9 +318,12 @@ const nested = (text) => text.replace(/^(?=.)/gm, "  ");
  * A counter that would leave 1..2^53-1, or that INCR refuses (not an integer), is an error: the
  * counter is put back as it was and the lock deleted again, so every later acquire of the key
  * fails the same way.
- * The uncontended path is three commands — SET NX, a one-key EXISTS, INCR — and the script
- * takes only the names that path reads (Redis parses every argument of every call); a held key
- * costs the SET NX alone.
+ * While some store watches the key (the waiters hash KEYS[4] holds "\\0w") the value is marked
+ * (a NUL in front, as while callers queue), so that its release runs the full release script,
+ * which reports the end, and the grant is published on KEYS[1] .. WATCH_SUFFIX.
+ * The uncontended path is three commands — SET NX, one EXISTS of the queue and waiters names,
+ * INCR — and the script takes only the names that path reads (Redis parses every argument of
+ * every call); a held key costs the SET NX alone.
  */
 export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobody queues (KEYS[3]), set it to ARGV[1] (the
 -- owner) for ARGV[2] ms and answer the next fence from the counter KEYS[2]; 0 while it is held;
@@ -300,12 +331,19 @@ export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobo
 if not redis.call("SET", KEYS[1], ARGV[1], "NX", "PX", ARGV[2]) then
   return 0
 end
-if redis.call("EXISTS", KEYS[3]) == 1 then
+-- 0: nobody queues; 1: nobody queues, the waiters hash is there for a watch; 2 or 3: callers queue
+local state = redis.call("EXISTS", KEYS[3], KEYS[3], KEYS[4])
+if state >= 2 then
   redis.call("DEL", KEYS[1])
   return -1
 end
 local fence = redis.pcall("INCR", KEYS[2])
 if type(fence) == "number" and fence >= 1 and fence <= ${MAX_FENCE} then
+  if state == 1 and redis.call("HEXISTS", KEYS[4], "\\0w") == 1 then
+    redis.call("SET", KEYS[1], "\\0" .. ARGV[1], "KEEPTTL")
+    local nul = string.find(ARGV[1], "\\0", 1, true)
+    redis.call("PUBLISH", KEYS[1] .. "${WATCH_SUFFIX}", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (nul and " " .. string.sub(ARGV[1], nul + 1) or ""))
+  end
   return fence
 end
 redis.call("DEL", KEYS[1])
@@ -328,17 +366,20 @@ return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outs
  * each counter (a counter that would leave 1..2^53-1, or that INCR refuses, puts every counter
  * back as it was and answers the error ACQUIRE_SCRIPT answers), then SET each lock to its value
  * (ARGV: the owner, followed by NUL and the hold's metadata when it has some, as ACQUIRE_SCRIPT
- * takes it) PX ttl; the answer is the fences in key order. Free keys cost two EXISTS for the whole set, one
- * INCR and one SET each (and the counters' MGET, which tells an undo which counters to delete).
+ * takes it) PX ttl; the answer is the fences in key order. A key some store watches (its waiters
+ * hash holds "\\0w") is SET marked and its grant published, as ACQUIRE_SCRIPT does; a stale
+ * queue's waiters go, its watch stays. Free keys cost three EXISTS for the whole set, one INCR
+ * and one SET each (and the counters' MGET, which tells an undo which counters to delete).
  */
 export const ACQUIRE_MANY_SCRIPT = `-- keel-lock acquire-many: four KEYS per key (lock, fence counter, queue, waiters), ARGV the ttl
 -- ms and one owner per key; if acquire would take every key now, take them all and answer their
 -- fences in order; else change nothing and answer 0
-local locks, queues, counters = {"EXISTS"}, {"EXISTS"}, {"MGET"}
+local locks, queues, counters, waiters = {"EXISTS"}, {"EXISTS"}, {"MGET"}, {"EXISTS"}
 for i = 1, #KEYS, 4 do
   locks[#locks + 1] = KEYS[i]
   counters[#counters + 1] = KEYS[i + 1]
   queues[#queues + 1] = KEYS[i + 2]
+  waiters[#waiters + 1] = KEYS[i + 3]
 end
 if redis.call(unpack(locks)) ~= 0 then return 0 end
 -- Free keys with a queue: a live waiter is handed the key first; waiters past their deadline
@@ -380,18 +421,34 @@ for i = 2, #KEYS, 4 do
   end
   fences[#fences + 1] = fence
 end
-for j = 1, #fences do
-  redis.call("SET", KEYS[4 * j - 3], ARGV[j + 1], "PX", ARGV[1])
-end
 for _, i in ipairs(stale) do
+  -- the waiters go; a watch ("\\0w") stays, until when it was
+  local w = redis.call("HGET", KEYS[i + 1], "\\0w")
   redis.call("DEL", KEYS[i], KEYS[i + 1])
+  if w then
+    redis.call("HSET", KEYS[i + 1], "\\0w", w)
+    redis.call("PEXPIREAT", KEYS[i + 1], w)
+  end
+end
+-- watched keys are marked, so that their release reports the end, and their grants published
+local seen = redis.call(unpack(waiters)) ~= 0
+for j = 1, #fences do
+  local i = 4 * j - 3
+  if seen and redis.call("HEXISTS", KEYS[i + 3], "\\0w") == 1 then
+    redis.call("SET", KEYS[i], "\\0" .. ARGV[j + 1], "PX", ARGV[1])
+    local nul = string.find(ARGV[j + 1], "\\0", 1, true)
+    redis.call("PUBLISH", KEYS[i] .. "${WATCH_SUFFIX}", "+" .. string.format("%.0f", fences[j]) .. " " .. ARGV[1] .. (nul and " " .. string.sub(ARGV[j + 1], nul + 1) or ""))
+  else
+    redis.call("SET", KEYS[i], ARGV[j + 1], "PX", ARGV[1])
+  end
 end
 return fences
 `;
 
 /**
  * Acquire or queue (ARGV: owner, ttl ms, wait ms, channel, and the hold's metadata if it has
- * some). Free and nobody queued: take it as ACQUIRE_SCRIPT does and answer {1, fence}.
+ * some). Free and nobody queued: take it as ACQUIRE_SCRIPT does (a watched key's grant marked
+ * and published as there) and answer {1, fence}.
  * Otherwise join the queue (the waiter's deadline and TTL recorded by Redis's clock, and its
  * metadata beside them, for the grant), mark an exclusive holder's value so its release hands
  * over, and answer {0, ms until the first hold expires}. The queue and the waiters hash expire a
@@ -400,14 +457,19 @@ return fences
 export const ENQUEUE_SCRIPT = `-- keel-lock acquire-or-wait: take KEYS[1] like acquire, or queue ARGV[1] for ARGV[3] ms
 local value = ARGV[1]
 if ARGV[5] then value = ARGV[1] .. "\\0" .. ARGV[5] end
-local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+-- 0: free; 1: held; 2: free with callers queued; 3: both; 4 more while the waiters hash exists
+local state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3], KEYS[4], KEYS[4], KEYS[4], KEYS[4])
+local seen = state >= 4
+state = state % 4
 if state == 0 then
 ${nested(TAKE)}
   return {1, fence}
 end
 ${PRELUDE}
 if state == 2 and not hand_over(ARGV[4]) then
-  state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3])
+  state = redis.call("EXISTS", KEYS[1], KEYS[3], KEYS[3], KEYS[4], KEYS[4], KEYS[4], KEYS[4])
+  seen = state >= 4
+  state = state % 4
 end
 if state == 0 then
 ${nested(TAKE)}
@@ -624,7 +686,7 @@ redis.call("LREM", KEYS[3], 0, ARGV[1])
 redis.call("HDEL", KEYS[4], ARGV[1], "\\0m:" .. ARGV[1])
 local queued = redis.call("EXISTS", KEYS[3]) == 1
 if type(v) == "string" then
-  if string.sub(v, 1, 1) == MARK and not queued then redis.call("SET", KEYS[1], string.sub(v, 2), "KEEPTTL") end
+  if string.sub(v, 1, 1) == MARK and not queued and not watched() then redis.call("SET", KEYS[1], string.sub(v, 2), "KEEPTTL") end
 elseif queued then
   hand_over(ARGV[2])
 end
@@ -840,28 +902,66 @@ until #who < 100
 return answer
 `;
 
+/**
+ * A store watches a lock, or stops (KEYS: lock, waiters, watch set; ARGV: the store's watcher id,
+ * and the ms its watch lasts unless renewed, or "0" to stop). The watch set holds each watching
+ * store's id until when it watches (ms by Redis's clock); the ids whose time passed are dropped,
+ * and the set expires with its latest. While the set has an id, the waiters hash holds "\\0w" ->
+ * that latest time (and lives at least as long), which tells the other scripts to publish; with
+ * no id left it is removed. Watching also marks an exclusive holder's value, so that its release
+ * runs the full release script (which reports the end). Answers 1 if the id was watching
+ * already, 0 if not (a first watch, or its time had passed: changes may have gone unreported);
+ * stopping answers 0.
+ */
+export const WATCH_SCRIPT = `-- keel-lock watch: ARGV[1] watches KEYS[1] for ARGV[2] ms (KEYS[3]: the watchers), or stops ("0")
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ms = tonumber(ARGV[2])
+local was = redis.call("ZSCORE", KEYS[3], ARGV[1])
+redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", now_ms)
+if ms == 0 then
+  redis.call("ZREM", KEYS[3], ARGV[1])
+else
+  redis.call("ZADD", KEYS[3], now_ms + ms, ARGV[1])
+  local v = redis.pcall("GET", KEYS[1])
+  if type(v) == "string" and string.sub(v, 1, 1) ~= "\\0" then redis.call("SET", KEYS[1], "\\0" .. v, "KEEPTTL") end
+end
+local last = redis.call("ZRANGE", KEYS[3], -1, -1, "WITHSCORES")[2]
+if last then
+  redis.call("PEXPIREAT", KEYS[3], last)
+  redis.call("HSET", KEYS[2], "\\0w", last)
+  if redis.call("PTTL", KEYS[2]) < tonumber(last) - now_ms then redis.call("PEXPIREAT", KEYS[2], last) end
+else
+  redis.call("HDEL", KEYS[2], "\\0w")
+end
+if ms ~= 0 and was and tonumber(was) > now_ms then return 1 end
+return 0
+`;
+
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const ACQUIRE_SHA = "c63daa244b0ba5f38a0cdf96979f88f3c55d200e";
+export const ACQUIRE_SHA = "99ce45b5965ffc59d9f4815bf04c143e0a7e3dc7";
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under (checked by the tests). */
-export const RELEASE_SHA = "cc46b27e80314290e93c623381ddb38be7fa349f";
+export const RELEASE_SHA = "a85f7c74a6570913fa323ff1a6c6ebec9ff17910";
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under (checked by the tests). */
 export const EXTEND_SHA = "35704053b2a3c6469f88bb2c7f6fbb2d3d691d9c";
 /** SHA-1 of ENQUEUE_SCRIPT (checked by the tests). */
-export const ENQUEUE_SHA = "37675193d9a32f73b920e358673af0fa22885e8c";
+export const ENQUEUE_SHA = "f846fc15ea12a2069a74d5aa6e07216f706186a6";
 /** SHA-1 of CHECK_SCRIPT (checked by the tests). */
-export const CHECK_SHA = "935edc5969d1d30684d935722d62909dc17796cf";
+export const CHECK_SHA = "3fcd5352d582a534274dd382586135f067fc8c12";
 /** SHA-1 of LEAVE_SCRIPT (checked by the tests). */
-export const LEAVE_SHA = "7628c3a2004c18092e963e766003d499c7ae1304";
+export const LEAVE_SHA = "c499e12c268ad12019a2e248f0f9973c91afa3ef";
 /** SHA-1 of FORCE_RELEASE_SCRIPT (checked by the tests). */
-export const FORCE_RELEASE_SHA = "b000fc711724b273086dd3886fa82a8cd10729fc";
+export const FORCE_RELEASE_SHA = "6eea0aa1f61a4f3ad0333be54034083138db419c";
 /** SHA-1 of RELEASE_SHARED_SCRIPT (checked by the tests). */
-export const RELEASE_SHARED_SHA = "8b4a0b2114010bf9dad7284b5d0464a949163b29";
+export const RELEASE_SHARED_SHA = "e30dfcf42b0d782bfc5b6cf87fd715f918dc7b15";
 /** SHA-1 of ACQUIRE_SHARED_SCRIPT (checked by the tests). */
-export const ACQUIRE_SHARED_SHA = "fb73f0c83258834aa61a50fef3025d39d31c2101";
+export const ACQUIRE_SHARED_SHA = "a83f233a0a11c3fb2c4e61b5ac1f95af3dcdce1f";
 /** SHA-1 of INSPECT_SCRIPT (checked by the tests). */
 export const INSPECT_SHA = "85f4103368ca1e02da49a7fcce8e058a335960d3";
+/** SHA-1 of WATCH_SCRIPT (checked by the tests). */
+export const WATCH_SHA = "e03380eb06e84ba7f44c62e71304048cfe0eb7d6";
 /** SHA-1 of ACQUIRE_MANY_SCRIPT (checked by the tests). */
-export const ACQUIRE_MANY_SHA = "a3b11736ff919afef91720da79012358e2c0886f";
+export const ACQUIRE_MANY_SHA = "c4fc766f54cf1ce4c7ec55e0f89fb1cb24a543d5";
 
 // How a script's answer reads.
 export const isOne = (reply) => Number(reply) === 1;

@@ -1,8 +1,9 @@
 // keel-lock/redis: waiting without polling — acquireOrWait, acquireSharedOrWait, withdraw and
 // close, the methods a waiting store adds (every client but @upstash/redis, which has no
-// pub/sub). The queue lives in Redis (ENQUEUE_SCRIPT, ACQUIRE_SHARED_SCRIPT, CHECK_SCRIPT,
-// LEAVE_SCRIPT); this side keeps the pub/sub connection, the timers and the pending calls. How
-// it works: stores/README.md, "Waiting without polling" and "Shared holds".
+// pub/sub), and watch (redis-watch.js), which shares their pub/sub connection. The queue lives
+// in Redis (ENQUEUE_SCRIPT, ACQUIRE_SHARED_SCRIPT, CHECK_SCRIPT, LEAVE_SCRIPT); this side keeps
+// the pub/sub connection, the timers and the pending calls. How it works: stores/README.md,
+// "Waiting without polling", "Shared holds" and "Watching a key".
 
 import { idleCloser, LockStoreClosedError, MAX_TTL_MS } from "./args.js";
 import { checkMetadata } from "./metadata.js";
@@ -18,20 +19,38 @@ import {
   LEAVE_SCRIPT,
   LEAVE_SHA,
 } from "./redis-scripts.js";
+import { redisWatching } from "./redis-watch.js";
 
-// Waiting without polling: acquireOrWait, acquireSharedOrWait, withdraw, close.
+// Waiting without polling: acquireOrWait, acquireSharedOrWait, withdraw, close; and watch.
 //
 // The pub/sub connection is the store's own, so the store keeps it only while it is of use: it
-// is opened by the first wait, closed a moment (IDLE_CLOSE_MS) after the last wait left, and
-// closed at once when the user closes their client (its "end" event; clients without one are
-// found closed by the next look). Waits still queued then fail with LockStoreClosedError. So a
-// script that closes its client exits, with no close() of the store.
+// is opened by the first wait or watch, closed a moment (IDLE_CLOSE_MS) after the last wait left
+// and the last watch stopped, and closed at once when the user closes their client (its "end"
+// event; clients without one are found closed by the next look). Waits still queued then fail
+// with LockStoreClosedError, and watches end. So a script that closes its client exits, with no
+// close() of the store.
 export function redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs, noteShared }) {
   const waits = new Map(); // lock name → Map(owner → pending acquireOrWait)
   const expiryTimers = new Map(); // lock name → the timer that looks at the holder's expiry
   let subscriber = null;
-  // Closes the subscriber once no wait is left.
-  const idle = idleCloser(() => waits.size === 0, () => unsubscribe().catch(() => {}));
+  // Closes the subscriber once no wait and no watch is left.
+  const idle = idleCloser(() => waits.size === 0 && !watching.active, () => unsubscribe().catch(() => {}));
+  const watching = redisWatching({
+    lockKeys,
+    runScript,
+    check,
+    pubsub: {
+      open() {
+        idle.cancel();
+        return subscribe().then(() => subscriber);
+      },
+      idle() {
+        if (subscriber && waits.size === 0 && !watching.active) idle.arm();
+      },
+      closed: () => clientClosed(client, clientType),
+      ended: () => clientEnded(),
+    },
+  });
   // The store's safety-net look: one timer for all its waits, due when the first of them is
   // (each queued wait is looked at least every max(pollMs, safetyNetMs) of its own).
   let lookTimer = null;
@@ -220,9 +239,11 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     if (waits.has(lock)) expiryAt(lock, Number(ttl));
   }
 
-  // Messages sent while the connection was down are lost: a look at every waited-for key.
+  // Messages sent while the connection was down are lost: a look at every waited-for key, and
+  // every watcher told to look again.
   function onReconnect() {
     look(null);
+    watching.reconnected();
   }
 
   // Subscribes once per store; a failed attempt is retried by the next waiter. Keys whose
@@ -269,6 +290,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     for (const timer of expiryTimers.values()) clearTimeout(timer);
     expiryTimers.clear();
     lookAt(Infinity);
+    watching.end();
     unsubscribe().catch(() => {});
   }
 
@@ -380,7 +402,8 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
 
     /**
      * Pending acquireOrWait calls leave their queues (answering a grant they already got, else
-     * false) and the pub/sub connection is closed. A later acquireOrWait subscribes again.
+     * false), every watch stops, and the pub/sub connection is closed. A later acquireOrWait or
+     * watch subscribes again.
      */
     async close() {
       const pending = [...waits.values()].flatMap((m) => [...m.values()]);
@@ -400,7 +423,16 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
       for (const timer of expiryTimers.values()) clearTimeout(timer);
       expiryTimers.clear();
       lookAt(Infinity);
+      await watching.stopAll();
       await unsubscribe();
+    },
+
+    /**
+     * Reports every change of `key`'s exclusive holder made by a store operation to `onChange`,
+     * once each and in the order Redis made them; resolves, once subscribed, to `stop()`.
+     */
+    watch(key, onChange) {
+      return watching.watch(key, onChange);
     },
 
     /** The same as `close()`. */

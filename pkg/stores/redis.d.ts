@@ -1,4 +1,4 @@
-import type { Grant, HolderInfo, InspectAnswer, LockStore, WaitedGrant } from "../index.js";
+import type { Grant, HolderInfo, InspectAnswer, LockStore, WaitedGrant, WatchReport } from "../index.js";
 
 /** The client APIs `redisLockStore` adapts to. */
 export type RedisClientType = "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash";
@@ -55,7 +55,7 @@ export interface RedisHeldLimit {
 
 export type RedisLockStore = Omit<
   LockStore,
-  "acquire" | "acquireOrWait" | "withdraw" | "forceRelease" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "inspect"
+  "acquire" | "acquireOrWait" | "withdraw" | "forceRelease" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "inspect" | "watch"
 > & {
   /**
    * One script, atomically: if the key is free, take it and answer `{ fence }` from the key's
@@ -144,9 +144,25 @@ export type RedisLockStore = Omit<
    */
   withdraw?(key: string, owner: string): Promise<void>;
   /**
+   * Pushes the changes of `key`'s exclusive holder (absent on @upstash/redis, which has no
+   * pub/sub: `observe` then polls `inspect`). Resolves, once subscribed, to `stop()`; until
+   * then, every change a store operation makes is reported once, in the order Redis made it: a
+   * grant (acquire, acquireMany, a hand-over to a waiter by a release, a force-release or the
+   * look at the holder's expiry) as `{ fence, held: true, metadata, remainingMs }` (the hold's
+   * TTL), an end (release, force-release, the withdraw of a key the owner was handed) as
+   * `{ fence, held: false }`. Expiry, `extend` and shared holds are not reported; `null` means
+   * reports may have been missed (the pub/sub connection dropped and is back, or the store's
+   * watch had lapsed in Redis): look again. Never an owner token. While any key is watched the
+   * store keeps its pub/sub connection open; closing the client ends every watch. A bad key or
+   * an `onChange` that is not a function rejects with a `TypeError`; a closed client with
+   * `LockStoreClosedError`. `stop()` may be called again; after it, `onChange` is not called.
+   */
+  watch?(key: string, onChange: (change: WatchReport | null) => void): Promise<() => Promise<void>>;
+  /**
    * Pending `acquireOrWait` calls leave their queues (answering a grant they already got, else
-   * false) and the pub/sub connection is closed; a later wait subscribes again. Not needed
-   * for a process to exit: closing the client closes the store's connection too.
+   * false), every watch stops, and the pub/sub connection is closed; a later wait or watch
+   * subscribes again. Not needed for a process to exit: closing the client closes the store's
+   * connection too.
    */
   close?(): Promise<void>;
   /** The same as `close()`. */
@@ -169,7 +185,8 @@ export type RedisLockStore = Omit<
  * A LockStore over a connected ioredis client or Cluster, node-redis (v4+) client or cluster
  * (`createCluster`), or @upstash/redis client. Acquire, release and extend are Lua scripts run by
  * EVALSHA (EVAL on NOSCRIPT); expiry is judged by Redis's clock. Except on @upstash/redis the
- * store also waits without polling (`acquireOrWait`, `withdraw`, `close`).
+ * store also waits without polling (`acquireOrWait`, `withdraw`, `close`) and pushes holder
+ * changes (`watch`).
  */
 export declare function redisLockStore(client: object, options?: RedisLockStoreOptions): RedisLockStore;
 export default redisLockStore;
@@ -236,3 +253,7 @@ export declare const FORCE_RELEASE_SHA: string;
 export declare const INSPECT_SCRIPT: string;
 /** SHA-1 of INSPECT_SCRIPT. */
 export declare const INSPECT_SHA: string;
+/** The watch script (a store watches a key, renews its watch, or stops; marks the holder so its release is reported). */
+export declare const WATCH_SCRIPT: string;
+/** SHA-1 of WATCH_SCRIPT. */
+export declare const WATCH_SHA: string;

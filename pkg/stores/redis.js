@@ -11,7 +11,9 @@
 // names share one Redis Cluster slot: P{K} (the owner token, PX ttl), P{K}:fence (the fence
 // counter, never expires), and, for waiting and shared holds, P{K}:queue, P{K}:waiters,
 // P{K}:grant (while the key is held shared, P{K} is a sorted set of holders and P{K}:grant the
-// limit, the weight held and the holders' records). A hold's metadata is kept beside its owner,
+// limit, the weight held and the holders' records), and while a store watches the key, P{K}:watch
+// (the watching stores; P{K}:waiters then says so to the other scripts, and its holder changes
+// are published on the channel of that name). A hold's metadata is kept beside its owner,
 // by the script that grants it: after the owner in P{K} (exclusive), in P{K}:grant (shared), in
 // P{K}:waiters while it waits; inspect(key) reads them all in one script. In the braces and in
 // P, "%", "{" and "}" are written "%25", "%7B", "%7D": one-to-one, and the tag is never empty.
@@ -48,6 +50,7 @@ import {
   RELEASE_SHARED_SCRIPT,
   RELEASE_SHARED_SHA,
   sharedAnswer,
+  WATCH_SUFFIX,
 } from "./redis-scripts.js";
 import { redisWaiting } from "./redis-waiting.js";
 
@@ -74,6 +77,8 @@ export {
   RELEASE_SHA,
   RELEASE_SHARED_SCRIPT,
   RELEASE_SHARED_SHA,
+  WATCH_SCRIPT,
+  WATCH_SHA,
 } from "./redis-scripts.js";
 export { detectRedisClient, LockStoreClosedError };
 
@@ -179,8 +184,10 @@ export function redisLockStore(client, options = {}) {
   // A script may only touch names of one hash slot on a cluster.
   const cluster = clientType === "ioredis-cluster" || clientType === "node-redis-cluster";
   // Every name one lock uses, in the order the scripts take them as KEYS (a frozen array; its
-  // `take` is the first three, what the acquire script takes, and `extend` the lock and grants
-  // names, what the extend script takes; on a cluster, `slot` is their hash slot). The names of
+  // `take` is the first four, what the acquire script takes, `extend` the lock and grants names,
+  // what the extend script takes, and `watch` the lock, waiters and watch set names, what the
+  // watch script takes — the watch set's name is also the channel a watched key's holder
+  // changes are published on; on a cluster, `slot` is their hash slot). The names of
   // recently used keys are kept, so a release finds those its acquire built; the cache is emptied
   // when it reaches NAMES_CACHED keys.
   const names = new Map();
@@ -189,8 +196,9 @@ export function redisLockStore(client, options = {}) {
     if (all === undefined) {
       const lock = lockKey(key);
       all = [lock, `${lock}:fence`, `${lock}:queue`, `${lock}:waiters`, `${lock}:grant`];
-      all.take = Object.freeze(all.slice(0, 3));
+      all.take = Object.freeze(all.slice(0, 4));
       all.extend = Object.freeze([all[0], all[4]]);
+      all.watch = Object.freeze([all[0], all[3], `${lock}${WATCH_SUFFIX}`]);
       if (cluster) all.slot = keySlot(lock);
       Object.freeze(all);
       if (names.size >= NAMES_CACHED) names.clear();

@@ -79,6 +79,14 @@ function assertWaitedRun(result) {
   assert.equal(done.opened, 1, "the run waited in the store (its own connection was opened)");
 }
 
+function assertWatched(result) {
+  assertExitedCleanly(result);
+  const done = result.lines.find((line) => line.step === "done");
+  assert.equal(done.opened, 1, "the watch opened the store's pub/sub connection");
+  assert.equal(done.stop, "function");
+  assert.deepEqual(done.reports.map((r) => r.held), [false, true, false], `the watch saw the release, the grant and the release: ${JSON.stringify(done.reports)}`);
+}
+
 function assertQueuedRejected(result) {
   assertExitedCleanly(result);
   const done = result.lines.find((line) => line.step === "done");
@@ -102,6 +110,9 @@ describe("Redis standalone", () => {
     test(`${kind}: a waited run, then client.quit() — the process exits by itself`, { timeout: 60_000 }, async () => {
       assertWaitedRun(await runChild(kind, { port: redis.port, url: redis.url }, "waited"));
     });
+    test(`${kind}: client.quit() with a watch live — the process exits by itself`, { timeout: 60_000 }, async () => {
+      assertWatched(await runChild(kind, { port: redis.port, url: redis.url }, "watching"));
+    });
     test(`${kind}: the client is quit while a run is queued — the run rejects with LockStoreClosedError and the process exits`, { timeout: 60_000 }, async () => {
       assertQueuedRejected(await runChild(kind, { port: redis.port, url: redis.url }, "queued"));
     });
@@ -123,6 +134,9 @@ describe("Redis Cluster (3 masters)", () => {
   for (const kind of ["ioredis-cluster", "node-redis-cluster"]) {
     test(`${kind}: a waited run, then quit() — the process exits by itself`, { timeout: 60_000 }, async () => {
       assertWaitedRun(await runChild(kind, { nodes: cluster.nodes }, "waited"));
+    });
+    test(`${kind}: quit() with a watch live — the process exits by itself`, { timeout: 60_000 }, async () => {
+      assertWatched(await runChild(kind, { nodes: cluster.nodes }, "watching"));
     });
     test(`${kind}: quit() while a run is queued — the run rejects with LockStoreClosedError and the process exits`, { timeout: 60_000 }, async () => {
       assertQueuedRejected(await runChild(kind, { nodes: cluster.nodes }, "queued"));

@@ -501,7 +501,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     assert.equal((await enqueue(waiter))[0], 0);
     await admin.del(lock); // as at the holder's expiry
     const fence = await admin.get(names[1]);
-    assert.equal(await admin.eval(ACQUIRE_SCRIPT, 3, ...names.slice(0, 3), newcomer, String(LONG)), -1);
+    assert.equal(await admin.eval(ACQUIRE_SCRIPT, 4, ...names.slice(0, 4), newcomer, String(LONG)), -1);
     assert.equal(await admin.exists(lock), 0);
     assert.equal(await admin.get(names[1]), fence);
     assert.deepEqual(await queueOf(admin, store, key), [waiter]);

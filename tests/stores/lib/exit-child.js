@@ -9,6 +9,8 @@
 // scenario: waited      a run waits for a holder, gets the key, then the client is closed
 //           queued      the client is closed while a run is still queued; that run must reject
 //           left-open   as "waited", but the client is never closed (the process must NOT end)
+//           watching    the key is watched (store.watch, Redis only) while it is held and
+//                       released, and the client is closed with the watch still live
 //
 // Prints one JSON line per step: {"step":"closing"} right before the client is closed, then
 // {"step":"done", …} with what the runs answered.
@@ -80,6 +82,18 @@ if (scenario === "waited" || scenario === "left-open") {
     await close();
     say("done", { answer, opened });
   }
+} else if (scenario === "watching") {
+  const reports = [];
+  const stop = await store.watch(key, (change) => reports.push(change));
+  await holder.release();
+  const again = lock(key, 10_000);
+  await again.acquire();
+  await again.release();
+  for (let i = 0; i < 100 && reports.length < 3; i++) await sleep(10);
+  const opened = store.subscribed ? 1 : 0;
+  say("closing");
+  await close();
+  say("done", { reports: reports.map((r) => r && { fence: r.fence, held: r.held }), opened, stop: typeof stop });
 } else if (scenario === "queued") {
   const started = Date.now();
   const waited = lock(key).run(() => "ran", { timeout: 30_000 }).then(

@@ -6,12 +6,13 @@ import {
   detectRedisClient,
   ACQUIRE_SHA,
   INSPECT_SHA,
+  WATCH_SHA,
   type RedisClientType,
   type RedisLockInfo,
   type RedisLockKeys,
   type RedisLockStore,
 } from "../../../pkg/stores/redis.js";
-import type { Grant, LockStore } from "../../../pkg/index.js";
+import type { Grant, LockStore, WatchReport } from "../../../pkg/index.js";
 import { Redis as IORedis, Cluster } from "ioredis";
 import { createClient, createCluster } from "redis";
 import { Redis as Upstash } from "@upstash/redis";
@@ -49,6 +50,14 @@ export async function redisUsage(): Promise<void> {
   const holder: { metadata: string | null; fence: number | null; remainingMs: number } | undefined = info.holders[0];
   const waiting: number = info.waiting;
   const inspectSha: string = INSPECT_SHA;
+  const stop: (() => Promise<void>) | undefined = await io.watch?.("k", (change: WatchReport | null) => {
+    if (change !== null && change.held) {
+      const told: [number, string | null, number] = [change.fence, change.metadata, change.remainingMs];
+      void told;
+    }
+  });
+  await stop?.();
+  const watchSha: string = WATCH_SHA;
 
   // @ts-expect-error acquire answers { fence } or false, not a boolean
   const won: boolean = await io.acquire("k", "owner", 1000);
@@ -68,7 +77,13 @@ export async function redisUsage(): Promise<void> {
   const leaked: string = (await io.inspect("k")).holders[0].owner;
   // @ts-expect-error hashTags is a boolean
   redisLockStore(new IORedis(), { hashTags: "yes" });
+  // @ts-expect-error a watch report carries no owner
+  await io.watch?.("k", (change) => change?.owner);
+  // @ts-expect-error onChange is a function
+  await io.watch?.("k", "onChange");
+  // @ts-expect-error an end carries no metadata
+  await io.watch?.("k", (change) => change !== null && !change.held && change.metadata);
 
-  void [withMetadata, manyWithMetadata, permit, waited, holder, waiting, inspectSha, leaked];
+  void [withMetadata, manyWithMetadata, permit, waited, holder, waiting, inspectSha, leaked, watchSha];
   void [asLockStore, firstFence, taggedNames, kind, type, fence, released, extended, left, lockName, counterName, sha, won, notAString];
 }
