@@ -1,9 +1,10 @@
 // keel-lock/sql: waiting without polling on PostgreSQL — acquireOrWait, acquireSharedOrWait,
-// withdraw and close, the methods a pg store adds. The queue and the hand-over are SQL (sql-schema.js); this side keeps
-// the LISTEN connection, the timers and the pending calls.
+// withdraw, watch and close, the methods a pg store adds. The queue and the hand-over are SQL (sql-schema.js); this side keeps
+// the LISTEN connection, the timers and the pending calls (the watches: sql-pg-watch.js).
 
 import { argumentChecks, idleCloser, LockStoreClosedError, unrefTimer } from "./args.js";
 import { toFence, truthy } from "./sql-drivers.js";
+import { pgWatching } from "./sql-pg-watch.js";
 
 const check = argumentChecks("databaseLockStore");
 
@@ -27,17 +28,19 @@ const isPgPool = (db) => typeof db.connect === "function" && typeof db.totalCoun
  *     when it passes, one `tick` hands the key to the oldest waiter (a crashed holder never
  *     releases).
  * The LISTEN connection is the store's own only when it came from a pool (or options.listen):
- * then it is given back a moment (IDLE_CLOSE_MS) after the last wait left, so `pool.end()` is
- * never kept waiting for it by an idle store. When the user ends their pool or client, waits still queued
- * fail with LockStoreClosedError (a single client's "end" event at once; a pool, which has no
- * such event, at the wait's next safety-net look).
+ * then it is given back a moment (IDLE_CLOSE_MS) after the last wait left and the last watch
+ * stopped, so `pool.end()` is never kept waiting for it by an idle store. It LISTENs on the
+ * waiters' channel while anyone waits and on the watch channel while anyone watches. When the
+ * user ends their pool or client, waits still queued fail with LockStoreClosedError (a single
+ * client's "end" event at once; a pool, which has no such event, at the wait's next safety-net
+ * look, or within IDLE_CLOSE_MS while the store watches) and watches end.
  */
 export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare, metadataOf) {
   const waiting = new Map(); // key -> Map(owner -> entry)
   const expiryTimers = new Map(); // key -> { at, timer }
-  let listener = null; // { client, own: boolean, dead: boolean, close() }
-  // Gives the LISTEN connection back once no wait is left.
-  const idle = idleCloser(() => waiting.size === 0, () => stopListening().catch(() => {}));
+  let listener = null; // { client, own: boolean, dead: boolean, channels: Map, listen(channel), unlisten(channel), close() }
+  // Gives the LISTEN connection back once no wait and no watch is left.
+  const idle = idleCloser(() => waiting.size === 0 && !watching.active, () => stopListening().catch(() => {}));
   const pool = isPgPool(db);
   // A pg Pool says it is ending (or ended) once end() was called; a Client says nothing, but
   // emits "end", which the listener follows.
@@ -56,7 +59,7 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
         const expiry = expiryTimers.get(entry.key);
         if (expiry) clearTimeout(expiry.timer);
         expiryTimers.delete(entry.key);
-        if (waiting.size === 0 && listener?.own) idle.arm();
+        if (waiting.size === 0 && !watching.active && listener?.own) idle.arm();
       }
     }
   }
@@ -78,6 +81,7 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
         fail(entry, new LockStoreClosedError(`databaseLockStore: the ${pool ? "pool" : "client"} was ended while waiting for ${JSON.stringify(entry.key)}`));
       }
     }
+    watching.closed();
     stopListening().catch(() => {});
   }
 
@@ -135,6 +139,8 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
   }
 
   function onNotification(message) {
+    if (message.channel === sql.watchChannel) return watching.onNotification(message.payload);
+    if (message.channel !== sql.wakeChannel) return; // the user's own, on a client they gave us
     let payload;
     try {
       payload = JSON.parse(message.payload);
@@ -167,8 +173,8 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
     expireAfter(key, ttlMs);
   }
 
-  // A connection that is LISTENing on the table's channel, made on first use: options.listen()
-  // if given, else a connection checked out of the pool, else the single client itself.
+  // The store's LISTEN connection, made on first use (state.listen then LISTENs on a channel):
+  // options.listen() if given, else a connection checked out of the pool, else the single client.
   async function openListener() {
     let client;
     let own;
@@ -184,23 +190,50 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
     } else {
       return null; // nothing to LISTEN on: the safety-net poll does all the work
     }
-    const state = { client, own, dead: false };
+    // The channels LISTENed on: channel -> the LISTEN statement's promise.
+    const state = { client, own, dead: false, channels: new Map() };
     const onError = () => markDead();
     const markDead = () => {
       if (state.dead) return;
-      state.dead = true;
       if (listener === state) listener = null;
-      // Notifications may have been lost: every waiter looks now.
+      // A connection of the pool's goes back to it (destroyed), or the pool would wait for it
+      // when ended. The user's client keeps its "end" listener, which tells of its end.
+      // A late error of the dying connection then finds a listener still.
+      if (own) {
+        client.on("error", () => {});
+        state.close().catch(() => {});
+      } else client.removeListener?.("notification", onNotification);
+      state.dead = true;
+      // Notifications may have been lost: every waiter looks now, and the watches once the store
+      // listens again.
       for (const entries of waiting.values()) {
         for (const entry of entries.values()) if (entry.state === "waiting") tick(entry.key, entry.owner).catch(() => {});
       }
+      watching.lost();
     };
     client.on("notification", onNotification);
     client.on("error", onError);
     // The user's own client ended: nothing can reach the database for these waits any more.
     const onEnd = own ? markDead : () => (markDead(), databaseClosed());
     client.on("end", onEnd);
+    state.listen = (channel) => {
+      let listening = state.channels.get(channel);
+      if (!listening) {
+        listening = client.query(sql.listen(channel));
+        state.channels.set(channel, listening);
+        listening.catch(() => {
+          if (state.channels.get(channel) === listening) state.channels.delete(channel);
+        });
+      }
+      return listening;
+    };
+    state.unlisten = (channel) => {
+      if (!state.channels.delete(channel) || state.dead) return;
+      client.query(sql.unlisten(channel)).catch(() => {});
+    };
     state.close = async () => {
+      if (state.closed) return;
+      state.closed = true;
       state.dead = true;
       client.removeListener?.("notification", onNotification);
       client.removeListener?.("end", onEnd);
@@ -209,34 +242,58 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
         else await client.end?.();
         client.removeListener?.("error", onError);
       } else {
-        await client.query(sql.unlisten).catch(() => {});
+        for (const channel of state.channels.keys()) await client.query(sql.unlisten(channel)).catch(() => {});
         client.removeListener?.("error", onError);
       }
     };
-    try {
-      await client.query(sql.listen);
-    } catch (error) {
-      await state.close().catch(() => {});
-      throw error;
-    }
     return state;
   }
 
+  // Resolves once the store's connection LISTENs on `channel` (the waiters' by default), opening
+  // it if needed; answers false when there is nothing to LISTEN on.
   let opening = null;
-  async function ensureListener() {
+  async function ensureListener(channel = sql.wakeChannel) {
     idle.cancel();
     if (poolEnded()) throw new LockStoreClosedError("databaseLockStore: the pool was ended");
-    if (listener && !listener.dead) return;
-    if (!opening) {
-      opening = openListener().finally(() => {
-        opening = null;
-      });
+    if (!listener || listener.dead) {
+      if (!opening) {
+        opening = openListener().finally(() => {
+          opening = null;
+        });
+      }
       const opened = await opening;
-      if (opened) listener = opened;
-      return;
+      if (opened && (!listener || listener.dead) && !opened.dead) listener = opened;
     }
-    await opening;
+    if (!listener) return false;
+    const state = listener;
+    try {
+      await state.listen(channel);
+    } catch (error) {
+      // The connection is of no use: the next caller opens another.
+      if (listener === state && state.own) {
+        listener = null;
+        await state.close().catch(() => {});
+      }
+      throw error;
+    }
+    return true;
   }
+
+  const watching = pgWatching(sql, io, {
+    async listen() {
+      if (!(await ensureListener(sql.watchChannel))) {
+        throw new TypeError("databaseLockStore: watch needs a connection to LISTEN on — a pg Pool or Client, or options.listen");
+      }
+    },
+    quiet() {
+      if (!listener || listener.dead) return;
+      if (waiting.size === 0 && listener.own) idle.arm();
+      else listener.unlisten(sql.watchChannel);
+    },
+    poolEnded,
+    databaseClosed,
+    isPool: pool,
+  });
 
   function schedulePoll(entry) {
     entry.pollTimer = setTimeout(async () => {
@@ -394,7 +451,21 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
       const pending = [];
       for (const entries of waiting.values()) for (const entry of entries.values()) pending.push(leave(entry));
       await Promise.all(pending);
+      await watching.stopAll();
       await stopListening();
+    },
+
+    /**
+     * Pushes every change of `key`'s exclusive holder that a store operation makes, in commit
+     * order: a grant as `{ fence, held: true, metadata, remainingMs }`, an end (release,
+     * forceRelease, withdraw of a handed key) as `{ fence, held: false }`, and null when reports
+     * may have been missed (the LISTEN connection was lost): look again. Expiry, extend and
+     * shared holds are not reported; no report carries an owner. Resolves, once the LISTEN is
+     * live and the key is registered, to stop(), which ends the reports at once and unregisters
+     * the key (resolving when done; idempotent).
+     */
+    watch(key, onChange) {
+      return watching.watch(key, onChange);
     },
 
     /** How many acquireOrWait calls of this store are waiting, and whether it is listening. */

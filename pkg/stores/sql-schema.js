@@ -97,6 +97,12 @@ function objectNames(table) {
     waiters: inSchema(fitIdentifier(last, "_waiters")),
     waitersIndex: quote(fitIdentifier(last, "_waiters_queue_idx")),
     channel: fitIdentifier(parts.join("_"), "_wake"),
+    // Postgres, watch: who watches which key (a lease per watching store), the triggers that
+    // report holder changes of watched keys, and the channel the reports go out on, apart from
+    // the waiters' so that neither hears the other's traffic.
+    watchers: inSchema(fitIdentifier(last, "_watchers")),
+    watchChannel: fitIdentifier(parts.join("_"), "_watch"),
+    watchTriggers: { update: fitIdentifier(last, "_watch_on_update"), delete: fitIdentifier(last, "_watch_on_delete") },
     // Shared holds (semaphore permits, read locks): one row per (key, owner) in <table>_shared,
     // its expiry index, and (SQLite) the triggers that keep the key's lock row in step with
     // them; (Postgres) the functions that run each shared operation.
@@ -114,7 +120,7 @@ function objectNames(table) {
     ),
     headerTrigger: inSchema(fitIdentifier(last, "_shared_header_gone")),
     functions: Object.fromEntries(
-      ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many", "keep_fence"].map((f) => [
+      ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many", "keep_fence", "watch", "unwatch", "watch_report"].map((f) => [
         f,
         inSchema(fitIdentifier(last, `_${f}`)),
       ]),
@@ -135,7 +141,8 @@ export function schemaStatements(dialect, table) {
         "  expires_at   BIGINT NOT NULL,\n" +
         "  queued_until BIGINT NOT NULL DEFAULT 0,\n" +
         "  fence        BIGINT,\n" + // the holder's fence (NULL: a header, or a hold from before this column)
-        "  metadata     TEXT\n" + // the holder's metadata, given at acquisition
+        "  metadata     TEXT,\n" + // the holder's metadata, given at acquisition
+        "  watched_until BIGINT NOT NULL DEFAULT 0\n" + // until when some store watches the key (0: nobody)
         ")",
       // An index name is never schema-qualified in Postgres: it lives in its table's schema.
       `CREATE INDEX IF NOT EXISTS ${quote(n.index)} ON ${n.table} (expires_at)`,
@@ -173,7 +180,16 @@ export function schemaStatements(dialect, table) {
         "  PRIMARY KEY (key, owner)\n" +
         ")",
       `CREATE INDEX IF NOT EXISTS ${quote(n.sharedIndex)} ON ${n.shared} (expires_at)`,
+      // One row per (key, watching store): its lease, renewed while it watches. The lock row's
+      // watched_until is the latest lease of its key's rows (see postgresFunctions, watch).
+      `CREATE TABLE IF NOT EXISTS ${n.watchers} (\n` +
+        "  key        TEXT   NOT NULL,\n" +
+        "  watcher    TEXT   NOT NULL,\n" +
+        "  expires_at BIGINT NOT NULL,\n" +
+        "  PRIMARY KEY (key, watcher)\n" +
+        ")",
       ...postgresFunctions(n),
+      ...watchTriggers(n),
     ];
   }
   // SQLite: the index and triggers take the schema qualifier, the table in ON must not.
@@ -249,15 +265,16 @@ const SQLITE_NOW = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS I
 // bring a lock table from an earlier layout up to date: the fence column (SQLite) and the
 // metadata column. SQLite has no ADD COLUMN IF NOT EXISTS: each statement fails with "duplicate
 // column name" on a table that has the column, and createTable() ignores exactly that error.
-// Postgres's fence migration was the CREATE SEQUENCE above; waiting added queued_until, and hold
-// metadata the holder's fence and metadata (ADD COLUMN IF NOT EXISTS, so no error to ignore;
-// before <table>_keep_fence, which names the fence column, is created).
+// Postgres's fence migration was the CREATE SEQUENCE above; waiting added queued_until, hold
+// metadata the holder's fence and metadata, and watch watched_until (ADD COLUMN IF NOT EXISTS,
+// so no error to ignore; before the functions and triggers that name these columns are created).
 export function upgradeStatements(dialect, table) {
   const n = objectNames(table);
   if (dialect === "postgres") {
     return [
       `ALTER TABLE ${n.table} ADD COLUMN IF NOT EXISTS queued_until BIGINT NOT NULL DEFAULT 0, ` +
-        "ADD COLUMN IF NOT EXISTS fence BIGINT, ADD COLUMN IF NOT EXISTS metadata TEXT",
+        "ADD COLUMN IF NOT EXISTS fence BIGINT, ADD COLUMN IF NOT EXISTS metadata TEXT, " +
+        "ADD COLUMN IF NOT EXISTS watched_until BIGINT NOT NULL DEFAULT 0",
     ];
   }
   return [
@@ -481,7 +498,8 @@ function postgresStatements(n) {
       `holds AS (DELETE FROM ${n.shared} AS s WHERE (s.key, s.owner) IN ` +
       `(SELECT s.key, s.owner FROM ${n.shared} AS s, c WHERE s.expires_at <= c.now FOR UPDATE OF s SKIP LOCKED) RETURNING 1), ` +
       `locks AS (DELETE FROM ${t} AS cur WHERE cur.key IN ` +
-      `(SELECT cur.key FROM ${t} AS cur, c WHERE cur.expires_at <= c.now FOR UPDATE OF cur SKIP LOCKED) RETURNING 1) ` +
+      `(SELECT cur.key FROM ${t} AS cur, c WHERE cur.expires_at <= c.now AND cur.watched_until <= c.now FOR UPDATE OF cur SKIP LOCKED) RETURNING 1), ` +
+      `lapsed AS (DELETE FROM ${n.watchers} AS x USING c WHERE x.expires_at <= c.now) ` +
       "SELECT (SELECT count(*) FROM holds) + (SELECT count(*) FROM locks) AS purged",
     now: clock + "SELECT now FROM c",
     // The key's live holds as JSON [[fence, metadata, remaining ms], …] in fence order (numbers
@@ -530,8 +548,17 @@ function postgresStatements(n) {
       "RETURNING w.fence, w.granted_at, w.enqueued_at, w.ttl_ms) " +
       "SELECT gone.fence, gone.granted_at - gone.enqueued_at AS waited_ms, " +
       "(gone.granted_at IS NOT NULL AND gone.granted_at + gone.ttl_ms > c.now) AS granted FROM gone, c",
-    listen: `LISTEN ${quote(n.channel)}`,
-    unlisten: `UNLISTEN ${quote(n.channel)}`,
+    // The store's LISTEN connection: the waiters' channel, watch's (below), and the statements
+    // that start and stop listening on one.
+    wakeChannel: n.channel,
+    listen: (channel) => `LISTEN ${quote(channel)}`,
+    unlisten: (channel) => `UNLISTEN ${quote(channel)}`,
+    // Watch: its channel, and a store's registration of its watches ($1 keys, $2 the store's
+    // watcher id, $3 the lease in ms; answers the keys whose earlier lease had lapsed) and the
+    // end of one ($1 key, $2 watcher id). See postgresFunctions, watch and unwatch.
+    watchChannel: n.watchChannel,
+    watch: `SELECT ${f.watch}($1::text[], $2::text, $3::bigint) AS lapsed`,
+    unwatch: `SELECT ${f.unwatch}($1::text, $2::text) AS done`,
 
     // Shared holds, each one call of a function (postgresFunctions) that locks the key's lock
     // row first: the function's later statements then see every shared hold of the key as of now.
@@ -688,7 +715,7 @@ function postgresFunctions(n) {
         // waiter that joined unseen is told to look (see postgresStatements). Waiters left
         // waiting are told too: the next expiry they wait for may now be sooner.
         "IF json_array_length(grants) = 0 THEN\n" +
-        `  IF newest IS NULL THEN DELETE FROM ${t} AS l WHERE l.key = p_key AND l.owner = '' AND l.expires_at <= now_ms; END IF;\n` +
+        `  IF newest IS NULL THEN DELETE FROM ${t} AS l WHERE l.key = p_key AND l.owner = '' AND l.expires_at <= now_ms AND l.watched_until <= now_ms; END IF;\n` +
         `  IF (newest IS NULL AND cur.queued_until > now_ms) OR EXISTS (${liveWaiters}) THEN\n` +
         `    PERFORM ${notify("json_build_array(p_key, NULL)::text")};\n` +
         "  END IF;\n" +
@@ -763,6 +790,107 @@ function postgresFunctions(n) {
     // and answers it. Volatile, so its UPDATE sees the row the calling statement inserted.
     `CREATE OR REPLACE FUNCTION ${f.keep_fence}(p_key text, p_owner text, p_fence bigint) RETURNS bigint LANGUAGE sql VOLATILE AS $fn$\n` +
       `UPDATE ${t} AS l SET fence = p_fence WHERE l.key = p_key AND l.owner = p_owner RETURNING l.fence\n$fn$`,
+    // A store watches p_keys (or renews its watch) as p_watcher for p_lease ms: its row in the
+    // watchers table, and the lock row's watched_until raised to its lease — the row made,
+    // expired and ownerless, if the key has none. Each lock row is locked first, in one order
+    // for every caller (as take_many), so a statement changing the key's holder either committed
+    // before or writes a row that carries the new watched_until (see watchTriggers). Answers the
+    // keys whose earlier lease of this watcher had lapsed, or whose lock row had lost it: changes
+    // there may have gone unreported.
+    fn(
+      f.watch,
+      "p_keys text[], p_watcher text, p_lease bigint",
+      "text[]",
+      `  cur ${t}%ROWTYPE;\n  one_key text;\n  now_ms bigint;\n  mine bigint;\n  lapsed text[] := '{}';\n`,
+      'FOR one_key IN SELECT u.k FROM unnest(p_keys) AS u(k) ORDER BY u.k COLLATE "C" LOOP\n' +
+        "  LOOP\n" +
+        `    SELECT * INTO cur FROM ${t} AS l WHERE l.key = one_key FOR UPDATE;\n` +
+        "    EXIT WHEN FOUND;\n" +
+        `    INSERT INTO ${t} AS l (key, owner, expires_at) VALUES (one_key, '', 0) ON CONFLICT (key) DO NOTHING;\n` +
+        "  END LOOP;\n" +
+        `  now_ms := ${nowMs};\n` +
+        `  SELECT x.expires_at INTO mine FROM ${n.watchers} AS x WHERE x.key = one_key AND x.watcher = p_watcher;\n` +
+        "  IF mine IS NULL OR mine <= now_ms OR cur.watched_until < mine THEN lapsed := lapsed || one_key; END IF;\n" +
+        `  INSERT INTO ${n.watchers} AS x (key, watcher, expires_at) VALUES (one_key, p_watcher, now_ms + p_lease)\n` +
+        "    ON CONFLICT (key, watcher) DO UPDATE SET expires_at = EXCLUDED.expires_at;\n" +
+        `  DELETE FROM ${n.watchers} AS x WHERE x.key = one_key AND x.expires_at <= now_ms;\n` +
+        `  UPDATE ${t} AS l SET watched_until = GREATEST(l.watched_until, now_ms + p_lease) WHERE l.key = one_key;\n` +
+        "END LOOP;\n" +
+        "RETURN lapsed;\n",
+    ),
+    // p_watcher stops watching p_key: its row goes (with lapsed ones), and the lock row's
+    // watched_until falls to the latest lease left, 0 when none — then an expired ownerless row
+    // kept for the watch goes too. The lock row is locked first (made if missing, so that a
+    // concurrent watch waits), so no lease is taken while the rest is computed.
+    fn(
+      f.unwatch,
+      "p_key text, p_watcher text",
+      "boolean",
+      `  cur ${t}%ROWTYPE;\n  made boolean := false;\n  now_ms bigint;\n  latest bigint;\n`,
+      lockRow() +
+        `now_ms := ${nowMs};\n` +
+        `DELETE FROM ${n.watchers} AS x WHERE x.key = p_key AND (x.watcher = p_watcher OR x.expires_at <= now_ms);\n` +
+        `SELECT max(x.expires_at) INTO latest FROM ${n.watchers} AS x WHERE x.key = p_key;\n` +
+        `UPDATE ${t} AS l SET watched_until = COALESCE(latest, 0) WHERE l.key = p_key;\n` +
+        `DELETE FROM ${t} AS l WHERE l.key = p_key AND l.owner = '' AND l.expires_at <= now_ms AND l.watched_until <= now_ms;\n` +
+        "RETURN true;\n",
+    ),
+    // The trigger function of watchTriggers: reports a change of a watched key's exclusive
+    // holder, as judged at the start of the statement that made it (statement_timestamp(): a hold
+    // the statement found live is live here too). One NOTIFY on the watch channel, JSON [key,
+    // the fence of the live hold that ended or null, the fence granted or null, the grant's
+    // metadata, its ms left]: a hand-over (the holder's row given to a waiter) is one report, end
+    // first. A live hold without a fence (from before the fence column) that ended sends [key]
+    // unless a grant follows it, and a payload over Postgres's limit (8000 bytes: a long key and
+    // metadata full of escapes) [key] too, or [""] for a key too long even for that: that key's,
+    // or every key's, watchers look again. A deleted row of a watched key comes back expired and
+    // ownerless, so that the key's next statements still read that it is watched.
+    fn(
+      f.watch_report,
+      "",
+      "trigger",
+      "  now_ms bigint := (extract(epoch FROM statement_timestamp()) * 1000)::bigint;\n  ended bigint;\n  granted bigint;\n" +
+        "  payload text;\n",
+      "IF OLD.watched_until <= now_ms THEN RETURN NULL; END IF;\n" +
+        "IF TG_OP = 'UPDATE' AND NEW.owner = OLD.owner AND NEW.fence IS NOT DISTINCT FROM OLD.fence THEN RETURN NULL; END IF;\n" +
+        "IF OLD.owner <> '' AND OLD.expires_at > now_ms THEN ended := COALESCE(OLD.fence, 0); END IF;\n" +
+        "IF TG_OP = 'UPDATE' THEN\n" +
+        "  IF NEW.owner <> '' AND NEW.expires_at > now_ms AND NEW.fence IS NOT NULL THEN granted := NEW.fence; END IF;\n" +
+        "  IF ended = 0 AND granted IS NOT NULL THEN ended := NULL; END IF;\n" +
+        "  IF granted IS NOT NULL THEN\n" +
+        `    payload := json_build_array(OLD.key, ended, granted, NEW.metadata, NEW.expires_at - ${nowMs})::text;\n` +
+        "  END IF;\n" +
+        "ELSE\n" +
+        `  INSERT INTO ${t} AS l (key, owner, expires_at, queued_until, watched_until)\n` +
+        "    VALUES (OLD.key, '', 0, OLD.queued_until, OLD.watched_until) ON CONFLICT (key) DO NOTHING;\n" +
+        "END IF;\n" +
+        "IF ended IS NULL AND granted IS NULL THEN RETURN NULL; END IF;\n" +
+        "IF payload IS NULL AND ended > 0 THEN payload := json_build_array(OLD.key, ended, NULL, NULL, NULL)::text; END IF;\n" +
+        "IF payload IS NULL OR octet_length(payload) > 7900 THEN payload := json_build_array(OLD.key)::text; END IF;\n" +
+        "IF octet_length(payload) > 7900 THEN payload := '[\"\"]'; END IF;\n" +
+        `PERFORM pg_notify('${n.watchChannel}', payload);\n` +
+        "RETURN NULL;\n",
+    ),
+  ];
+}
+
+// The triggers that report holder changes of watched keys (postgresFunctions, watch_report).
+// The statements that acquire and release are the same as without watch (a statement that read
+// watched_until itself measured slower to plan), and the triggers' WHEN clauses let every row of
+// a key nobody watches (watched_until 0) through without a call, so an unwatched key costs the
+// clause alone. The UPDATE trigger fires for statements that set the owner — every grant and
+// hand-over does; an extend, the fence written into a new row and a watch's lease do not.
+// Created only if missing, so createTable() stays idempotent.
+function watchTriggers(n) {
+  const create = (name, event, when) =>
+    "DO $do$ BEGIN\n" +
+    `  IF NOT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = '${n.table}'::regclass AND tgname = '${name}') THEN\n` +
+    `    CREATE TRIGGER ${quote(name)} AFTER ${event} ON ${n.table} FOR EACH ROW WHEN (${when}) EXECUTE PROCEDURE ${n.functions.watch_report}();\n` +
+    "  END IF;\n" +
+    "END $do$";
+  return [
+    create(n.watchTriggers.update, "UPDATE OF owner", "NEW.watched_until > 0"),
+    create(n.watchTriggers.delete, "DELETE", "OLD.watched_until > 0"),
   ];
 }
 

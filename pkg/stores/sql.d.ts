@@ -1,4 +1,4 @@
-import type { Grant, HeldLimit, HolderInfo, InspectAnswer, LockStore, WaitedGrant } from "../index.js";
+import type { Grant, HeldLimit, HolderInfo, InspectAnswer, LockStore, WaitedGrant, WatchReport } from "../index.js";
 
 /** The database drivers `databaseLockStore` adapts to. */
 export type DatabaseDriver = "d1" | "sqlite" | "pg";
@@ -50,7 +50,7 @@ export type DatabaseLockInfo = InspectAnswer;
 /** A LockStore in a SQL table; every method answers a promise and runs one statement. */
 export type DatabaseLockStore = Omit<
   LockStore,
-  "acquire" | "acquireOrWait" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "inspect" | "withdraw" | "forceRelease"
+  "acquire" | "acquireOrWait" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "inspect" | "withdraw" | "forceRelease" | "watch"
 > & {
   /**
    * Atomic set-if-absent judged by the database's clock: `{ fence }` if this call took the lock,
@@ -171,6 +171,22 @@ export type PostgresLockStore = DatabaseLockStore & {
   close(): Promise<void>;
   /** The same as `close()`. */
   end(): Promise<void>;
+  /**
+   * Pushes every change of `key`'s exclusive holder that a store operation makes — this
+   * process's or any other's on the same table — once, in the order the changes committed:
+   * `{ fence, held: true, metadata, remainingMs }` when the hold `fence` is granted (acquire,
+   * acquireMany, acquireOrWait taking the key, a hand-over to a waiter), `{ fence, held: false }`
+   * when an operation ends a live hold (release, forceRelease, withdraw of a handed key; a
+   * hand-over is the end, then the grant). Expiry, `extend` and shared holds are not reported.
+   * `null`: reports may have been missed (the LISTEN connection was lost and is back; a payload
+   * too long for a NOTIFY): look again. No report carries an owner. Resolves, once the store
+   * LISTENs and the key is registered in `<table>_watchers`, to `stop()`: from its call
+   * `onChange` is not called again, and it resolves once the key is unregistered (idempotent).
+   * Rejects with TypeError for a bad key or an `onChange` that is not a function, and for a
+   * handle the store cannot LISTEN through. `close()` stops every watch; ending the pool or
+   * client tells each watch `null` once and ends it. SQLite and D1 stores have no `watch`.
+   */
+  watch(key: string, onChange: (change: WatchReport | null) => void): Promise<() => Promise<void>>;
   /** How many `acquireOrWait` calls of this store are waiting. */
   readonly waitingCount: number;
   /** Whether the store's LISTEN connection is open. */
@@ -184,7 +200,7 @@ export type PostgresLockStore = DatabaseLockStore & {
  * Throws TypeError for an invalid table name or an unrecognised handle. With pg (detected, or
  * `driver: "pg"`) the store is a `PostgresLockStore`; SQLite and D1 stores have no
  * `acquireOrWait` / `acquireSharedOrWait`, so callers waiting on them poll `acquire` /
- * `acquireShared`.
+ * `acquireShared`, and no `watch` (nothing to push with), so `observe` polls `inspect` there.
  */
 export declare function databaseLockStore(db: object, options: DatabaseLockStoreOptions & { driver: "d1" | "sqlite" }): DatabaseLockStore;
 export declare function databaseLockStore(db: object, options: DatabaseLockStoreOptions & { driver: "pg" }): PostgresLockStore;
@@ -199,9 +215,10 @@ export default databaseLockStore;
 /**
  * The lock table's DDL for a dialect, as `;`-terminated statements: the table, its expiry index
  * and the fence counter (SQLite: a `<table>_fence` table and two triggers; PostgreSQL: a
- * `<table>_fence_seq` sequence, and the `<table>_waiters` queue with its index), and the shared
- * holds' `<table>_shared` table (SQLite: with triggers; PostgreSQL: with PL/pgSQL functions). For
- * a fresh database; `createTable()` also upgrades.
+ * `<table>_fence_seq` sequence, and the `<table>_waiters` queue with its index), the shared
+ * holds' `<table>_shared` table (SQLite: with triggers; PostgreSQL: with PL/pgSQL functions), and
+ * (PostgreSQL) watch's `<table>_watchers` table and the triggers on the lock table that report
+ * to it. For a fresh database; `createTable()` also upgrades.
  */
 export declare function schema(options?: SchemaOptions): string;
 

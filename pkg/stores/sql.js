@@ -35,6 +35,11 @@
 // store (see pgWaiting and postgresStatements). SQLite and D1 have no such methods: their
 // callers poll acquire and acquireShared.
 //
+// PostgreSQL also pushes holder changes (watch): the statements that grant or end an exclusive
+// hold NOTIFY the key's watchers, only while the lock row's watched_until says someone watches
+// it; a watching store keeps a lease on the key in <table>_watchers (see sql-pg-watch.js).
+// SQLite and D1 have no watch: keel-lock's observe polls inspect there.
+//
 // "now" is always the database's clock (SQLite: julianday('now'); Postgres: clock_timestamp()),
 // never the caller's Date.now(): callers' clocks drift, the database is the one judge.
 // Expired rows are free but stay in the table until a later acquire of the same key takes them
@@ -382,13 +387,16 @@ export function databaseLockStore(db, options = {}) {
 export default databaseLockStore;
 
 // A statement that names what createTable() adds for hold metadata (the metadata columns, a
-// Postgres lock row's fence, the functions that take metadata) fails on a table it has not
+// Postgres lock row's fence, the functions that take metadata) or for watch (Postgres: the lock
+// row's watched_until, the watchers table and its functions) fails on a table it has not
 // upgraded: that error is answered as one that says so. Its code and message are kept.
 function withUpgradeHint(io, table, postgres) {
   const hint = (error) => {
     const message = String(error?.message ?? "");
     const missing = postgres
-      ? (error?.code === "42703" && /column (\w+\.)?"?(metadata|fence)\b/.test(message)) || (error?.code === "42883" && /_(keep_fence|take_shared)\b/.test(message))
+      ? (error?.code === "42703" && /column (\w+\.)?"?(metadata|fence|watched_until)\b/.test(message)) ||
+        (error?.code === "42883" && /_(keep_fence|take_shared|watch|unwatch)\b/.test(message)) ||
+        (error?.code === "42P01" && /_watchers\b/.test(message))
       : /no such column: (\w+\.)?(metadata|fence)\b|has no column named (metadata|fence)\b/.test(message);
     if (!missing) return error;
     const hinted = new Error(

@@ -28,7 +28,7 @@ import { startD1, startPostgres, startRedis, startUpstashFixture } from "./lib/s
 // round trips a property makes while holding it, so give it room. In-process stores use the
 // kit's defaults.
 const REMOTE = { shortTtlMs: 800, settleMs: 200 };
-const PROPERTY_COUNT = 24;
+const PROPERTY_COUNT = 25;
 // The shared-hold properties: none apply to a store without acquireShared; the queue's one needs
 // acquireSharedOrWait.
 const SHARED = [
@@ -59,7 +59,12 @@ async function passes(store, options, { fenced = true, shared = "queued" } = {})
   const many = typeof store.acquireMany === "function" ? [] : ["sets_taken_in_one_step_are_atomic"];
   // A store with inspect keeps metadata, and is held to both properties.
   const inspects = typeof store.inspect === "function" ? [] : ["inspect_agrees_with_the_holds", "metadata_is_kept_per_hold"];
-  assert.deepEqual(notApplicable.sort(), [...expected, ...many, ...inspects, ...(fenced ? [] : ["fences_increase"])].sort());
+  // A store with watch is held to reporting every change; one without answers not applicable.
+  const watches = typeof store.watch === "function" ? [] : ["watch_reports_every_change_in_order"];
+  assert.deepEqual(
+    notApplicable.sort(),
+    [...expected, ...many, ...inspects, ...watches, ...(fenced ? [] : ["fences_increase"])].sort(),
+  );
   for (const r of results) assert.equal(r.message === null, r.applicable, `${r.property}: ${r.message}`);
 }
 

@@ -76,6 +76,7 @@ async function dropTables(raw, dialect, table) {
     return;
   }
   await raw(`DROP TABLE IF EXISTS "${table}_waiters"`, []);
+  await raw(`DROP TABLE IF EXISTS "${table}_watchers"`, []);
   await raw(`DROP SEQUENCE IF EXISTS "${table}_fence_seq"`, []);
   const fns = await raw("SELECT p.oid::regprocedure::text AS sig FROM pg_proc AS p WHERE p.proname LIKE ?", [`${table}\\_%`]);
   for (const { sig } of fns) await raw(`DROP FUNCTION IF EXISTS ${sig}`, []);

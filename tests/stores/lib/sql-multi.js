@@ -308,8 +308,9 @@ async function dropTable(raw, dialect, last) {
     return;
   }
   await raw(`DROP TABLE IF EXISTS "${last}_waiters"`, []);
+  await raw(`DROP TABLE IF EXISTS "${last}_watchers"`, []);
   await raw(`DROP SEQUENCE IF EXISTS "${last}_fence_seq"`, []);
-  for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many"]) {
+  for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many", "keep_fence", "watch", "unwatch", "watch_report"]) {
     await raw(`DROP FUNCTION IF EXISTS "${last}_${fn}"`, []);
   }
 }

@@ -126,7 +126,8 @@ async function dropLockTable(raw, dialect, table) {
   else {
     await raw(`DROP SEQUENCE IF EXISTS ${schemaPrefix}"${last}_fence_seq"`, []);
     await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_waiters"`, []);
-    for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many", "keep_fence"]) {
+    await raw(`DROP TABLE IF EXISTS ${schemaPrefix}"${last}_watchers"`, []);
+    for (const fn of ["take_shared", "release_shared", "extend_shared", "hand_over", "tick", "take_many", "keep_fence", "watch", "unwatch", "watch_report"]) {
       await raw(`DROP FUNCTION IF EXISTS ${schemaPrefix}"${last}_${fn}"`, []);
     }
   }
@@ -256,8 +257,8 @@ export function registerSqlTests(env, { driver }) {
       assert.equal(counter[0].id, 1);
     } else {
       // queued_until: the latest deadline of a caller that queued for the key (acquireOrWait);
-      // fence and metadata: the current holder's.
-      assert.deepEqual(columns, ["key", "owner", "expires_at", "queued_until", "fence", "metadata"]);
+      // fence and metadata: the current holder's; watched_until: the latest lease of a watch.
+      assert.deepEqual(columns, ["key", "owner", "expires_at", "queued_until", "fence", "metadata", "watched_until"]);
       const waiterColumns = (
         await raw(
           "SELECT column_name AS name FROM information_schema.columns WHERE table_name = 'keel_locks_waiters' ORDER BY ordinal_position",

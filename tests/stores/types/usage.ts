@@ -58,6 +58,20 @@ export async function usage(): Promise<void> {
   // @ts-expect-error acquireMany's metadata is one entry per key
   sql.acquireMany(["a"], ["o"], 1000, "one for all");
   void [firstHolder, waitingNow];
+  // Pushed holder changes: PostgreSQL only.
+  const stopWatching: () => Promise<void> = await pgStore.watch("k", (change) => {
+    if (change === null) return; // look again
+    const fence: number = change.fence;
+    const metadata: string | null = change.held ? change.metadata : null;
+    void [fence, metadata];
+  });
+  await stopWatching();
+  const watchingStore: LockStore = pgStore;
+  // @ts-expect-error SQLite and D1 cannot push: no watch
+  sql.watch("k", () => {});
+  // @ts-expect-error onChange is a function
+  pgStore.watch("k", "onChange");
+  void watchingStore;
 
   // @ts-expect-error prefix must be a string
   redisLockStore(new IORedis(), { prefix: 1 });
