@@ -506,6 +506,55 @@ export declare function observe(
   key: string,
   options?: { signal?: LockAbortSignal; intervalMs?: number },
 ): AsyncIterableIterator<Leader | null>;
+/** What every lock event carries. */
+export interface LockEventBase {
+  /** The key, or a set's keys. */
+  key: string | string[];
+  /** The store's class name (`MemoryLockStore`, `DurableObjectLockStore`, …; `LockStore` for a plain object). */
+  store: string;
+}
+/** One call of `run`/`runImmediately`/`acquire`/`hold`, from its start (`run`/`acquire`) to its end. */
+export interface LockAttemptEvent extends LockEventBase {
+  /** Numbers one call's events, for a listener to pair them. */
+  attempt: number;
+  kind: "lock" | "semaphore" | "read";
+}
+/**
+ * A lock event (`onLockEvent`). A call starts with `run` or `acquire`, may be `granted`, and
+ * ends with one of `released` (a run's hold freed; `error` set if `fn` threw), `refused`,
+ * `timed-out`, `aborted` or `error` (a store call failed); `lost` tells a loss while held.
+ * `release()` and `extend()` of a held lock are told once they settle.
+ */
+export type LockEvent =
+  | (LockAttemptEvent & {
+      type: "run" | "acquire";
+      timeoutMs: number;
+      /**
+       * Set by a listener to run the user's `fn` inside its own context (a tracer's active
+       * span): `fn` runs as `runInside(() => fn(context))`; a second listener wraps the first's.
+       */
+      runInside?: (call: () => unknown) => unknown;
+    })
+  | (LockAttemptEvent & {
+      type: "granted";
+      fence: number | null;
+      waitedMs: number;
+      /** How the wait ended: no wait, the store's hand-over, or asking again. */
+      via: "immediate" | "hand-over" | "poll";
+    })
+  | (LockAttemptEvent & { type: "released"; fence: number | null; heldMs: number; error?: unknown })
+  | (LockAttemptEvent & { type: "refused" | "timed-out"; waitedMs: number })
+  | (LockAttemptEvent & { type: "aborted" | "error"; waitedMs: number; error: unknown })
+  | (LockAttemptEvent & { type: "lost"; fence: number | null; reason: unknown })
+  | (LockEventBase & { type: "released" | "release-refused" | "extended"; fence: number | null; durationMs: number })
+  | (LockEventBase & { type: "lost"; operation: "extend" | "release"; fence: number | null; durationMs: number; reason: unknown })
+  | (LockEventBase & { type: "error"; operation: "extend" | "release"; fence: number | null; durationMs: number; error: unknown });
+/**
+ * Calls `listener` with every lock event from now on (logs, metrics; `keel-lock/otel` is built
+ * on it); answers the function that stops. Costs nothing while nobody listens. A listener that
+ * throws is reported on the console and changes nothing.
+ */
+export declare function onLockEvent(listener: (event: LockEvent) => void): () => void;
 /** Register the store that `lock()` and `restoreLock()` use from now on. */
 export declare function setLockStore(store: LockStore): void;
 /** The store `lock()` uses: the very object last passed to `setLockStore`, or the default. */

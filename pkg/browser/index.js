@@ -14,6 +14,7 @@ export const {
   inspect,
   campaign,
   observe,
+  onLockEvent,
   setLockStore,
   getLockStore,
   Lock,

@@ -15,6 +15,7 @@ export const {
   inspect,
   campaign,
   observe,
+  onLockEvent,
   setLockStore,
   getLockStore,
   MemoryLockStore,

@@ -22,6 +22,7 @@ export const {
   inspect,
   campaign,
   observe,
+  onLockEvent,
   setLockStore,
   getLockStore,
   Lock,

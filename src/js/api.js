@@ -14,6 +14,7 @@
 
 import { LockContext, LockUnavailableError, installHolding, setRunObserver } from "./holding.js";
 import { cancelTimer, releaseLateGrant, setWaiterWake, timer } from "./promises.js";
+import { eventState, observed, observedStep, onLockEvent, storeName } from "./events.js";
 
 // --- protocol (src/js/protocol.rs) ---------------------------------------------------------
 // The numbers this file reads or passes, declared (with what each means) in src/js/protocol.rs;
@@ -349,6 +350,65 @@ function pause(ms, signal) {
   });
 }
 
+// === Lock events ============================================================================
+
+// Handles whose calls are not told on their own: a set's per-key handles (the set is told as
+// one), and any call made while a told call is entering (its plain twin).
+const setParts = new WeakSet();
+const events = eventState();
+let quiet = 0;
+// How the grant now being handed to a run came, set by the wait that ended in it and read, in
+// the same synchronous stretch, by the told run (null: it came at once). An acquire files its
+// way in `acquiredVia` under the handle the user called.
+let grantVia = null;
+const acquiredVia = new WeakMap();
+
+/** How the grant a told call was just given came: "immediate", "hand-over" or "poll". */
+function takeVia(handle) {
+  const via = acquiredVia.get(handle) ?? grantVia ?? "immediate";
+  acquiredVia.delete(handle);
+  grantVia = null;
+  return via;
+}
+
+function told(handle) {
+  return quiet === 0 && !setParts.has(handle);
+}
+
+/** `call(fn')`, the plain run or acquire of `handle` on `store`, told as lock events (`events.js`). */
+function toldRun(handle, store, fn, options, call) {
+  grantVia = null;
+  return observed(handle, fn, options, () => takeVia(handle), storeName(store.object), (inner) => {
+    quiet++;
+    try {
+      // The user's fn is told again: a lock it takes is its own call.
+      return call(inner === undefined ? undefined : (context) => {
+        const outer = quiet;
+        quiet = 0;
+        try {
+          return inner(context);
+        } finally {
+          quiet = outer;
+        }
+      });
+    } finally {
+      quiet--;
+    }
+  });
+}
+
+/** `call()`, the plain release or extend of `handle` on `store`, told as one lock event. */
+function toldStep(handle, store, type, call) {
+  return observedStep(handle, type, storeName(store.object), () => {
+    quiet++;
+    try {
+      return call();
+    } finally {
+      quiet--;
+    }
+  });
+}
+
 // === Options and abort signals ==============================================================
 
 /**
@@ -573,6 +633,7 @@ export class Lock {
     if (options?.ifAvailable !== undefined || options?.steal !== undefined) {
       return webLocksOptions(this, options, (rest) => this.run(fn, rest));
     }
+    if (events.listening && told(this)) return toldRun(this, this.#store, fn, options, (inner) => this.run(inner, options));
     const plain = plainOptions(options);
     if (plain === null) return Promise.reject(w.__kOptionsError(options, true));
     if (typeof fn !== "function") {
@@ -594,6 +655,7 @@ export class Lock {
 
   /** `run(fn)` that never waits. */
   runImmediately(fn) {
+    if (events.listening && told(this)) return toldRun(this, this.#store, fn, undefined, (inner) => this.runImmediately(inner));
     if (typeof fn !== "function") return Promise.reject(w.__kNotAFunction(fn));
     if (this.#busy) return this.#twin().runImmediately(fn);
     return this.#run(fn, NaN, NaN, undefined, undefined);
@@ -667,7 +729,12 @@ export class Lock {
             });
       waiter.go = (code) => {
         stopListening();
-        if (code >= 1 || code === HELD_UNFENCED) return this.#holdingInto(id, fn, code, resolve, reject);
+        if (code >= 1 || code === HELD_UNFENCED) {
+          grantVia = "hand-over";
+          this.#holdingInto(id, fn, code, resolve, reject);
+          grantVia = null;
+          return;
+        }
         this.#done(KEPT);
         if (code === FAILED) reject(w.__kError());
         else resolve(refused(fn));
@@ -678,6 +745,10 @@ export class Lock {
   /** `acquire()` took the key: the hold is the handle's, kept in its slot until released. */
   #adopt(id) {
     ok(w.__kAdopt(id));
+    if (events.listening) {
+      acquiredVia.set(this.#twinOf ?? this, grantVia ?? "immediate");
+      grantVia = null;
+    }
     this.#done(KEPT);
     return true;
   }
@@ -781,6 +852,8 @@ export class Lock {
   async #runOverStore(id, code, fn, signal, permits, metadata) {
     const store = this.#store;
     let owner = "";
+    // How the grant came when the run waited for it: "poll" or "hand-over" (told as events).
+    let via = null;
     try {
       for (;;) {
         if (code === CALL || code === CALL_ACQUIRE_OR_WAIT) {
@@ -824,6 +897,7 @@ export class Lock {
           } else if (typeof answer === "boolean") {
             code = ok(w.__kAnswered(id, answer ? ANSWER_TRUE : ANSWER_FALSE, 0));
           } else if (waits) {
+            if (answer !== null && typeof answer === "object" && answer.waitedMs > 0) via = "hand-over";
             code = ok(w.__kAnsweredWaited(id, answer));
           } else if (answer !== null && typeof answer === "object" && typeof answer.fence === "number") {
             code = ok(w.__kAnswered(id, ANSWER_FENCE, answer.fence));
@@ -831,6 +905,7 @@ export class Lock {
             code = ok(w.__kAnsweredValue(id, answer));
           }
         } else if (code === SLEEP) {
+          via = "poll";
           if (await pause(arg(), signal)) {
             ok(w.__kAbandon(id));
             throw abortReason(signal);
@@ -850,6 +925,7 @@ export class Lock {
       this.#done(KEPT);
       return refused(fn);
     }
+    grantVia = via;
     if (fn === ACQUIRE_ONLY) return this.#adopt(id);
     const context = new LockContext(code >= 1 ? code : null, this);
     if (this.#runAutoExtend !== undefined) this.#startRunAutoExtend(id, context);
@@ -857,8 +933,10 @@ export class Lock {
     let failed = false;
     try {
       value = fn(context);
+      grantVia = null;
       if (isThenable(value)) value = await value;
     } catch (error) {
+      grantVia = null;
       value = error;
       failed = true;
     }
@@ -963,6 +1041,7 @@ export class Lock {
     if (options?.ifAvailable !== undefined || options?.steal !== undefined) {
       return webLocksOptions(this, options, (rest) => this.acquire(rest));
     }
+    if (events.listening && told(this)) return toldRun(this, this.#store, null, options, () => this.acquire(options));
     const plain = plainOptions(options);
     if (plain === null) return Promise.reject(w.__kOptionsError(options, false));
     if (this.#busy) return this.#twin().acquire(options);
@@ -979,6 +1058,7 @@ export class Lock {
 
   /** Frees the lock if this handle still owns it; resolves `false` (never throws) otherwise. */
   release() {
+    if (events.listening && told(this)) return toldStep(this, this.#store, "release", () => this.release());
     if (this.#autoExtender !== null) {
       // autoExtend() stops first, and an extend in flight finishes, before the release.
       const keeper = this.#autoExtender;
@@ -1012,6 +1092,7 @@ export class Lock {
 
   /** Resets the expiry to `ttlMs` (default: the lock's TTL) from now, or rejects LockNotHeldError. */
   extend(ttlMs) {
+    if (events.listening && told(this)) return toldStep(this, this.#store, "extend", () => this.extend(ttlMs));
     const given = ttlMs !== undefined;
     if (given && typeof ttlMs !== "number") return Promise.reject(w.__kNotANumber("ttlMs", ttlMs));
     const id = this.#slot;
@@ -1257,7 +1338,7 @@ function lockKeys(keys, ttlMs) {
   for (let i = 1; i < locks.length; i++) {
     if (locks[i].key === locks[i - 1].key) throw new TypeError(`lock: key "${locks[i].key}" is given twice`);
   }
-  return new MultiKeyLock(internal, locks, step);
+  return new MultiKeyLock(internal, locks, step, store);
 }
 
 /**
@@ -1419,9 +1500,16 @@ class MultiKeyLock {
   #keeping = null;
   // The store's one-step acquisition of every key, while the store offers it for this set.
   #step;
+  // The store the set was made over, for its lock events.
+  #store;
+  // How a key the set waited for came ("hand-over" or "poll"), for its lock events.
+  #via = null;
 
-  constructor(token, locks, step = null) {
+  constructor(token, locks, step = null, store = current ?? bind()) {
     if (token !== internal) throw new TypeError("MultiKeyLock is made by lock([...keys]), not new");
+    this.#store = store;
+    // The set is told as one: its keys' handles are its parts, not the user's calls.
+    for (const l of locks) setParts.add(l);
     this.#locks = locks;
     this.#step = step;
   }
@@ -1443,6 +1531,11 @@ class MultiKeyLock {
       throw abortReason(options.signal);
     }
     return took;
+  }
+
+  /** A key came after a wait (`via` not null or "immediate"): the set says so when granted. */
+  #cameBy(via) {
+    if (via !== null && via !== "immediate") this.#via = via;
   }
 
   /** The keys, in the order they are taken (by code point). */
@@ -1478,6 +1571,7 @@ class MultiKeyLock {
     if (options?.ifAvailable !== undefined || options?.steal !== undefined) {
       return webLocksOptions(this, options, (rest) => this.acquire(rest));
     }
+    if (events.listening && told(this)) return toldRun(this, this.#store, null, options, () => this.acquire(options));
     const started = performance.now();
     const half = this.ttlMs / 2;
     if (this.#step !== null) {
@@ -1501,6 +1595,7 @@ class MultiKeyLock {
           await this.#free(i);
           throw error;
         }
+        if (events.listening) this.#cameBy(acquiredVia.get(this.#locks[i]) ?? null);
         if (!got) {
           await this.#free(i);
           return false;
@@ -1508,7 +1603,11 @@ class MultiKeyLock {
         firstAt ??= performance.now();
       }
       const kept = await this.#keepWhole(firstAt, half);
-      if (kept) return true;
+      if (kept) {
+        if (events.listening) acquiredVia.set(this, this.#via ?? "immediate");
+        this.#via = null;
+        return true;
+      }
       if (!(options?.timeout > performance.now() - started)) return false;
     }
   }
@@ -1548,12 +1647,14 @@ class MultiKeyLock {
 
   /** Frees every key, all at once: `true` when every key was still held. */
   async release() {
+    if (events.listening && told(this)) return toldStep(this, this.#store, "release", () => this.release());
     if (this.#keeping !== null) await this.stopAutoExtend();
     return this.#free(this.#locks.length);
   }
 
   /** Resets every key's expiry; a key no longer held frees the others and rejects LockNotHeldError. */
   async extend(ttlMs) {
+    if (events.listening && told(this)) return toldStep(this, this.#store, "extend", () => this.extend(ttlMs));
     for (const lock of this.#locks) {
       try {
         await lock.extend(ttlMs);
@@ -1569,6 +1670,7 @@ class MultiKeyLock {
     if (options?.ifAvailable !== undefined || options?.steal !== undefined) {
       return webLocksOptions(this, options, (rest) => this.run(fn, rest));
     }
+    if (events.listening && told(this)) return toldRun(this, this.#store, fn, options, (inner) => this.run(inner, options));
     if (typeof fn !== "function") return Promise.reject(w.__kNotAFunction(fn));
     if (options?.permits !== undefined) return Promise.reject(new TypeError(PERMITS_ON_SET));
     return this.#runAll(fn, options);
@@ -1595,6 +1697,7 @@ class MultiKeyLock {
       // unwinds them all, each run releasing its key.
       const inside = (i) => async (context) => {
         contexts[i] = context;
+        this.#cameBy(grantVia);
         firstAt ??= performance.now();
         if (i + 1 < locks.length) {
           const [ran, value] = await locks[i + 1].run(inside(i + 1), leftOf(options, performance.now() - started));
@@ -1611,7 +1714,15 @@ class MultiKeyLock {
             }
           }
         }
-        return { value: await fn(new MultiKeyContext(contexts, fencesOf(locks))) };
+        grantVia = this.#via;
+        this.#via = null;
+        let out;
+        try {
+          out = fn(new MultiKeyContext(contexts, fencesOf(locks)));
+        } finally {
+          grantVia = null;
+        }
+        return { value: await out };
       };
       const [ran, out] = await locks[0].run(inside(0), options);
       if (ran && out !== NOT_ALL) return [true, out.value];
@@ -2210,6 +2321,7 @@ export function api(glue) {
     observe,
     setLockStore,
     getLockStore,
+    onLockEvent,
     Lock,
     MemoryLockStore: w.MemoryLockStore,
     LockNotHeldError: w.__lockNotHeldErrorClass(),

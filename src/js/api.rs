@@ -54,6 +54,15 @@ extern "C" {
     fn js_api(glue: &JsValue) -> JsValue;
 }
 
+// The lock events live in a file of their own, which `api.js` imports; naming it here is what
+// has wasm-bindgen ship it beside `api.js`. Nothing in Rust calls it.
+#[wasm_bindgen(module = "/src/js/events.js")]
+extern "C" {
+    #[allow(dead_code)]
+    #[wasm_bindgen(js_name = onLockEvent)]
+    fn on_lock_event(listener: &JsValue) -> JsValue;
+}
+
 /// The API the package exports — `lock`, `restoreLock`, `setLockStore`, `getLockStore`, `Lock`,
 /// `MemoryLockStore` and the error classes — as the JS layer (`src/js/api.js`) builds it over
 /// this module's exports (`glue`), once per instance.

@@ -17,9 +17,17 @@ export const SMOKE = {
     restored: { limit: 3, fence: true, takenWhileRestored: false, releasedByRestored: true, freeAfter: true },
   },
   multi: { allRan: true, keys: ["acct:1", "acct:2"], fences: true, refusedLeftFree: true, restored: true },
+  events: {
+    told: ["acquire", "granted", "run", "refused", "released"],
+    spans: [["keel-lock.acquire", "acquired"], ["keel-lock.run", "refused"], ["keel-lock.release", "released"]],
+  },
 };
 
-export async function smoke(keel, testing) {
+/**
+ * `otel`: `{ instrumentKeelLock, BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor }`,
+ * keel-lock/otel and the OpenTelemetry SDK as the runtime loads them.
+ */
+export async function smoke(keel, testing, otel) {
   const { lock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError } = keel;
   const { semaphore, readLock, writeLock, LimitMismatchError } = keel;
   const check = (ok, what) => {
@@ -67,6 +75,7 @@ export async function smoke(keel, testing) {
 
   const shared = await sharedHolds();
   const multi = await severalKeys();
+  const events = await lockEvents();
 
   const tokens = new Set();
   setLockStore({
@@ -75,7 +84,25 @@ export async function smoke(keel, testing) {
   });
   for (let i = 0; i < 50; i++) await lock(`t${i}`).run(() => {});
   check(tokens.size === 50 && [...tokens].every((t) => /^[0-9a-f]{32}$/.test(t)), "fresh 128-bit tokens");
-  return { ok: true, winners, maxInside, done, conformance: true, shared, multi };
+  return { ok: true, winners, maxInside, done, conformance: true, shared, multi, events };
+
+  // onLockEvent, and keel-lock/otel's spans from the real OpenTelemetry SDK: a hold, a refusal.
+  async function lockEvents() {
+    const told = [];
+    const exporter = new otel.InMemorySpanExporter();
+    const tracerProvider = new otel.BasicTracerProvider({ spanProcessors: [new otel.SimpleSpanProcessor(exporter)] });
+    const stopTelling = keel.onLockEvent((e) => told.push(e.type));
+    const stopTracing = otel.instrumentKeelLock({ tracerProvider });
+    const holder = lock("told");
+    await holder.acquire();
+    await lock("told").runImmediately(() => {});
+    await holder.release();
+    stopTelling();
+    stopTracing();
+    await lock("told").run(() => {});
+    const spans = exporter.getFinishedSpans().map((span) => [span.name, span.attributes["keel_lock.outcome"]]);
+    return { told, spans };
+  }
 
   // Several keys at once on the memory store: opposite orders all run; a refusal holds nothing.
   async function severalKeys() {
