@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup pkg test demo bench lint clean soak fuzz
+.PHONY: setup pkg test demo trace bench lint clean soak fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -45,6 +45,10 @@ fuzz: setup
 
 demo: setup
 	@bash scripts/demo.sh
+
+# Twenty charges waiting for one lock, traced with OpenTelemetry and drawn as a waterfall.
+trace: setup
+	@bash scripts/trace.sh
 
 bench: setup
 	@bash scripts/bench.sh
