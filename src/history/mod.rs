@@ -38,8 +38,10 @@ use std::collections::HashMap;
 
 mod checks;
 mod events;
+mod leaders;
 mod leases;
 mod report;
+mod sets;
 #[cfg(test)]
 mod tests;
 
@@ -55,16 +57,21 @@ pub fn check(history: &[Event], options: &CheckOptions) -> Report {
         report: Report::default(),
         restarts: Vec::new(),
         reported: HashMap::new(),
+        sets: Vec::new(),
+        set_of: HashMap::new(),
     };
-    let keys = checker.collect();
-    for (key, mut h) in keys {
-        checker.bound_leases(&mut h);
-        checker.mutual_exclusion(&key, &h);
-        checker.fence_order(&key, &h);
-        checker.stale_writes(&key, &h);
-        checker.non_owner(&key, &h);
-        checker.refused_while_free(&key, &h);
+    let mut keys = checker.collect();
+    for (key, h) in &mut keys {
+        checker.bound_leases(h);
+        checker.mutual_exclusion(key, h);
+        let flagged = checker.fence_order(key, h);
+        checker.leader_order(key, h, &flagged);
+        checker.observe_order(key, h);
+        checker.stale_writes(key, h);
+        checker.non_owner(key, h);
+        checker.refused_while_free(key, h);
     }
+    checker.all_or_nothing(&keys);
     checker.report.restarts = checker.restarts.len();
     checker.report
 }
