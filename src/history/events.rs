@@ -180,7 +180,8 @@ pub struct Event {
     /// The client (process, task) that recorded it; operations of one client on one owner are
     /// sequential.
     pub client: u64,
-    /// The lock's key (empty for a store restart, which concerns every key).
+    /// The lock's key (empty for a store restart, which concerns every key, and unused by a
+    /// set, which names its keys).
     pub key: String,
     /// The hold this concerns: a label unique per acquisition (not necessarily the store's
     /// owner token). A deliberate stranger's release or extend uses a label of its own.
