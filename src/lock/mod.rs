@@ -452,10 +452,14 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         options: AcquireOptions,
         cancel: impl Future<Output = ()>,
     ) -> LockResult<bool, S> {
+        // A told call is boxed (a listener allows the allocation), so that its future does not
+        // enlarge the plain call's.
         #[cfg(feature = "std")]
         if let Some(listener) = &self.events {
             let call = crate::events::Call::Acquire;
-            return self.acquire_told(listener, call, options, cancel).await.0;
+            return Box::pin(self.acquire_told(listener, call, options, cancel))
+                .await
+                .0;
         }
         self.acquire_traced(options, cancel, &mut Trace::new())
             .await
@@ -572,7 +576,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     pub async fn release(&self) -> LockResult<bool, S> {
         #[cfg(feature = "std")]
         if let Some(listener) = &self.events {
-            return self.release_told(listener).await;
+            return Box::pin(self.release_told(listener)).await;
         }
         self.release_untold().await
     }
@@ -624,7 +628,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
         #[cfg(feature = "std")]
         if let Some(listener) = &self.events {
-            return self.extend_told(listener, ttl).await;
+            return Box::pin(self.extend_told(listener, ttl)).await;
         }
         self.extend_untold(ttl).await
     }

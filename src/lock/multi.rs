@@ -173,8 +173,7 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
         #[cfg(feature = "std")]
         if let Some((listener, keys)) = &self.events {
             let call = Call::Acquire;
-            return self
-                .acquire_told(listener, keys, call, options, cancel)
+            return Box::pin(self.acquire_told(listener, keys, call, options, cancel))
                 .await
                 .0;
         }
@@ -390,7 +389,7 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
     pub async fn release(&self) -> LockResult<bool, S> {
         #[cfg(feature = "std")]
         if let Some((listener, keys)) = &self.events {
-            return self.release_told(listener, keys).await;
+            return Box::pin(self.release_told(listener, keys)).await;
         }
         self.release_untold().await
     }
@@ -415,7 +414,7 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
     pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
         #[cfg(feature = "std")]
         if let Some((listener, keys)) = &self.events {
-            return self.extend_told(listener, keys, ttl).await;
+            return Box::pin(self.extend_told(listener, keys, ttl)).await;
         }
         self.extend_untold(ttl).await
     }
@@ -467,8 +466,7 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
         #[cfg(feature = "std")]
         let (acquired, granted_at) = match &self.events {
             Some((listener, keys)) => {
-                self.acquire_told(listener, keys, Call::Run, options, cancel)
-                    .await
+                Box::pin(self.acquire_told(listener, keys, Call::Run, options, cancel)).await
             }
             None => (self.acquire_until(options, cancel).await, None),
         };

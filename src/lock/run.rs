@@ -129,7 +129,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         let (acquired, granted_at) = match &self.events {
             Some(listener) => {
                 let call = crate::events::Call::Run;
-                self.acquire_told(listener, call, options, cancel).await
+                Box::pin(self.acquire_told(listener, call, options, cancel)).await
             }
             None => (self.acquire_until(options, cancel).await, None),
         };
