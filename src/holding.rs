@@ -186,6 +186,16 @@ impl LossState {
         })
     }
 
+    /// Calls `listener` once when the loss is recorded, without asking about it (a watcher
+    /// without keep-alive still waits to be asked before it sets a timer).
+    #[cfg(feature = "std")]
+    pub(crate) fn on_fire(&self, listener: LossListener) {
+        match self.reason.get() {
+            Some(reason) => listener(reason),
+            None => self.listeners.borrow_mut().push(listener),
+        }
+    }
+
     /// Records the loss (the first reason wins), wakes whoever waits for it, and calls the
     /// listeners with no borrow held (a listener may call back into the lock).
     pub(crate) fn fire(&self, reason: LossReason) {

@@ -138,6 +138,8 @@ mod base64url;
 #[cfg(feature = "testing")]
 pub mod conformance;
 pub mod error;
+#[cfg(feature = "std")]
+pub mod events;
 mod float;
 pub mod grant;
 #[cfg(feature = "testing")]
@@ -191,6 +193,8 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
 }
 
 pub use error::{Error, HoldOperation, InputError, Operation, RandomError};
+#[cfg(feature = "std")]
+pub use events::{LockEvent, LockEventKind, LockEventListener};
 pub use grant::{Fence, Grant, MAX_FENCE};
 pub use holding::{HoldState, KeepAlive, LossReason, RunContext, Watch, WatchStep};
 pub use input::{AcquireOptions, Key, Ttl};

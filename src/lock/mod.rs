@@ -25,10 +25,28 @@ use crate::token::{Metadata, OwnerToken};
 
 mod multi;
 mod run;
+#[cfg(feature = "std")]
+mod told;
 mod tracking;
 pub use multi::{MultiLock, MAX_KEYS};
 pub use run::RunError;
 pub(crate) use tracking::TrackedHold;
+
+#[cfg(feature = "std")]
+use crate::events::{LockEventListener, Trace};
+
+/// Without `std` there are no lock events: how a grant came is not recorded.
+#[cfg(not(feature = "std"))]
+pub(crate) struct Trace;
+
+#[cfg(not(feature = "std"))]
+impl Trace {
+    pub(crate) fn new() -> Self {
+        Trace
+    }
+    pub(crate) fn slept(&mut self) {}
+    pub(crate) fn waited(&mut self, _waited_ms: u64) {}
+}
 
 /// What this handle believes about its own hold on the key.
 #[derive(Clone)]
@@ -130,6 +148,9 @@ pub struct Lock<S, R> {
     /// What each hold this lock takes says about its holder (see [`Lock::with_metadata`]).
     #[cfg(feature = "std")]
     metadata: RefCell<Option<Metadata>>,
+    /// Told every event of this lock's calls (see [`Lock::with_events`]).
+    #[cfg(feature = "std")]
+    events: Option<LockEventListener>,
 }
 
 type LockResult<T, S> = Result<T, Error<<S as LockStore>::Error>>;
@@ -146,6 +167,8 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             hold: RefCell::new(Hold::None),
             #[cfg(feature = "std")]
             metadata: RefCell::new(None),
+            #[cfg(feature = "std")]
+            events: None,
         }
     }
 
@@ -429,6 +452,26 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         options: AcquireOptions,
         cancel: impl Future<Output = ()>,
     ) -> LockResult<bool, S> {
+        // A told call is boxed (a listener allows the allocation), so that its future does not
+        // enlarge the plain call's.
+        #[cfg(feature = "std")]
+        if let Some(listener) = &self.events {
+            let call = crate::events::Call::Acquire;
+            return Box::pin(self.acquire_told(listener, call, options, cancel))
+                .await
+                .0;
+        }
+        self.acquire_traced(options, cancel, &mut Trace::new())
+            .await
+    }
+
+    /// [`Lock::acquire_until`], recording in `trace` how the grant came.
+    pub(crate) async fn acquire_traced(
+        &self,
+        options: AcquireOptions,
+        cancel: impl Future<Output = ()>,
+        trace: &mut Trace,
+    ) -> LockResult<bool, S> {
         let mut cancel = core::pin::pin!(cancel);
         if let Some(refused) = self.metadata_refused() {
             return Err(refused);
@@ -469,6 +512,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                         Either::First(Some(answer)) => {
                             let answer = answer.map_err(self.store_error(Operation::Acquire))?;
                             let grant = self.shared_answer(answer)?;
+                            trace.waited(grant.as_ref().map_or(0, |g| g.waited_ms()));
                             attempt.answered(grant, self.runtime.monotonic_ms())
                         }
                         Either::First(None) => attempt.unanswered(self.runtime.monotonic_ms())?,
@@ -484,6 +528,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                     if let Either::Second(()) = race(sleep, cancel.as_mut()).await {
                         return Err(Error::Aborted);
                     }
+                    trace.slept();
                     attempt.retry(self.runtime.monotonic_ms())
                 }
                 Next::Held => {
@@ -529,6 +574,15 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// handle does not hold it: never acquired, already released, or expired (and perhaps taken
     /// by someone else, whose hold is left untouched).
     pub async fn release(&self) -> LockResult<bool, S> {
+        #[cfg(feature = "std")]
+        if let Some(listener) = &self.events {
+            return Box::pin(self.release_told(listener)).await;
+        }
+        self.release_untold().await
+    }
+
+    /// [`Lock::release`], told to no listener.
+    async fn release_untold(&self) -> LockResult<bool, S> {
         match self.owner() {
             Some(owner) => self.release_hold(&owner).await,
             None => Ok(false),
@@ -572,6 +626,16 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
     /// [`Error::NotHeld`] when the lock was lost, expired or never acquired: carrying on in the belief
     /// that one holds a lock one does not is the bug this prevents.
     pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
+        #[cfg(feature = "std")]
+        if let Some(listener) = &self.events {
+            return Box::pin(self.extend_told(listener, ttl)).await;
+        }
+        self.extend_untold(ttl).await
+    }
+
+    /// [`Lock::extend`], told to no listener: a run's keep-alive extends this way (its loss is
+    /// told by the run).
+    pub(crate) async fn extend_untold(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
         let ttl = ttl.unwrap_or(self.ttl);
         let sent = self.runtime.monotonic_ms();
         let owner = self.extending(sent)?;

@@ -5,6 +5,10 @@
 //! first attempt in one request.
 
 use super::*;
+#[cfg(feature = "std")]
+use crate::events::{Call, LockEvent, LockEventKind, LockEventListener};
+#[cfg(feature = "std")]
+use crate::holding::{LossReason, LossState};
 use crate::input::InputError;
 use crate::store::ManyGrant;
 #[cfg(feature = "std")]
@@ -57,6 +61,10 @@ pub struct MultiLock<S, R> {
     locks: Vec<Lock<S, R>>,
     ttl: Ttl,
     runtime: R,
+    /// Told every event of this lock's calls, with the keys they are about (see
+    /// [`MultiLock::with_events`]).
+    #[cfg(feature = "std")]
+    events: Option<(LockEventListener, Vec<Key>)>,
 }
 
 impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
@@ -90,6 +98,8 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
             locks,
             ttl,
             runtime,
+            #[cfg(feature = "std")]
+            events: None,
         })
     }
 
@@ -98,6 +108,15 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
         for lock in &self.locks {
             lock.set_holding(holding);
         }
+        self
+    }
+
+    /// This lock, telling `listener` what its calls come to, as [`Lock::with_events`] does,
+    /// once for the set: its events name every key, in the order they are taken, and carry no
+    /// fence (each key's is in [`MultiLock::fences`]). `None` tells nothing.
+    #[cfg(feature = "std")]
+    pub fn with_events(mut self, listener: Option<LockEventListener>) -> Self {
+        self.events = listener.map(|listener| (listener, self.keys().cloned().collect()));
         self
     }
 
@@ -151,6 +170,25 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
         options: AcquireOptions,
         cancel: impl Future<Output = ()>,
     ) -> LockResult<bool, S> {
+        #[cfg(feature = "std")]
+        if let Some((listener, keys)) = &self.events {
+            let call = Call::Acquire;
+            return Box::pin(self.acquire_told(listener, keys, call, options, cancel))
+                .await
+                .0;
+        }
+        self.acquire_traced(options, cancel, &mut Trace::new())
+            .await
+    }
+
+    /// [`MultiLock::acquire_until`], recording in `trace` how the grant came (a key that came
+    /// after a wait says how it came).
+    async fn acquire_traced(
+        &self,
+        options: AcquireOptions,
+        cancel: impl Future<Output = ()>,
+        trace: &mut Trace,
+    ) -> LockResult<bool, S> {
         let mut cancel = core::pin::pin!(cancel);
         let cancelled = Cell::new(false);
         let deadline = self
@@ -183,7 +221,7 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
                         Poll::Pending
                     }
                 });
-                match lock.acquire_until(this_key, cancel_this).await {
+                match lock.acquire_traced(this_key, cancel_this, trace).await {
                     Ok(true) => {
                         first_grant.get_or_insert(self.runtime.monotonic_ms());
                     }
@@ -274,6 +312,8 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
             locks,
             ttl,
             runtime,
+            #[cfg(feature = "std")]
+            events: None,
         })
     }
 
@@ -347,6 +387,15 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
     /// still held (a key already lost makes it `false`; the others are freed all the same). A
     /// store error is returned after every key was tried.
     pub async fn release(&self) -> LockResult<bool, S> {
+        #[cfg(feature = "std")]
+        if let Some((listener, keys)) = &self.events {
+            return Box::pin(self.release_told(listener, keys)).await;
+        }
+        self.release_untold().await
+    }
+
+    /// [`MultiLock::release`], told to no listener.
+    async fn release_untold(&self) -> LockResult<bool, S> {
         let mut all = true;
         let mut first_error = None;
         for lock in self.locks.iter().rev() {
@@ -363,10 +412,19 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
     /// Resets every key's TTL (to `ttl`, if given). A key that is no longer held makes the lock
     /// lost: the other keys are freed and it fails with [`Error::NotHeld`].
     pub async fn extend(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
+        #[cfg(feature = "std")]
+        if let Some((listener, keys)) = &self.events {
+            return Box::pin(self.extend_told(listener, keys, ttl)).await;
+        }
+        self.extend_untold(ttl).await
+    }
+
+    /// [`MultiLock::extend`], told to no listener.
+    async fn extend_untold(&self, ttl: Option<Ttl>) -> LockResult<(), S> {
         for lock in &self.locks {
             if let Err(error) = lock.extend(ttl).await {
                 if matches!(error, Error::NotHeld { .. }) {
-                    self.release().await?;
+                    self.release_untold().await?;
                 }
                 return Err(error);
             }
@@ -405,14 +463,23 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
         F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = Result<T, U>>,
     {
-        if !self
-            .acquire_until(options, cancel)
-            .await
-            .map_err(RunError::Lock)?
-        {
+        #[cfg(feature = "std")]
+        let (acquired, granted_at) = match &self.events {
+            Some((listener, keys)) => {
+                Box::pin(self.acquire_told(listener, keys, Call::Run, options, cancel)).await
+            }
+            None => (self.acquire_until(options, cancel).await, None),
+        };
+        #[cfg(not(feature = "std"))]
+        let acquired = self.acquire_until(options, cancel).await;
+        if !acquired.map_err(RunError::Lock)? {
             return Ok(None);
         }
         let context = RunContext::new(None, Rc::default());
+        #[cfg(feature = "std")]
+        if let Some((listener, keys)) = &self.events {
+            self.tell_loss(listener, keys, context.loss_state());
+        }
         let done = Cell::new(false);
         let stop = || {
             core::future::poll_fn(|_| {
@@ -448,11 +515,127 @@ impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
             }
         })
         .await;
-        let released = self.release().await;
+        let released = self.release_untold().await;
+        #[cfg(feature = "std")]
+        if let (Some((listener, keys)), Some(granted_at)) = (&self.events, granted_at) {
+            let held_ms = self.runtime.monotonic_ms().saturating_sub(granted_at);
+            let kind = super::told::run_end(&released, outcome.is_err(), held_ms);
+            listener(&self.event(keys, Call::Run, kind));
+        }
         match (outcome, released) {
             (Err(task_error), _) => Err(RunError::Task(task_error)),
             (Ok(_), Err(lock_error)) => Err(RunError::Lock(lock_error)),
             (Ok(value), Ok(_)) => Ok(Some(value)),
         }
+    }
+}
+
+/// Lock events for a [`MultiLock`] with a listener: the set's calls told as one, as
+/// [`Lock`]'s are (see `told.rs`).
+#[cfg(feature = "std")]
+impl<S: LockStore + Clone, R: Runtime + Clone> MultiLock<S, R> {
+    /// An event of `call` about the set of `keys`.
+    fn event<'a>(&self, keys: &'a [Key], call: Call, kind: LockEventKind) -> LockEvent<'a> {
+        let first = &self.locks[0];
+        LockEvent {
+            keys,
+            store: first.store().name(),
+            holding: first.current_holding(),
+            call,
+            fence: None,
+            kind,
+        }
+    }
+
+    /// [`MultiLock::acquire_until`] as `call`, told to `listener`; also answers when the grant
+    /// came (monotonic).
+    async fn acquire_told(
+        &self,
+        listener: &LockEventListener,
+        keys: &[Key],
+        call: Call,
+        options: AcquireOptions,
+        cancel: impl Future<Output = ()>,
+    ) -> (LockResult<bool, S>, Option<u64>) {
+        let started = self.runtime.monotonic_ms();
+        let timeout_ms = options.timeout_ms;
+        listener(&self.event(keys, call, LockEventKind::Attempted { timeout_ms }));
+        let mut trace = Trace::new();
+        let outcome = self.acquire_traced(options, cancel, &mut trace).await;
+        let now = self.runtime.monotonic_ms();
+        let waited_ms = now.saturating_sub(started);
+        let (_, kind) =
+            super::told::acquisition(&outcome, waited_ms, timeout_ms, || (None, trace.via()));
+        listener(&self.event(keys, call, kind));
+        let granted_at = matches!(outcome, Ok(true)).then_some(now);
+        (outcome, granted_at)
+    }
+
+    /// [`MultiLock::release`], told to `listener`: released when every key was, release
+    /// refused when some key no longer was.
+    async fn release_told(
+        &self,
+        listener: &LockEventListener,
+        keys: &[Key],
+    ) -> LockResult<bool, S> {
+        let outcome = self.release_untold().await;
+        let kind = match &outcome {
+            Ok(true) => LockEventKind::Released {
+                held_ms: None,
+                task_failed: false,
+            },
+            Ok(false) => LockEventKind::ReleaseRefused,
+            Err(error) => super::told::failed(error, None),
+        };
+        listener(&self.event(keys, Call::Release, kind));
+        outcome
+    }
+
+    /// [`MultiLock::extend`], told to `listener`: a key past its local deadline makes the set
+    /// lost as expired; otherwise a key the store no longer records, as refused.
+    async fn extend_told(
+        &self,
+        listener: &LockEventListener,
+        keys: &[Key],
+        ttl: Option<Ttl>,
+    ) -> LockResult<(), S> {
+        let now = self.runtime.monotonic_ms();
+        let losses: Option<Vec<LossReason>> = self
+            .locks
+            .iter()
+            .map(|lock| lock.loss_if_refused(now))
+            .collect();
+        let loss = losses.map(|losses| {
+            if losses.contains(&LossReason::Expired) {
+                LossReason::Expired
+            } else {
+                LossReason::Refused
+            }
+        });
+        let outcome = self.extend_untold(ttl).await;
+        let kind = match (&outcome, loss) {
+            (Ok(()), _) => LockEventKind::Extended,
+            (Err(Error::NotHeld { .. }), Some(reason)) => LockEventKind::Lost { reason },
+            (Err(error), _) => super::told::failed(error, None),
+        };
+        listener(&self.event(keys, Call::Extend, kind));
+        outcome
+    }
+
+    /// Tells `listener` when `loss` (a run's) fires: some key of the set was found lost.
+    fn tell_loss(&self, listener: &LockEventListener, keys: &[Key], loss: &LossState) {
+        let (listener, keys) = (listener.clone(), keys.to_vec());
+        let first = &self.locks[0];
+        let (store, holding) = (first.store().name(), first.current_holding());
+        loss.on_fire(Box::new(move |reason| {
+            listener(&LockEvent {
+                keys: &keys,
+                store,
+                holding,
+                call: Call::Run,
+                fence: None,
+                kind: LockEventKind::Lost { reason },
+            })
+        }));
     }
 }

@@ -123,11 +123,19 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         F: FnOnce(RunContext) -> Fut,
         Fut: Future<Output = Result<T, U>>,
     {
-        if !self
-            .acquire_until(options, cancel)
-            .await
-            .map_err(RunError::Lock)?
-        {
+        // With a listener, the run is told: its acquisition, how its hold ends, and a loss its
+        // watcher finds.
+        #[cfg(feature = "std")]
+        let (acquired, granted_at) = match &self.events {
+            Some(listener) => {
+                let call = crate::events::Call::Run;
+                Box::pin(self.acquire_told(listener, call, options, cancel)).await
+            }
+            None => (self.acquire_until(options, cancel).await, None),
+        };
+        #[cfg(not(feature = "std"))]
+        let acquired = self.acquire_until(options, cancel).await;
+        if !acquired.map_err(RunError::Lock)? {
             return Ok(None);
         }
         // The token of *this* run's hold: if the task outlives the TTL and the handle is
@@ -139,6 +147,10 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
         // Tracked from the moment it is taken, however late its watcher starts.
         let tracked = self.track(&owner);
         let loss = Rc::new(LossState::default());
+        #[cfg(feature = "std")]
+        if let Some(listener) = &self.events {
+            self.tell_loss(listener, &loss, fence);
+        }
         let outcome = self
             .watched(
                 task(RunContext::new(fence, loss.clone())),
@@ -148,6 +160,10 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
             )
             .await;
         let released = self.release_hold(&owner).await;
+        #[cfg(feature = "std")]
+        if let (Some(listener), Some(granted_at)) = (&self.events, granted_at) {
+            self.tell_run_end(listener, granted_at, fence, outcome.is_err(), &released);
+        }
         match (outcome, released) {
             (Err(task_error), _) => Err(RunError::Task(task_error)),
             (Ok(_), Err(lock_error)) => Err(RunError::Lock(lock_error)),
@@ -239,7 +255,7 @@ impl<S: LockStore, R: Runtime> Lock<S, R> {
                 WatchStep::Ended => return,
                 WatchStep::Extend => {
                     extending.set(true);
-                    let extended = self.extend(None).await;
+                    let extended = self.extend_untold(None).await;
                     extending.set(false);
                     watch.extended(extended.is_ok(), self.runtime.monotonic_ms());
                 }
