@@ -121,7 +121,7 @@ async function launchRedis(extraArgs = async () => [], { cwd } = {}) {
 
 // Sends `commands` on one new connection in one write and answers their replies, each a line
 // (`+OK`, `:1`, `-ERR …`): for commands whose replies are single lines.
-function simpleReplies(port, commands) {
+export function simpleReplies(port, commands) {
   const text = commands.map((c) => `*${c.length}\r\n${c.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join("")}`).join("");
   return new Promise((resolve, reject) => {
     const socket = net.connect({ port, host: "127.0.0.1" });
