@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export PATH := $(HOME)/.cargo/bin:$(PATH)
 
-.PHONY: setup pkg test demo bench lint clean soak fuzz
+.PHONY: setup pkg test demo trace bench lint clean soak fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -22,19 +22,25 @@ lint:
 test: setup
 	@bash scripts/test.sh
 
-# The fault scenarios at length: every store x fault x broken variant, SOAK_SECONDS (default 600)
-# of correct runs in all; histories and a summary table under tests/faults/results/soak-<time>/.
+# The fault scenarios at length: every store x primitive x fault x broken variant, SOAK_SECONDS
+# (default 600) of correct runs in all; histories and a summary table under SOAK_RESULTS
+# (tests/faults/results/soak-<time>/).
 # Then the workerd scenarios (Durable Object, D1) the same way, WORKERS_SOAK_SECONDS (default
-# 120) of correct runs, under tests/faults/results/workers-soak-<time>/. Then the component on a
+# 120) of correct runs, under SOAK_RESULTS/workers/. Then the component on a
 # faulty key-value host: two correct-host runs of COMPONENT_SOAK_SECONDS (default 120) each, and
-# every broken host with seeds 1 to COMPONENT_SOAK_SEEDS (default 10).
+# every broken host with seeds 1 to COMPONENT_SOAK_SEEDS (default 10). Last, one table of them
+# all (tests/faults/summary.js), also written to SOAK_RESULTS/all.md.
 SOAK_SECONDS ?= 600
 COMPONENT_SOAK_SECONDS ?= 120
 COMPONENT_SOAK_SEEDS ?= 10
+ifndef SOAK_RESULTS
+SOAK_RESULTS := $(CURDIR)/tests/faults/results/soak-$(shell date -u +%Y-%m-%dT%H-%M-%S)
+endif
 soak: setup
-	@SOAK_SECONDS=$(SOAK_SECONDS) bash scripts/test.d/70-faults.sh soak
+	@SOAK_SECONDS=$(SOAK_SECONDS) SOAK_RESULTS=$(SOAK_RESULTS) bash scripts/test.d/70-faults.sh soak
 	@KEEL_COMPONENT_FAULT_SECONDS=$(COMPONENT_SOAK_SECONDS) KEEL_COMPONENT_FAULT_BROKEN_SEEDS=$(COMPONENT_SOAK_SEEDS) \
-		bash scripts/test.d/60-component.sh
+		KEEL_FAULT_RESULTS=$(SOAK_RESULTS) bash scripts/test.d/60-component.sh
+	@node tests/faults/summary.js $(SOAK_RESULTS)
 
 # Fuzzing: 10^6 proptest cases per Rust input path (release build), then the JS-level fuzz
 # through the packed package (KEEL_JS_FUZZ_CASES, default 200000).
@@ -45,6 +51,10 @@ fuzz: setup
 
 demo: setup
 	@bash scripts/demo.sh
+
+# Twenty charges waiting for one lock, traced with OpenTelemetry and drawn as a waterfall.
+trace: setup
+	@bash scripts/trace.sh
 
 bench: setup
 	@bash scripts/bench.sh

@@ -510,7 +510,7 @@ export declare function observe(
 export interface LockEventBase {
   /** The key, or a set's keys. */
   key: string | string[];
-  /** The store's class name (`MemoryLockStore`, `DurableObjectLockStore`, …; `LockStore` for a plain object). */
+  /** The store's name: its `Symbol.toStringTag` (`RedisLockStore`, `DatabaseLockStore`) or class name (`MemoryLockStore`, `DurableObjectLockStore`); `LockStore` for a plain object. */
   store: string;
 }
 /** One call of `run`/`runImmediately`/`acquire`/`hold`, from its start (`run`/`acquire`) to its end. */

@@ -110,9 +110,10 @@ export function instrumentKeelLock(options = {}) {
         const outcome = OUTCOMES[event.type];
         if (outcome === undefined || entry === undefined) return;
         if (event.type === "refused") refusals.add(1, entry.attributes);
-        if (event.type === "timed-out") {
-          timeouts.add(1, entry.attributes);
-          waits.record(event.waitedMs, { ...entry.attributes, "keel_lock.outcome": "timed_out" });
+        if (event.type === "timed-out") timeouts.add(1, entry.attributes);
+        // A wait that ended without the key is a wait too: timed out, or aborted by its caller.
+        if (event.type === "timed-out" || event.type === "aborted") {
+          waits.record(event.waitedMs, { ...entry.attributes, "keel_lock.outcome": outcome });
         }
         entry.span.setAttribute("keel_lock.waited_ms", event.waitedMs);
         finish(event.attempt, outcome, event.type === "error" ? event.error : undefined);

@@ -259,6 +259,8 @@ export function redisLockStore(client, options = {}) {
   };
 
   const store = {
+    // The name lock events and keel-lock/otel give this store.
+    [Symbol.toStringTag]: "RedisLockStore",
     prefix,
     clientType,
 

@@ -187,6 +187,8 @@ export function databaseLockStore(db, options = {}) {
   }
 
   const store = {
+    // The name lock events and keel-lock/otel give this store.
+    [Symbol.toStringTag]: "DatabaseLockStore",
     table,
     driver,
     dialect,

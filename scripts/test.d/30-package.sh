@@ -5,7 +5,7 @@
 # a Vite bundle in headless Chromium, and the API tests that need nothing of Node bundled into
 # a page run in headless Chromium and headless Firefox (browsers.test.mjs); the Node files once more under
 # --no-experimental-detect-module (a Node that never guesses a file's module syntax); and
-# `cargo package`, which builds the crate from the packaged sources alone.
+# `make trace`'s waterfall; and `cargo package`, which builds the crate from the packaged sources alone.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -48,6 +48,9 @@ echo "--- the Node files again under node --no-experimental-detect-module"
 node --no-experimental-detect-module --test --test-reporter=dot "${node_files[@]}"
 
 cd ../..
+echo "--- make trace (the waterfall drawn from recorded spans; it fails if a charge's span is missing)"
+bash scripts/trace.sh
+
 echo "--- cargo package (builds the crate from the packaged files alone)"
 cargo package --allow-dirty --quiet
 echo "crate: $(cargo package --allow-dirty --list | wc -l) files"

@@ -6,7 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
 bash scripts/ensure-pkg.sh
-[ -d tests/workers/node_modules/miniflare ] || (cd tests/workers && npm ci --no-audit --no-fund --loglevel=error)
+if [ ! -d tests/workers/node_modules ] || [ tests/workers/package-lock.json -nt tests/workers/node_modules/.package-lock.json ]; then
+  (cd tests/workers && npm ci --no-audit --no-fund --loglevel=error)
+fi
 cd tests/workers
 export WRANGLER_SEND_METRICS=false CLOUDFLARE_CF_FETCH_ENABLED=false
 node --test --test-concurrency=1 test/

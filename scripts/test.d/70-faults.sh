@@ -48,7 +48,9 @@ case "$mode" in
     echo "--- fault scenarios (short, fixed seeds)"
     node run.js
     echo "--- Durable Object and D1 in workerd under faults (short)"
-    node workers.js
+    node workers.js --results results/short/workers
+    echo "--- every short fault run, by store x primitive x fault"
+    node summary.js results/short
     ;;
   soak)
     echo "--- fault scenarios, full matrix, ${SOAK_SECONDS:-600} s of correct runs"

@@ -26,19 +26,25 @@ impl Checker<'_> {
                     events.extend(lease.outcome);
                     events.extend(prev.entered);
                     events.extend(lease.entered);
+                    // Two campaigns: two leaders; else the key's exclusion.
+                    let (kind, what) = if prev.campaign && lease.campaign {
+                        (
+                            ViolationKind::TwoLeaders,
+                            "two certainly valid leaders at once",
+                        )
+                    } else {
+                        (
+                            ViolationKind::MutualExclusion,
+                            "two certainly valid leases at once",
+                        )
+                    };
                     let message = format!(
-                        "two certainly valid leases at once: {} and {}",
+                        "{what}: {} and {}",
                         self.describe(prev),
                         self.describe(lease)
                     );
                     let window = (self.at(prev.invoke).earliest, lease.valid_from);
-                    self.violate_or_loss(
-                        ViolationKind::MutualExclusion,
-                        key,
-                        message,
-                        events,
-                        window,
-                    );
+                    self.violate_or_loss(kind, key, message, events, window);
                 }
             }
             if longest.is_none_or(|p| lease.valid_until > p.valid_until) {
@@ -126,8 +132,13 @@ impl Checker<'_> {
                 let mut events = vec![prev.invoke, lease.invoke];
                 events.extend(prev.outcome);
                 events.extend(lease.outcome);
+                let what = if kind == ViolationKind::MutualExclusion {
+                    "an exclusive hold (a lock, a write lock) beside another, both certainly valid"
+                } else {
+                    "certainly valid holds break the key's sharing"
+                };
                 let message = format!(
-                    "certainly valid holds break the key's sharing: {} {how} {}",
+                    "{what}: {} {how} {}",
                     self.describe(lease),
                     self.describe(prev)
                 );
@@ -145,7 +156,11 @@ impl Checker<'_> {
         }
     }
 
-    pub(super) fn fence_order(&mut self, key: &str, h: &KeyHistory) {
+    /// Fences strictly increase in grant order, as invocations and answers show it. Answers the
+    /// leases (by their invoke) it found a greater fence granted before, so that the leader rule
+    /// does not report them again.
+    pub(super) fn fence_order(&mut self, key: &str, h: &KeyHistory) -> Vec<usize> {
+        let mut flagged = Vec::new();
         let mut fenced: Vec<(&Lease, u64)> = h
             .leases
             .iter()
@@ -188,6 +203,7 @@ impl Checker<'_> {
             }
             let (_, top, n) = best[before - 1];
             if top > fence {
+                flagged.push(lease.invoke);
                 let earlier = fenced[n].0;
                 let message = format!(
                     "fence {fence} granted to {} after fence {top} had been granted to {}: fences must strictly increase",
@@ -198,6 +214,7 @@ impl Checker<'_> {
                 self.violate_or_loss(ViolationKind::FenceOrder, key, message, events, window);
             }
         }
+        flagged
     }
 
     pub(super) fn stale_writes(&mut self, key: &str, h: &KeyHistory) {
@@ -267,7 +284,7 @@ impl Checker<'_> {
             };
         }
         for c in &h.calls {
-            if c.op == Op::Acquire || c.result != Outcome::Ok {
+            if c.op.acquires() || c.result != Outcome::Ok {
                 continue;
             }
             let invoked = self.at(c.invoke).earliest;
@@ -277,6 +294,10 @@ impl Checker<'_> {
                     .max_by_key(|l| l.invoke)
                     .copied()
             });
+            // A key of a set its call refused: the all-or-nothing rule judges what follows.
+            if own.is_some_and(|l| l.set.is_some() && l.gave_up) {
+                continue;
+            }
             let Some(lease) = own else {
                 let message = format!(
                     "{} by {}, which never acquired the key, succeeded",
@@ -354,7 +375,7 @@ impl Checker<'_> {
             });
         }
         for c in &h.calls {
-            if c.op != Op::Acquire || c.result != Outcome::Fail || !c.immediate {
+            if !c.op.acquires() || c.result != Outcome::Fail || !c.immediate {
                 continue;
             }
             let Some(outcome) = c.outcome else { continue };

@@ -36,16 +36,26 @@ pub enum Op {
     Release,
     /// Push the expiry back (the owner's own hold only).
     Extend,
+    /// Campaign for leadership: an exclusive acquire that waits its turn without a deadline;
+    /// its grant makes the owner the key's leader until the hold ends. Judged as an acquire,
+    /// and by the leader rules besides.
+    Campaign,
 }
 
 impl Op {
-    /// The operation's name in a history: `acquire`, `release`, `extend`.
+    /// The operation's name in a history: `acquire`, `release`, `extend`, `campaign`.
     pub fn name(self) -> &'static str {
         match self {
             Op::Acquire => "acquire",
             Op::Release => "release",
             Op::Extend => "extend",
+            Op::Campaign => "campaign",
         }
+    }
+
+    /// Whether the operation takes the key (an acquire or a campaign).
+    pub fn acquires(self) -> bool {
+        matches!(self, Op::Acquire | Op::Campaign)
     }
 }
 
@@ -64,6 +74,35 @@ pub enum Holding {
         /// How many permits the key has.
         limit: u64,
     },
+}
+
+impl Holding {
+    /// A read lock: one permit of a limit nobody reaches.
+    pub const READ: Holding = Holding::Shared {
+        weight: 1,
+        limit: u64::MAX,
+    };
+
+    /// The smallest limit that means a read lock: the stores' largest, 2^32 − 1, which is what
+    /// the API gives its read locks (so a history may name either).
+    pub const READ_LIMIT: u64 = u32::MAX as u64;
+
+    /// Whether this is a read lock's share (a limit of [`Holding::READ_LIMIT`] or more).
+    pub fn is_read(self) -> bool {
+        matches!(self, Holding::Shared { limit, .. } if limit >= Holding::READ_LIMIT)
+    }
+
+    /// One spelling per kind of hold: every read-lock limit becomes `u64::MAX`, so read locks
+    /// recorded with the API's limit and with none share the key as the store shares it.
+    pub fn normalized(self) -> Holding {
+        match self {
+            Holding::Shared { weight, limit } if limit >= Holding::READ_LIMIT => Holding::Shared {
+                weight,
+                limit: u64::MAX,
+            },
+            other => other,
+        }
+    }
 }
 
 /// What happened.
@@ -118,6 +157,21 @@ pub enum EventKind {
         /// The store claims durability.
         persistent: bool,
     },
+    /// The owner's acquires of `keys` are one all-or-nothing call (`lock([...keys])`, a store's
+    /// `acquireMany`): each key's invoke and outcome are recorded on that key as usual, under
+    /// this owner label, and this event ties them together (its own `key` is unused). A set may
+    /// hold some keys while its call runs (a composed set takes them one at a time), but once it
+    /// answers it holds every key or none.
+    AcquireSet {
+        /// The keys of the set.
+        keys: Vec<String>,
+    },
+    /// An observer (`owner`, a label of its own) was told who leads `key`: the leader's fence,
+    /// or `None` while nobody leads. One observer's reports are sequential.
+    LeaderObserved {
+        /// The leader's fence.
+        fence: Option<u64>,
+    },
 }
 
 /// One recorded event.
@@ -126,7 +180,8 @@ pub struct Event {
     /// The client (process, task) that recorded it; operations of one client on one owner are
     /// sequential.
     pub client: u64,
-    /// The lock's key (empty for a store restart, which concerns every key).
+    /// The lock's key (empty for a store restart, which concerns every key, and unused by a
+    /// set, which names its keys).
     pub key: String,
     /// The hold this concerns: a label unique per acquisition (not necessarily the store's
     /// owner token). A deliberate stranger's release or extend uses a label of its own.

@@ -28,6 +28,10 @@ pub(super) struct Lease {
     pub(super) possible_until: Micros,
     /// The section's `Enter`, if any.
     pub(super) entered: Option<usize>,
+    /// A campaign for leadership.
+    pub(super) campaign: bool,
+    /// The all-or-nothing set it is a key of (an index into `Checker::sets`).
+    pub(super) set: Option<usize>,
 }
 
 pub(super) struct Pending {
@@ -61,6 +65,26 @@ pub(super) struct KeyHistory {
     pub(super) leases: Vec<Lease>,
     pub(super) calls: Vec<Call>,
     pub(super) writes: Vec<usize>,
+    /// Observers' leader reports, in each observer's order.
+    pub(super) observed: Vec<usize>,
+}
+
+/// An all-or-nothing acquisition of several keys: its `AcquireSet` event and, per key, the
+/// acquire its owner made there.
+pub(super) struct SetCall {
+    pub(super) event: usize,
+    pub(super) owner: String,
+    pub(super) keys: Vec<String>,
+    pub(super) members: Vec<Member>,
+}
+
+/// One key's acquire within a set, with the store's answer as recorded (before a refusal is
+/// read as "possibly held until the answer").
+pub(super) struct Member {
+    pub(super) key: String,
+    pub(super) invoke: usize,
+    pub(super) outcome: Option<usize>,
+    pub(super) result: Outcome,
 }
 
 pub(super) struct Checker<'a> {
@@ -71,6 +95,9 @@ pub(super) struct Checker<'a> {
     pub(super) restarts: Vec<(Stamp, bool)>,
     /// Violations so far, per kind.
     pub(super) reported: HashMap<ViolationKind, usize>,
+    /// The history's all-or-nothing sets, and which set each `(key, owner)` acquire belongs to.
+    pub(super) sets: Vec<SetCall>,
+    pub(super) set_of: HashMap<(String, String), usize>,
 }
 
 pub(super) const TTL_US_MAX: Micros = Micros::MAX / 4;
@@ -138,6 +165,23 @@ impl Checker<'_> {
 
     /// Pairs invocations with outcomes, per key.
     pub(super) fn collect(&mut self) -> Vec<(String, KeyHistory)> {
+        // Sets first: an acquire learns whether it belongs to one when its outcome comes in.
+        for (i, e) in self.history.iter().enumerate() {
+            if let EventKind::AcquireSet { keys } = &e.kind {
+                let n = self.sets.len();
+                for key in keys {
+                    self.set_of
+                        .entry((key.clone(), e.owner.clone()))
+                        .or_insert(n);
+                }
+                self.sets.push(SetCall {
+                    event: i,
+                    owner: e.owner.clone(),
+                    keys: keys.clone(),
+                    members: Vec::new(),
+                });
+            }
+        }
         let mut order: Vec<usize> = (0..self.history.len()).collect();
         // Process events in an order consistent with each client's own sequence.
         order.sort_by_key(|&i| (self.history[i].at.earliest, self.history[i].at.latest, i));
@@ -165,7 +209,7 @@ impl Checker<'_> {
                         invoke: i,
                         ttl_us,
                         immediate: *immediate,
-                        holding: *holding,
+                        holding: holding.normalized(),
                     });
                 }
                 EventKind::Ok { op, .. } | EventKind::Fail { op } | EventKind::Info { op } => {
@@ -207,7 +251,10 @@ impl Checker<'_> {
                 EventKind::FencedWrite { .. } => {
                     keys.entry(e.key.as_str()).or_default().writes.push(i);
                 }
-                EventKind::Exit | EventKind::ExpiryObserved => {}
+                EventKind::LeaderObserved { .. } => {
+                    keys.entry(e.key.as_str()).or_default().observed.push(i);
+                }
+                EventKind::Exit | EventKind::ExpiryObserved | EventKind::AcquireSet { .. } => {}
             }
         }
         // Invocations with no outcome: their process died mid-call.
@@ -228,7 +275,7 @@ impl Checker<'_> {
 
     #[allow(clippy::too_many_arguments)]
     pub(super) fn finish<'h>(
-        &self,
+        &mut self,
         keys: &mut HashMap<&'h str, KeyHistory>,
         lease_of: &mut HashMap<(&'h str, &'h str), usize>,
         e: &'h Event,
@@ -238,12 +285,27 @@ impl Checker<'_> {
         fence: Option<u64>,
     ) {
         let h = keys.entry(e.key.as_str()).or_default();
+        let set = if p.op.acquires() {
+            self.set_of.get(&(e.key.clone(), e.owner.clone())).copied()
+        } else {
+            None
+        };
+        if let Some(s) = set {
+            self.sets[s].members.push(Member {
+                key: e.key.clone(),
+                invoke: p.invoke,
+                outcome,
+                result,
+            });
+        }
         // A waiting acquire that answers no may still have been handed the key by the store and
         // have given it back by the time it answered (a hand-over racing its timeout): possibly
-        // held while it waited, like an unknown outcome, but no longer than its answer.
-        let gave_up = p.op == Op::Acquire && result == Outcome::Fail && !p.immediate;
+        // held while it waited, like an unknown outcome, but no longer than its answer. So may a
+        // set's key, even on an immediate call: a set taken one key at a time holds the first
+        // keys while it asks for the next, and frees them before it answers no.
+        let gave_up = p.op.acquires() && result == Outcome::Fail && (!p.immediate || set.is_some());
         let result = if gave_up { Outcome::Unknown } else { result };
-        if p.op == Op::Acquire && result != Outcome::Fail {
+        if p.op.acquires() && result != Outcome::Fail {
             lease_of.insert((e.key.as_str(), e.owner.as_str()), h.leases.len());
             h.leases.push(Lease {
                 owner: e.owner.clone(),
@@ -258,6 +320,8 @@ impl Checker<'_> {
                 possible_from: 0,
                 possible_until: 0,
                 entered: None,
+                campaign: p.op == Op::Campaign,
+                set,
             });
         }
         // Every call is kept (an acquire's with its TTL, for its lease's bounds).
@@ -286,7 +350,7 @@ impl Checker<'_> {
             let invoke = self.at(lease.invoke);
             let ttl = calls
                 .iter()
-                .find(|c| c.op == Op::Acquire && c.invoke == lease.invoke)
+                .find(|c| c.op.acquires() && c.invoke == lease.invoke)
                 .map_or(0, |c| c.ttl_us);
             let answered = lease.outcome.map_or(Micros::MAX, |o| self.at(o).latest);
             lease.possible_from = invoke.earliest;
@@ -304,7 +368,7 @@ impl Checker<'_> {
             let mut released_at: Option<(Micros, Micros)> = None;
             for c in calls
                 .iter()
-                .filter(|c| c.invoke > lease.invoke || c.op != Op::Acquire)
+                .filter(|c| c.invoke > lease.invoke || !c.op.acquires())
             {
                 let ci = self.at(c.invoke);
                 if ci.earliest < invoke.earliest {
@@ -312,8 +376,12 @@ impl Checker<'_> {
                 }
                 let done = c.outcome.map_or(Micros::MAX, |o| self.at(o).latest);
                 match (c.op, c.result) {
+                    // An extend that succeeded proves the hold lasted from its grant until the
+                    // extend's TTL (a correct store does not revive an expired hold), so it
+                    // prolongs the certain validity — here only while still certain, and for a
+                    // campaign, whose wait makes `invoke + ttl` an early bound, from any point.
                     (Op::Extend, Outcome::Ok) => {
-                        if ci.earliest <= certain {
+                        if ci.earliest <= certain || lease.campaign {
                             certain = certain
                                 .max(ci.earliest.saturating_add(c.ttl_us).saturating_sub(tol));
                         }
@@ -345,8 +413,14 @@ impl Checker<'_> {
             .fence
             .map_or("no fence".to_owned(), |f| format!("fence {f}"));
         let shares = match lease.holding {
+            Holding::Exclusive if lease.campaign => ", leader".to_owned(),
             Holding::Exclusive => String::new(),
-            Holding::Shared { weight, limit } if limit == u64::MAX => format!(", shared, {weight}"),
+            Holding::Shared { weight: 1, .. } if lease.holding.is_read() => {
+                ", read lock".to_owned()
+            }
+            Holding::Shared { weight, .. } if lease.holding.is_read() => {
+                format!(", shared, {weight}")
+            }
             Holding::Shared { weight, limit } => format!(", {weight} of {limit} permits"),
         };
         format!(

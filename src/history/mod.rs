@@ -28,6 +28,14 @@
 //! store that never expires). A store restart marked non-persistent turns the overlaps and fence
 //! regressions it causes into documented [`Report::losses`] instead of violations.
 //!
+//! **Shapes beyond the lock.** Shared holds (a semaphore's permits, read locks) may overlap up
+//! to their limit, never beside an exclusive hold (a write lock). A set of keys acquired all or
+//! nothing ([`EventKind::AcquireSet`]) is judged per key as usual, and as a whole: once its call
+//! answered it held every key or none. Campaigns ([`Op::Campaign`]) are exclusive acquires whose
+//! holders are leaders: never two certainly valid at once, fences increasing in the order
+//! exclusion shows leadership was granted, and each observer ([`EventKind::LeaderObserved`])
+//! told them in fence order.
+//!
 //! **Assumption about unknown outcomes.** An `Info` acquire may have been granted, at any time up
 //! to its `Info` stamp (and then hold the key for its TTL); a waiting (not immediate) acquire that
 //! answered no may have been handed the key while it waited, and given it back by its answer (a
@@ -38,8 +46,10 @@ use std::collections::HashMap;
 
 mod checks;
 mod events;
+mod leaders;
 mod leases;
 mod report;
+mod sets;
 #[cfg(test)]
 mod tests;
 
@@ -55,16 +65,21 @@ pub fn check(history: &[Event], options: &CheckOptions) -> Report {
         report: Report::default(),
         restarts: Vec::new(),
         reported: HashMap::new(),
+        sets: Vec::new(),
+        set_of: HashMap::new(),
     };
-    let keys = checker.collect();
-    for (key, mut h) in keys {
-        checker.bound_leases(&mut h);
-        checker.mutual_exclusion(&key, &h);
-        checker.fence_order(&key, &h);
-        checker.stale_writes(&key, &h);
-        checker.non_owner(&key, &h);
-        checker.refused_while_free(&key, &h);
+    let mut keys = checker.collect();
+    for (key, h) in &mut keys {
+        checker.bound_leases(h);
+        checker.mutual_exclusion(key, h);
+        let flagged = checker.fence_order(key, h);
+        checker.leader_order(key, h, &flagged);
+        checker.observe_order(key, h);
+        checker.stale_writes(key, h);
+        checker.non_owner(key, h);
+        checker.refused_while_free(key, h);
     }
+    checker.all_or_nothing(&keys);
     checker.report.restarts = checker.restarts.len();
     checker.report
 }

@@ -47,7 +47,22 @@ pub enum ViolationKind {
     NonOwnerSucceeded,
     /// An immediate acquire was refused while the key was certainly free.
     RefusedWhileFree,
-    /// The history itself is inconsistent (an outcome without an invocation).
+    /// A set of keys acquired all or nothing was held in part: one call granted some of its keys
+    /// and refused others, the owner still held a key of a set its call refused, or the store
+    /// refused the owner's release or extend of a key of a granted set while that hold was
+    /// certainly valid.
+    PartialSet,
+    /// Two campaigns held certainly valid leadership of one key at the same instant.
+    TwoLeaders,
+    /// A leader's fence was not greater than that of a leader certainly granted before it (the
+    /// grant order a waiting campaign's invocation cannot show, read from when each leader
+    /// certainly held the key).
+    LeaderOrder,
+    /// An observer was told a leader whose fence was not greater than one it had been told
+    /// before (each leader is reported once, in fence order).
+    ObserveOrder,
+    /// The history itself is inconsistent (an outcome without an invocation, a set naming a key
+    /// its owner never acquired).
     Malformed,
 }
 
@@ -62,6 +77,10 @@ impl ViolationKind {
             ViolationKind::StaleFenceAccepted => "stale_fence_accepted",
             ViolationKind::NonOwnerSucceeded => "non_owner_succeeded",
             ViolationKind::RefusedWhileFree => "refused_while_free",
+            ViolationKind::PartialSet => "partial_set",
+            ViolationKind::TwoLeaders => "two_leaders",
+            ViolationKind::LeaderOrder => "leader_order",
+            ViolationKind::ObserveOrder => "observe_order",
             ViolationKind::Malformed => "malformed_history",
         }
     }

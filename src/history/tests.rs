@@ -558,3 +558,5 @@ fn an_over_limit_across_a_lossy_restart_is_a_loss_not_a_violation() {
     assert_eq!(r.loss_count, 1);
     assert_eq!(r.losses[0].kind, ViolationKind::OverLimit);
 }
+
+mod shapes;

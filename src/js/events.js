@@ -41,8 +41,13 @@ function emit(event) {
   }
 }
 
-/** The store's name for events: its class's, or "LockStore" for a plain object. */
+/**
+ * The store's name for events: its `Symbol.toStringTag` (the Redis and SQL stores set one), its
+ * class's, or "LockStore" for a plain object.
+ */
 export function storeName(object) {
+  const tag = object?.[Symbol.toStringTag];
+  if (typeof tag === "string" && tag !== "") return tag;
   const name = object?.constructor?.name;
   return typeof name === "string" && name !== "" && name !== "Object" ? name : "LockStore";
 }

@@ -2,11 +2,17 @@
 // the packed tarball — against real stores while this process injects faults, then every
 // recorded history goes through the checker (checkHistory from keel-lock/testing).
 //
-//   node run.js [--soak] [--seconds N] [--results DIR] [--only STORE[:SCENARIO[:VARIANT]]] [--seed N]
+//   node run.js [--soak] [--seconds N] [--results DIR] [--only STORE[:SCENARIO[:VARIANT[:PRIMITIVE]]]] [--seed N]
 //
 // Stores: memory (in one process), Redis (with and without AOF), Redis Cluster (three masters
 // with a replica each, through an ioredis Cluster), Upstash (@upstash/redis over the REST fixture
 // of tests/stores, which polls: no pub/sub), better-sqlite3 on a shared file, PostgreSQL.
+//
+// Primitives: `lock` on every store and scenario below; semaphores (1–2 permits of 3) and
+// read-write locks (readers and writers on one key) on the memory store (errors), Redis and
+// PostgreSQL (kill; in the soak also errors and restart, and SQLite, the Redis Cluster and
+// Upstash), each against a broken store of its own: permits taken under a larger limit
+// (limit-blind), a writer taken as one more reader (writer-shares).
 //
 // Scenarios (each against each store it applies to):
 //   kill     a holder is SIGKILLed inside its critical section (and replaced); its key must be
@@ -99,16 +105,34 @@ const MATRIX = [
   ["upstash", ["kill", "stop", ...(soak ? ["errors"] : [])]],
 ];
 
-const [onlyStore, onlyScenario, onlyVariant] = only ? only.split(":") : [];
+// The shared holds, each with the broken store its runs must catch: permits over the limit, and
+// a writer beside readers. The checker judges them by the limit and weight each acquire records.
+const PRIMITIVES = {
+  semaphore: { broken: "limit-blind" },
+  rw: { broken: "writer-shares" },
+};
+const SHARED_MATRIX = {
+  memory: ["errors"],
+  redis: ["kill", ...(soak ? ["errors", "restart"] : [])],
+  pg: ["kill", ...(soak ? ["errors", "restart"] : [])],
+  ...(soak && { sqlite: ["kill"], "redis-cluster": ["kill", "failover"], upstash: ["kill"] }),
+};
+
+const [onlyStore, onlyScenario, onlyVariant, onlyPrimitive] = only ? only.split(":") : [];
 const runs = [];
 for (const [store, scenarios] of MATRIX) {
   if (onlyStore && onlyStore !== store) continue;
-  for (const scenario of scenarios) {
-    if (onlyScenario && onlyScenario !== scenario) continue;
-    const own = OWN_BROKEN[store];
-    const brokenOnes = soak ? [...VARIANTS, ...(own ? [own] : [])] : [own ?? SCENARIOS[scenario].broken];
-    for (const variant of ["correct", ...brokenOnes]) {
-      if (!onlyVariant || onlyVariant === variant) runs.push({ store, scenario, variant });
+  const plan = [["lock", scenarios], ...Object.keys(PRIMITIVES).map((p) => [p, SHARED_MATRIX[store] ?? []])];
+  for (const [primitive, list] of plan) {
+    if (onlyPrimitive && onlyPrimitive !== primitive) continue;
+    for (const scenario of list) {
+      if (onlyScenario && onlyScenario !== scenario) continue;
+      const own = OWN_BROKEN[store];
+      const lockBroken = soak ? [...VARIANTS, ...(own ? [own] : [])] : [own ?? SCENARIOS[scenario].broken];
+      const brokenOnes = primitive === "lock" ? lockBroken : [PRIMITIVES[primitive].broken];
+      for (const variant of ["correct", ...brokenOnes]) {
+        if (!onlyVariant || onlyVariant === variant) runs.push({ store, primitive, scenario, variant });
+      }
     }
   }
 }
@@ -149,8 +173,9 @@ function storeSpec(kind, srv, dir) {
   return { kind: "pg", url: srv.url };
 }
 
-async function runOne({ store, scenario, variant }, seed, srv) {
-  const name = `${store}-${scenario}-${variant}`;
+async function runOne(run, seed, srv) {
+  const { store, primitive, scenario, variant } = run;
+  const name = primitive === "lock" ? `${store}-${scenario}-${variant}` : `${store}-${primitive}-${scenario}-${variant}`;
   const dir = join(resultsDir, name);
   mkdirSync(dir, { recursive: true });
   const s = SCENARIOS[scenario];
@@ -164,7 +189,7 @@ async function runOne({ store, scenario, variant }, seed, srv) {
   }
   if (store === "pg") {
     // A fresh schema per run: a table of its own, found through search_path.
-    const schemaName = `run_${runs.indexOf(runs.find((r) => r.store === store && r.scenario === scenario && r.variant === variant))}_${seed}`;
+    const schemaName = `run_${runs.indexOf(run)}_${seed}`;
     const { default: pg } = await import("pg");
     const c = new pg.Client({ connectionString: srv.url });
     await c.connect();
@@ -192,6 +217,7 @@ async function runOne({ store, scenario, variant }, seed, srv) {
     const config = {
       id,
       store: spec,
+      primitive,
       variant,
       keys: 2,
       ttlMs: TTL_MS,
@@ -317,6 +343,7 @@ async function runOne({ store, scenario, variant }, seed, srv) {
   const takenOver = kills.filter((k) => history.some((e) => e.type === "ok" && e.op === "acquire" && e.key === k.key && e.t0 > k.at)).length;
   const row = {
     store,
+    primitive,
     scenario,
     variant,
     seconds: Math.round(durationMs / 100) / 10,
@@ -383,7 +410,7 @@ try {
     const verdict = row.problems.length ? "FAIL" : "ok";
     if (row.problems.length) failed = true;
     console.log(
-      `${verdict.padEnd(4)} ${row.store}/${row.scenario}/${row.variant}: ${row.operations} ops, ${row.grants} grants, ` +
+      `${verdict.padEnd(4)} ${row.store}/${row.primitive}/${row.scenario}/${row.variant}: ${row.operations} ops, ${row.grants} grants, ` +
         `${row.faults} faults, ${row.violations} violations${row.kinds.length ? ` (${row.kinds.join(", ")})` : ""}, ` +
         `${row.losses} losses${row.lossKinds.length ? ` (${row.lossKinds.join(", ")})` : ""}, ` +
         `${row.scenario === "takeover" ? `${row.fencesReused} fences granted twice, ${row.faultGrants} grants answered during the takeover, ` : ""}` +
@@ -398,7 +425,8 @@ try {
 // One line per store × scenario (its correct run, and which broken stores it caught), then every run.
 const violations = (r) => `${r.violations}${r.kinds.length ? ` (${r.kinds.join(", ")})` : ""}`;
 const scenarioRows = rows.filter((r) => r.variant === "correct");
-const brokenRuns = (r) => rows.filter((b) => b.store === r.store && b.scenario === r.scenario && b.variant !== "correct");
+const brokenRuns = (r) =>
+  rows.filter((b) => b.store === r.store && b.primitive === r.primitive && b.scenario === r.scenario && b.variant !== "correct");
 const caught = (r) => {
   const runsOf = brokenRuns(r);
   const missed = runsOf.filter((b) => b.violations === 0).map((b) => b.variant);
@@ -406,21 +434,21 @@ const caught = (r) => {
   return `${runsOf.length - missed.length}/${runsOf.length} (${each}${missed.length ? `; missed: ${missed.join(", ")}` : ""})`;
 };
 const overview = [
-  "| store | scenario | seconds | processes | operations | grants | faults injected | stale writes refused | killed holders' keys granted again | violations | losses | broken stores caught (violations each) |",
-  "|---|---|---|---|---|---|---|---|---|---|---|---|",
+  "| store | primitive | scenario | seconds | processes | operations | grants | faults injected | stale writes refused | killed holders' keys granted again | violations | losses | broken stores caught (violations each) |",
+  "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
   ...scenarioRows.map(
     (r) =>
-      `| ${r.store} | ${r.scenario} | ${r.seconds} | ${r.processes} | ${r.operations} | ${r.grants} | ${r.faults} | ` +
+      `| ${r.store} | ${r.primitive} | ${r.scenario} | ${r.seconds} | ${r.processes} | ${r.operations} | ${r.grants} | ${r.faults} | ` +
       `${SCENARIOS[r.scenario].victim === "stop" ? r.staleRefused : "–"} | ${SCENARIOS[r.scenario].victim === "kill" ? r.takenOver : "–"} | ` +
       `${violations(r)} | ${r.losses} | ${caught(r)} |`,
   ),
 ].join("\n");
 const table = [
-  "| store | scenario | variant | seconds | processes | operations | grants | faults injected | stale writes refused | violations | losses |",
-  "|---|---|---|---|---|---|---|---|---|---|---|",
+  "| store | primitive | scenario | variant | seconds | processes | operations | grants | faults injected | stale writes refused | violations | losses |",
+  "|---|---|---|---|---|---|---|---|---|---|---|---|",
   ...rows.map(
     (r) =>
-      `| ${r.store} | ${r.scenario} | ${r.variant} | ${r.seconds} | ${r.processes} | ${r.operations} | ${r.grants} | ${r.faults} | ${r.staleRefused} | ${violations(r)} | ${r.losses} |`,
+      `| ${r.store} | ${r.primitive} | ${r.scenario} | ${r.variant} | ${r.seconds} | ${r.processes} | ${r.operations} | ${r.grants} | ${r.faults} | ${r.staleRefused} | ${violations(r)} | ${r.losses} |`,
   ),
 ].join("\n");
 const total = (k, list = scenarioRows) => list.reduce((n, r) => n + r[k], 0);
@@ -429,7 +457,7 @@ const totals =
   `Correct stores: ${total("operations")} operations, ${total("grants")} grants, ${total("faults")} faults injected, ` +
   `${total("violations")} violations, ${total("losses")} losses in ${Math.round(total("seconds"))} s of runs. ` +
   `Broken stores caught: ${broken.filter((r) => r.violations > 0).length} of ${broken.length} runs` +
-  [...VARIANTS, ...Object.values(OWN_BROKEN)].map((v) => {
+  [...VARIANTS, ...Object.values(OWN_BROKEN), ...Object.values(PRIMITIVES).map((p) => p.broken)].map((v) => {
     const of = broken.filter((r) => r.variant === v);
     return of.length ? `; ${v} ${of.filter((r) => r.violations > 0).length}/${of.length}` : "";
   }).join("") +

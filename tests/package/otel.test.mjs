@@ -129,6 +129,10 @@ for (const [name, make] of [["memory", () => new MemoryLockStore()], ["js, polle
       assert.equal(run.attributes["keel_lock.outcome"], "aborted");
       assert.equal(run.status.code, SpanStatusCode.UNSET);
       assert.equal(spans("keel-lock.run").length, 1);
+      const aborted = (await points("keel_lock.wait.duration")).filter(([a]) => a["keel_lock.outcome"] === "aborted");
+      assert.equal(aborted.length, 1);
+      assert.equal(aborted[0][1].count, 1);
+      assert.ok(aborted[0][1].max >= 10);
     });
 
     it("a loss while fn runs: the run's span says lost, with a keel-lock.lost event, and a loss is counted", async () => {

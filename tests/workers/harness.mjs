@@ -25,6 +25,8 @@ export function build() {
   mkdirSync(dest, { recursive: true });
   execFileSync("tar", ["xzf", join(root, tgz), "-C", dest, "--strip-components=1"]);
   cpSync(join(here, "workers"), join(root, "src"), { recursive: true });
+  // keel-lock/otel's optional peer, and the SDK the test Worker records spans with.
+  cpSync(join(here, "node_modules", "@opentelemetry"), join(root, "node_modules", "@opentelemetry"), { recursive: true });
   const wrangler = join(here, "node_modules", ".bin", "wrangler");
   const out = {};
   for (const name of ["main", "other"]) {

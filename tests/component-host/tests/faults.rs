@@ -9,7 +9,8 @@
 //!
 //! `KEEL_COMPONENT_FAULT_SECONDS` sets how long each correct-host run lasts (default 4);
 //! `KEEL_COMPONENT_FAULT_BROKEN_SEEDS=N` runs each broken host with seeds 1 to N (default 3),
-//! every one of which must be caught.
+//! every one of which must be caught. With `KEEL_FAULT_RESULTS` set to a folder, each run adds
+//! a line to its `component.jsonl`, in the fault suite's row shape, for the soak's one table.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock};
@@ -397,6 +398,7 @@ fn run(name: &str, faults: Faults, seconds: f64) -> RunResult {
         stats.add(&st);
     }
     let report = check(&events, &CheckOptions::default());
+    record_row(name, seed, seconds, &report, &host.fault_counts(), &stats);
     let result = RunResult {
         report,
         events,
@@ -416,6 +418,53 @@ fn run(name: &str, faults: Faults, seconds: f64) -> RunResult {
         result.swaps.1,
     );
     result
+}
+
+/// One run as the fault suite's summary row (`tests/faults/summary.js` prints them all in one
+/// table), appended to `$KEEL_FAULT_RESULTS/component.jsonl` when that is set.
+fn record_row(
+    name: &str,
+    seed: u64,
+    seconds: f64,
+    report: &Report,
+    injected: &FaultCounts,
+    stats: &Stats,
+) {
+    let Ok(dir) = std::env::var("KEEL_FAULT_RESULTS") else {
+        return;
+    };
+    // "RacyCompareAndSwap" → "racy-compare-and-swap", as the other stores name their variants.
+    let mut variant = String::new();
+    for (i, c) in name.chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            variant.push('-');
+        }
+        variant.push(c.to_ascii_lowercase());
+    }
+    let faults =
+        injected.failed_before + injected.failed_after + injected.delayed + injected.stalled;
+    let kinds: Vec<String> = kinds(report)
+        .split(", ")
+        .filter(|k| !k.is_empty())
+        .map(|k| format!("\"{k}\""))
+        .collect();
+    let line = format!(
+        "{{\"store\":\"component (wasi:keyvalue host)\",\"primitive\":\"lock\",\"scenario\":\"host faults\",\
+         \"variant\":\"{variant}\",\"seed\":{seed},\"seconds\":{seconds},\"operations\":{},\"grants\":{},\
+         \"faults\":{faults},\"violations\":{},\"kinds\":[{}],\"losses\":{}}}\n",
+        report.operations,
+        stats.grants,
+        report.violation_count,
+        kinds.join(","),
+        report.loss_count,
+    );
+    std::fs::create_dir_all(&dir).expect("create the results folder");
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(std::path::Path::new(&dir).join("component.jsonl"))
+        .expect("open component.jsonl");
+    std::io::Write::write_all(&mut file, line.as_bytes()).expect("write component.jsonl");
 }
 
 fn kinds(report: &Report) -> String {

@@ -4,13 +4,18 @@
 //   node lib/client.js '<json config>'
 //   config: { id, store: { kind: "memory" | "redis" | "redis-cluster" | "upstash" | "sqlite" | "pg",
 //                           port?, nodes?, path?, url?, token? },
-//             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse",
+//             primitive: "lock" | "semaphore" | "rw",
+//             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse" | "limit-blind" | "writer-shares",
 //             keys, ttlMs, holdMs, durationMs, seed, errorRate, clients, history, victim, probe }
+// With primitive "semaphore" every hold is 1 or 2 permits of `semaphore(key, SEMAPHORE_LIMIT)`
+// (recorded with its limit and weight); with "rw" half are `readLock(key)` (recorded as shared)
+// and half `writeLock(key)`. Only exclusive holds write to the fenced resource: permits and
+// readers overlap by design, so a lower fence after a higher one is no stale write there.
 // A victim ("kill" | "stop") tells the parent over IPC when it is inside its critical section
 // and waits for "go" before its fenced write: the parent kills it there, or stops it past its
 // TTL and continues it, and then the write must be refused.
 import { openSync, writeSync, closeSync } from "node:fs";
-import { lock, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
+import { lock, semaphore, readLock, writeLock, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
 import { redisLockStore, redisLockKeys } from "keel-lock/redis";
 import { databaseLockStore, schema } from "keel-lock/sql";
 import { makeStoreFor } from "./stores.js";
@@ -18,6 +23,8 @@ import { generator } from "../workers/random.js";
 
 const config = JSON.parse(process.argv[2]);
 const { id, variant, keys: keyCount, ttlMs, holdMs, durationMs, seed, errorRate = 0, clients = 1, victim = null } = config;
+const primitive = config.primitive ?? "lock";
+const SEMAPHORE_LIMIT = 3;
 // Stamps: the machine's monotonic clock (process.hrtime, one clock for every process) from the
 // runner's anchor, so every process's stamps are on the runner's timeline. Each process's own
 // performance.timeOrigin is not: Node reads it from two clocks at start, and a process preempted
@@ -64,11 +71,11 @@ setTimeout(() => {
   process.exit(3);
 }, durationMs + 20_000).unref();
 
-async function recorded(op, key, label, ttl, immediate, run) {
+async function recorded(op, key, label, ttl, immediate, run, holding = {}) {
   stats.ops++;
   const call = Symbol(label);
   inFlight.set(call, { op, key, label, since: Date.now() });
-  record({ key, owner: label, type: "invoke", op, ttlMs: ttl, immediate });
+  record({ key, owner: label, type: "invoke", op, ttlMs: ttl, immediate, ...holding });
   try {
     const answer = await run();
     record({ key, owner: label, type: answer.ok ? "ok" : "fail", op, fence: answer.fence ?? null });
@@ -84,6 +91,19 @@ async function recorded(op, key, label, ttl, immediate, run) {
   } finally {
     inFlight.delete(call);
   }
+}
+
+/** The handle a user takes `key` with, the permits it asks for, and how its hold is recorded. */
+function handleFor(key, random) {
+  if (primitive === "semaphore") {
+    const permits = random() < 0.5 ? 2 : 1;
+    return { l: semaphore(key, SEMAPHORE_LIMIT, ttlMs), permits, holding: { limit: SEMAPHORE_LIMIT, weight: permits } };
+  }
+  if (primitive === "rw") {
+    if (random() < 0.5) return { l: readLock(key, ttlMs), permits: undefined, holding: { shared: true } };
+    return { l: writeLock(key, ttlMs), permits: undefined, holding: {} };
+  }
+  return { l: lock(key, ttlMs), permits: undefined, holding: {} };
 }
 
 async function user(cid) {
@@ -104,12 +124,13 @@ async function user(cid) {
     // Waiting acquires only on the first key: on the others every refusal is one store call, so
     // a key left held for ever (the no-expiry store) shows up as refusals while certainly free.
     const immediate = key !== keys[0] || random() < 0.6;
-    const l = lock(key, ttlMs);
+    const { l, permits, holding } = handleFor(key, random);
     const label = `p${id}.${cid}:${labels++}`;
     const got = await recorded("acquire", key, label, ttlMs, immediate, async () => {
-      const ok = await l.acquire(immediate ? { timeout: 0 } : { timeout: ttlMs, retryDelay: 10 });
+      const waiting = immediate ? { timeout: 0 } : { timeout: ttlMs, retryDelay: 10 };
+      const ok = await l.acquire(permits === undefined ? waiting : { ...waiting, permits });
       return { ok, fence: ok ? l.fence : null };
-    });
+    }, holding);
     if (!got) {
       if (got === false) stats.refused++;
       await sleep(random() * 3);
@@ -129,7 +150,7 @@ async function user(cid) {
       process.send({ inside: key, label });
       stopped = await waitForGo(); // a "kill" victim never gets here
     }
-    if (l.fence !== null) {
+    if (l.fence !== null && holding.limit === undefined && !holding.shared) {
       const t0 = now();
       let accepted = null;
       try {

@@ -7,6 +7,8 @@
 //                 the memory store lives in one process, where that is one counter, so there the
 //                 count is kept with the key's entry and forgotten when the key is released (the
 //                 next holder is handed fence 1 again)
+//   limit-blind   a semaphore's permits are taken under a limit one larger than the caller's
+//   writer-shares a writer's hold is taken as one more reader's (it shares the key with them)
 //   no-wait       (a store with waitForReplicas) the same store without the option
 // `errorRate` makes that share of store calls throw: half before the call reaches the store, half
 // after it took effect with the answer lost.
@@ -162,7 +164,9 @@ export async function prepare(spec, schema) {
   }
 }
 
-const METHODS = ["acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw"];
+const METHODS = ["acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw", "acquireShared", "acquireSharedOrWait"];
+// A read lock's limit on the store seam: no limit.
+const READ_LIMIT = 4294967295;
 
 function broken(store, variant, forceRelease, kind) {
   const methods = {};
@@ -208,6 +212,26 @@ function broken(store, variant, forceRelease, kind) {
         async acquire(key, owner, ttl) {
           const granted = await methods.acquire(key, owner, ttl);
           return granted ? { fence: ++last } : granted;
+        },
+      };
+    }
+    case "limit-blind":
+      return {
+        ...methods,
+        acquireShared: (key, owner, ttl, permits, limit, ...rest) => methods.acquireShared(key, owner, ttl, permits, limit + 1, ...rest),
+        ...(methods.acquireSharedOrWait && {
+          acquireSharedOrWait: (key, owner, ttl, permits, limit, ...rest) =>
+            methods.acquireSharedOrWait(key, owner, ttl, permits, limit + 1, ...rest),
+        }),
+      };
+    case "writer-shares": {
+      // Writers ask again rather than queue: their acquire is a reader's, answered as acquire's.
+      const { acquireOrWait: _waits, ...plain } = methods;
+      return {
+        ...plain,
+        async acquire(key, owner, ttl) {
+          const granted = await methods.acquireShared(key, owner, ttl, 1, READ_LIMIT);
+          return granted === true || (granted !== null && typeof granted === "object" && typeof granted.fence === "number") ? granted : false;
         },
       };
     }

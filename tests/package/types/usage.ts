@@ -1,7 +1,9 @@
 // Compiled with `tsc --strict` against the installed package: the documented snippets must
 // type-check as users write them.
 import { lock, semaphore, readLock, writeLock, restoreLock, setLockStore, getLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError, LockStoreTimeoutError, LimitMismatchError } from "keel-lock";
-import type { Lock, LockStore, AcquireOptions, MultiKeyLock } from "keel-lock";
+import type { Lock, LockStore, AcquireOptions, MultiKeyLock, LockEvent } from "keel-lock";
+import { onLockEvent } from "keel-lock";
+import { instrumentKeelLock } from "keel-lock/otel";
 // @ts-expect-error checkLockStore lives in keel-lock/testing only
 import { checkLockStore } from "keel-lock";
 import { checkLockStore as checkStore, type PropertyResult } from "keel-lock/testing";
@@ -178,4 +180,23 @@ export async function kit(store: LockStore): Promise<PropertyResult[]> {
   again.fences satisfies Readonly<Record<string, number>> | null;
   // @ts-expect-error a multi-key lock has no single key
   held.key;
+}
+
+// Lock events, and OpenTelemetry on top of them.
+{
+  const stop: () => void = onLockEvent((event: LockEvent) => {
+    if (event.type === "granted") {
+      event.via satisfies "immediate" | "hand-over" | "poll";
+      event.waitedMs satisfies number;
+      event.fence satisfies number | null;
+    } else if (event.type === "run") {
+      const before = event.runInside;
+      event.runInside = (call) => (before ? before(call) : call());
+    }
+  });
+  stop();
+  const off: () => void = instrumentKeelLock({ key: (key) => key.split(":")[0] });
+  off();
+  // @ts-expect-error the key option is a boolean or a function
+  instrumentKeelLock({ key: "no" });
 }

@@ -27,4 +27,16 @@ describe("lock API inside workerd on DurableObjectLockStore", { concurrency: fal
       assert.ok(results.some((r) => r.property === property && r.ok && r.applicable), `${property} did not apply`);
     }
   });
+  it("lock events and keel-lock/otel spans: a waiter handed the key by the object, then a refusal", async () => {
+    const { told, spans } = await w.call("main", "/events", { key: `events:${crypto.randomUUID()}` });
+    const granted = told.filter((e) => e.type === "granted");
+    assert.deepEqual(granted.map((e) => e.via), ["immediate", "hand-over", "immediate", "immediate"]);
+    assert.ok(told.every((e) => e.store === "DurableObjectLockStore"), JSON.stringify(told));
+    assert.equal(told.filter((e) => e.type === "refused").length, 1, JSON.stringify(told));
+    const runs = spans.filter((s) => s.name === "keel-lock.run");
+    assert.deepEqual(runs.map((s) => s.outcome).sort(), ["ran", "ran", "refused"]);
+    const handed = runs.find((s) => s.via === "hand-over");
+    assert.ok(Number.isSafeInteger(handed?.fence), JSON.stringify(spans));
+    assert.equal(spans.filter((s) => s.name === "keel-lock.release").length, 2);
+  });
 });

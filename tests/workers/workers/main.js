@@ -9,7 +9,10 @@ import {
   DurableObjectLockStore,
   LockDurableObject as PackagedLockDurableObject,
   LockNotHeldError,
+  onLockEvent,
 } from "keel-lock";
+import { instrumentKeelLock } from "keel-lock/otel";
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 // The conformance kit, from its own entry (and its own wasm instance): it drives the
 // DurableObjectLockStore made by "keel-lock" through the store's five methods.
 import { lockStoreResults } from "keel-lock/testing";
@@ -941,6 +944,36 @@ async function route(request, env) {
     case "/crash":
       await stubFor(env, body.key).crash().catch(() => {});
       return { crashed: true };
+    case "/events": {
+      // A waiter handed the key by the object, told as lock events and traced as spans.
+      useStore(env);
+      const told = [];
+      const exporter = new InMemorySpanExporter();
+      const tracerProvider = new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
+      const stopTelling = onLockEvent((e) => told.push({ type: e.type, via: e.via, store: e.store }));
+      const stopTracing = instrumentKeelLock({ tracerProvider });
+      try {
+        const holder = lock(body.key, 30_000);
+        await holder.acquire();
+        const waiting = lock(body.key, 30_000).run(() => "ran", { timeout: 10_000 });
+        await sleep(50);
+        await holder.release();
+        await waiting;
+        await lock(body.key).runImmediately(() => {}).then(() => holder.acquire()).then(() => lock(body.key).runImmediately(() => {}));
+        await holder.release();
+      } finally {
+        stopTelling();
+        stopTracing();
+      }
+      const spans = exporter.getFinishedSpans().map((s) => ({
+        name: s.name,
+        outcome: s.attributes["keel_lock.outcome"],
+        via: s.attributes["keel_lock.via"],
+        store: s.attributes["keel_lock.store"],
+        fence: s.attributes["keel_lock.fence"],
+      }));
+      return { told, spans };
+    }
     case "/leader-changes": {
       // A brief leader, one force-released, one left to expire: the fences, in order.
       useStore(env);
