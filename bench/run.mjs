@@ -4,7 +4,7 @@
 // round), medians over rounds. Writes bench/results/latest.json and bench/results/results.md,
 // and prints the markdown to stdout.
 //
-//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6,7]
+//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6,7,8,9]
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync, mkdirSync, existsSync, readdirSync, statSync } from "node:fs";
 import { gzipSync } from "node:zlib";
@@ -33,12 +33,13 @@ import { staggered, orderStats } from "./lib/contention.mjs";
 import { durableObjectUncontended, durableObjectUncontendedMarkdown } from "./lib/durable-object-uncontended.mjs";
 import { semaphoreInIsolate, semaphoreRedis, semaphoreDurableObject, semaphoreMarkdown } from "./lib/semaphores.mjs";
 import { multiKeyRedis, multiKeyMarkdown } from "./lib/multi.mjs";
+import { replicasRedis, replicasMarkdown } from "./lib/replicas.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
 const argv = process.argv.slice(2);
 const QUICK = argv.includes("--quick");
-const SECTIONS = [1, 2, 3, 4, 5, 6, 7, 8];
+const SECTIONS = [1, 2, 3, 4, 5, 6, 7, 8, 9];
 const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? SECTIONS.join(",")).split(",").map(Number);
 // Every section ran (and not --quick): the results are written as the latest full run.
 const FULL = !QUICK && SECTIONS.every((n) => ONLY.includes(n));
@@ -984,6 +985,7 @@ function markdown() {
   }
   if (s.semaphoreInIsolate || s.semaphoreRedis || s.semaphoreDurableObject) L.push(...semaphoreMarkdown(s.semaphoreInIsolate, s.semaphoreRedis, s.semaphoreDurableObject));
   if (s.multiKeyRedis) L.push(...multiKeyMarkdown(s.multiKeyRedis));
+  if (s.replicasRedis) L.push(...replicasMarkdown(s.replicasRedis));
   return L.join("\n") + "\n";
 }
 
@@ -1039,6 +1041,19 @@ try {
       };
       results.sections.multiKeyRedis = await multiKeyRedis({ quick: QUICK, log, interleave, pairedRatio, makeClient, settle });
     }
+  }
+  if (ONLY.includes(9)) {
+    results.sections.replicasRedis = await replicasRedis({
+      quick: QUICK,
+      log,
+      interleave,
+      pairedRatio,
+      makeClient: async (port) => {
+        const c = countedClient(port);
+        await c.connect();
+        return c;
+      },
+    });
   }
   if (ONLY.includes(7)) results.sections.semaphoreDurableObject = await semaphoreDurableObject({ quick: QUICK, log, interleave, pairedRatio });
   if (DO_UNCONTENDED) results.sections.durableObjectUncontended = await durableObjectUncontended({ quick: QUICK, log, interleave, pairedRatio });

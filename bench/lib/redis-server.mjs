@@ -1,7 +1,10 @@
-// A throwaway redis-server on a free port, no persistence, stopped by its PID (also on exit,
-// so a crashed bench leaves nothing running).
+// A throwaway redis-server on a free port, no persistence (plus any `args`, e.g. --replicaof),
+// stopped by its PID (also on exit, so a crashed bench leaves nothing running).
 import { spawn, spawnSync } from "node:child_process";
+import { rmSync } from "node:fs";
 import net from "node:net";
+import os from "node:os";
+import { join } from "node:path";
 
 // Signals end the process through process.exit, so the "exit" cleanups below run.
 for (const signal of ["SIGINT", "SIGTERM", "SIGHUP"]) process.once(signal, () => process.exit(130));
@@ -14,12 +17,14 @@ async function freePort() {
   return port;
 }
 
-export async function startRedis() {
+export async function startRedis({ args = [] } = {}) {
   const which = spawnSync("sh", ["-c", "command -v redis-server"], { encoding: "utf8" });
   const bin = process.env.REDIS_SERVER ?? (which.status === 0 ? which.stdout.trim() : "/usr/bin/redis-server");
   for (let attempt = 0; attempt < 5; attempt++) {
     const port = await freePort();
-    const child = spawn(bin, ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no"], {
+    // The data directory is the system's temp dir: a replica writes the data set it syncs there.
+    const dir = os.tmpdir();
+    const child = spawn(bin, ["--port", String(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", dir, "--dbfilename", `keel-bench-${port}.rdb`, ...args], {
       stdio: ["ignore", "pipe", "pipe"],
     });
     const kill = () => {
@@ -46,6 +51,7 @@ export async function startRedis() {
           await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
           kill();
           process.removeListener("exit", kill);
+          rmSync(join(dir, `keel-bench-${port}.rdb`), { force: true });
         },
       };
     }

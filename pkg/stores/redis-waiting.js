@@ -29,7 +29,7 @@ import { redisWatching } from "./redis-watch.js";
 // event; clients without one are found closed by the next look). Waits still queued then fail
 // with LockStoreClosedError, and watches end. So a script that closes its client exits, with no
 // close() of the store.
-export function redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs, noteShared }) {
+export function redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs, noteShared, replication, releaseExclusive, releaseShared }) {
   const waits = new Map(); // lock name → Map(owner → pending acquireOrWait)
   const expiryTimers = new Map(); // lock name → the timer that looks at the holder's expiry
   let subscriber = null;
@@ -80,6 +80,21 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     else wait.resolve(answer);
   }
 
+  // A grant for `wait`, answered as it is, or with waitForReplicas once the replicas have it (a
+  // promise the wait's own follows: the wait leaves the store's books now, so nothing else
+  // settles it meanwhile). `handedOver`: another connection's script made the grant.
+  function grant(wait, answer, handedOver) {
+    if (replication === null) return settle(wait, answer);
+    const operation = wait.shared ? "acquireSharedOrWait" : "acquireOrWait";
+    const undo = (wait.shared ? releaseShared : releaseExclusive)(wait.names, wait.owner);
+    settle(
+      wait,
+      handedOver
+        ? replication.handedOver(operation, wait.key, wait.names, wait.owner, answer, undo)
+        : replication.granted(operation, wait.key, wait.names, wait.route, answer, undo),
+    );
+  }
+
   // The enqueue's answer for `wait`: {1, fence} took the key; {0, ms until the first hold
   // expires} queued it; {2, limit} (shared: held under another limit) and {-1} (shared: not
   // queued) answer at once.
@@ -87,7 +102,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     if (wait.settled) return;
     if (!Array.isArray(reply)) throw new TypeError(`redisLockStore: the enqueue script answered ${String(reply)}`);
     const state = Number(reply[0]);
-    if (state === 1) return settle(wait, { ...fenceFrom(Number(reply[1])), waitedMs: 0 });
+    if (state === 1) return grant(wait, { ...fenceFrom(Number(reply[1])), waitedMs: 0 }, false);
     if (state === 2) return settle(wait, { heldLimit: Number(reply[1]) });
     if (state === -1) return settle(wait, false);
     const lock = wait.lock;
@@ -124,7 +139,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
   function settleFrom(wait, reply) {
     const state = Number(reply[0]);
     try {
-      if (state === 1) settle(wait, granted(reply[1], reply[2]));
+      if (state === 1) grant(wait, granted(reply[1], reply[2]), true);
       else if (state === -1) settle(wait, false);
     } catch (error) {
       settle(wait, error, true);
@@ -313,7 +328,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
 
   // Queues `owner` for `key` through `sha`/`script` (the enqueue or the shared acquire script,
   // `args` after the owner) unless it is answered at once. The caller checked the arguments.
-  function queueFor(key, owner, waitMs, pollMs, sha, script, args) {
+  function queueFor(key, owner, waitMs, pollMs, sha, script, args, shared) {
     const names = lockKeys(key);
     const lock = names[0];
     let pending = waits.get(lock);
@@ -324,13 +339,15 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
     idle.cancel();
     const started = Date.now();
     return new Promise((resolve, reject) => {
-      const wait = { key, lock, owner, names, lookEveryMs: Math.max(pollMs, safetyNetMs), resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
+      const wait = { key, lock, owner, names, shared, route: undefined, lookEveryMs: Math.max(pollMs, safetyNetMs), resolve, reject, settled: false, queued: false, looking: false, nextLook: Infinity, enqueued: null, deadlineTimer: undefined };
       if (pending === undefined) waits.set(lock, (pending = new Map()));
       pending.set(owner, wait);
       // With the subscription up, the hand-over message finds this wait registered. A key
       // whose waiters queued before it was up is looked at once it is: a message may have
       // come first.
       const wasSubscribed = subscriber?.subscribed === true;
+      // Where the enqueue goes: a grant it makes at once is waited for there (waitForReplicas).
+      if (replication !== null) wait.route = replication.route(names);
       // Settles once the enqueue's answer has been acted on; never rejects.
       wait.enqueued = runScript(sha, script, names, [owner, ...args]).then(
         (reply) => {
@@ -361,7 +378,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
       if (waitMs === 0) return store.acquire(key, owner, ttlMs, metadata).then((got) => got && { ...got, waitedMs: 0 });
       const args = [String(ttlMs), String(waitMs), channel];
       if (metadata !== undefined) args.push(metadata);
-      return queueFor(key, owner, waitMs, pollMs, ENQUEUE_SHA, ENQUEUE_SCRIPT, args);
+      return queueFor(key, owner, waitMs, pollMs, ENQUEUE_SHA, ENQUEUE_SCRIPT, args, false);
     },
 
     /**
@@ -381,7 +398,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
       }
       const args = [String(ttlMs), String(weight), String(limit), String(waitMs), channel];
       if (metadata !== undefined) args.push(metadata);
-      return queueFor(key, owner, waitMs, pollMs, ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, args).then((got) => noteShared(owner, got));
+      return queueFor(key, owner, waitMs, pollMs, ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, args, true).then((got) => noteShared(owner, got));
     },
 
     /**

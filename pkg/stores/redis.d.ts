@@ -21,6 +21,18 @@ export interface RedisLockStoreOptions {
    * every key is its own tag. Every store sharing locks must use the same setting.
    */
   hashTags?: boolean;
+  /**
+   * After every grant — `acquire`, `acquireMany`, `acquireShared`, `acquireOrWait` and
+   * `acquireSharedOrWait` taken at once or handed over — and every `extend`, send `WAIT replicas
+   * timeoutMs` on the connection that made the write, to the node serving the key, and answer
+   * only once `replicas` replicas acknowledged it. Otherwise a grant is released and the call
+   * rejects with {@link LockNotReplicatedError}; an extend rejects and the hold keeps the expiry
+   * it had. Narrows the writes a failover can lose; does not close the window (a failover may
+   * promote a replica that had not acknowledged). Not with @upstash/redis (a TypeError): WAIT
+   * needs a connection. Both whole numbers, `replicas` ≥ 1, `timeoutMs` in 1..2^31 − 1.
+   * Default: off.
+   */
+  waitForReplicas?: { replicas: number; timeoutMs: number };
 }
 
 /** The Redis key names for one lock key; both carry the same hash tag, so one cluster slot. */
@@ -206,6 +218,25 @@ export declare class LockStoreClosedError extends Error {
   readonly name: "LockStoreClosedError";
 }
 
+/**
+ * With `waitForReplicas`: a grant (or extend) that fewer replicas than asked acknowledged within
+ * the timeout, or whose WAIT failed (a server that refuses WAIT, a lost connection): the store
+ * did not answer it, because a failover could lose it.
+ */
+export declare class LockNotReplicatedError extends Error {
+  readonly name: "LockNotReplicatedError";
+  /** The lock key (the first key, for `acquireMany`). */
+  readonly key: string;
+  /** The store method whose grant or extend was not confirmed. */
+  readonly operation: "acquire" | "acquireMany" | "acquireShared" | "acquireOrWait" | "acquireSharedOrWait" | "extend";
+  /** Replicas that acknowledged, as WAIT answered; null when no WAIT answered. */
+  readonly acknowledged: number | null;
+  /** The option's `replicas`. */
+  readonly required: number;
+  /** For a grant: whether it was given back (false: it lapses at its TTL). Always false for an extend, which keeps its hold. */
+  readonly released: boolean;
+}
+
 /** Which client API `client` speaks, or null if none of the supported ones. */
 export declare function detectRedisClient(client: unknown): RedisClientType | null;
 
@@ -257,3 +288,7 @@ export declare const INSPECT_SHA: string;
 export declare const WATCH_SCRIPT: string;
 /** SHA-1 of WATCH_SCRIPT. */
 export declare const WATCH_SHA: string;
+/** The confirm script of `waitForReplicas` after a hand-over (while the owner holds the key, rewrites the fence counter as it is: a write of the waiter's own connection for WAIT to count). */
+export declare const CONFIRM_SCRIPT: string;
+/** SHA-1 of CONFIRM_SCRIPT. */
+export declare const CONFIRM_SHA: string;

@@ -52,6 +52,7 @@ import {
   sharedAnswer,
   WATCH_SUFFIX,
 } from "./redis-scripts.js";
+import { LockNotReplicatedError, replicasOption, replicaWaiter } from "./redis-replicas.js";
 import { redisWaiting } from "./redis-waiting.js";
 
 export {
@@ -63,6 +64,8 @@ export {
   ACQUIRE_SHARED_SHA,
   CHECK_SCRIPT,
   CHECK_SHA,
+  CONFIRM_SCRIPT,
+  CONFIRM_SHA,
   ENQUEUE_SCRIPT,
   ENQUEUE_SHA,
   EXTEND_SCRIPT,
@@ -80,7 +83,7 @@ export {
   WATCH_SCRIPT,
   WATCH_SHA,
 } from "./redis-scripts.js";
-export { detectRedisClient, LockStoreClosedError };
+export { detectRedisClient, LockNotReplicatedError, LockStoreClosedError };
 
 // "%" first, so the escapes it introduces are not escaped again.
 const escapeName = (text) => text.replace(/%/g, "%25").replace(/\{/g, "%7B").replace(/\}/g, "%7D");
@@ -151,12 +154,15 @@ const heldValue = (owner, metadata) => (metadata === undefined ? owner : `${owne
  *
  * @param {object} client a connected ioredis (or ioredis Cluster), node-redis v4+ (createClient
  *   or createCluster) or @upstash/redis client
- * @param {{ prefix?: string, clientType?: "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash", safetyNetMs?: number, hashTags?: boolean }} [options]
+ * @param {{ prefix?: string, clientType?: "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash", safetyNetMs?: number, hashTags?: boolean, waitForReplicas?: { replicas: number, timeoutMs: number } }} [options]
  *   `prefix` is put in front of every key name (default: none);
  *   `hashTags`: a key's own `{tag}` decides its cluster slot (default: each key its own slot);
  *   `clientType` skips detection when a wrapped client confuses it;
  *   `safetyNetMs`: a queued wait is looked at no more often than this (nor than the caller's
- *   pollMs), in case its hand-over message was lost (default 1000).
+ *   pollMs), in case its hand-over message was lost (default 1000);
+ *   `waitForReplicas`: after every grant and extend, WAIT until `replicas` replicas acknowledged
+ *   it (at most `timeoutMs`); a grant they did not acknowledge is released and the call rejects
+ *   with LockNotReplicatedError (default: off).
  */
 export function redisLockStore(client, options = {}) {
   if (options === null || typeof options !== "object") {
@@ -166,6 +172,7 @@ export function redisLockStore(client, options = {}) {
   if (typeof prefix !== "string") throw new TypeError("redisLockStore: prefix must be a string");
   const safetyNetMs = safetyNetOption("redisLockStore", options.safetyNetMs);
   const hashTags = hashTagsOption(options);
+  const waitForReplicas = replicasOption(options.waitForReplicas);
   let clientType = options.clientType;
   if (clientType === undefined) {
     clientType = detectRedisClient(client);
@@ -240,6 +247,11 @@ export function redisLockStore(client, options = {}) {
     return got;
   };
 
+  // With waitForReplicas: every grant waits for the replicas before it is answered (null: off).
+  const replication = replicaWaiter({ client, clientType, option: waitForReplicas, runScript });
+  const releaseExclusive = (names, owner) => () => runScript(RELEASE_SHA, RELEASE_SCRIPT, names, [owner]);
+  const releaseShared = (names, owner) => () => runScript(RELEASE_SHARED_SHA, RELEASE_SHARED_SCRIPT, names, [owner]);
+
   const checkOwner = (owner) => {
     check.owner(owner);
     // The store marks a held key's value with a leading NUL while callers queue behind it.
@@ -268,17 +280,20 @@ export function redisLockStore(client, options = {}) {
       }
       const all = lockKeys(key);
       const args = [heldValue(owner, metadata), String(ttlMs)];
+      const at = replication?.route(all);
       // -1: the lock is free with callers queued (its holders expired). The check script hands it
       // to the oldest live waiters that fit, dropping those whose deadline passed; a second try
       // then finds it held (false), or free with nobody left queued (taken). Still free with
       // callers queued after the look — the fence counter is at its limit — answers false.
-      return runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, all.take, args, (reply) =>
+      const got = runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, all.take, args, (reply) =>
         Number(reply) !== -1
           ? fenceFrom(reply)
           : runScript(CHECK_SHA, CHECK_SCRIPT, all, [channel, "0"]).then(() =>
               runScript(ACQUIRE_SHA, ACQUIRE_SCRIPT, all.take, args, (again) => fenceFrom(Number(again) === -1 ? 0 : again)),
             ),
       );
+      if (replication === null) return got;
+      return got.then((grant) => grant && replication.granted("acquire", key, all, at, grant, releaseExclusive(all, owner)));
     },
 
     /**
@@ -304,7 +319,13 @@ export function redisLockStore(client, options = {}) {
         scriptKeys.push(all[0], all[1], all[2], all[3]);
         args.push(heldValue(owners[i], metadata?.[i]));
       }
-      return runScript(ACQUIRE_MANY_SHA, ACQUIRE_MANY_SCRIPT, scriptKeys, args, (reply) => manyAnswer(reply, keys.length));
+      const got = runScript(ACQUIRE_MANY_SHA, ACQUIRE_MANY_SCRIPT, scriptKeys, args, (reply) => manyAnswer(reply, keys.length));
+      if (replication === null) return got;
+      // One WAIT covers every key: one script wrote them all, on one connection.
+      const first = lockKeys(keys[0]);
+      const at = replication.route(first);
+      const releaseAll = () => Promise.all(keys.map((key, i) => releaseExclusive(lockKeys(key), owners[i])()));
+      return got.then((grants) => grants && replication.granted("acquireMany", keys[0], first, at, grants, releaseAll));
     },
 
     release(key, owner) {
@@ -322,8 +343,13 @@ export function redisLockStore(client, options = {}) {
       check.key(key);
       checkOwner(owner);
       check.ttl(ttlMs);
-      const reply = await runScript(EXTEND_SHA, EXTEND_SCRIPT, lockKeys(key).extend, [owner, String(ttlMs)]);
-      return Number(reply) === 1;
+      const all = lockKeys(key);
+      const at = replication?.route(all);
+      const reply = await runScript(EXTEND_SHA, EXTEND_SCRIPT, all.extend, [owner, String(ttlMs)]);
+      if (Number(reply) !== 1) return false;
+      // An extend that is not confirmed leaves the hold as it was before it (nothing to undo).
+      if (replication !== null) await replication.granted("extend", key, all, at, true, null);
+      return true;
     },
 
     /**
@@ -342,7 +368,13 @@ export function redisLockStore(client, options = {}) {
       }
       const args = [owner, String(ttlMs), String(weight), String(limit), "0", channel];
       if (metadata !== undefined) args.push(metadata);
-      return runScript(ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, lockKeys(key), args, (reply) => noteShared(owner, sharedAnswer(reply)));
+      const all = lockKeys(key);
+      const at = replication?.route(all);
+      const got = runScript(ACQUIRE_SHARED_SHA, ACQUIRE_SHARED_SCRIPT, all, args, (reply) => noteShared(owner, sharedAnswer(reply)));
+      if (replication === null) return got;
+      return got.then((grant) =>
+        grant && "fence" in grant ? replication.granted("acquireShared", key, all, at, grant, releaseShared(all, owner)) : grant,
+      );
     },
 
     async isLocked(key) {
@@ -379,7 +411,7 @@ export function redisLockStore(client, options = {}) {
   };
   // Upstash's REST API has no pub/sub: its callers keep polling acquire.
   if (clientType !== "upstash") {
-    const waiting = redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs, noteShared });
+    const waiting = redisWaiting({ client, clientType, channel, lockKeys, runScript, check, checkOwner, store, safetyNetMs, noteShared, replication, releaseExclusive, releaseShared });
     Object.defineProperties(store, Object.getOwnPropertyDescriptors(waiting));
   }
   return store;

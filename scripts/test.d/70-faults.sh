@@ -7,8 +7,9 @@
 #   - the fault scenarios with fixed seeds: concurrent OS processes against memory, Redis (with and
 #     without AOF), Redis Cluster (with replicas), Upstash (REST fixture), better-sqlite3 and
 #     PostgreSQL while holders are SIGKILLed and SIGSTOPped, the store restarts (a cluster master
-#     fails over) and store calls fail; every history checked; each scenario also run against a
-#     broken store, which must fail;
+#     fails over; a replica that fell behind takes over, losing acknowledged grants: reported as
+#     losses, and held to none on a store with waitForReplicas) and store calls fail; every
+#     history checked; each scenario also run against a broken store, which must fail;
 #   - the Workers scenarios (workers.js) in real workerd through Miniflare: two Worker scripts on
 #     one Durable Object namespace while the lock objects are reset and the runtime is restarted
 #     on its persist directory with waiters and holders active, and three Worker scripts on one

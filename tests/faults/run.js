@@ -24,6 +24,14 @@
 //            its replica is promoted and the node comes back as a replica
 //   failover Redis Cluster: CLUSTER FAILOVER on the replica of the master serving one of the
 //            run's keys, the coordinated failover that loses no acknowledged write
+//   takeover Redis Cluster: that replica stops reading for 0.5 s, then takes over at once
+//            (CLUSTER FAILOVER TAKEOVER) without the writes its master acknowledged meanwhile:
+//            the failover that loses acknowledged writes (lib/servers.js). With the store as
+//            shipped it is recorded as non-persistent and must show up as losses (fences handed
+//            out again); with waitForReplicas (the store redis-cluster-wait: WAIT for 1 replica,
+//            100 ms) it is recorded as persistent, so a lost grant is a violation, and some
+//            grant must have been refused for want of a replica's acknowledgement; its broken
+//            variant, no-wait, is that store without the option
 //   errors   a tenth of the store calls throw, half before reaching the store, half after
 // Each scenario must give 0 violations with the correct store, and ≥ 1 with its own broken
 // variant (owner-blind release, no expiry or fence reuse), so none passes vacuously; a soak runs
@@ -72,16 +80,28 @@ const SCENARIOS = {
   stop: { victim: "stop", broken: "owner-blind" },
   restart: { restart: true, broken: "fence-reuse" },
   failover: { restart: "failover", broken: "fence-reuse" },
+  // On the last key first: it is only ever acquired at once, so grants keep coming during the
+  // replica's sleep (hand-overs of the first key may wait on a pub/sub connection to that replica).
+  takeover: { restart: "takeover", broken: "fence-reuse", firstKey: 1 },
   errors: { errorRate: 0.1, broken: "owner-blind" },
 };
 const VARIANTS = ["owner-blind", "no-expiry", "fence-reuse"];
+// Stores with a broken variant of their own: the one their scenarios are shown to catch, and one
+// more that a soak runs.
+const OWN_BROKEN = { "redis-cluster-wait": "no-wait" };
+// The options of the store redis-cluster-wait: the store as shipped on the same cluster, waiting
+// for one replica after every grant.
+const WAIT_FOR_REPLICAS = { replicas: 1, timeoutMs: 100 };
+// What a grant refused for want of replicas says (LockNotReplicatedError).
+const NOT_REPLICATED = /not confirmed by \d+ replica/;
 const MATRIX = [
   ["memory", ["errors"]],
   ["redis", ["kill", "stop", "restart", "errors"]],
   ["redis-aof", ["restart"]],
   ["sqlite", ["kill", "stop", "errors"]],
   ["pg", ["kill", "stop", "restart", "errors"]],
-  ["redis-cluster", ["kill", "stop", "failover", ...(soak ? ["errors", "restart"] : [])]],
+  ["redis-cluster", ["kill", "stop", "failover", "takeover", ...(soak ? ["errors", "restart"] : [])]],
+  ["redis-cluster-wait", ["takeover"]],
   ["upstash", ["kill", "stop", ...(soak ? ["errors"] : [])]],
 ];
 
@@ -107,7 +127,9 @@ for (const [store, scenarios] of MATRIX) {
     if (onlyPrimitive && onlyPrimitive !== primitive) continue;
     for (const scenario of list) {
       if (onlyScenario && onlyScenario !== scenario) continue;
-      const brokenOnes = primitive === "lock" ? (soak ? VARIANTS : [SCENARIOS[scenario].broken]) : [PRIMITIVES[primitive].broken];
+      const own = OWN_BROKEN[store];
+      const lockBroken = soak ? [...VARIANTS, ...(own ? [own] : [])] : [own ?? SCENARIOS[scenario].broken];
+      const brokenOnes = primitive === "lock" ? lockBroken : [PRIMITIVES[primitive].broken];
       for (const variant of ["correct", ...brokenOnes]) {
         if (!onlyVariant || onlyVariant === variant) runs.push({ store, primitive, scenario, variant });
       }
@@ -129,6 +151,9 @@ const now = () => performance.timeOrigin + performance.now();
 // its two reads.
 const CLOCK_ANCHOR = Math.max(...Array.from({ length: 9 }, () => now() - Number(process.hrtime.bigint()) / 1e6));
 
+// The store redis-cluster-wait runs on the cluster of redis-cluster.
+const serverKind = (store) => (store === "redis-cluster-wait" ? "redis-cluster" : store);
+
 async function server(kind) {
   if (kind === "redis") return startRedis({ aof: false });
   if (kind === "redis-aof") return startRedis({ aof: true });
@@ -143,6 +168,7 @@ function storeSpec(kind, srv, dir) {
   if (kind === "redis" || kind === "redis-aof") return { kind: "redis", port: srv.port };
   if (kind === "sqlite") return { kind: "sqlite", path: join(dir, "locks.sqlite") };
   if (kind === "redis-cluster") return { kind, nodes: srv.nodes };
+  if (kind === "redis-cluster-wait") return { kind: "redis-cluster", nodes: srv.nodes, waitForReplicas: WAIT_FOR_REPLICAS };
   if (kind === "upstash") return { kind, url: srv.url, token: srv.token };
   return { kind: "pg", url: srv.url };
 }
@@ -259,10 +285,13 @@ async function runOne(run, seed, srv) {
     if (s.restart && srv && restartAt.length && Date.now() >= restartAt[0]) {
       restartAt.shift();
       const t0 = now();
-      // The cluster's faults hit the master serving one of the run's keys (key 0, then key 1, …).
-      const fault = s.restart === "failover" ? "failover" : "restart";
-      const done = (await srv[fault]({ key: `${name}:${faults.restart % 2}` })) ?? {};
-      const { persistent = srv.persistent, t1 = now() } = done;
+      // The cluster's faults hit the master serving one of the run's keys (key 0, then key 1, …;
+      // a scenario's firstKey first).
+      const fault = typeof s.restart === "string" ? s.restart : "restart";
+      const done = (await srv[fault]({ key: `${name}:${(faults.restart + (s.firstKey ?? 0)) % 2}` })) ?? {};
+      const { t1 = now() } = done;
+      // waitForReplicas claims that a takeover loses no answered grant: held to it.
+      const persistent = store === "redis-cluster-wait" ? true : (done.persistent ?? srv.persistent);
       faults.restart++;
       if (!persistent) lossyRestart = true;
       appendFileSync(parentHistory, JSON.stringify({ client: -1, type: "restart", fault, t0: done.t0 ?? t0, t1, persistent }) + "\n");
@@ -300,6 +329,15 @@ async function runOne(run, seed, srv) {
   const sum = (k) => stats.reduce((n, x) => n + (x[k] ?? 0), 0);
   const grants = history.filter((e) => e.type === "ok" && e.op === "acquire").length;
   const injected = history.filter((e) => e.type === "info" && /injected/.test(e.error ?? "")).length;
+  const notReplicated = history.filter((e) => e.type === "info" && NOT_REPLICATED.test(e.error ?? "")).length;
+  // What a fault cost in grants: fences handed out more than once (each a grant lost by the store
+  // and given again), and the grants answered while a store fault was under way.
+  const fenced = history.filter((e) => e.type === "ok" && e.op === "acquire" && e.fence != null);
+  const perFence = new Map();
+  for (const e of fenced) perFence.set(`${e.key}\0${e.fence}`, (perFence.get(`${e.key}\0${e.fence}`) ?? 0) + 1);
+  const fencesReused = [...perFence.values()].filter((n) => n > 1).length;
+  const storeFaults = history.filter((e) => e.type === "restart");
+  const faultGrants = fenced.filter((e) => storeFaults.some((r) => e.t1 >= r.t0 && e.t0 <= r.t1)).length;
   const staleRefused = history.filter((e) => e.type === "write" && e.afterStop && !e.accepted).length;
   // A killed holder never releases: its key is free again only once its lease has run out.
   const takenOver = kills.filter((k) => history.some((e) => e.type === "ok" && e.op === "acquire" && e.key === k.key && e.t0 > k.at)).length;
@@ -319,6 +357,10 @@ async function runOne(run, seed, srv) {
     violations: report.violationCount,
     kinds: [...new Set(report.violations.map((v) => v.kind))],
     losses: report.lossCount ?? report.losses.length,
+    lossKinds: [...new Set(report.losses.map((v) => v.kind))],
+    notReplicated,
+    fencesReused,
+    faultGrants,
     crashed: crashed.map((c) => `client ${c.id} exited ${c.code ?? c.signal}: ${c.out.slice(-400)}`),
   };
   writeFileSync(join(dir, "report.json"), JSON.stringify({ ...row, report }, null, 2));
@@ -336,6 +378,11 @@ async function runOne(run, seed, srv) {
     if (s.errorRate && injected === 0) problems.push("no store call failed");
     if (s.restart && store === "redis" && (report.lossCount ?? report.losses.length) === 0) problems.push("Redis without AOF restarted and no loss was detected");
     if (s.restart && store !== "redis" && !lossyRestart && (report.lossCount ?? report.losses.length) > 0) problems.push("a persistent store's restart was excused as a loss");
+    // The takeover must cost the store as shipped something, or the option's clean run proves nothing.
+    if (scenario === "takeover" && store === "redis-cluster" && (report.lossCount ?? report.losses.length) === 0) {
+      problems.push("a takeover after unreplicated grants lost none: the fault did not bite");
+    }
+    if (store === "redis-cluster-wait" && notReplicated === 0) problems.push("no grant was refused for want of a replica: waitForReplicas was not exercised");
   } else if (report.violationCount === 0) {
     problems.push(`the ${variant} store passed: this scenario cannot tell it from a correct one`);
   }
@@ -349,7 +396,7 @@ let failed = false;
 try {
   let seed = Number(value("--seed", 1));
   for (const run of runs) {
-    const kind = run.store;
+    const kind = serverKind(run.store);
     if (!servers.has(kind)) {
       for (const [k, srv] of servers) {
         if (srv) await srv.stop();
@@ -365,7 +412,10 @@ try {
     console.log(
       `${verdict.padEnd(4)} ${row.store}/${row.primitive}/${row.scenario}/${row.variant}: ${row.operations} ops, ${row.grants} grants, ` +
         `${row.faults} faults, ${row.violations} violations${row.kinds.length ? ` (${row.kinds.join(", ")})` : ""}, ` +
-        `${row.losses} losses, ${((Date.now() - started) / 1000).toFixed(1)} s${row.problems.length ? `\n     ${row.problems.join("\n     ")}` : ""}`,
+        `${row.losses} losses${row.lossKinds.length ? ` (${row.lossKinds.join(", ")})` : ""}, ` +
+        `${row.scenario === "takeover" ? `${row.fencesReused} fences granted twice, ${row.faultGrants} grants answered during the takeover, ` : ""}` +
+        `${row.notReplicated ? `${row.notReplicated} grants refused unreplicated, ` : ""}` +
+        `${((Date.now() - started) / 1000).toFixed(1)} s${row.problems.length ? `\n     ${row.problems.join("\n     ")}` : ""}`,
     );
   }
 } finally {
@@ -407,7 +457,7 @@ const totals =
   `Correct stores: ${total("operations")} operations, ${total("grants")} grants, ${total("faults")} faults injected, ` +
   `${total("violations")} violations, ${total("losses")} losses in ${Math.round(total("seconds"))} s of runs. ` +
   `Broken stores caught: ${broken.filter((r) => r.violations > 0).length} of ${broken.length} runs` +
-  [...VARIANTS, ...Object.values(PRIMITIVES).map((p) => p.broken)].map((v) => {
+  [...VARIANTS, ...Object.values(OWN_BROKEN), ...Object.values(PRIMITIVES).map((p) => p.broken)].map((v) => {
     const of = broken.filter((r) => r.variant === v);
     return of.length ? `; ${v} ${of.filter((r) => r.violations > 0).length}/${of.length}` : "";
   }).join("") +

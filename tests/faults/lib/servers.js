@@ -3,8 +3,8 @@
 //                         write survives a SIGKILL); without, no persistence at all
 //   startPg()             a throwaway PostgreSQL cluster (initdb + pg_ctl)
 //   startCluster()        a Redis Cluster of three masters with one replica each (started by
-//                         tests/stores/lib/servers.js), with failover() and restart() of the master
-//                         serving a run's key
+//                         tests/stores/lib/servers.js), with failover(), takeover() and restart()
+//                         of the master serving a run's key
 //   startUpstash()        redis-server (no persistence) behind the Upstash REST fixture of
 //                         tests/stores/lib/servers.js
 // Each answers { ..., restart(), stop() }; restart() kills the server abruptly (SIGKILL / immediate
@@ -17,7 +17,7 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import IORedis from "ioredis";
-import { freePort, sleep, startRedisCluster, startUpstashFixture } from "../../stores/lib/servers.js";
+import { freePort, simpleReplies, sleep, startRedisCluster, startUpstashFixture } from "../../stores/lib/servers.js";
 
 const cleanups = new Set();
 process.on("exit", () => {
@@ -142,13 +142,23 @@ export async function startPg() {
 
 // ---------------------------------------------------------------------------------------------
 // Redis Cluster: three masters, one replica each, a 1 s node timeout (a dead master is replaced
-// in about 2-3 s) and replicas that sync at once (no diskless-sync delay). Two faults, each on the
-// master serving the slot of a key the run locks (`key`):
+// in about 2-3 s), replicas that sync at once (no diskless-sync delay) and DEBUG allowed from
+// local connections. Three faults, each on the master serving the slot of a key the run locks
+// (`key`):
 //   failover()  CLUSTER FAILOVER on that master's replica: the master pauses writes, the replica
 //               catches up with every write the master acknowledged and takes over, so none is
 //               lost. Answers { persistent: true } once the replica answers as master (the old
 //               master follows it while the run goes on): an overlap or a repeated fence across
 //               it is a violation.
+//   takeover()  the failover that does not wait: the replica stops reading for LAG_MS (DEBUG
+//               SLEEP) while the master goes on acknowledging writes, then, before it reads any
+//               of them, takes the slots over (CLUSTER FAILOVER TAKEOVER, sent in the same write
+//               as the DEBUG SLEEP, so Redis runs it straight after the sleep, before it reads its
+//               master link again). Every write the master acknowledged during the sleep (and any
+//               not yet replicated before it) is lost; the old master follows the new one and
+//               drops them. Answers { persistent: false } with the window from the sleep until the
+//               old master answers as a replica (until then it may still acknowledge writes that
+//               are lost too): what the checker explains by it is reported as losses.
 //   restart()   the master is SIGKILLed; the cluster promotes its replica; the killed node is
 //               started again (same port, same nodes.conf, no data) and rejoins as a replica
 //               while the run goes on. Replication is asynchronous, so writes acknowledged just
@@ -159,7 +169,12 @@ export async function startPg() {
 // every replica connected and through its initial sync (a CLUSTER FAILOVER sent to a replica
 // still in its initial sync was seen never to complete).
 
-const CLUSTER_ARGS = ["--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0"];
+const CLUSTER_ARGS = ["--cluster-node-timeout", "1000", "--repl-diskless-sync-delay", "0", "--enable-debug-command", "local"];
+// How long the replica reads nothing before it takes over: under the node timeout, so no node
+// marks it as failing meanwhile, and longer than the suite's TTL (300 ms), so no hold from before
+// the sleep outlives it on the new master (a release lost with the sleep leaves nothing held
+// that the checker would see refused while free).
+const LAG_MS = 500;
 const SETTLE_MS = 30_000;
 
 export async function startCluster() {
@@ -268,6 +283,21 @@ export async function startCluster() {
       })();
       rejoined.catch(() => {}); // reported by the next fault, which waits for it
       return { persistent: true, t0, t1 };
+    },
+    async takeover({ key }) {
+      await rejoined;
+      const { master, replica } = await pair(key);
+      const t0 = now();
+      const replies = await simpleReplies(replica, [
+        ["DEBUG", "SLEEP", String(LAG_MS / 1000)],
+        ["CLUSTER", "FAILOVER", "TAKEOVER"],
+      ]);
+      if (replies.some((r) => r !== "+OK")) throw new Error(`Redis Cluster: the takeover was refused: ${replies.join(" ")}`);
+      await until("the old master did not follow the new one", async () => (await ask(master, "ROLE"))?.[0] === "slave");
+      const t1 = now();
+      rejoined = until("the cluster was not whole after the takeover", whole);
+      rejoined.catch(() => {}); // reported by the next fault, which waits for it
+      return { persistent: false, t0, t1 };
     },
     async restart({ key }) {
       await rejoined;

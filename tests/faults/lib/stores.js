@@ -9,6 +9,7 @@
 //                 next holder is handed fence 1 again)
 //   limit-blind   a semaphore's permits are taken under a limit one larger than the caller's
 //   writer-shares a writer's hold is taken as one more reader's (it shares the key with them)
+//   no-wait       (a store with waitForReplicas) the same store without the option
 // `errorRate` makes that share of store calls throw: half before the call reaches the store, half
 // after it took effect with the answer lost.
 import IORedis from "ioredis";
@@ -30,9 +31,9 @@ const resourceUpsert = (p) =>
   `SET fence = excluded.fence WHERE ${RESOURCE_TABLE}.fence <= excluded.fence`;
 
 /** A Redis client (standalone or Cluster) as a fault-suite backend: the store, force-release and the fenced resource. */
-function redisBackend(client, lib) {
+function redisBackend(client, lib, options) {
   return {
-    store: lib.redisLockStore(client),
+    store: lib.redisLockStore(client, options),
     forceRelease: async (key) => (await client.del(lib.redisLockKeys(key).lock)) === 1,
     resource: {
       async write(key, fence) {
@@ -95,7 +96,7 @@ async function backend(spec, lib) {
         client.once("ready", resolve);
         setTimeout(() => reject(new Error("the Redis Cluster did not become ready")), 10_000);
       });
-      return redisBackend(client, lib);
+      return redisBackend(client, lib, spec.waitForReplicas ? { waitForReplicas: spec.waitForReplicas } : {});
     }
     case "upstash": {
       // @upstash/redis over the REST fixture: one HTTP request per command, no retries.
@@ -172,6 +173,7 @@ function broken(store, variant, forceRelease, kind) {
   for (const name of METHODS) if (typeof store[name] === "function") methods[name] = store[name].bind(store);
   switch (variant) {
     case "correct":
+    case "no-wait": // built without its option (makeStoreFor)
       return methods;
     case "owner-blind":
       return { ...methods, release: (key) => forceRelease(key) };
@@ -254,6 +256,7 @@ function failing(store, rate, random) {
 }
 
 export async function makeStoreFor(spec, { variant, errorRate, random, lib }) {
+  if (variant === "no-wait") spec = { ...spec, waitForReplicas: undefined };
   const b = await backend(spec, lib);
   return { store: failing(broken(b.store, variant, b.forceRelease, spec.kind), errorRate, random), resource: b.resource, close: b.close };
 }

@@ -1,6 +1,7 @@
 // Real servers for the store tests, started by the tests themselves on free ports and stopped by
 // PID at the end (and on any exit, so a crashed test leaves nothing running):
-//   startRedis()            redis-server, no persistence
+//   startRedis()            redis-server, no persistence (optionally with extra redis-server arguments)
+//   startRedisReplicated()  a redis-server with replicas of its own (REPLICAOF), once every replica is in sync
 //   startRedisCluster()     a Redis Cluster of three masters (redis-server --cluster-enabled yes, redis-cli --cluster create),
 //                           optionally with replicas and extra redis-server arguments
 //   startPostgres()         a throwaway PostgreSQL cluster (initdb + pg_ctl) in a temp dir
@@ -118,8 +119,107 @@ async function launchRedis(extraArgs = async () => [], { cwd } = {}) {
   }
 }
 
-export function startRedis() {
-  return launchRedis();
+// Sends `commands` on one new connection in one write and answers their replies, each a line
+// (`+OK`, `:1`, `-ERR …`): for commands whose replies are single lines.
+export function simpleReplies(port, commands) {
+  const text = commands.map((c) => `*${c.length}\r\n${c.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join("")}`).join("");
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ port, host: "127.0.0.1" });
+    let got = "";
+    socket.setTimeout(15_000, () => socket.destroy(new Error("no answer within 15 s")));
+    socket.once("error", reject);
+    socket.on("data", (d) => {
+      got += d;
+      const lines = got.split("\r\n");
+      if (lines.length > commands.length) {
+        socket.destroy();
+        resolve(lines.slice(0, commands.length));
+      }
+    });
+    socket.write(text);
+  });
+}
+
+export function startRedis({ args = [] } = {}) {
+  return launchRedis(async () => args);
+}
+
+/**
+ * A primary redis-server and `replicas` replicas of it (`--replicaof`; no diskless-sync delay),
+ * once the primary lists every replica online. `args` are added to every server's command line.
+ * Each replica answers { port, pid, url, pause(), resume() }: pause() SIGSTOPs it (it neither
+ * reads the replication stream nor acknowledges it, as a replica that lags does) once it has
+ * acknowledged every write so far, resume() SIGCONTs it.
+ */
+export async function startRedisReplicated({ replicas = 1, args = [] } = {}) {
+  // Each server keeps its files (a replica writes the synced data set to disk) in a temp dir.
+  const dir = mkdtempSync(join(tmpdir(), "keel-lock-redis-replicated-"));
+  const removeDir = () => rmSync(dir, { recursive: true, force: true });
+  onExit.add(removeDir);
+  let servers = 0;
+  const own = () => {
+    const d = join(dir, String(servers++));
+    mkdirSync(d);
+    return d;
+  };
+  const common = ["--repl-diskless-sync-delay", "0", ...args];
+  const primaryDir = own();
+  const primary = await launchRedis(async () => [...common, "--dir", primaryDir]);
+  const started = [];
+  const stop = async () => {
+    for (const r of started) {
+      try {
+        process.kill(r.pid, "SIGCONT");
+      } catch {
+        // gone
+      }
+      await r.stop();
+    }
+    await primary.stop();
+    removeDir();
+    onExit.delete(removeDir);
+  };
+  const info = async (port, section) => (await redisCli(["-p", String(port), "info", section])).replace(/\r/g, "");
+  try {
+    for (let i = 0; i < replicas; i++) {
+      const replicaDir = own();
+      started.push(await launchRedis(async () => [...common, "--dir", replicaDir, "--replicaof", "127.0.0.1", String(primary.port)]));
+    }
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const text = await info(primary.port, "replication");
+      if (started.every((r) => new RegExp(`^slave\\d+:ip=[^,]*,port=${r.port},state=online,`, "m").test(text))) break;
+      if (Date.now() > deadline) throw new Error(`the replicas did not come online:\n${text}`);
+      await sleep(20);
+    }
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+  // Every replica has acknowledged every write so far: a write, then WAIT on the same connection
+  // (WAIT counts its own connection's writes; the offset is the primary's, so it covers all).
+  const caughtUp = async () => {
+    const answer = await simpleReplies(primary.port, [["SET", "keel-test:replicas:sync", String(Date.now())], ["WAIT", String(replicas), "10000"]]);
+    if (answer[1] !== `:${replicas}`) throw new Error(`the replicas did not acknowledge in time: ${answer.join(" ")}`);
+  };
+  return {
+    port: primary.port,
+    url: primary.url,
+    pid: primary.pid,
+    replicas: started.map((r) => ({
+      port: r.port,
+      pid: r.pid,
+      url: r.url,
+      async pause() {
+        await caughtUp();
+        process.kill(r.pid, "SIGSTOP");
+      },
+      resume() {
+        process.kill(r.pid, "SIGCONT");
+      },
+    })),
+    stop,
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,6 +7,8 @@ import {
   ACQUIRE_SHA,
   INSPECT_SHA,
   WATCH_SHA,
+  CONFIRM_SHA,
+  LockNotReplicatedError,
   type RedisClientType,
   type RedisLockInfo,
   type RedisLockKeys,
@@ -58,6 +60,20 @@ export async function redisUsage(): Promise<void> {
   });
   await stop?.();
   const watchSha: string = WATCH_SHA;
+  const replicated = redisLockStore(new Cluster([{ host: "127.0.0.1", port: 7000 }]), { waitForReplicas: { replicas: 1, timeoutMs: 100 } });
+  try {
+    await replicated.acquire("k", "owner", 1000);
+  } catch (error) {
+    if (error instanceof LockNotReplicatedError) {
+      const seen: [string, string, number | null, number, boolean] = [error.key, error.operation, error.acknowledged, error.required, error.released];
+      void seen;
+    }
+  }
+  const confirmSha: string = CONFIRM_SHA;
+  // @ts-expect-error waitForReplicas takes replicas and timeoutMs
+  redisLockStore(new IORedis(), { waitForReplicas: { replicas: 1 } });
+  // @ts-expect-error replicas is a number
+  redisLockStore(new IORedis(), { waitForReplicas: { replicas: "1", timeoutMs: 100 } });
 
   // @ts-expect-error acquire answers { fence } or false, not a boolean
   const won: boolean = await io.acquire("k", "owner", 1000);
@@ -84,6 +100,6 @@ export async function redisUsage(): Promise<void> {
   // @ts-expect-error an end carries no metadata
   await io.watch?.("k", (change) => change !== null && !change.held && change.metadata);
 
-  void [withMetadata, manyWithMetadata, permit, waited, holder, waiting, inspectSha, leaked, watchSha];
+  void [withMetadata, manyWithMetadata, permit, waited, holder, waiting, inspectSha, leaked, watchSha, confirmSha];
   void [asLockStore, firstFence, taggedNames, kind, type, fence, released, extended, left, lockName, counterName, sha, won, notAString];
 }
