@@ -99,7 +99,7 @@ fn holding(weight: Option<u64>, limit: Option<u64>, shared: bool) -> Result<Hold
 }
 
 /// Reads one history event: `{ client, key, owner, type, op, t0, t1, ttlMs, immediate, weight,
-/// limit, shared, fence, accepted, persistent }`, times in ms (fractions kept to the µs).
+/// limit, shared, fence, accepted, persistent, keys }`, times in ms (fractions kept to the µs).
 fn event(value: &JsValue, index: u32) -> Result<Event, JsValue> {
     if !value.is_object() {
         return Err(type_error(format!("history[{index}] must be an object")));
@@ -145,7 +145,12 @@ fn event(value: &JsValue, index: u32) -> Result<Event, JsValue> {
         "acquire" | "" => Op::Acquire,
         "release" => Op::Release,
         "extend" => Op::Extend,
-        _ => return Err(bad("op must be \"acquire\", \"release\" or \"extend\"")),
+        "campaign" => Op::Campaign,
+        _ => {
+            return Err(bad(
+                "op must be \"acquire\", \"release\", \"extend\" or \"campaign\"",
+            ))
+        }
     };
     let flag = |name: &str| -> Result<bool, JsValue> { Ok(get(name)?.is_truthy()) };
     let kind = match text("type")?.as_str() {
@@ -171,9 +176,15 @@ fn event(value: &JsValue, index: u32) -> Result<Event, JsValue> {
         "restart" => EventKind::StoreRestart {
             persistent: flag("persistent")?,
         },
+        "set" => EventKind::AcquireSet {
+            keys: set_keys(&get("keys")?).map_err(&bad)?,
+        },
+        "leader" => EventKind::LeaderObserved {
+            fence: whole("fence")?,
+        },
         _ => {
             return Err(bad(
-                "type must be one of invoke, ok, fail, info, enter, exit, expired, write, restart",
+                "type must be one of invoke, ok, fail, info, enter, exit, expired, write, restart, set, leader",
             ))
         }
     };
@@ -184,6 +195,18 @@ fn event(value: &JsValue, index: u32) -> Result<Event, JsValue> {
         at,
         kind,
     })
+}
+
+/// A `set` event's `keys`: a non-empty array of strings.
+fn set_keys(value: &JsValue) -> Result<Vec<String>, &'static str> {
+    if !Array::is_array(value) {
+        return Err("keys must be an array of strings for a set");
+    }
+    let keys: Option<Vec<String>> = Array::from(value).iter().map(|k| k.as_string()).collect();
+    match keys {
+        Some(keys) if !keys.is_empty() => Ok(keys),
+        _ => Err("keys must be an array of strings for a set"),
+    }
 }
 
 fn violations_to_js(list: &[Violation]) -> Result<Array, JsValue> {

@@ -11,8 +11,11 @@
 // Primitives: `lock` on every store and scenario below; semaphores (1–2 permits of 3) and
 // read-write locks (readers and writers on one key) on the memory store (errors), Redis and
 // PostgreSQL (kill; in the soak also errors and restart, and SQLite, the Redis Cluster and
-// Upstash), each against a broken store of its own: permits taken under a larger limit
-// (limit-blind), a writer taken as one more reader (writer-shares).
+// Upstash); several keys at once (`lock([k0, k1])`) and leaders (campaigns kept alive by
+// extends, watched by `observe`) on the memory store (errors) and Redis (kill), and in the soak
+// where the shared holds run. Each against a broken store of its own: permits taken under a
+// larger limit (limit-blind), a writer taken as one more reader (writer-shares), a one-step set
+// that takes its first key only (partial-set), leadership granted while held (two-leaders).
 //
 // Scenarios (each against each store it applies to):
 //   kill     a holder is SIGKILLed inside its critical section (and replaced); its key must be
@@ -110,6 +113,8 @@ const MATRIX = [
 const PRIMITIVES = {
   semaphore: { broken: "limit-blind" },
   rw: { broken: "writer-shares" },
+  multi: { broken: "partial-set" },
+  leader: { broken: "two-leaders" },
 };
 const SHARED_MATRIX = {
   memory: ["errors"],
@@ -122,7 +127,10 @@ const [onlyStore, onlyScenario, onlyVariant, onlyPrimitive] = only ? only.split(
 const runs = [];
 for (const [store, scenarios] of MATRIX) {
   if (onlyStore && onlyStore !== store) continue;
-  const plan = [["lock", scenarios], ...Object.keys(PRIMITIVES).map((p) => [p, SHARED_MATRIX[store] ?? []])];
+  // Several keys and leaders: the memory store and Redis in make test, the shared holds' stores in the soak.
+  const few = { memory: ["errors"], redis: ["kill"] };
+  const matrixOf = (p) => (soak || p === "semaphore" || p === "rw" ? SHARED_MATRIX : few)[store] ?? [];
+  const plan = [["lock", scenarios], ...Object.keys(PRIMITIVES).map((p) => [p, matrixOf(p)])];
   for (const [primitive, list] of plan) {
     if (onlyPrimitive && onlyPrimitive !== primitive) continue;
     for (const scenario of list) {
@@ -327,7 +335,7 @@ async function runOne(run, seed, srv) {
     }
   });
   const sum = (k) => stats.reduce((n, x) => n + (x[k] ?? 0), 0);
-  const grants = history.filter((e) => e.type === "ok" && e.op === "acquire").length;
+  const grants = history.filter((e) => e.type === "ok" && (e.op === "acquire" || e.op === "campaign")).length;
   const injected = history.filter((e) => e.type === "info" && /injected/.test(e.error ?? "")).length;
   const notReplicated = history.filter((e) => e.type === "info" && NOT_REPLICATED.test(e.error ?? "")).length;
   // What a fault cost in grants: fences handed out more than once (each a grant lost by the store
@@ -340,7 +348,9 @@ async function runOne(run, seed, srv) {
   const faultGrants = fenced.filter((e) => storeFaults.some((r) => e.t1 >= r.t0 && e.t0 <= r.t1)).length;
   const staleRefused = history.filter((e) => e.type === "write" && e.afterStop && !e.accepted).length;
   // A killed holder never releases: its key is free again only once its lease has run out.
-  const takenOver = kills.filter((k) => history.some((e) => e.type === "ok" && e.op === "acquire" && e.key === k.key && e.t0 > k.at)).length;
+  const takenOver = kills.filter((k) =>
+    history.some((e) => e.type === "ok" && (e.op === "acquire" || e.op === "campaign") && e.key === k.key && e.t0 > k.at),
+  ).length;
   const row = {
     store,
     primitive,

@@ -4,18 +4,24 @@
 //   node lib/client.js '<json config>'
 //   config: { id, store: { kind: "memory" | "redis" | "redis-cluster" | "upstash" | "sqlite" | "pg",
 //                           port?, nodes?, path?, url?, token? },
-//             primitive: "lock" | "semaphore" | "rw",
-//             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse" | "limit-blind" | "writer-shares",
+//             primitive: "lock" | "semaphore" | "rw" | "multi" | "leader",
+//             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse" | "limit-blind" | "writer-shares"
+//                      | "partial-set" | "two-leaders",
 //             keys, ttlMs, holdMs, durationMs, seed, errorRate, clients, history, victim, probe }
 // With primitive "semaphore" every hold is 1 or 2 permits of `semaphore(key, SEMAPHORE_LIMIT)`
 // (recorded with its limit and weight); with "rw" half are `readLock(key)` (recorded as shared)
 // and half `writeLock(key)`. Only exclusive holds write to the fenced resource: permits and
 // readers overlap by design, so a lower fence after a higher one is no stale write there.
+// With "multi" every hold is `lock([key 0, key 1])`: each key's acquire, extend and release is
+// recorded on that key under the set's one owner label, tied by a `set` event. With "leader"
+// users campaign for key 0 — a waiting acquire recorded as op "campaign", kept alive by
+// recorded extends every TTL/3, resigned by a release — and the probing process also records
+// every leader `observe(key 0)` tells it.
 // A victim ("kill" | "stop") tells the parent over IPC when it is inside its critical section
 // and waits for "go" before its fenced write: the parent kills it there, or stops it past its
 // TTL and continues it, and then the write must be refused.
 import { openSync, writeSync, closeSync } from "node:fs";
-import { lock, semaphore, readLock, writeLock, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
+import { lock, semaphore, readLock, writeLock, observe, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
 import { redisLockStore, redisLockKeys } from "keel-lock/redis";
 import { databaseLockStore, schema } from "keel-lock/sql";
 import { makeStoreFor } from "./stores.js";
@@ -106,8 +112,124 @@ function handleFor(key, random) {
   return { l: lock(key, ttlMs), permits: undefined, holding: {} };
 }
 
+/** A victim inside its section tells the parent, which kills it or stops it, then says go. */
+async function offer(key, label) {
+  offers++;
+  process.send({ inside: key, label });
+  await waitForGo();
+}
+
+// The keys sets are drawn from: any two of three, so that sets overlap on one key only and a
+// set that does not hold a key it was granted meets another set on it.
+const setPool = [...keys, `${config.keyPrefix ?? "fault:"}${keyCount}`];
+
+/** One set of two keys taken, held and released, each key's calls recorded under one label. */
+async function setRound(random, label, victimTurn) {
+  const skip = Math.floor(random() * setPool.length);
+  const keys = setPool.filter((_, i) => i !== skip);
+  const l = lock(keys, ttlMs);
+  const each = (type, op, extra = {}) => {
+    for (const key of keys) record({ key, owner: label, type, op, ...extra(key) });
+  };
+  const call = async (op, ttl, run) => {
+    stats.ops++;
+    for (const key of keys) record({ key, owner: label, type: "invoke", op, ttlMs: ttl, immediate: op === "acquire" });
+    try {
+      const ok = await run();
+      each(ok ? "ok" : op === "release" ? "info" : "fail", op, (key) => ({ fence: ok && op === "acquire" ? (l.fences?.[key] ?? null) : null }));
+      return ok;
+    } catch (error) {
+      if (error instanceof LockNotHeldError) {
+        each("fail", op, () => ({}));
+        return false;
+      }
+      stats.errors++;
+      each("info", op, () => ({ error: String(error?.message ?? error).slice(0, 200) }));
+      return null;
+    }
+  };
+  record({ key: "", owner: label, type: "set", keys });
+  const got = await call("acquire", ttlMs, () => l.acquire({ timeout: 0 }));
+  if (!got) {
+    if (got === false) stats.refused++;
+    await sleep(random() * 10);
+    return;
+  }
+  stats.grants++;
+  each("enter", undefined, () => ({}));
+  if (victimTurn) await offer(keys[0], label);
+  await sleep(random() * holdMs);
+  if (random() < 0.15) await call("extend", ttlMs, async () => (await l.extend(), true));
+  each("exit", undefined, () => ({}));
+  // A release answering false is no refusal of every key: some may have been released.
+  await call("release", 0, () => l.release());
+}
+
+/** One campaign for key 0: wait to lead, keep it with recorded extends, write, resign. */
+async function campaignRound(random, label, victimTurn) {
+  const key = keys[0];
+  const l = lock(key, ttlMs);
+  const got = await recorded("campaign", key, label, ttlMs, false, async () => {
+    const ok = await l.acquire({ timeout: 20 * ttlMs, retryDelay: 10 });
+    return { ok, fence: ok ? l.fence : null };
+  });
+  if (!got) {
+    if (got === false) stats.refused++;
+    await sleep(random() * 3);
+    return;
+  }
+  stats.grants++;
+  record({ key, owner: label, type: "enter" });
+  if (victimTurn) await offer(key, label);
+  const until = now() + random() * 3 * holdMs;
+  let kept = true;
+  while (kept && now() < until) {
+    await sleep(Math.min(ttlMs / 3, until - now()));
+    if (now() < until) kept = (await recorded("extend", key, label, ttlMs, false, async () => (await l.extend(), { ok: true }))) === true;
+  }
+  if (kept && l.fence !== null) {
+    const t0 = now();
+    try {
+      const accepted = await resource.write(key, l.fence);
+      record({ key, owner: label, type: "write", t0, t1: now(), fence: l.fence, accepted, afterStop: false });
+    } catch {
+      stats.errors++;
+    }
+  }
+  record({ key, owner: label, type: "exit" });
+  await recorded("release", key, label, 0, false, async () => ({ ok: await l.release() }));
+}
+
+/** Records every leader `observe` tells about key 0, until the run ends. */
+async function observer() {
+  const controller = new AbortController();
+  const stop = setTimeout(() => controller.abort(), Math.max(0, deadline - now()));
+  // One observer label per observation: a failing store call ends one, and the next starts
+  // afresh (its first report is the state it finds, which may repeat the last one told).
+  while (now() < deadline && !controller.signal.aborted) {
+    const owner = `observer${id}:${labels++}`;
+    try {
+      for await (const leader of observe(keys[0], { intervalMs: 20, signal: controller.signal })) {
+        record({ key: keys[0], owner, type: "leader", fence: leader === null ? null : leader.fence });
+      }
+    } catch {
+      stats.errors++;
+      await sleep(10);
+    }
+  }
+  clearTimeout(stop);
+}
+
 async function user(cid) {
   const random = generator(seed * 104729 + id * 31 + cid);
+  if (primitive === "multi" || primitive === "leader") {
+    for (let round = 0; now() < deadline && round < 1_000_000; round++) {
+      const label = `p${id}.${cid}:${labels++}`;
+      const victimTurn = victim !== null && cid === 0 && round % 2 === 0;
+      await (primitive === "multi" ? setRound(random, label, victimTurn) : campaignRound(random, label, victimTurn));
+    }
+    return;
+  }
   let victimTurn = victim !== null && cid === 0;
   for (let round = 0; now() < deadline && round < 1_000_000; round++) {
     const key = keys[Math.floor(random() * keys.length)];
@@ -202,7 +324,11 @@ async function prober() {
   }
 }
 
-await Promise.all([...Array.from({ length: clients }, (_, c) => user(c)), ...(config.probe ? [prober()] : [])]);
+await Promise.all([
+  ...Array.from({ length: clients }, (_, c) => user(c)),
+  ...(config.probe ? [prober()] : []),
+  ...(config.probe && primitive === "leader" ? [observer()] : []),
+]);
 closeSync(fd);
 process.stdout.write(JSON.stringify(stats) + "\n");
 await Promise.race([close(), sleep(5_000)]);

@@ -9,6 +9,9 @@
 //                 next holder is handed fence 1 again)
 //   limit-blind   a semaphore's permits are taken under a limit one larger than the caller's
 //   writer-shares a writer's hold is taken as one more reader's (it shares the key with them)
+//   partial-set   a set of keys taken in one step takes its first key only, and answers a grant
+//                 for every key
+//   two-leaders   a third of the acquires of a held key are answered with a grant nobody took
 //   no-wait       (a store with waitForReplicas) the same store without the option
 // `errorRate` makes that share of store calls throw: half before the call reaches the store, half
 // after it took effect with the answer lost.
@@ -164,11 +167,14 @@ export async function prepare(spec, schema) {
   }
 }
 
-const METHODS = ["acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw", "acquireShared", "acquireSharedOrWait"];
+const METHODS = [
+  "acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw",
+  "acquireShared", "acquireSharedOrWait", "acquireMany", "inspect",
+];
 // A read lock's limit on the store seam: no limit.
 const READ_LIMIT = 4294967295;
 
-function broken(store, variant, forceRelease, kind) {
+function broken(store, variant, forceRelease, kind, random) {
   const methods = {};
   for (const name of METHODS) if (typeof store[name] === "function") methods[name] = store[name].bind(store);
   switch (variant) {
@@ -235,6 +241,34 @@ function broken(store, variant, forceRelease, kind) {
         },
       };
     }
+    case "partial-set":
+      return {
+        ...methods,
+        async acquireMany(keys, owners, ttl) {
+          const first = await methods.acquire(keys[0], owners[0], ttl);
+          if (!first) return false;
+          const fence = typeof first === "object" ? first.fence : undefined;
+          return keys.map((_, i) => (fence === undefined ? true : { fence: fence + i }));
+        },
+      };
+    case "two-leaders": {
+      // Refused or queued, a third of the time the caller is told it leads anyway, at once.
+      const fake = (waited) => (random() < 1 / 3 ? { fence: 1, ...(waited && { waitedMs: 0 }) } : null);
+      return {
+        ...methods,
+        async acquire(key, owner, ttl) {
+          const granted = await methods.acquire(key, owner, ttl);
+          return granted || (fake(false) ?? granted);
+        },
+        ...(methods.acquireOrWait && {
+          async acquireOrWait(key, owner, ttl, wait, poll) {
+            const now = await methods.acquire(key, owner, ttl);
+            if (now) return now;
+            return fake(true) ?? methods.acquireOrWait(key, owner, ttl, wait, poll);
+          },
+        }),
+      };
+    }
     default:
       throw new Error(`unknown variant ${variant}`);
   }
@@ -258,5 +292,5 @@ function failing(store, rate, random) {
 export async function makeStoreFor(spec, { variant, errorRate, random, lib }) {
   if (variant === "no-wait") spec = { ...spec, waitForReplicas: undefined };
   const b = await backend(spec, lib);
-  return { store: failing(broken(b.store, variant, b.forceRelease, spec.kind), errorRate, random), resource: b.resource, close: b.close };
+  return { store: failing(broken(b.store, variant, b.forceRelease, spec.kind, random), errorRate, random), resource: b.resource, close: b.close };
 }
