@@ -85,6 +85,34 @@ test("checkHistory: hand-made histories, and bad input is a TypeError or RangeEr
   assert.throws(() => checkHistory([], { leaseToleranceMs: -1 }), RangeError);
 });
 
+test("checkHistory: sets of keys and leaders, as the fault suite records them", () => {
+  const on = (key, owner, type, t0, extra = {}) => ({ key, owner, type, op: "acquire", t0, ...extra });
+  // One set answered yes on one key and no on the other: not all or nothing.
+  const partial = [
+    { key: "", owner: "s", type: "set", keys: ["a", "b"], t0: 0 },
+    on("a", "s", "invoke", 0, { ttlMs: 1000, immediate: true }),
+    on("b", "s", "invoke", 0, { ttlMs: 1000, immediate: true }),
+    on("a", "s", "ok", 1, { fence: 1 }),
+    on("b", "s", "fail", 1),
+  ];
+  assert.deepEqual(checkHistory(partial).violations.map((v) => v.kind), ["partial_set"]);
+  const whole = [...partial.slice(0, 4), on("b", "s", "ok", 1, { fence: 1 })];
+  assert.equal(checkHistory(whole).ok, true, JSON.stringify(checkHistory(whole).violations));
+  // Two campaigns answered within each other's term: two leaders.
+  const campaign = (owner, t0, fence) => [
+    on("k", owner, "invoke", t0, { op: "campaign", ttlMs: 1000 }),
+    on("k", owner, "ok", t0 + 1, { op: "campaign", fence }),
+  ];
+  const kinds = checkHistory([...campaign("x", 0, 1), ...campaign("y", 10, 2)]).violations.map((v) => v.kind);
+  assert.ok(kinds.includes("two_leaders"), kinds.join(", "));
+  // An observer told an older leader after a newer one.
+  const told = (t0, fence) => ({ key: "k", owner: "o", type: "leader", t0, fence });
+  assert.deepEqual(checkHistory([told(0, null), told(5, 2), told(9, 1)]).violations.map((v) => v.kind), ["observe_order"]);
+  assert.equal(checkHistory([told(0, null), told(5, 1), told(9, null), told(12, 2)]).ok, true);
+  assert.throws(() => checkHistory([{ type: "set", keys: "a,b", t0: 0 }]), TypeError);
+  assert.throws(() => checkHistory([{ type: "invoke", op: "elect", t0: 0 }]), TypeError);
+});
+
 test("checkLockStoreUnderLoad rejects unusable arguments", async () => {
   await assert.rejects(checkLockStoreUnderLoad("store"), TypeError);
   await assert.rejects(checkLockStoreUnderLoad(() => ({}), { clients: 0 }), RangeError);
