@@ -110,6 +110,10 @@ test("checkHistory: sets of keys and leaders, as the fault suite records them", 
   assert.deepEqual(checkHistory([told(0, null), told(5, 2), told(9, 1)]).violations.map((v) => v.kind), ["observe_order"]);
   assert.equal(checkHistory([told(0, null), told(5, 1), told(9, null), told(12, 2)]).ok, true);
   assert.throws(() => checkHistory([{ type: "set", keys: "a,b", t0: 0 }]), TypeError);
+  assert.throws(() => checkHistory([{ type: "set", keys: [], t0: 0 }]), TypeError);
+  assert.throws(() => checkHistory([{ type: "set", keys: ["a", 2], t0: 0 }]), TypeError);
+  assert.throws(() => checkHistory([told(0, "2")]), TypeError);
+  assert.throws(() => checkHistory([told(0, -1)]), TypeError);
   assert.throws(() => checkHistory([{ type: "invoke", op: "elect", t0: 0 }]), TypeError);
 });
 

@@ -11,9 +11,10 @@
 // Primitives: `lock` on every store and scenario below; semaphores (1–2 permits of 3) and
 // read-write locks (readers and writers on one key) on the memory store (errors), Redis and
 // PostgreSQL (kill; in the soak also errors and restart, and SQLite, the Redis Cluster and
-// Upstash); several keys at once (`lock([k0, k1])`) and leaders (campaigns kept alive by
-// extends, watched by `observe`) on the memory store (errors) and Redis (kill), and in the soak
-// where the shared holds run. Each against a broken store of its own: permits taken under a
+// Upstash); several keys at once (`lock([a, b])`, two of three keys) on the memory store
+// (errors), Redis and PostgreSQL (kill), and leaders (campaigns kept alive by recorded extends,
+// watched by `observe`) on the memory store (errors) and Redis (kill), both in the soak wherever
+// the shared holds run. Each against a broken store of its own: permits taken under a
 // larger limit (limit-blind), a writer taken as one more reader (writer-shares), a one-step set
 // that takes its first key only (partial-set), leadership granted while held (two-leaders).
 //
@@ -127,9 +128,10 @@ const [onlyStore, onlyScenario, onlyVariant, onlyPrimitive] = only ? only.split(
 const runs = [];
 for (const [store, scenarios] of MATRIX) {
   if (onlyStore && onlyStore !== store) continue;
-  // Several keys and leaders: the memory store and Redis in make test, the shared holds' stores in the soak.
-  const few = { memory: ["errors"], redis: ["kill"] };
-  const matrixOf = (p) => (soak || p === "semaphore" || p === "rw" ? SHARED_MATRIX : few)[store] ?? [];
+  // Several keys: the memory store, Redis and PostgreSQL in make test; leaders: the memory store
+  // and Redis; both wherever the shared holds run in the soak.
+  const few = { multi: { memory: ["errors"], redis: ["kill"], pg: ["kill"] }, leader: { memory: ["errors"], redis: ["kill"] } };
+  const matrixOf = (p) => (soak || !few[p] ? SHARED_MATRIX : few[p])[store] ?? [];
   const plan = [["lock", scenarios], ...Object.keys(PRIMITIVES).map((p) => [p, matrixOf(p)])];
   for (const [primitive, list] of plan) {
     if (onlyPrimitive && onlyPrimitive !== primitive) continue;
@@ -364,6 +366,7 @@ async function runOne(run, seed, srv) {
     staleRefused,
     takenOver,
     storeErrors: sum("errors"),
+    refusedEarly: sum("refusedEarly"),
     violations: report.violationCount,
     kinds: [...new Set(report.violations.map((v) => v.kind))],
     losses: report.lossCount ?? report.losses.length,
@@ -425,6 +428,7 @@ try {
         `${row.losses} losses${row.lossKinds.length ? ` (${row.lossKinds.join(", ")})` : ""}, ` +
         `${row.scenario === "takeover" ? `${row.fencesReused} fences granted twice, ${row.faultGrants} grants answered during the takeover, ` : ""}` +
         `${row.notReplicated ? `${row.notReplicated} grants refused unreplicated, ` : ""}` +
+        `${row.refusedEarly ? `${row.refusedEarly} campaigns refused before their wait ran out, ` : ""}` +
         `${((Date.now() - started) / 1000).toFixed(1)} s${row.problems.length ? `\n     ${row.problems.join("\n     ")}` : ""}`,
     );
   }

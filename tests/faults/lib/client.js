@@ -15,8 +15,9 @@
 // With "multi" every hold is `lock([key 0, key 1])`: each key's acquire, extend and release is
 // recorded on that key under the set's one owner label, tied by a `set` event. With "leader"
 // users campaign for key 0 — a waiting acquire recorded as op "campaign", kept alive by
-// recorded extends every TTL/3, resigned by a release — and the probing process also records
-// every leader `observe(key 0)` tells it.
+// recorded extends every TTL/3, resigned by a release: what `campaign()` does, made by hand
+// because its keep-alive extends are not told to `onLockEvent` and the checker must see them —
+// and the probing process also records every leader `observe(key 0)` tells it.
 // A victim ("kill" | "stop") tells the parent over IPC when it is inside its critical section
 // and waits for "go" before its fenced write: the parent kills it there, or stops it past its
 // TTL and continues it, and then the write must be refused.
@@ -59,7 +60,7 @@ process.send?.({ ready: true }); // the runner starts its clock once every first
 
 const keys = Array.from({ length: keyCount }, (_, k) => `${config.keyPrefix ?? "fault:"}${k}`);
 const deadline = now() + durationMs;
-const stats = { id, grants: 0, refused: 0, errors: 0, staleRefused: 0, ops: 0 };
+const stats = { id, grants: 0, refused: 0, errors: 0, staleRefused: 0, ops: 0, refusedEarly: 0 };
 let labels = 0;
 let offers = 0;
 const token = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
@@ -169,19 +170,26 @@ async function setRound(random, label, victimTurn) {
 async function campaignRound(random, label, victimTurn) {
   const key = keys[0];
   const l = lock(key, ttlMs);
+  const wait = 20 * ttlMs;
+  const asked = now();
   const got = await recorded("campaign", key, label, ttlMs, false, async () => {
-    const ok = await l.acquire({ timeout: 20 * ttlMs, retryDelay: 10 });
+    const ok = await l.acquire({ timeout: wait, retryDelay: 10 });
     return { ok, fence: ok ? l.fence : null };
   });
   if (!got) {
     if (got === false) stats.refused++;
+    // A waiting acquire answers no only once its timeout has run out.
+    if (got === false && now() - asked < wait - 50) stats.refusedEarly++;
     await sleep(random() * 3);
     return;
   }
   stats.grants++;
   record({ key, owner: label, type: "enter" });
   if (victimTurn) await offer(key, label);
-  const until = now() + random() * 3 * holdMs;
+  // Most terms are short; a fifth last one to two and a half keep-alive periods, so that leaders
+  // are kept by extends and campaigners wait behind them.
+  const term = random() < 0.2 ? (ttlMs / 3) * (1 + random() * 1.5) : random() * 3 * holdMs;
+  const until = now() + term;
   let kept = true;
   while (kept && now() < until) {
     await sleep(Math.min(ttlMs / 3, until - now()));
