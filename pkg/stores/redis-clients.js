@@ -144,6 +144,29 @@ function corker(client) {
 // promise settles once Redis confirmed it), `unlisten(other)` drops it; `barrier()` settles once
 // every subscription sent before it is confirmed again after a reconnect (ioredis sends them
 // again after its "ready"; node-redis has done so before its "ready").
+/**
+ * Resolves once an ioredis connection (or Cluster) is ready. A command sent before that waits in
+ * the client's offline queue — or, with `enableOfflineQueue: false`, fails at once, and a
+ * SUBSCRIBE that failed would leave the store without its pub/sub (hand-overs then reach their
+ * waiters only at the next safety-net look, perhaps after the grant ran out). A duplicate of a
+ * `lazyConnect` client connects here.
+ */
+function connected(connection) {
+  if (connection.status === "ready") return Promise.resolve();
+  return new Promise((resolve, reject) => {
+    const done = (settle) => (value) => {
+      connection.off("ready", onReady);
+      connection.off("end", onEnd);
+      settle(value);
+    };
+    const onReady = done(resolve);
+    const onEnd = done(() => reject(new Error("redisLockStore: the pub/sub connection closed before it was ready")));
+    connection.once("ready", onReady);
+    connection.once("end", onEnd);
+    if (connection.status === "wait") connection.connect().catch(() => {});
+  });
+}
+
 export function openSubscriber(client, type, channel, onMessage, onReconnect) {
   if (!fn(client, "duplicate")) {
     const ready = Promise.reject(new TypeError("redisLockStore: the client has no duplicate() to open a pub/sub connection with"));
@@ -165,11 +188,11 @@ export function openSubscriber(client, type, channel, onMessage, onReconnect) {
       if (from === channel) onMessage(text);
       else others.get(from)?.(text);
     });
-    ready = connection.subscribe(channel);
+    ready = connected(connection).then(() => connection.subscribe(channel));
     close = async () => connection.disconnect();
     listen = (other, onText) => {
       others.set(other, onText);
-      return connection.subscribe(other);
+      return connected(connection).then(() => connection.subscribe(other));
     };
     unlisten = async (other) => {
       others.delete(other);
