@@ -8,15 +8,18 @@
 // with a replica each, through an ioredis Cluster), Upstash (@upstash/redis over the REST fixture
 // of tests/stores, which polls: no pub/sub), better-sqlite3 on a shared file, PostgreSQL.
 //
-// Primitives: `lock` on every store and scenario below; semaphores (1–2 permits of 3) and
-// read-write locks (readers and writers on one key) on the memory store (errors), Redis and
-// PostgreSQL (kill; in the soak also errors and restart, and SQLite, the Redis Cluster and
-// Upstash); several keys at once (`lock([a, b])`, two of three keys) on the memory store
-// (errors), Redis and PostgreSQL (kill), and leaders (campaigns kept alive by recorded extends,
-// watched by `observe`) on the memory store (errors) and Redis (kill), both in the soak wherever
-// the shared holds run. Each against a broken store of its own: permits taken under a
+// Primitives: `lock` on every store and scenario below; semaphores (1–2 permits of 3),
+// read-write locks (readers and writers on one key), several keys at once (`lock([a, b])`, two
+// of three keys) and leaders (campaigns kept alive by recorded extends, watched by `observe`).
+// make test runs each on the memory store (errors) and Redis (kill), all but leaders also on
+// PostgreSQL (kill), and stops read-write writers on PostgreSQL and sets and leaders on Redis
+// (SHORT_MATRIX); the soak runs every one on the memory store (errors), Redis and PostgreSQL
+// (kill, stop, errors, restart), SQLite and Upstash (kill, stop) and the Redis Cluster (kill,
+// stop, failover) — all but `stop` for semaphores, whose holders share the key and have no
+// fenced write to be refused. Each against a broken store of its own: permits taken under a
 // larger limit (limit-blind), a writer taken as one more reader (writer-shares), a one-step set
 // that takes its first key only (partial-set), leadership granted while held (two-leaders).
+// A campaign refused before its wait ran out fails the run.
 //
 // Scenarios (each against each store it applies to):
 //   kill     a holder is SIGKILLed inside its critical section (and replaced); its key must be
@@ -119,19 +122,26 @@ const PRIMITIVES = {
 };
 const SHARED_MATRIX = {
   memory: ["errors"],
-  redis: ["kill", ...(soak ? ["errors", "restart"] : [])],
-  pg: ["kill", ...(soak ? ["errors", "restart"] : [])],
-  ...(soak && { sqlite: ["kill"], "redis-cluster": ["kill", "failover"], upstash: ["kill"] }),
+  redis: ["kill", "stop", ...(soak ? ["errors", "restart"] : [])],
+  pg: ["kill", "stop", ...(soak ? ["errors", "restart"] : [])],
+  ...(soak && { sqlite: ["kill", "stop"], "redis-cluster": ["kill", "stop", "failover"], upstash: ["kill", "stop"] }),
 };
+// make test runs fewer: each primitive killed on Redis (and PostgreSQL), stopped on one store.
+const SHORT_MATRIX = {
+  semaphore: { memory: ["errors"], redis: ["kill"], pg: ["kill"] },
+  rw: { memory: ["errors"], redis: ["kill"], pg: ["kill", "stop"] },
+  multi: { memory: ["errors"], redis: ["kill", "stop"], pg: ["kill"] },
+  leader: { memory: ["errors"], redis: ["kill", "stop"] },
+};
+// A stopped holder proves the fault by its fenced write, refused once it continues: a
+// semaphore's permit holders share the key and have nothing to fence, so they are not stopped.
+const STOPPABLE = new Set(["lock", "rw", "multi", "leader"]);
 
 const [onlyStore, onlyScenario, onlyVariant, onlyPrimitive] = only ? only.split(":") : [];
 const runs = [];
 for (const [store, scenarios] of MATRIX) {
   if (onlyStore && onlyStore !== store) continue;
-  // Several keys: the memory store, Redis and PostgreSQL in make test; leaders: the memory store
-  // and Redis; both wherever the shared holds run in the soak.
-  const few = { multi: { memory: ["errors"], redis: ["kill"], pg: ["kill"] }, leader: { memory: ["errors"], redis: ["kill"] } };
-  const matrixOf = (p) => (soak || !few[p] ? SHARED_MATRIX : few[p])[store] ?? [];
+  const matrixOf = (p) => ((soak ? SHARED_MATRIX : SHORT_MATRIX[p])[store] ?? []).filter((f) => f !== "stop" || STOPPABLE.has(p));
   const plan = [["lock", scenarios], ...Object.keys(PRIMITIVES).map((p) => [p, matrixOf(p)])];
   for (const [primitive, list] of plan) {
     if (onlyPrimitive && onlyPrimitive !== primitive) continue;
@@ -395,6 +405,8 @@ async function runOne(run, seed, srv) {
     if (scenario === "takeover" && store === "redis-cluster" && (report.lossCount ?? report.losses.length) === 0) {
       problems.push("a takeover after unreplicated grants lost none: the fault did not bite");
     }
+    // A waiting acquire answers no only once its timeout has run out.
+    if (row.refusedEarly > 0) problems.push(`${row.refusedEarly} campaigns were refused before their wait ran out`);
     if (store === "redis-cluster-wait" && notReplicated === 0) problems.push("no grant was refused for want of a replica: waitForReplicas was not exercised");
   } else if (report.violationCount === 0) {
     problems.push(`the ${variant} store passed: this scenario cannot tell it from a correct one`);

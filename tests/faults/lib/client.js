@@ -113,11 +113,30 @@ function handleFor(key, random) {
   return { l: lock(key, ttlMs), permits: undefined, holding: {} };
 }
 
-/** A victim inside its section tells the parent, which kills it or stops it, then says go. */
+/**
+ * A victim inside its section tells the parent, which kills it or stops it, then says go;
+ * answers whether it was stopped.
+ */
 async function offer(key, label) {
   offers++;
   process.send({ inside: key, label });
-  await waitForGo();
+  return waitForGo();
+}
+
+/**
+ * A holder's fenced write to the key's resource, recorded for the checker. After a stop past
+ * its TTL the lease is gone and a later holder has written a higher fence: it must be refused.
+ */
+async function fencedWrite(key, label, fence, afterStop) {
+  if (fence == null) return;
+  const t0 = now();
+  try {
+    const accepted = await resource.write(key, fence);
+    record({ key, owner: label, type: "write", t0, t1: now(), fence, accepted, afterStop });
+    if (afterStop && !accepted) stats.staleRefused++;
+  } catch {
+    stats.errors++;
+  }
 }
 
 // The keys sets are drawn from: any two of three, so that sets overlap on one key only and a
@@ -158,7 +177,8 @@ async function setRound(random, label, victimTurn) {
   }
   stats.grants++;
   each("enter", undefined, () => ({}));
-  if (victimTurn) await offer(keys[0], label);
+  const stopped = victimTurn && (await offer(keys[0], label));
+  for (const key of keys) await fencedWrite(key, label, l.fences?.[key], stopped);
   await sleep(random() * holdMs);
   if (random() < 0.15) await call("extend", ttlMs, async () => (await l.extend(), true));
   each("exit", undefined, () => ({}));
@@ -185,7 +205,14 @@ async function campaignRound(random, label, victimTurn) {
   }
   stats.grants++;
   record({ key, owner: label, type: "enter" });
-  if (victimTurn) await offer(key, label);
+  if (victimTurn && (await offer(key, label))) {
+    // Stopped past its TTL: no longer the leader, whatever it believes. It writes as one that
+    // does, and then resigns.
+    await fencedWrite(key, label, l.fence, true);
+    record({ key, owner: label, type: "exit" });
+    await recorded("release", key, label, 0, false, async () => ({ ok: await l.release() }));
+    return;
+  }
   // Most terms are short; a fifth last one to two and a half keep-alive periods, so that leaders
   // are kept by extends and campaigners wait behind them.
   const term = random() < 0.2 ? (ttlMs / 3) * (1 + random() * 1.5) : random() * 3 * holdMs;
@@ -195,15 +222,7 @@ async function campaignRound(random, label, victimTurn) {
     await sleep(Math.min(ttlMs / 3, until - now()));
     if (now() < until) kept = (await recorded("extend", key, label, ttlMs, false, async () => (await l.extend(), { ok: true }))) === true;
   }
-  if (kept && l.fence !== null) {
-    const t0 = now();
-    try {
-      const accepted = await resource.write(key, l.fence);
-      record({ key, owner: label, type: "write", t0, t1: now(), fence: l.fence, accepted, afterStop: false });
-    } catch {
-      stats.errors++;
-    }
-  }
+  if (kept) await fencedWrite(key, label, l.fence, false);
   record({ key, owner: label, type: "exit" });
   await recorded("release", key, label, 0, false, async () => ({ ok: await l.release() }));
 }
@@ -272,7 +291,9 @@ async function user(cid) {
     // which has no waiters: a broken store that keeps it held for ever is then refused in plain
     // sight. The others may be on any key, waiters included.
     const onLastKey = victim === "kill" ? id % 2 === 0 : offers % 2 === 0;
-    const offered = victimTurn && (!onLastKey || key === keys[keys.length - 1]);
+    // A victim stopped for its fenced write offers itself only while it holds alone (a writer).
+    const alone = holding.limit === undefined && !holding.shared;
+    const offered = victimTurn && (!onLastKey || key === keys[keys.length - 1]) && (victim === "kill" || alone);
     let stopped = false;
     if (offered) {
       offers++;
