@@ -374,6 +374,14 @@ impl Checker<'_> {
                 _ => (until, n),
             });
         }
+        // The longest TTL a lease of this key may have been given (by a grant or an extend).
+        let longest_ttl = h
+            .calls
+            .iter()
+            .filter(|c| (c.op.acquires() || c.op == Op::Extend) && c.result != Outcome::Fail)
+            .map(|c| c.ttl_us)
+            .max()
+            .unwrap_or(0);
         for c in &h.calls {
             if !c.op.acquires() || c.result != Outcome::Fail || !c.immediate {
                 continue;
@@ -401,7 +409,16 @@ impl Checker<'_> {
                 "acquire by {} was refused while the key was certainly free{after}",
                 c.owner
             );
-            self.violate(ViolationKind::RefusedWhileFree, key, message, events);
+            // A store that lost writes may have brought back a lease it had released: that
+            // lease lasts at most one TTL past the restart.
+            let window = (from.saturating_sub(longest_ttl), to);
+            self.violate_or_loss(
+                ViolationKind::RefusedWhileFree,
+                key,
+                message,
+                events,
+                window,
+            );
         }
     }
 }

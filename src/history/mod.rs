@@ -26,7 +26,8 @@
 //! write with a lower fence after a higher one; release and extend succeed only for the live
 //! owner; an immediate acquire is never refused while the key is certainly free (what catches a
 //! store that never expires). A store restart marked non-persistent turns the overlaps and fence
-//! regressions it causes into documented [`Report::losses`] instead of violations.
+//! regressions it causes, and refusals within a TTL after it (a lost release may bring a lease
+//! back), into documented [`Report::losses`] instead of violations.
 //!
 //! **Shapes beyond the lock.** Shared holds (a semaphore's permits, read locks) may overlap up
 //! to their limit, never beside an exclusive hold (a write lock). A set of keys acquired all or

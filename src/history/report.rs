@@ -121,8 +121,9 @@ pub struct Report {
     pub violations: Vec<Violation>,
     /// How many violations there were in all.
     pub violation_count: usize,
-    /// Overlaps and fence regressions explained by a store restart marked non-persistent: the
-    /// store lost its state, as documented — detected and reported, not counted as violations.
+    /// Overlaps, fence regressions and refusals explained by a store restart marked
+    /// non-persistent: the store lost its state, as documented — detected and reported, not
+    /// counted as violations.
     pub losses: Vec<Violation>,
     /// How many losses there were in all (the list is capped like the violations).
     pub loss_count: usize,

@@ -400,6 +400,34 @@ fn a_waiting_acquire_that_gave_up_may_have_held_the_key() {
 }
 
 #[test]
+fn a_refusal_within_a_ttl_of_a_lossy_restart_is_a_loss() {
+    // A released its lease, but the store lost the release: after a non-persistent restart the
+    // key may be held by A's lease again for up to one TTL.
+    let refused_at = |at: Micros, persistent: bool| {
+        let mut h = H::new();
+        h.acquire(1, "a", 0, 2, 100, Some(1))
+            .op(1, "a", Op::Release, 50, 52, true)
+            .restart(60, 70, persistent)
+            .refused(2, "b", at, at + 1);
+        h.check()
+    };
+    let r = refused_at(120, false);
+    assert!(r.ok(), "{r:?}");
+    let lost: Vec<_> = r.losses.iter().map(|v| v.kind).collect();
+    assert_eq!(lost, vec![ViolationKind::RefusedWhileFree], "{r:?}");
+    // A persistent store kept the release.
+    assert_eq!(
+        kinds(&refused_at(120, true)),
+        vec![ViolationKind::RefusedWhileFree]
+    );
+    // Past a TTL after the restart, no lost write explains it.
+    assert_eq!(
+        kinds(&refused_at(400, false)),
+        vec![ViolationKind::RefusedWhileFree]
+    );
+}
+
+#[test]
 fn a_non_persistent_restart_turns_its_overlap_into_a_documented_loss() {
     let lost = |persistent: bool| {
         let mut h = H::new();
