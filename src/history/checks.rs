@@ -142,8 +142,18 @@ impl Checker<'_> {
                     self.describe(lease),
                     self.describe(prev)
                 );
-                let window = (self.at(prev.invoke).earliest, lease.valid_from);
-                self.violate_or_loss(kind, key, message, events, window);
+                // Too many permits is the sum of every live hold: a store that lost some of
+                // them (across a non-persistent restart) explains it, whichever is named.
+                let since = if kind == ViolationKind::OverLimit {
+                    active
+                        .iter()
+                        .map(|&a| self.at(certain[a].invoke).earliest)
+                        .min()
+                        .unwrap_or(Micros::MAX)
+                } else {
+                    self.at(prev.invoke).earliest
+                };
+                self.violate_or_loss(kind, key, message, events, (since, lease.valid_from));
             }
             active.push(i);
             match lease.holding {

@@ -587,4 +587,31 @@ fn an_over_limit_across_a_lossy_restart_is_a_loss_not_a_violation() {
     assert_eq!(r.losses[0].kind, ViolationKind::OverLimit);
 }
 
+#[test]
+fn an_over_limit_counting_a_hold_from_before_a_lossy_restart_is_a_loss() {
+    // p1's two permits predate the restart; p2 and p3 come after it and fit the limit between
+    // themselves: the sum is over only because the store forgot p1.
+    let over = |persistent: bool| {
+        let mut h = H::new();
+        h.acquire_shared(1, "p1", 0, 2, 2, 3, 1)
+            .restart(5, 6, persistent)
+            .acquire_shared(2, "p2", 10, 12, 2, 3, 1)
+            .acquire_shared(3, "p3", 14, 16, 1, 3, 2);
+        h.check()
+    };
+    let r = over(false);
+    assert_eq!(r.violations, vec![], "{r:?}");
+    assert!(
+        r.losses
+            .iter()
+            .all(|v| v.kind == ViolationKind::OverLimit || v.kind == ViolationKind::FenceOrder),
+        "{r:?}"
+    );
+    assert!(
+        r.losses.iter().any(|v| v.kind == ViolationKind::OverLimit),
+        "{r:?}"
+    );
+    assert!(kinds(&over(true)).contains(&ViolationKind::OverLimit));
+}
+
 mod shapes;
