@@ -137,11 +137,12 @@ impl Attempt {
     fn send(&mut self, mono: u64) -> Next {
         let ttl = self.ttl.as_ms();
         if self.store_waits {
-            // The store ends the wait itself; the bound is for a store that never answers.
+            // The store ends the wait itself, at what is left of the timeout (all of it, at
+            // first); the bound is for a store that never answers.
             let answer_by = self.give_up_at.saturating_add(self.pause);
             return Next::AcquireOrWait {
                 wait: Wait {
-                    wait_ms: self.timeout_ms,
+                    wait_ms: self.give_up_at.saturating_sub(mono).max(1),
                     poll_ms: self.pause,
                 },
                 bound_ms: answer_by.saturating_sub(mono),
@@ -209,11 +210,24 @@ impl Attempt {
     }
 
     fn refused(&mut self, mono: u64) -> Next {
-        if self.timeout_ms == 0 || self.store_waits || mono >= self.give_up_at {
+        if self.timeout_ms == 0 || mono >= self.give_up_at {
             return Next::Refused;
         }
+        let left = self.give_up_at - mono;
+        if self.store_waits {
+            // A store that waits answers no when the wait is spent. A no well before that means
+            // it lost the caller's place (a restart without persistence, a failover, a grant
+            // that ran out before the caller heard of it): the caller queues again after a
+            // pause, for what is left. Within a pause of the end it is the store's own deadline,
+            // seen a little early by its timers.
+            return if left > self.pause {
+                Next::Sleep { ms: self.pause }
+            } else {
+                Next::Refused
+            };
+        }
         Next::Sleep {
-            ms: self.pause.min(self.give_up_at - mono),
+            ms: self.pause.min(left),
         }
     }
 

@@ -375,3 +375,127 @@ fn a_holder_that_shortens_its_ttl_is_taken_over_at_the_new_expiry() {
     ]);
     assert_eq!(took_over.get(), Some(300));
 }
+
+/// A store that hands over (the memory store's queue) but, `lose` times, loses a caller's place
+/// in it — as Redis restarted without persistence would — and answers that wait no after 20 ms
+/// (or at its end, if sooner). Counts the waits asked for, and the time each was asked to last.
+struct LosingPlaces {
+    inner: MemoryLockStore<VirtualRuntime>,
+    rt: VirtualRuntime,
+    lose: Cell<u32>,
+    waits: RefCell<Vec<u64>>,
+}
+
+impl LosingPlaces {
+    fn new(rt: &VirtualRuntime, lose: u32) -> Self {
+        LosingPlaces {
+            inner: MemoryLockStore::new(rt.clone()),
+            rt: rt.clone(),
+            lose: Cell::new(lose),
+            waits: RefCell::new(Vec::new()),
+        }
+    }
+}
+
+impl LockStore for LosingPlaces {
+    type Error = std::convert::Infallible;
+
+    fn name(&self) -> &'static str {
+        "losing-places"
+    }
+    fn hands_over(&self) -> bool {
+        true
+    }
+    async fn acquire(
+        &self,
+        key: &keel_lock::Key,
+        owner: &keel_lock::OwnerToken,
+        ttl: keel_lock::Ttl,
+    ) -> Result<Option<keel_lock::Grant>, Self::Error> {
+        self.inner.acquire(key, owner, ttl).await
+    }
+    async fn release(
+        &self,
+        key: &keel_lock::Key,
+        owner: &keel_lock::OwnerToken,
+    ) -> Result<bool, Self::Error> {
+        self.inner.release(key, owner).await
+    }
+    async fn extend(
+        &self,
+        key: &keel_lock::Key,
+        owner: &keel_lock::OwnerToken,
+        ttl: keel_lock::Ttl,
+    ) -> Result<bool, Self::Error> {
+        self.inner.extend(key, owner, ttl).await
+    }
+    async fn is_locked(&self, key: &keel_lock::Key) -> Result<bool, Self::Error> {
+        self.inner.is_locked(key).await
+    }
+    async fn remaining_time(&self, key: &keel_lock::Key) -> Result<Option<u64>, Self::Error> {
+        self.inner.remaining_time(key).await
+    }
+    async fn acquire_or_wait(
+        &self,
+        key: &keel_lock::Key,
+        owner: &keel_lock::OwnerToken,
+        ttl: keel_lock::Ttl,
+        wait: keel_lock::Wait,
+    ) -> Result<Option<keel_lock::Grant>, Self::Error> {
+        self.waits.borrow_mut().push(wait.wait_ms);
+        if self.lose.get() > 0 {
+            self.lose.set(self.lose.get() - 1);
+            if let Some(grant) = self.inner.acquire(key, owner, ttl).await? {
+                return Ok(Some(grant));
+            }
+            self.rt.sleep(wait.wait_ms.min(20)).await;
+            return Ok(None);
+        }
+        self.inner.acquire_or_wait(key, owner, ttl, wait).await
+    }
+}
+
+#[test]
+fn a_wait_the_store_answers_no_early_queues_again_for_what_is_left() {
+    let rt = VirtualRuntime::new();
+    let store = LosingPlaces::new(&rt, 1);
+    let holder = Lock::new(key("k"), ttl(10_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let start = rt.now_ms();
+    let tasks: Vec<Task> = vec![
+        Box::pin(async {
+            assert!(waiter.acquire(queued(1_000)).await.unwrap());
+        }),
+        Box::pin(async {
+            rt.sleep(300).await;
+            assert!(holder.release().await.unwrap());
+        }),
+    ];
+    rt.join_all(tasks);
+    // Lost at 20 ms, asked again after one 50 ms pause for the 930 ms left, handed the key at
+    // the release.
+    assert_eq!(*store.waits.borrow(), vec![1_000, 930]);
+    assert_eq!(rt.now_ms() - start, 300);
+    assert!(waiter.owner().is_some());
+}
+
+#[test]
+fn a_store_that_keeps_answering_no_early_is_asked_once_a_pause_until_the_timeout() {
+    let rt = VirtualRuntime::new();
+    let store = LosingPlaces::new(&rt, u32::MAX);
+    let holder = Lock::new(key("k"), ttl(10_000), &store, rt.clone());
+    assert!(rt
+        .block_on(holder.acquire(AcquireOptions::default()))
+        .unwrap());
+    let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone());
+    let start = rt.now_ms();
+    assert!(!rt.block_on(waiter.acquire(queued(500))).unwrap());
+    // Each wait is lost after 20 ms and asked again 50 ms later, for what is left, while more
+    // than a pause is left: at 0, 70, …, 490 ms; the last one's no comes at the timeout.
+    let waits = store.waits.borrow().clone();
+    assert_eq!(waits, vec![500, 430, 360, 290, 220, 150, 80, 10]);
+    assert_eq!(rt.now_ms() - start, 500);
+}

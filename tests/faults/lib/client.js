@@ -143,7 +143,10 @@ async function fencedWrite(key, label, fence, afterStop) {
 // set that does not hold a key it was granted meets another set on it.
 const setPool = [...keys, `${config.keyPrefix ?? "fault:"}${keyCount}`];
 
-/** One set of two keys taken, held and released, each key's calls recorded under one label. */
+/**
+ * One set of two keys taken, held and released, each key's calls recorded under one label.
+ * Answers true when a victim's turn was granted (and offered).
+ */
 async function setRound(random, label, victimTurn) {
   const skip = Math.floor(random() * setPool.length);
   const keys = setPool.filter((_, i) => i !== skip);
@@ -184,9 +187,13 @@ async function setRound(random, label, victimTurn) {
   each("exit", undefined, () => ({}));
   // A release answering false is no refusal of every key: some may have been released.
   await call("release", 0, () => l.release());
+  return victimTurn;
 }
 
-/** One campaign for key 0: wait to lead, keep it with recorded extends, write, resign. */
+/**
+ * One campaign for key 0: wait to lead, keep it with recorded extends, write, resign. Answers
+ * true when a victim's turn was granted (and offered).
+ */
 async function campaignRound(random, label, victimTurn) {
   const key = keys[0];
   const l = lock(key, ttlMs);
@@ -211,7 +218,7 @@ async function campaignRound(random, label, victimTurn) {
     await fencedWrite(key, label, l.fence, true);
     record({ key, owner: label, type: "exit" });
     await recorded("release", key, label, 0, false, async () => ({ ok: await l.release() }));
-    return;
+    return true;
   }
   // Most terms are short; a fifth last one to two and a half keep-alive periods, so that leaders
   // are kept by extends and campaigners wait behind them.
@@ -225,6 +232,7 @@ async function campaignRound(random, label, victimTurn) {
   if (kept) await fencedWrite(key, label, l.fence, false);
   record({ key, owner: label, type: "exit" });
   await recorded("release", key, label, 0, false, async () => ({ ok: await l.release() }));
+  return victimTurn;
 }
 
 /** Records every leader `observe` tells about key 0, until the run ends. */
@@ -250,10 +258,15 @@ async function observer() {
 async function user(cid) {
   const random = generator(seed * 104729 + id * 31 + cid);
   if (primitive === "multi" || primitive === "leader") {
+    // A victim offers itself at its first grant, and again at the first grant after the round
+    // that follows an offer (a victim's turn is kept until it is granted: on a polling store
+    // with many campaigners a term may be hard to win).
+    let rested = true;
     for (let round = 0; now() < deadline && round < 1_000_000; round++) {
       const label = `p${id}.${cid}:${labels++}`;
-      const victimTurn = victim !== null && cid === 0 && round % 2 === 0;
-      await (primitive === "multi" ? setRound(random, label, victimTurn) : campaignRound(random, label, victimTurn));
+      const victimTurn = victim !== null && cid === 0 && rested;
+      const offered = await (primitive === "multi" ? setRound(random, label, victimTurn) : campaignRound(random, label, victimTurn));
+      rested = offered !== true;
     }
     return;
   }
