@@ -13,9 +13,12 @@
 #   - the Workers scenarios (workers.js) in real workerd through Miniflare: two Worker scripts on
 #     one Durable Object namespace while the lock objects are reset and the runtime is restarted
 #     on its persist directory with waiters and holders active, and three Worker scripts on one
-#     D1 database with abandoned holders and failing binding calls; each also against its broken
-#     variant (a runtime without persistence, a store ignoring the TTL, owner-blind release).
-# About 5 minutes in all.
+#     D1 database with abandoned holders and failing binding calls; the lock in each, against its
+#     broken variant (a runtime without persistence, a store ignoring the TTL, owner-blind
+#     release), and semaphores, read-write locks, multi-key locks and leaders (campaigns and
+#     observe) in one scenario each (every scenario in the soak), each against its own broken
+#     store (limit-blind, writer-shares, partial-set, two-leaders).
+# About 5 to 6 minutes in all.
 # Modes: `soak` (make soak: every broken variant, SOAK_SECONDS shared among the correct runs of
 # run.js and WORKERS_SOAK_SECONDS, default 120, among the Workers scenarios'; histories and
 # summary tables under tests/faults/results/) and `fuzz` (make fuzz: the JS fuzz with

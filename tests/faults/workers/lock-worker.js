@@ -5,25 +5,46 @@
 //
 // Bindings (set per script by the runner):
 //   STORE        "do": DurableObjectLockStore over LOCKS; "d1": keel-lock/sql over the D1 binding DB
-//   VARIANT      "correct", or a deliberately broken store wrapper:
-//                  owner-blind  release frees the key whoever holds it (forceRelease)
-//                  no-expiry    every lease is taken and extended for 2^31 - 1 ms
-//                  fence-reuse  this isolate counts fences itself (other isolates reuse them)
-//   ERROR_RATE   share of D1 calls that fail at the binding: half before the statement reaches
-//                D1, half after it ran (the answer is lost)
-//   SEED         seeds this script's failure rolls
+//   VARIANT      "correct", or a deliberately broken store wrapper (variantOf, below):
+//                  owner-blind    release frees the key whoever holds it (forceRelease)
+//                  no-expiry      every lease is taken and extended for 2^31 - 1 ms
+//                  fence-reuse    this isolate counts fences itself (other isolates reuse them)
+//                  limit-blind    a semaphore's permits are taken under a limit one larger than
+//                                 the caller's
+//                  writer-shares  a writer's hold is taken as one more reader's
+//                  partial-set    a set of keys taken in one step (acquireMany; on the Durable
+//                                 Object store, which has none, the variant adds it) takes its
+//                                 first key only, and answers a grant for every key
+//                  two-leaders    a third of the acquires of a held key (refused, or about to
+//                                 wait) are answered with a grant nobody took
+//   ERROR_RATE   share of D1 calls (statements and batches) that fail at the binding: half before
+//                they reach D1, half after they ran (the answer is lost)
+//   SEED         seeds this script's failure rolls and the two-leaders variant's
 //
 // Routes (POST, JSON; 200 with the answer, 500 with { error } when a call threw):
 //   /setup     { }                           creates the D1 table (through the binding as is)
-//   /acquire   { key, ttlMs, timeout }       → { ok, fence, serialized }
-//   /extend    { serialized, ttlMs }         → { ok }  (false: LockNotHeldError)
+//   /acquire   { primitive, key, keys, ttlMs, timeout, permits, limit, mode }
+//              primitive "lock" (default): lock(key); "semaphore": semaphore(key, limit) taking
+//              `permits`; "rw": readLock(key) (mode "read") or writeLock(key); "multi":
+//              lock(keys)               → { ok, fence, fences (multi: l.fences), serialized }
+//   /extend    { serialized, ttlMs }         → { ok, serialized (the hold as extended) }  (ok false: LockNotHeldError)
 //   /release   { serialized }                → { ok }
+//   /held      { key }                       → { held }  (the store's isLocked)
 //   /stranger  { op, key, ttlMs }            a fresh owner's release/extend → { ok }
 //   /write     { key, fence }                the fenced resource → { accepted }
 //   /reset     { key }                       resets the key's lock object (in-memory state lost)
+//   /observe   { key, windowMs, intervalMs } what observe(key) reports for `windowMs`, streamed as
+//              it reports: one JSON line per report, { fence } (fence null while nobody leads),
+//              then { end: true }, or { error } when the observation failed
+// Every hold (a semaphore's permits, a read lock, a set of keys included) travels as its
+// serialize() string: restoreLock gives back a semaphore, a read lock or a set.
 import { DurableObject } from "cloudflare:workers";
 import {
   lock,
+  semaphore,
+  readLock,
+  writeLock,
+  observe,
   restoreLock,
   setLockStore,
   DurableObjectLockStore,
@@ -56,10 +77,16 @@ export class FencedResource extends DurableObject {
 }
 
 const FOREVER = 2 ** 31 - 1;
-const METHODS = ["acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw", "forceRelease"];
+// What a store may have: the exclusive calls, the shared holds', the one-step set, and what
+// observe reads (watch, pushed by the Durable Object store; inspect, polled on D1).
+const METHODS = [
+  "acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw", "forceRelease",
+  "acquireShared", "acquireSharedOrWait", "acquireMany", "inspect", "watch",
+];
+// A read lock's limit on the store seam: no limit.
+const READ_LIMIT = 4294967295;
 
-
-/** A D1 binding whose statements fail at `rate`: half before reaching D1, half after running. */
+/** A D1 binding whose statements and batches fail at `rate`: half before reaching D1, half after running. */
 function failingD1(db, rate, random) {
   const attempt = async (what, run) => {
     const roll = random();
@@ -68,21 +95,28 @@ function failingD1(db, rate, random) {
     if (roll < rate) throw new Error(`injected: D1 ${what} ran, and the answer was lost`);
     return answer;
   };
-  const statement = (stmt) => ({
-    bind: (...params) => statement(stmt.bind(...params)),
-    first: (...args) => attempt("first", () => stmt.first(...args)),
-    run: () => attempt("run", () => stmt.run()),
-    all: () => attempt("all", () => stmt.all()),
-    raw: (...args) => attempt("raw", () => stmt.raw(...args)),
-  });
+  // The binding's own statement behind each wrapper, for batch.
+  const inner = new WeakMap();
+  const statement = (stmt) => {
+    const wrapped = {
+      bind: (...params) => statement(stmt.bind(...params)),
+      first: (...args) => attempt("first", () => stmt.first(...args)),
+      run: () => attempt("run", () => stmt.run()),
+      all: () => attempt("all", () => stmt.all()),
+      raw: (...args) => attempt("raw", () => stmt.raw(...args)),
+    };
+    inner.set(wrapped, stmt);
+    return wrapped;
+  };
   return {
     prepare: (sql) => statement(db.prepare(sql)),
-    batch: () => Promise.reject(new Error("batch is not used by the lock store")),
+    // One batch is one call (one round trip, one transaction): it fails whole, like a statement.
+    batch: (statements) => attempt("batch", () => db.batch(statements.map((s) => inner.get(s)))),
   };
 }
 
 /** The store's methods as a JS store, or a broken variant of them. */
-function variantOf(store, variant) {
+function variantOf(store, variant, random) {
   const m = {};
   for (const name of METHODS) if (typeof store[name] === "function") m[name] = store[name].bind(store);
   switch (variant) {
@@ -110,6 +144,55 @@ function variantOf(store, variant) {
         },
       };
     }
+    case "limit-blind":
+      return {
+        ...m,
+        acquireShared: (key, owner, ttl, permits, limit, ...rest) => m.acquireShared(key, owner, ttl, permits, limit + 1, ...rest),
+        ...(m.acquireSharedOrWait && {
+          acquireSharedOrWait: (key, owner, ttl, permits, limit, ...rest) => m.acquireSharedOrWait(key, owner, ttl, permits, limit + 1, ...rest),
+        }),
+      };
+    case "writer-shares": {
+      // Writers ask again rather than queue: their acquire is a reader's, answered as acquire's.
+      const { acquireOrWait: _waits, ...plain } = m;
+      return {
+        ...plain,
+        async acquire(key, owner, ttl) {
+          const granted = await m.acquireShared(key, owner, ttl, 1, READ_LIMIT);
+          return granted === true || (granted !== null && typeof granted === "object" && typeof granted.fence === "number") ? granted : false;
+        },
+      };
+    }
+    case "partial-set":
+      // The D1 store's acquireMany replaced, the Durable Object store given one: either way the
+      // set is taken in one step, which holds its first key only.
+      return {
+        ...m,
+        async acquireMany(keys, owners, ttl) {
+          const first = await m.acquire(keys[0], owners[0], ttl);
+          if (!first) return false;
+          const fence = typeof first === "object" ? first.fence : undefined;
+          return keys.map((_, i) => (fence === undefined ? true : { fence: fence + i }));
+        },
+      };
+    case "two-leaders": {
+      // Refused or about to wait, a third of the time the caller is told it leads anyway, at once.
+      const fake = (waited) => (random() < 1 / 3 ? { fence: 1, ...(waited && { waitedMs: 0 }) } : null);
+      return {
+        ...m,
+        async acquire(key, owner, ttl) {
+          const granted = await m.acquire(key, owner, ttl);
+          return granted || (fake(false) ?? granted);
+        },
+        ...(m.acquireOrWait && {
+          async acquireOrWait(key, owner, ttl, wait, poll) {
+            const now = await m.acquire(key, owner, ttl);
+            if (now) return now;
+            return fake(true) ?? m.acquireOrWait(key, owner, ttl, wait, poll);
+          },
+        }),
+      };
+    }
     default:
       throw new Error(`unknown variant ${variant}`);
   }
@@ -129,7 +212,7 @@ function storeFor(env) {
   } else {
     throw new Error(`unknown STORE ${env.STORE}`);
   }
-  store = variantOf(inner, env.VARIANT ?? "correct");
+  store = variantOf(inner, env.VARIANT ?? "correct", generator(Number(env.SEED ?? 1) * 7919 + 1));
   setLockStore(store);
   return store;
 }
@@ -143,15 +226,23 @@ async function route(path, body, env) {
       return { ok: true };
     case "/acquire": {
       storeFor(env);
-      const l = lock(body.key, body.ttlMs);
-      const ok = await l.acquire(body.timeout > 0 ? { timeout: body.timeout, retryDelay: 10 } : { timeout: 0 });
-      return { ok, fence: ok ? l.fence : null, serialized: ok ? l.serialize() : null };
+      const l = handleOf(body);
+      const options = body.timeout > 0 ? { timeout: body.timeout, retryDelay: 10 } : { timeout: 0 };
+      if (body.permits !== undefined) options.permits = body.permits;
+      const ok = await l.acquire(options);
+      return {
+        ok,
+        fence: ok ? l.fence : null,
+        fences: ok && body.primitive === "multi" ? l.fences : null,
+        serialized: ok ? l.serialize() : null,
+      };
     }
     case "/extend": {
       storeFor(env);
       try {
-        await restoreLock(body.serialized).extend(body.ttlMs);
-        return { ok: true };
+        const l = restoreLock(body.serialized);
+        await l.extend(body.ttlMs);
+        return { ok: true, serialized: l.serialize() };
       } catch (error) {
         if (error instanceof LockNotHeldError) return { ok: false };
         throw error;
@@ -160,6 +251,8 @@ async function route(path, body, env) {
     case "/release":
       storeFor(env);
       return { ok: await restoreLock(body.serialized).release() };
+    case "/held":
+      return { held: (await storeFor(env).isLocked(body.key)) === true };
     case "/stranger": {
       const s = storeFor(env);
       const owner = token();
@@ -171,8 +264,54 @@ async function route(path, body, env) {
     case "/reset":
       await env.LOCKS.get(env.LOCKS.idFromName(body.key)).reset().catch(() => {});
       return { ok: true };
+    case "/observe":
+      storeFor(env);
+      return observed(body);
   }
   return null;
+}
+
+/** The handle an /acquire asks for. */
+function handleOf({ primitive = "lock", key, keys, ttlMs, limit, mode }) {
+  switch (primitive) {
+    case "lock":
+      return lock(key, ttlMs);
+    case "semaphore":
+      return semaphore(key, limit, ttlMs);
+    case "rw":
+      return mode === "read" ? readLock(key, ttlMs) : writeLock(key, ttlMs);
+    case "multi":
+      return lock(keys, ttlMs);
+  }
+  throw new Error(`unknown primitive ${primitive}`);
+}
+
+/**
+ * A streamed response of what observe(key) reports for `windowMs`: each report written as one
+ * JSON line the moment observe yields it, then the end (or the error that ended the observation).
+ */
+function observed({ key, windowMs, intervalMs = 20 }) {
+  const { readable, writable } = new TransformStream();
+  const writer = writable.getWriter();
+  const encoder = new TextEncoder();
+  const line = (value) => writer.write(encoder.encode(JSON.stringify(value) + "\n"));
+  const controller = new AbortController();
+  const stop = setTimeout(() => controller.abort(), windowMs);
+  (async () => {
+    try {
+      for await (const leader of observe(key, { intervalMs, signal: controller.signal })) {
+        await line({ fence: leader === null ? null : leader.fence });
+      }
+      await line({ end: true });
+    } catch (e) {
+      await line({ error: `${e?.name}: ${e?.message}` }).catch(() => {});
+    } finally {
+      clearTimeout(stop);
+      controller.abort();
+      await writer.close().catch(() => {});
+    }
+  })();
+  return new Response(readable, { headers: { "content-type": "application/x-ndjson" } });
 }
 
 export default {
@@ -181,7 +320,7 @@ export default {
       const body = request.method === "POST" ? await request.json() : {};
       const out = await route(new URL(request.url).pathname, body, env);
       if (out === null) return new Response("not found", { status: 404 });
-      return Response.json(out);
+      return out instanceof Response ? out : Response.json(out);
     } catch (e) {
       return Response.json({ error: `${e?.name}: ${e?.message}` }, { status: 500 });
     }
