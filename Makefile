@@ -27,8 +27,9 @@ test: setup
 # (tests/faults/results/soak-<time>/).
 # Then the workerd scenarios (Durable Object, D1) the same way, WORKERS_SOAK_SECONDS (default
 # 120) of correct runs, under SOAK_RESULTS/workers/. Then the component on a
-# faulty key-value host: two correct-host runs of COMPONENT_SOAK_SECONDS (default 120) each, and
-# every broken host with seeds 1 to COMPONENT_SOAK_SEEDS (default 10). Last, one table of them
+# faulty key-value host: two correct-host runs of the lock and one of each other primitive, of
+# COMPONENT_SOAK_SECONDS (default 120) each, and every broken host with seeds 1 to
+# COMPONENT_SOAK_SEEDS (default 10) for every primitive. Last, one table of them
 # all (tests/faults/summary.js), also written to SOAK_RESULTS/all.md.
 SOAK_SECONDS ?= 600
 COMPONENT_SOAK_SECONDS ?= 120

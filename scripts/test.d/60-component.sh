@@ -5,9 +5,10 @@
 # then instantiate them in a real host: the wasmtime embedding in tests/component-host, which
 # provides wasi:keyvalue (draft2, with compare-and-swap) over one store shared by several
 # instances on several threads, runs the lock's properties through the exported interface,
-# races instances on a host that fails and delays its key-value calls (their recorded histories
-# judged by the history checker, and three broken hosts that must be caught) and checks what each
-# world exports. Exits non-zero on any failure.
+# races instances taking each primitive (lock, semaphore, read-write lock, sets of keys, leaders)
+# on a host that fails and delays its key-value calls (their recorded histories judged by the
+# history checker, and three broken hosts that must be caught) and checks what each world
+# exports. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="$HOME/.cargo/bin:$PATH"
