@@ -204,8 +204,9 @@ export interface LockStore {
    * Optional: acquire, or join the key's FIFO queue and wait up to `waitMs` for the store to
    * hand the key over (on release, or when the holder's TTL passes). `pollMs` is the caller's
    * `retryDelay`: a store that may miss a notification re-checks no more often than that.
-   * `false` once `waitMs` is spent (and no longer queued). A store that has it is waited on
-   * instead of polled.
+   * `false` once `waitMs` is spent (and no longer queued); a `false` more than `pollMs` before
+   * that (the store lost the caller's place) is asked again after `pollMs`, for what is left.
+   * A store that has it is waited on instead of polled.
    */
   acquireOrWait?(
     key: string,

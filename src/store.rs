@@ -82,8 +82,9 @@ pub trait LockStore {
     /// Acquire `key`, or join its queue of waiters and wait up to `wait.wait_ms` for the store
     /// to hand it over: on release, or when the holder's TTL passes, the store grants the key to
     /// the oldest waiter still waiting — no race against newcomers. Answers `None` when the wait
-    /// is spent (and the caller is no longer queued). The grant reports how long it waited in
-    /// the store ([`Grant::waited_ms`]).
+    /// is spent (and the caller is no longer queued); a `None` more than `wait.poll_ms` sooner
+    /// (the store lost the caller's place) is asked again after that pause, for what is left.
+    /// The grant reports how long it waited in the store ([`Grant::waited_ms`]).
     ///
     /// The default is one plain [`LockStore::acquire`], for stores that cannot wait.
     async fn acquire_or_wait(

@@ -141,6 +141,30 @@ describe("a JS store that hands keys over", () => {
     assert.equal(await lock(key).acquire({ timeout: 30 }), false);
   });
 
+  it("a wait the store answers false long before its end (its place was lost) queues again for what is left", async () => {
+    const key = fresh();
+    const holder = lock(key);
+    assert.equal(await holder.acquire(), true);
+    const queueing = s.store.acquireOrWait;
+    const waits = [];
+    s.store.acquireOrWait = (...args) => {
+      waits.push(args[3]);
+      if (waits.length === 1) return sleep(20).then(() => false); // as after a restart without persistence
+      return queueing(...args);
+    };
+    setLockStore(s.store); // the store's methods are read when it is set
+    const started = Date.now();
+    const waiter = lock(key).run(() => "ran", { timeout: 2_000, retryDelay: 30 });
+    await sleep(200);
+    assert.equal(s.queued(key), 1, "queued again after the early no");
+    assert.equal(await holder.release(), true);
+    assert.deepEqual(await waiter, [true, "ran"]);
+    assert.equal(waits.length, 2);
+    assert.equal(waits[0], 2_000);
+    // The second wait is for what was left of the timeout after the first no and a pause.
+    assert.ok(waits[1] <= 2_000 - 50 && waits[1] >= 2_000 - (Date.now() - started), `asked for ${waits[1]} ms`);
+  });
+
   it("a handed-over acquire() is released, and the next waiter gets the key", async () => {
     const key = fresh();
     const a = lock(key);
