@@ -14,8 +14,8 @@
 // make test runs each on the memory store (errors) and Redis (kill), all but leaders also on
 // PostgreSQL (kill), and stops read-write writers on PostgreSQL and sets and leaders on Redis
 // (SHORT_MATRIX); the soak runs every one on the memory store (errors), Redis and PostgreSQL
-// (kill, stop, errors, restart), SQLite and Upstash (kill, stop) and the Redis Cluster (kill,
-// stop, failover) — all but `stop` for semaphores, whose holders share the key and have no
+// (kill, stop, errors, restart), Redis with AOF (restart), SQLite and Upstash (kill, stop) and
+// the Redis Cluster (kill, stop, failover) — all but `stop` for semaphores, whose holders share the key and have no
 // fenced write to be refused. Each against a broken store of its own: permits taken under a
 // larger limit (limit-blind), a writer taken as one more reader (writer-shares), a one-step set
 // that takes its first key only (partial-set), leadership granted while held (two-leaders).
@@ -124,7 +124,7 @@ const SHARED_MATRIX = {
   memory: ["errors"],
   redis: ["kill", "stop", ...(soak ? ["errors", "restart"] : [])],
   pg: ["kill", "stop", ...(soak ? ["errors", "restart"] : [])],
-  ...(soak && { sqlite: ["kill", "stop"], "redis-cluster": ["kill", "stop", "failover"], upstash: ["kill", "stop"] }),
+  ...(soak && { "redis-aof": ["restart"], sqlite: ["kill", "stop"], "redis-cluster": ["kill", "stop", "failover"], upstash: ["kill", "stop"] }),
 };
 // make test runs fewer: each primitive killed on Redis (and PostgreSQL), stopped on one store.
 const SHORT_MATRIX = {
