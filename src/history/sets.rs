@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use super::events::*;
 use super::leases::*;
 use super::report::*;
 
@@ -51,8 +52,72 @@ impl Checker<'_> {
                     Outcome::Unknown => {}
                 }
             }
+            self.refused_while_all_free(set, &named, &by_key);
         }
         self.sets = sets;
+    }
+
+    /// An immediate set refused while every one of its keys was certainly free: nobody else's
+    /// lease on any of them possibly valid from the call's sending to its answer (the set's own
+    /// holds while it asked are no reason). What catches a store that never expires, for sets.
+    fn refused_while_all_free(
+        &mut self,
+        set: &SetCall,
+        named: &str,
+        by_key: &HashMap<&str, &KeyHistory>,
+    ) {
+        if set.members.is_empty() || set.members.len() < set.keys.len() {
+            return;
+        }
+        let mut longest_ttl = 0;
+        let mut window = (Micros::MAX, 0);
+        for m in &set.members {
+            let (Outcome::Fail, Some(outcome)) = (m.result, m.outcome) else {
+                return;
+            };
+            let Some(h) = by_key.get(m.key.as_str()) else {
+                return;
+            };
+            let Some(call) = h.calls.iter().find(|c| c.invoke == m.invoke) else {
+                return;
+            };
+            if !call.immediate {
+                return;
+            }
+            let (from, to) = (self.at(m.invoke).earliest, self.at(outcome).latest);
+            let held = h
+                .leases
+                .iter()
+                .any(|l| l.invoke != m.invoke && l.possible_from <= to && l.possible_until >= from);
+            if held {
+                return;
+            }
+            longest_ttl = h
+                .calls
+                .iter()
+                .filter(|c| (c.op.acquires() || c.op == Op::Extend) && c.result != Outcome::Fail)
+                .map(|c| c.ttl_us)
+                .fold(longest_ttl, Micros::max);
+            window = (window.0.min(from), window.1.max(to));
+        }
+        let first = &set.members[0];
+        let message = format!(
+            "the set {named} by {} was refused while every key of it was certainly free",
+            set.owner
+        );
+        let mut events = vec![set.event];
+        for m in &set.members {
+            events.push(m.invoke);
+            events.extend(m.outcome);
+        }
+        let window = (window.0.saturating_sub(longest_ttl), window.1);
+        self.violate_or_loss(
+            ViolationKind::RefusedWhileFree,
+            &first.key,
+            message,
+            events,
+            window,
+        );
     }
 
     /// A release or extend by the owner that succeeded on a key of its refused set, sent after

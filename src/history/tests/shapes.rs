@@ -425,8 +425,21 @@ fn a_set_granted_on_some_keys_and_refused_on_others_is_caught() {
 fn a_key_of_a_refused_set_still_held_after_the_answer_is_caught() {
     let refused_then = |release: Out| {
         let mut h = H::new();
-        h.set(1, "s", &["a", "b"], 0, 10, &[Out::Fail, Out::Fail])
-            .on(1, "a", "s", Op::Release, 20, 21, release);
+        // "b" is held by another: the set's refusal is right.
+        h.call(
+            3,
+            "b",
+            "x",
+            Op::Acquire,
+            0,
+            0,
+            1000,
+            true,
+            Holding::Exclusive,
+            Out::Ok(Some(1)),
+        )
+        .set(1, "s", &["a", "b"], 0, 10, &[Out::Fail, Out::Fail])
+        .on(1, "a", "s", Op::Release, 20, 21, release);
         h.check()
     };
     let r = refused_then(Out::Ok(None));
@@ -435,6 +448,56 @@ fn a_key_of_a_refused_set_still_held_after_the_answer_is_caught() {
     assert!(message_of(&r, ViolationKind::PartialSet).contains("after its set [a, b] was refused"));
     let r = refused_then(Out::Fail);
     assert_eq!(r.violations, vec![], "{r:?}");
+}
+
+#[test]
+fn a_set_refused_while_all_its_keys_were_certainly_free_is_caught() {
+    // "a" was held until its lease certainly ran out; "b" never was.
+    let refused_at = |at: Micros, immediate: bool| {
+        let mut h = H::new();
+        h.call(
+            3,
+            "a",
+            "x",
+            Op::Acquire,
+            0,
+            1,
+            100,
+            true,
+            Holding::Exclusive,
+            Out::Ok(Some(1)),
+        );
+        h.ev(
+            1,
+            "",
+            "s",
+            at,
+            EventKind::AcquireSet {
+                keys: vec!["a".into(), "b".into()],
+            },
+        );
+        for key in ["a", "b"] {
+            h.call(
+                1,
+                key,
+                "s",
+                Op::Acquire,
+                at,
+                at + 2,
+                1000,
+                immediate,
+                Holding::Exclusive,
+                Out::Fail,
+            );
+        }
+        h.check()
+    };
+    let r = refused_at(300, true);
+    assert_eq!(kinds(&r), vec![ViolationKind::RefusedWhileFree], "{r:?}");
+    assert!(message_of(&r, ViolationKind::RefusedWhileFree).contains("the set [a, b] by s"));
+    // While "a" may still be held, the refusal is right; a waiting set's no proves nothing.
+    assert_eq!(refused_at(50, true).violations, vec![]);
+    assert_eq!(refused_at(300, false).violations, vec![]);
 }
 
 #[test]
