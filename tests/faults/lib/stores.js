@@ -1,5 +1,5 @@
 // The stores a fault-suite client locks with, a fenced resource next to each, and the broken
-// variants every scenario must catch:
+// variants every scenario must catch (made by ../workers/broken.js, which the Worker shares):
 //   correct       the store as shipped
 //   owner-blind   release deletes the key whoever holds it
 //   no-expiry     every lease is taken (and extended) for 2^31 - 1 ms, whatever the TTL asked
@@ -18,8 +18,7 @@
 import IORedis from "ioredis";
 import Database from "better-sqlite3";
 import pg from "pg";
-
-const FOREVER = 2 ** 31 - 1;
+import { brokenStore } from "../workers/broken.js";
 
 // The resource side of fencing (pkg/stores/README.md): keep the highest fence, refuse lower ones.
 const FENCED_WRITE = `local last = tonumber(redis.call("HGET", KEYS[1], "fence"))
@@ -167,111 +166,16 @@ export async function prepare(spec, schema) {
   }
 }
 
+// The methods the clients' stores keep (no watch: observe polls through the failing wrapper).
 const METHODS = [
   "acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw",
   "acquireShared", "acquireSharedOrWait", "acquireMany", "inspect",
 ];
-// A read lock's limit on the store seam: no limit.
-const READ_LIMIT = 4294967295;
 
 function broken(store, variant, forceRelease, kind, random) {
-  const methods = {};
-  for (const name of METHODS) if (typeof store[name] === "function") methods[name] = store[name].bind(store);
-  switch (variant) {
-    case "correct":
-    case "no-wait": // built without its option (makeStoreFor)
-      return methods;
-    case "owner-blind":
-      return { ...methods, release: (key) => forceRelease(key) };
-    case "no-expiry":
-      return {
-        ...methods,
-        acquire: (key, owner) => methods.acquire(key, owner, FOREVER),
-        extend: (key, owner) => methods.extend(key, owner, FOREVER),
-        ...(methods.acquireOrWait && {
-          acquireOrWait: (key, owner, ttl, wait, poll) => methods.acquireOrWait(key, owner, FOREVER, wait, poll),
-        }),
-      };
-    case "fence-reuse": {
-      const { acquireOrWait: _waits, withdraw: _withdraw, ...plain } = methods;
-      if (kind === "memory") {
-        const counts = new Map();
-        return {
-          ...plain,
-          async acquire(key, owner, ttl) {
-            const granted = await methods.acquire(key, owner, ttl);
-            if (!granted) return granted;
-            const fence = (counts.get(key) ?? 0) + 1;
-            counts.set(key, fence);
-            return { fence };
-          },
-          async release(key, owner) {
-            const released = await methods.release(key, owner);
-            if (released === true) counts.delete(key);
-            return released;
-          },
-        };
-      }
-      let last = 0;
-      return {
-        ...plain,
-        async acquire(key, owner, ttl) {
-          const granted = await methods.acquire(key, owner, ttl);
-          return granted ? { fence: ++last } : granted;
-        },
-      };
-    }
-    case "limit-blind":
-      return {
-        ...methods,
-        acquireShared: (key, owner, ttl, permits, limit, ...rest) => methods.acquireShared(key, owner, ttl, permits, limit + 1, ...rest),
-        ...(methods.acquireSharedOrWait && {
-          acquireSharedOrWait: (key, owner, ttl, permits, limit, ...rest) =>
-            methods.acquireSharedOrWait(key, owner, ttl, permits, limit + 1, ...rest),
-        }),
-      };
-    case "writer-shares": {
-      // Writers ask again rather than queue: their acquire is a reader's, answered as acquire's.
-      const { acquireOrWait: _waits, ...plain } = methods;
-      return {
-        ...plain,
-        async acquire(key, owner, ttl) {
-          const granted = await methods.acquireShared(key, owner, ttl, 1, READ_LIMIT);
-          return granted === true || (granted !== null && typeof granted === "object" && typeof granted.fence === "number") ? granted : false;
-        },
-      };
-    }
-    case "partial-set":
-      return {
-        ...methods,
-        async acquireMany(keys, owners, ttl) {
-          const first = await methods.acquire(keys[0], owners[0], ttl);
-          if (!first) return false;
-          const fence = typeof first === "object" ? first.fence : undefined;
-          return keys.map((_, i) => (fence === undefined ? true : { fence: fence + i }));
-        },
-      };
-    case "two-leaders": {
-      // Refused or queued, a third of the time the caller is told it leads anyway, at once.
-      const fake = (waited) => (random() < 1 / 3 ? { fence: 1, ...(waited && { waitedMs: 0 }) } : null);
-      return {
-        ...methods,
-        async acquire(key, owner, ttl) {
-          const granted = await methods.acquire(key, owner, ttl);
-          return granted || (fake(false) ?? granted);
-        },
-        ...(methods.acquireOrWait && {
-          async acquireOrWait(key, owner, ttl, wait, poll) {
-            const now = await methods.acquire(key, owner, ttl);
-            if (now) return now;
-            return fake(true) ?? methods.acquireOrWait(key, owner, ttl, wait, poll);
-          },
-        }),
-      };
-    }
-    default:
-      throw new Error(`unknown variant ${variant}`);
-  }
+  // The store built without its option (makeStoreFor) is the whole of no-wait's breakage.
+  if (variant === "no-wait") variant = "correct";
+  return brokenStore(store, variant, { methods: METHODS, forceRelease, perKeyFences: kind === "memory", random });
 }
 
 function failing(store, rate, random) {

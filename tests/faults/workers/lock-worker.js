@@ -5,7 +5,7 @@
 //
 // Bindings (set per script by the runner):
 //   STORE        "do": DurableObjectLockStore over LOCKS; "d1": keel-lock/sql over the D1 binding DB
-//   VARIANT      "correct", or a deliberately broken store wrapper (variantOf, below):
+//   VARIANT      "correct", or a deliberately broken store wrapper (broken.js):
 //                  owner-blind    release frees the key whoever holds it (forceRelease)
 //                  no-expiry      every lease is taken and extended for 2^31 - 1 ms
 //                  fence-reuse    this isolate counts fences itself (other isolates reuse them)
@@ -52,6 +52,7 @@ import {
   LockNotHeldError,
 } from "keel-lock";
 import { databaseLockStore } from "keel-lock/sql";
+import { brokenStore } from "./broken.js";
 import { generator } from "./random.js";
 
 /** The package's lock object, plus a reset: in-memory state (the waiting queue) and open calls go, storage stays. */
@@ -75,16 +76,6 @@ export class FencedResource extends DurableObject {
     return true;
   }
 }
-
-const FOREVER = 2 ** 31 - 1;
-// What a store may have: the exclusive calls, the shared holds', the one-step set, and what
-// observe reads (watch, pushed by the Durable Object store; inspect, polled on D1).
-const METHODS = [
-  "acquire", "release", "extend", "isLocked", "remainingTime", "acquireOrWait", "withdraw", "forceRelease",
-  "acquireShared", "acquireSharedOrWait", "acquireMany", "inspect", "watch",
-];
-// A read lock's limit on the store seam: no limit.
-const READ_LIMIT = 4294967295;
 
 /** A D1 binding whose statements and batches fail at `rate`: half before reaching D1, half after running. */
 function failingD1(db, rate, random) {
@@ -115,89 +106,6 @@ function failingD1(db, rate, random) {
   };
 }
 
-/** The store's methods as a JS store, or a broken variant of them. */
-function variantOf(store, variant, random) {
-  const m = {};
-  for (const name of METHODS) if (typeof store[name] === "function") m[name] = store[name].bind(store);
-  switch (variant) {
-    case "correct":
-      return m;
-    case "owner-blind":
-      return { ...m, release: (key) => m.forceRelease(key) };
-    case "no-expiry":
-      return {
-        ...m,
-        acquire: (key, owner) => m.acquire(key, owner, FOREVER),
-        extend: (key, owner) => m.extend(key, owner, FOREVER),
-        ...(m.acquireOrWait && {
-          acquireOrWait: (key, owner, _ttl, wait, poll) => m.acquireOrWait(key, owner, FOREVER, wait, poll),
-        }),
-      };
-    case "fence-reuse": {
-      let last = 0;
-      const { acquireOrWait: _waits, withdraw: _withdraw, ...plain } = m;
-      return {
-        ...plain,
-        async acquire(key, owner, ttl) {
-          const granted = await m.acquire(key, owner, ttl);
-          return granted ? { fence: ++last } : granted;
-        },
-      };
-    }
-    case "limit-blind":
-      return {
-        ...m,
-        acquireShared: (key, owner, ttl, permits, limit, ...rest) => m.acquireShared(key, owner, ttl, permits, limit + 1, ...rest),
-        ...(m.acquireSharedOrWait && {
-          acquireSharedOrWait: (key, owner, ttl, permits, limit, ...rest) => m.acquireSharedOrWait(key, owner, ttl, permits, limit + 1, ...rest),
-        }),
-      };
-    case "writer-shares": {
-      // Writers ask again rather than queue: their acquire is a reader's, answered as acquire's.
-      const { acquireOrWait: _waits, ...plain } = m;
-      return {
-        ...plain,
-        async acquire(key, owner, ttl) {
-          const granted = await m.acquireShared(key, owner, ttl, 1, READ_LIMIT);
-          return granted === true || (granted !== null && typeof granted === "object" && typeof granted.fence === "number") ? granted : false;
-        },
-      };
-    }
-    case "partial-set":
-      // The D1 store's acquireMany replaced, the Durable Object store given one: either way the
-      // set is taken in one step, which holds its first key only.
-      return {
-        ...m,
-        async acquireMany(keys, owners, ttl) {
-          const first = await m.acquire(keys[0], owners[0], ttl);
-          if (!first) return false;
-          const fence = typeof first === "object" ? first.fence : undefined;
-          return keys.map((_, i) => (fence === undefined ? true : { fence: fence + i }));
-        },
-      };
-    case "two-leaders": {
-      // Refused or about to wait, a third of the time the caller is told it leads anyway, at once.
-      const fake = (waited) => (random() < 1 / 3 ? { fence: 1, ...(waited && { waitedMs: 0 }) } : null);
-      return {
-        ...m,
-        async acquire(key, owner, ttl) {
-          const granted = await m.acquire(key, owner, ttl);
-          return granted || (fake(false) ?? granted);
-        },
-        ...(m.acquireOrWait && {
-          async acquireOrWait(key, owner, ttl, wait, poll) {
-            const now = await m.acquire(key, owner, ttl);
-            if (now) return now;
-            return fake(true) ?? m.acquireOrWait(key, owner, ttl, wait, poll);
-          },
-        }),
-      };
-    }
-    default:
-      throw new Error(`unknown variant ${variant}`);
-  }
-}
-
 let store = null;
 /** This isolate's store, made on its first request (never at module load). */
 function storeFor(env) {
@@ -212,7 +120,7 @@ function storeFor(env) {
   } else {
     throw new Error(`unknown STORE ${env.STORE}`);
   }
-  store = variantOf(inner, env.VARIANT ?? "correct", generator(Number(env.SEED ?? 1) * 7919 + 1));
+  store = brokenStore(inner, env.VARIANT ?? "correct", { random: generator(Number(env.SEED ?? 1) * 7919 + 1) });
   setLockStore(store);
   return store;
 }
