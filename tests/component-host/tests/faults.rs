@@ -319,6 +319,34 @@ impl Client<'_> {
         }
     }
 
+    /// Acquires `l` (at once, or waiting `wait` ms, polling every 5 ms), recorded as `op`:
+    /// whether it is held. Refused or unknown, the handle is dropped and the client pauses.
+    fn take(
+        &mut self,
+        l: LockHandle,
+        op: Op,
+        key: &str,
+        label: &str,
+        wait: Option<u64>,
+        holding: Holding,
+    ) -> bool {
+        let got = self.recorded(op, key, label, TTL_MS, wait.is_none(), holding, |inst| {
+            Ok(match inst.acquire(l, wait.unwrap_or(0), Some(5))? {
+                Ok(true) => Ok(Said::Yes(inst.fence(l)?)),
+                Ok(false) => Ok(Said::No),
+                Err(e) => Err(e),
+            })
+        });
+        if got != Some(true) {
+            if got == Some(false) {
+                self.stats.refused += 1;
+            }
+            self.inst.drop_lock(l).unwrap();
+            thread::sleep(Duration::from_micros(self.rng.below(3_000)));
+        }
+        got == Some(true)
+    }
+
     /// [`Client::recorded`] for a set's call: its invocation and outcome are recorded on each
     /// key under the set's label, with the same stamps.
     fn recorded_set(
@@ -474,29 +502,8 @@ impl Client<'_> {
         let immediate = k != 0 || !self.waiting || self.rng.unit() < 0.6;
         let label = self.label();
         let (l, holding) = self.handle_for(k);
-        let timeout = if immediate { 0 } else { TTL_MS };
-        let got = self.recorded(
-            Op::Acquire,
-            key,
-            &label,
-            TTL_MS,
-            immediate,
-            holding,
-            |inst| {
-                let won = inst.acquire(l, timeout, Some(5))?;
-                Ok(match won {
-                    Ok(true) => Ok(Said::Yes(inst.fence(l)?)),
-                    Ok(false) => Ok(Said::No),
-                    Err(e) => Err(e),
-                })
-            },
-        );
-        if got != Some(true) {
-            if got == Some(false) {
-                self.stats.refused += 1;
-            }
-            self.inst.drop_lock(l).unwrap();
-            thread::sleep(Duration::from_micros(self.rng.below(3_000)));
+        let wait = (!immediate).then_some(TTL_MS);
+        if !self.take(l, Op::Acquire, key, &label, wait, holding) {
             return;
         }
         self.stats.grants += 1;
@@ -668,27 +675,8 @@ impl Client<'_> {
         let key = self.keys[0].as_str();
         let label = self.label();
         let l = self.inst.new_lock(key, TTL_MS).unwrap().unwrap();
-        let got = self.recorded(
-            Op::Campaign,
-            key,
-            &label,
-            TTL_MS,
-            false,
-            Holding::Exclusive,
-            |inst| {
-                Ok(match inst.acquire(l, CAMPAIGN_WAIT_MS, Some(5))? {
-                    Ok(true) => Ok(Said::Yes(inst.fence(l)?)),
-                    Ok(false) => Ok(Said::No),
-                    Err(e) => Err(e),
-                })
-            },
-        );
-        if got != Some(true) {
-            if got == Some(false) {
-                self.stats.refused += 1;
-            }
-            self.inst.drop_lock(l).unwrap();
-            thread::sleep(Duration::from_micros(self.rng.below(3_000)));
+        let wait = Some(CAMPAIGN_WAIT_MS);
+        if !self.take(l, Op::Campaign, key, &label, wait, Holding::Exclusive) {
             return;
         }
         self.stats.grants += 1;
