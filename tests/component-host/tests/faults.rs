@@ -36,9 +36,10 @@
 //!
 //! Each broken host must be caught by every primitive but in two pairs, where the history
 //! cannot show it. A clock that stands still shows only as acquires refused while their key was
-//! certainly free, and the checker judges only refusals that are one store call: a refused set
-//! may have held its first key while it asked for the next (so its keys count as possibly held
-//! until it answers), and a campaign waits (a waiter's refusal may follow a grant it gave back).
+//! certainly free. The checker judges a set's refusal only while every key of it was certainly
+//! free, and here other instances' sets, each holding a key while it asks for the next, leave
+//! one of its keys possibly held (0 of 5 seeds caught); a campaign waits, and a waiter's refusal
+//! proves nothing (it may follow a grant it gave back).
 //! Nothing else tells a frozen clock from a correct host: the component refuses an extend past
 //! the hold's local deadline without asking the host, and a release after expiry is judged only
 //! once another owner was granted the key, which a clock that stands still never lets happen.
