@@ -120,14 +120,6 @@ impl Attempt {
         &self.owner
     }
 
-    /// What the store is asked to wait for, when the wait is the store's own.
-    pub fn wait(&self) -> Option<Wait> {
-        self.store_waits.then_some(Wait {
-            wait_ms: self.timeout_ms,
-            poll_ms: self.pause,
-        })
-    }
-
     /// Takes the hold out, once [`Next::Held`] was answered.
     pub fn into_hold(self) -> Option<Held> {
         self.held

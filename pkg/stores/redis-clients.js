@@ -135,15 +135,6 @@ function corker(client) {
   };
 }
 
-// The store's pub/sub connection: a duplicate of the user's client (`duplicate()` in ioredis,
-// ioredis Cluster, node-redis and its cluster client; a cluster client subscribes through one of
-// its nodes, and PUBLISH reaches every node), subscribed to `channel`. `onMessage(text)` gets
-// each message; `onReconnect()` runs when the connection comes back after a drop (messages sent
-// meanwhile are lost). Answers { ready, connection, close(), listen(), unlisten(), barrier() };
-// `ready` settles once subscribed. `listen(other, onText)` subscribes to one more channel (its
-// promise settles once Redis confirmed it), `unlisten(other)` drops it; `barrier()` settles once
-// every subscription sent before it is confirmed again after a reconnect (ioredis sends them
-// again after its "ready"; node-redis has done so before its "ready").
 /**
  * Resolves once an ioredis connection (or Cluster) is ready. A command sent before that waits in
  * the client's offline queue — or, with `enableOfflineQueue: false`, fails at once, and a
@@ -167,6 +158,15 @@ function connected(connection) {
   });
 }
 
+// The store's pub/sub connection: a duplicate of the user's client (`duplicate()` in ioredis,
+// ioredis Cluster, node-redis and its cluster client; a cluster client subscribes through one of
+// its nodes, and PUBLISH reaches every node), subscribed to `channel`. `onMessage(text)` gets
+// each message; `onReconnect()` runs when the connection comes back after a drop (messages sent
+// meanwhile are lost). Answers { ready, connection, close(), listen(), unlisten(), barrier() };
+// `ready` settles once subscribed. `listen(other, onText)` subscribes to one more channel (its
+// promise settles once Redis confirmed it), `unlisten(other)` drops it; `barrier()` settles once
+// every subscription sent before it is confirmed again after a reconnect (ioredis sends them
+// again after its "ready"; node-redis has done so before its "ready").
 export function openSubscriber(client, type, channel, onMessage, onReconnect) {
   if (!fn(client, "duplicate")) {
     const ready = Promise.reject(new TypeError("redisLockStore: the client has no duplicate() to open a pub/sub connection with"));

@@ -384,14 +384,7 @@ impl Checker<'_> {
                 _ => (until, n),
             });
         }
-        // The longest TTL a lease of this key may have been given (by a grant or an extend).
-        let longest_ttl = h
-            .calls
-            .iter()
-            .filter(|c| (c.op.acquires() || c.op == Op::Extend) && c.result != Outcome::Fail)
-            .map(|c| c.ttl_us)
-            .max()
-            .unwrap_or(0);
+        let longest_ttl = h.longest_ttl();
         for c in &h.calls {
             if !c.op.acquires() || c.result != Outcome::Fail || !c.immediate {
                 continue;

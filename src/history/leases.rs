@@ -69,6 +69,19 @@ pub(super) struct KeyHistory {
     pub(super) observed: Vec<usize>,
 }
 
+impl KeyHistory {
+    /// The longest TTL a lease of this key may have been given, by a grant or an extend: how
+    /// long a lease a lossy store brought back may last.
+    pub(super) fn longest_ttl(&self) -> Micros {
+        self.calls
+            .iter()
+            .filter(|c| (c.op.acquires() || c.op == Op::Extend) && c.result != Outcome::Fail)
+            .map(|c| c.ttl_us)
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 /// An all-or-nothing acquisition of several keys: its `AcquireSet` event and, per key, the
 /// acquire its owner made there.
 pub(super) struct SetCall {

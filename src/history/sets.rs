@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::events::*;
+use super::events::Micros;
 use super::leases::*;
 use super::report::*;
 
@@ -66,7 +66,10 @@ impl Checker<'_> {
         named: &str,
         by_key: &HashMap<&str, &KeyHistory>,
     ) {
-        if set.members.is_empty() || set.members.len() < set.keys.len() {
+        let Some(first) = set.members.first() else {
+            return;
+        };
+        if set.members.len() < set.keys.len() {
             return;
         }
         let mut longest_ttl = 0;
@@ -92,15 +95,9 @@ impl Checker<'_> {
             if held {
                 return;
             }
-            longest_ttl = h
-                .calls
-                .iter()
-                .filter(|c| (c.op.acquires() || c.op == Op::Extend) && c.result != Outcome::Fail)
-                .map(|c| c.ttl_us)
-                .fold(longest_ttl, Micros::max);
+            longest_ttl = longest_ttl.max(h.longest_ttl());
             window = (window.0.min(from), window.1.max(to));
         }
-        let first = &set.members[0];
         let message = format!(
             "the set {named} by {} was refused while every key of it was certainly free",
             set.owner
