@@ -28,7 +28,7 @@
 // unknown outcome (`info`).
 //
 // Primitives, as the OS-process suite (run.js, lib/client.js) runs them, each with the broken
-// store (lock-worker.js's variantOf) its runs must catch:
+// store (workers/broken.js) its runs must catch:
 //   lock       lock(key) on two keys, waiting only on the first; exclusive holds (a write lock's
 //              too) write through their fence to a FencedResource object
 //   semaphore  semaphore(key, 3) on the same keys, each hold 1 or 2 permits (the acquire recorded
