@@ -19,8 +19,9 @@ lint:
 
 # Every test suite: scripts/test.d/*.sh in order (native core, wasm in Node/Chromium/Firefox,
 # the packed package in each runtime, stores against real servers, Workers, components).
+# `make test KEEL_TEST_LOAD=2` runs them with two busy processes competing for the cores.
 test: setup
-	@bash scripts/test.sh
+	@KEEL_TEST_LOAD=$(KEEL_TEST_LOAD) bash scripts/test.sh
 
 # The fault scenarios at length: every store x primitive x fault x broken variant, SOAK_SECONDS
 # (default 600) of correct runs in all; histories and a summary table under SOAK_RESULTS

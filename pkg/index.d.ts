@@ -406,6 +406,8 @@ export declare class MemoryLockStore implements LockStore {
   ): Grant | HeldLimit | false;
   /** Who holds `key` (with the metadata each hold was taken with) and who waits. */
   inspect(key: string): Promise<InspectAnswer>;
+  /** `key`'s exclusive holders as they change, told as each change is made (see `LockStore.watch`). */
+  watch(key: string, onChange: (change: WatchReport | null) => void): Promise<() => void>;
   /** Every key to its owner in one turn (`{ fence }` each), or `false` and none. */
   acquireMany(keys: string[], owners: string[], ttlMs: number, metadata?: string[]): Grant[] | false;
   /** Rows stored right now, expired rows not yet swept included. */
@@ -499,7 +501,7 @@ export declare function campaign<T>(
 ): Promise<T>;
 /**
  * The leaders of `key` as they change (`null` while nobody leads); never an older leader after
- * a newer one. A store with `watch` (the Durable Object, Redis with pub/sub, PostgreSQL) pushes
+ * a newer one. A store with `watch` (the memory store, the Durable Object, Redis with pub/sub, PostgreSQL) pushes
  * every change; elsewhere `inspect()` is read every `intervalMs` (default 1000, at least 10),
  * and a leader that comes and goes between two looks is missed. Ends when `signal` aborts.
  */

@@ -41,7 +41,7 @@ if npx tsc -p types/tsconfig.bad.json >/dev/null 2>&1; then
   exit 1
 fi
 
-node_files=(suite.test.mjs shared.test.mjs multi.test.mjs inspect.test.mjs web-locks.test.mjs events.test.mjs otel.test.mjs timers.test.mjs handles.test.mjs holding.test.mjs operations.test.mjs handing-over.test.mjs abort.test.mjs watching.test.mjs tokens.test.mjs entries.test.mjs cjs.test.cjs testing.test.mjs package.test.mjs)
+node_files=(suite.test.mjs shared.test.mjs multi.test.mjs inspect.test.mjs memory-watch.test.mjs web-locks.test.mjs events.test.mjs otel.test.mjs timers.test.mjs handles.test.mjs holding.test.mjs operations.test.mjs handing-over.test.mjs abort.test.mjs watching.test.mjs tokens.test.mjs entries.test.mjs cjs.test.cjs testing.test.mjs package.test.mjs)
 echo "--- node --test (ESM suite, CJS, keel-lock/testing, package contents, Deno, Bun, Vite + Chromium, Chromium + Firefox)"
 node --test --test-reporter=spec "${node_files[@]}" runtimes.test.mjs vite.test.mjs browsers.test.mjs
 echo "--- the Node files again under node --no-experimental-detect-module"

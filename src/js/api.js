@@ -220,6 +220,8 @@ function pollWaiter(id) {
   if (code === STILL_QUEUED) return rearm(waiter, id);
   forget(waiter, id);
   waiter.go(code);
+  // Not granted (or granted and already ended): an end held back for this hand-over is told.
+  memoryEnded(waiter.store, waiter.key);
 }
 
 // Waiters woken and not stepped yet, in the order woken (`woken[wokenAt]` is next): each wake
@@ -725,6 +727,7 @@ export class Lock {
               forget(waiter, id);
               w.__kWithdraw(id);
               this.#done(KEPT);
+              memoryEnded(waiter.store, waiter.key);
               reject(abortReason(signal));
             });
       waiter.go = (code) => {
@@ -759,9 +762,15 @@ export class Lock {
     this.#saying = undefined;
   }
 
+  /** The run took a hold from the memory store (fence `code`): its watchers are told. */
+  #granted(code) {
+    if (this.#limit === 0) memoryGranted(this.#store.object, this.#key, code);
+  }
+
   /** Runs `fn` on the hold the run took from the memory store, then ends it. */
   #holding(id, fn, code) {
     if (this.#saying !== undefined) this.#said(code);
+    if (memoryWatchCount !== 0) this.#granted(code);
     if (fn === ACQUIRE_ONLY) return Promise.resolve(this.#adopt(id));
     const context = new LockContext(code >= 1 ? code : null, this);
     if (this.#runAutoExtend !== undefined) this.#startRunAutoExtend(id, context);
@@ -786,6 +795,7 @@ export class Lock {
    */
   #holdingInto(id, fn, code, resolve, reject) {
     if (this.#saying !== undefined) this.#said(code);
+    if (memoryWatchCount !== 0) this.#granted(code);
     if (fn === ACQUIRE_ONLY) {
       try {
         resolve(this.#adopt(id));
@@ -818,6 +828,7 @@ export class Lock {
     const code = w.__kEnd(id, performance.now());
     const error = code === FAILED ? w.__kError() : undefined;
     this.#done(code);
+    memoryEnded(this.#store.object, this.#key);
     return error;
   }
 
@@ -1076,6 +1087,7 @@ export class Lock {
     }
     if (code !== CALL) {
       this.#done(code);
+      if (this.#store.memory) memoryEnded(this.#store.object, this.#key);
       return Promise.resolve(code !== REFUSED);
     }
     return this.#storeRelease(id, ownerOf(id)).then(
@@ -2213,6 +2225,104 @@ function memoryCall(store, op, key, owner, ttlMs, weight, limit) {
   return w.__kMemoryCall(store, op, key, owner, ttlMs, weight, limit);
 }
 
+// === Watching the memory store ============================================================
+
+// Every change to a memory store's holders is made by a call from this file, in this isolate, so
+// the store tells its watchers as each happens: no timer, no polling. A grant of an exclusive
+// hold is reported where it is made (its fence and metadata known there); an end is found by
+// comparing the holds a watch has reported with the live ones after a call that may end one. An
+// end that hands the key to a queued waiter is told just before that waiter's grant, in the
+// same turn, so `observe` reads the two as a hand-over. Expiry, `extend` and shared holds are
+// not reported (the `LockStore.watch` contract).
+
+// store → key → the watches of that key: { report, known: Set of reported held fences }.
+const memoryWatches = new WeakMap();
+// Watches on every memory store: while 0, the calls below are one comparison each.
+let memoryWatchCount = 0;
+
+/** The watches of `key` on `store`, or undefined. */
+function watchesOf(store, key) {
+  return memoryWatches.get(store)?.get(key);
+}
+
+/** Calls a watcher; one that throws is reported on the console and changes nothing. */
+function tellWatch(watch, change) {
+  try {
+    watch.report(change);
+  } catch (error) {
+    console.error("keel-lock: a MemoryLockStore watch callback threw", error);
+  }
+}
+
+/**
+ * After a call that may have ended a hold of `key`: each hold a watch reported that is no
+ * longer live is told as ended — unless a waiter of the key was woken and not yet stepped
+ * (`handingOver`), whose grant will tell it. Answers the live holds (`inspect`'s flat list).
+ */
+function reportEnds(store, key, handingOver) {
+  const watches = watchesOf(store, key);
+  if (watches === undefined) return null;
+  if (handingOver) {
+    for (const waiter of waiters.values()) if (waiter.scheduled && waiter.store === store && waiter.key === key) return null;
+  }
+  const flat = memoryCall(store, OP_INSPECT, key);
+  const live = new Set();
+  for (let i = 0; i < flat.length; i += 2) live.add(flat[i]);
+  for (const watch of watches) {
+    for (const fence of Array.from(watch.known).sort((a, b) => a - b)) {
+      if (live.has(fence)) continue;
+      watch.known.delete(fence);
+      if (!watch.stopped) tellWatch(watch, { fence, held: false });
+    }
+  }
+  return flat;
+}
+
+/** `store` (a memory store) may have ended a hold of `key`: tell its watchers. */
+function memoryEnded(store, key) {
+  if (memoryWatchCount !== 0) reportEnds(store, key, true);
+}
+
+/** `store` granted an exclusive hold of `key` under `fence`: tell its watchers (ends first). */
+function memoryGranted(store, key, fence) {
+  if (memoryWatchCount === 0 || !(fence >= 1)) return;
+  const flat = reportEnds(store, key, false);
+  if (flat === null) return;
+  let remainingMs = -1;
+  for (let i = 0; i < flat.length; i += 2) if (flat[i] === fence) remainingMs = flat[i + 1];
+  if (remainingMs < 0) return; // already gone again
+  const metadata = memoryMetadata.get(store)?.said.get(fence)?.[1] ?? null;
+  for (const watch of watchesOf(store, key)) {
+    if (watch.known.has(fence)) continue;
+    watch.known.add(fence);
+    if (!watch.stopped) tellWatch(watch, { fence, held: true, metadata, remainingMs });
+  }
+}
+
+/** `MemoryLockStore.watch(key, onChange)`: see `LockStore.watch`. */
+function watchMemory(store, key, onChange) {
+  // The core checks the key as every method's.
+  const flat = memoryCall(store, OP_INSPECT, key);
+  if (typeof onChange !== "function") {
+    throw new TypeError(`MemoryLockStore.watch: onChange must be a function, got ${typeof onChange}`);
+  }
+  // A lone live hold is taken as the exclusive holder to report the end of.
+  const watch = { report: onChange, known: new Set(flat.length === 2 && flat[0] >= 1 ? [flat[0]] : []), stopped: false };
+  let byKey = memoryWatches.get(store);
+  if (byKey === undefined) memoryWatches.set(store, (byKey = new Map()));
+  let watches = byKey.get(key);
+  if (watches === undefined) byKey.set(key, (watches = new Set()));
+  watches.add(watch);
+  memoryWatchCount++;
+  return () => {
+    if (watch.stopped) return;
+    watch.stopped = true;
+    memoryWatchCount--;
+    watches.delete(watch);
+    if (watches.size === 0 && byKey.get(key) === watches) byKey.delete(key);
+  };
+}
+
 // === MemoryLockStore's methods ==============================================================
 
 /**
@@ -2225,11 +2335,16 @@ function installMemoryStore(proto) {
     acquire(key, owner, ttlMs, metadata = undefined) {
       if (metadata !== undefined) checkMetadata(metadata);
       const grant = memoryCall(this, OP_ACQUIRE, key, owner, ttlMs);
-      if (grant !== false) keepMemoryMetadata(this, key, grant.fence, metadata);
+      if (grant !== false) {
+        keepMemoryMetadata(this, key, grant.fence, metadata);
+        memoryGranted(this, key, grant.fence);
+      }
       return grant;
     },
     release(key, owner) {
-      return memoryCall(this, OP_RELEASE, key, owner);
+      const released = memoryCall(this, OP_RELEASE, key, owner);
+      memoryEnded(this, key);
+      return released;
     },
     extend(key, owner, ttlMs) {
       return memoryCall(this, OP_EXTEND, key, owner, ttlMs);
@@ -2241,7 +2356,9 @@ function installMemoryStore(proto) {
       return memoryCall(this, OP_REMAINING_TIME, key);
     },
     forceRelease(key) {
-      return memoryCall(this, OP_FORCE_RELEASE, key);
+      const released = memoryCall(this, OP_FORCE_RELEASE, key);
+      memoryEnded(this, key);
+      return released;
     },
     acquireShared(key, owner, ttlMs, weight, limit, metadata = undefined) {
       if (metadata !== undefined) checkMetadata(metadata);
@@ -2258,18 +2375,23 @@ function installMemoryStore(proto) {
         throw new TypeError("MemoryLockStore.acquireMany: metadata must be an array as long as keys");
       }
       // Synchronous, so within one turn of the isolate: nothing runs between the takes and
-      // (a key refused, or bad) the release of those taken, so nobody sees part of the set.
+      // (a key refused, or bad) the release of those taken, so nobody sees part of the set —
+      // watchers neither: they are told of the set's grants once all are taken.
       const grants = [];
       try {
         for (let i = 0; i < keys.length; i++) {
-          const grant = this.acquire(keys[i], owners[i], ttlMs, metadata?.[i]);
+          if (metadata?.[i] !== undefined) checkMetadata(metadata[i]);
+          const grant = memoryCall(this, OP_ACQUIRE, keys[i], owners[i], ttlMs);
           if (grant === false) break;
+          keepMemoryMetadata(this, keys[i], grant.fence, metadata?.[i]);
           grants.push(grant);
         }
       } finally {
-        if (grants.length < keys.length) for (let i = grants.length - 1; i >= 0; i--) this.release(keys[i], owners[i]);
+        if (grants.length < keys.length) for (let i = grants.length - 1; i >= 0; i--) memoryCall(this, OP_RELEASE, keys[i], owners[i]);
       }
-      return grants.length === keys.length && grants;
+      if (grants.length < keys.length) return false;
+      for (let i = 0; i < keys.length; i++) memoryGranted(this, keys[i], grants[i].fence);
+      return grants;
     },
     // A promise, read after the hand-overs already queued have reached their handles (and
     // filed their metadata).
@@ -2288,6 +2410,14 @@ function installMemoryStore(proto) {
         for (const waiter of waiters.values()) if (waiter.store === this && waiter.key === key) waiting++;
         return { holders, waiting };
       });
+    },
+    // Resolves once subscribed, as a store across the network does.
+    watch(key, onChange) {
+      try {
+        return Promise.resolve(watchMemory(this, key, onChange));
+      } catch (error) {
+        return Promise.reject(error);
+      }
     },
   };
   for (const name of Object.keys(methods)) {
