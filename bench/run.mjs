@@ -1,8 +1,10 @@
 // `make bench`: keel-lock side by side with the locks users would pick instead, and with a plain-JS
 // floor, in ONE process run, rounds interleaved (A, B, C, A, B, C, …) so drift on this shared,
 // noisy machine hits every contender alike. Ratios are per-round pairs (keel ÷ peer in the same
-// round), medians over rounds. Writes bench/results/latest.json and bench/results/results.md,
-// and prints the markdown to stdout.
+// round), medians over rounds. A full run (every section, not --quick) writes
+// bench/results/latest.json and bench/results/results.md and rewrites the summary at the top of
+// bench/README.md from them (bench/lib/summary.mjs); any other run writes
+// bench/results/partial.json only. Prints the markdown to stdout.
 //
 //   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6,7,8,9]
 import { spawnSync } from "node:child_process";
@@ -34,6 +36,7 @@ import { durableObjectUncontended, durableObjectUncontendedMarkdown } from "./li
 import { semaphoreInIsolate, semaphoreRedis, semaphoreDurableObject, semaphoreMarkdown } from "./lib/semaphores.mjs";
 import { multiKeyRedis, multiKeyMarkdown } from "./lib/multi.mjs";
 import { replicasRedis, replicasMarkdown } from "./lib/replicas.mjs";
+import { writeSummary } from "./lib/summary.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
@@ -1081,8 +1084,17 @@ results.meta.durationS = round((performance.now() - started) / 1000, 1);
 const md = markdown();
 mkdirSync(join(HERE, "results"), { recursive: true });
 if (FULL) {
-  writeFileSync(join(HERE, "results/latest.json"), JSON.stringify(results, null, 2) + "\n");
+  const json = JSON.stringify(results, null, 2) + "\n";
+  writeFileSync(join(HERE, "results/latest.json"), json);
   writeFileSync(join(HERE, "results/results.md"), md);
+  // The README's summary of the latest full run, rendered from what latest.json now holds (read
+  // back from its text, so `node bench/summary.mjs --check` sees the same object).
+  try {
+    log(writeSummary(join(HERE, "README.md"), JSON.parse(json)) ? "bench/README.md: summary rewritten from results/latest.json" : "bench/README.md: summary unchanged");
+  } catch (e) {
+    log("bench/README.md: the summary could not be rewritten:", e.message);
+    process.exitCode = 1;
+  }
 } else {
   writeFileSync(join(HERE, "results/partial.json"), JSON.stringify(results, null, 2) + "\n");
 }

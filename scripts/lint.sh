@@ -38,3 +38,4 @@ for f in $features; do
 done
 
 node scripts/check-pins.mjs
+node bench/summary.mjs --check # bench/README.md's summary must be what bench/results/latest.json gives
