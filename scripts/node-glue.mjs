@@ -17,7 +17,8 @@
 //
 // The snippets keep to forms this rewrite knows, and anything else stops the build:
 //   import { a, b } from "./x.js";   →  const { a, b } = snippet("<dir>/x.js");
-//   export function f / export class C   →  the same without `export`, and exports.f = f at the end
+//   export function f / export class C / export const c   →  the same without `export`, and
+//                                                            exports.f = f at the end
 // The glue may require() nothing but its snippets and "fs".
 // Usage: node scripts/node-glue.mjs <out> [--esm]
 import { readdirSync, readFileSync, writeFileSync, statSync, rmSync } from "node:fs";
@@ -40,7 +41,7 @@ function rewrite(path, dir) {
   const lines = readFileSync(path, "utf8").split("\n").map((line, i) => {
     const imported = /^import \{([\w\s,]+)\} from "\.\/([\w.-]+\.js)";$/.exec(line);
     if (imported) return `const {${imported[1]}} = snippet(${JSON.stringify(dir + imported[2])});`;
-    const exported = /^export (async function\*? |function\*? |class )(\w+)/.exec(line);
+    const exported = /^export (async function\*? |function\*? |class |const )(\w+)/.exec(line);
     if (exported) {
       names.push(exported[2]);
       return line.slice("export ".length);

@@ -14,8 +14,8 @@
 // The glue is cut into top-level statements by wasm-bindgen's layout (each starts in column 0).
 // Anything unexpected fails the build: a name to drop that is not there, a dropped name still
 // mentioned, a syntax error, a `wasm.<export>` the module lacks, an import the glue does not
-// provide (the module is instantiated in Node), or a name the entry or src/js/api.js takes from
-// the glue that it no longer exports.
+// provide (the module is instantiated in Node), or a name the entry or src/js/core.js (the one
+// JS file that holds the glue's exports) takes from the glue that it no longer exports.
 import { readFileSync, writeFileSync, mkdtempSync, rmSync } from "node:fs";
 import { spawnSync } from "node:child_process";
 import { tmpdir } from "node:os";
@@ -238,7 +238,7 @@ if (mode === "exports") {
   const text = join_(dropUnreferenced(statements(out.join("\n"))));
   for (const name of DROP) if (ident(name).test(text)) fail(`${name} is still mentioned`);
 
-  // Checks: syntax, the module's exports the glue uses, what the entry and api.js take from it.
+  // Checks: syntax, the module's exports the glue uses, what the entry and core.js take from it.
   const exports = new Set(WebAssembly.Module.exports(module).map((e) => e.name));
   for (const name of wasmNames(text)) if (!exports.has(name)) fail(`the glue uses wasm.${name}, which the module does not export`);
   writeFileSync(gluePath, text);
@@ -256,11 +256,11 @@ if (mode === "exports") {
   const needed = new Set(wasmNames(entry));
   for (const m of entry.matchAll(/export const \{([^}]*)\} = wasm;/g)) m[1].split(",").forEach((n) => needed.add(n.trim()));
   for (const m of entry.matchAll(/import \{([^}]*)\} from "\.\.\/dist\/workerd\/keel_lock\.js"/g)) m[1].split(",").forEach((n) => needed.add(n.trim()));
-  const apiPath = new URL("../src/js/api.js", import.meta.url);
+  const corePath = new URL("../src/js/core.js", import.meta.url);
   const fromEntry = needed.size;
-  for (const m of readFileSync(apiPath, "utf8").matchAll(/(?<![\w$.])w\.([\w$]+)/g)) needed.add(m[1]);
+  for (const m of readFileSync(corePath, "utf8").matchAll(/(?<![\w$.])glue\.([\w$]+)/g)) needed.add(m[1]);
   // Both files are read by pattern: finding nothing means the pattern no longer fits them.
-  if (fromEntry < 3 || needed.size - fromEntry < 3) fail("could not tell which glue exports pkg/workerd/index.js and src/js/api.js use");
-  for (const name of needed) if (!(name in g)) fail(`pkg/workerd/index.js or src/js/api.js uses ${name}, which the trimmed glue does not export`);
+  if (fromEntry < 3 || needed.size - fromEntry < 3) fail("could not tell which glue exports pkg/workerd/index.js and src/js/core.js use");
+  for (const name of needed) if (!(name in g)) fail(`pkg/workerd/index.js or src/js/core.js uses ${name}, which the trimmed glue does not export`);
   console.error(`trim-workerd-glue: dropped ${removed} import functions; ${glue.length} → ${text.length} bytes of glue`);
 }

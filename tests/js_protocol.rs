@@ -1,24 +1,28 @@
-//! The JS face's numbers are declared once, in `src/js/protocol.rs`; `src/js/api.js` declares
-//! the ones it uses in its block marked `protocol (src/js/protocol.rs)`. These tests read that
-//! block and hold it to the table: each name with the table's value, none declared and unused,
-//! none of the table's used and undeclared, and no number of the protocol written out bare
-//! where a name exists for it.
+//! The JS face's numbers are declared once, in `src/js/protocol.rs`; `src/js/protocol.js`
+//! declares the ones the JS files use, in its block marked `protocol (src/js/protocol.rs)`. These
+//! tests read that block and the JS files (`src/js/*.js`) and hold them to the table: each name
+//! with the table's value, none declared and unused, none of the table's used and undeclared,
+//! each imported by the file that uses it, and no number of the protocol written out bare where
+//! a name exists for it.
+
+use std::fs;
+use std::path::Path;
 
 #[path = "../src/js/protocol.rs"]
 mod protocol;
 
-const API_JS: &str = include_str!("../src/js/api.js");
+const PROTOCOL_JS: &str = include_str!("../src/js/protocol.js");
 const BEGIN: &str = "// --- protocol (src/js/protocol.rs) ---";
 const END: &str = "// --- end protocol ---";
 
-/// `const NAME = value;` lines of the block, in order.
+/// `export const NAME = value;` lines of the block, in order.
 fn js_constants(source: &str) -> Vec<(String, f64)> {
-    let start = source.find(BEGIN).expect("api.js has the protocol block");
+    let start = source.find(BEGIN).expect("protocol.js has the protocol block");
     let end = source[start..].find(END).expect("the protocol block ends") + start;
     source[start..end]
         .lines()
         .filter_map(|line| {
-            let rest = line.trim().strip_prefix("const ")?;
+            let rest = line.trim().strip_prefix("export const ")?;
             let (name, value) = rest.split_once(" = ")?;
             let value = value.split(';').next()?.trim();
             let value: f64 = value
@@ -29,15 +33,48 @@ fn js_constants(source: &str) -> Vec<(String, f64)> {
         .collect()
 }
 
-/// api.js outside the block, without its comments: the code that uses the names.
+/// The JS files of the JS face but protocol.js, by name, as they are.
+fn js_files() -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/js");
+    let mut files: Vec<_> = fs::read_dir(&dir)
+        .expect("src/js")
+        .map(|entry| entry.expect("a file of src/js").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "js"))
+        .filter(|path| path.file_name().is_some_and(|n| n != "protocol.js"))
+        .map(|path| {
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, fs::read_to_string(&path).expect("a JS file"))
+        })
+        .collect();
+    files.sort();
+    assert!(files.len() >= 10, "only {} JS files in src/js", files.len());
+    files
+}
+
+/// A file without its comments and imports: the code that uses the names.
 fn code(source: &str) -> String {
-    let end = source.find(END).expect("the protocol block ends");
-    source[end + END.len()..]
+    source
         .lines()
+        .filter(|line| !line.starts_with("import "))
         .map(|line| line.split("//").next().unwrap_or(""))
         .filter(|line| !line.trim_start().starts_with('*') && !line.trim_start().starts_with("/*"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// The names a file imports from protocol.js.
+fn imported(source: &str) -> Vec<String> {
+    source
+        .lines()
+        .filter(|line| line.starts_with("import {") && line.ends_with("from \"./protocol.js\";"))
+        .flat_map(|line| {
+            let names = &line["import {".len()..line.find('}').unwrap()];
+            names
+                .split(',')
+                .map(|n| n.trim().to_owned())
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Whether `code` has `name` as a whole word.
@@ -57,44 +94,67 @@ fn mismatches(js: &[(String, f64)], code: &str) -> Vec<String> {
     let mut problems = Vec::new();
     for (name, value) in js {
         match protocol::TABLE.iter().find(|(n, _)| n == name) {
-            None => problems.push(format!("{name} in api.js is not in protocol.rs")),
-            Some((_, v)) if v != value => {
-                problems.push(format!("{name} is {value} in api.js, {v} in protocol.rs"))
-            }
+            None => problems.push(format!("{name} in protocol.js is not in protocol.rs")),
+            Some((_, v)) if v != value => problems.push(format!(
+                "{name} is {value} in protocol.js, {v} in protocol.rs"
+            )),
             Some(_) => {}
         }
         if js.iter().filter(|(n, _)| n == name).count() > 1 {
-            problems.push(format!("{name} is declared twice in api.js"));
+            problems.push(format!("{name} is declared twice in protocol.js"));
         }
         if !uses(code, name) {
-            problems.push(format!("{name} is declared in api.js but never used"));
+            problems.push(format!("{name} is declared in protocol.js but never used"));
         }
     }
     for (name, _) in protocol::TABLE {
         if uses(code, name) && !js.iter().any(|(n, _)| n == name) {
-            problems.push(format!("{name} is used in api.js but not declared"));
+            problems.push(format!("{name} is used in the JS files but not declared"));
         }
     }
     problems
 }
 
+/// Every JS file's code, one after another.
+fn all_code() -> String {
+    js_files()
+        .iter()
+        .map(|(_, source)| code(source))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 #[test]
-fn api_js_declares_what_it_uses_with_the_tables_values() {
-    let js = js_constants(API_JS);
+fn protocol_js_declares_what_the_js_files_use_with_the_tables_values() {
+    let js = js_constants(PROTOCOL_JS);
     assert!(js.len() >= 30, "only {} names in the block", js.len());
-    let problems = mismatches(&js, &code(API_JS));
+    let problems = mismatches(&js, &all_code());
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn each_js_file_imports_the_protocol_names_it_uses() {
+    let mut problems = Vec::new();
+    for (file, source) in js_files() {
+        let imports = imported(&source);
+        for (name, _) in protocol::TABLE {
+            if uses(&code(&source), name) && !imports.iter().any(|n| n == name) {
+                problems.push(format!("{file} uses {name} without importing it"));
+            }
+        }
+    }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
 }
 
 #[test]
 fn the_check_catches_a_changed_a_missing_an_extra_and_an_unused_number() {
-    let js = js_constants(API_JS);
-    let code = code(API_JS);
+    let js = js_constants(PROTOCOL_JS);
+    let code = all_code();
     let mut changed = js.clone();
     changed.iter_mut().find(|(n, _)| n == "SPARED").unwrap().1 = 2.0;
     assert_eq!(
         mismatches(&changed, &code),
-        ["SPARED is 2 in api.js, 4 in protocol.rs"]
+        ["SPARED is 2 in protocol.js, 4 in protocol.rs"]
     );
     let missing: Vec<_> = js
         .iter()
@@ -103,39 +163,41 @@ fn the_check_catches_a_changed_a_missing_an_extra_and_an_unused_number() {
         .collect();
     assert_eq!(
         mismatches(&missing, &code),
-        ["STILL_QUEUED is used in api.js but not declared"]
+        ["STILL_QUEUED is used in the JS files but not declared"]
     );
     let mut extra = js.clone();
     extra.push(("SLOW".to_owned(), -5.0));
     assert_eq!(
         mismatches(&extra, &code),
         [
-            "SLOW in api.js is not in protocol.rs",
-            "SLOW is declared in api.js but never used"
+            "SLOW in protocol.js is not in protocol.rs",
+            "SLOW is declared in protocol.js but never used"
         ]
     );
     let mut unused = js.clone();
     unused.push(("RELEASED".to_owned(), 1.0));
     assert_eq!(
         mismatches(&unused, &code),
-        ["RELEASED is declared in api.js but never used"]
+        ["RELEASED is declared in protocol.js but never used"]
     );
 }
 
 #[test]
-fn no_store_operation_or_answer_kind_is_written_bare_in_api_js() {
+fn no_store_operation_or_answer_kind_is_written_bare_in_the_js_files() {
     // Calls whose numeric arguments are protocol numbers: each must pass a name.
-    let body = &API_JS[API_JS.find(END).unwrap()..];
+    let body = all_code();
     let mut bare = Vec::new();
+    let mut found = 0;
     for call in [
-        "memoryCall(this, ",
-        "memoryCall(store, ",
-        "__kTimeoutError(id, ",
-        "__kAnswered(id, ",
-        "__kNotHeld(this.#key, ",
-        "__kInspect(this.#key, this.#store.binding, ",
+        "core.memoryCall(this, ",
+        "core.memoryCall(store, ",
+        "core.timeoutError(id, ",
+        "core.acquireAnswered(id, ",
+        "core.notHeldError(this.#key, ",
+        "core.keyOperation(this.#key, this.#store.binding, ",
     ] {
         for (at, _) in body.match_indices(call) {
+            found += 1;
             let arg = body[at + call.len()..]
                 .split([',', ')'])
                 .next()
@@ -150,10 +212,11 @@ fn no_store_operation_or_answer_kind_is_written_bare_in_api_js() {
             }
         }
     }
+    assert!(found >= 10, "only {found} calls found: have their names changed?");
     assert!(bare.is_empty(), "bare protocol numbers: {bare:?}");
-    // The OUT array is read by index name only.
+    // What a step carries is read by index name only.
     assert!(
-        !body.contains("out[0]") && !body.contains("out[1]") && !body.contains("out[2]"),
+        !body.contains("carried[0]") && !body.contains("carried[1]") && !body.contains("carried[2]"),
         "OUT read by a bare index"
     );
 }

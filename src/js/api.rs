@@ -54,18 +54,9 @@ extern "C" {
     fn js_api(glue: &JsValue) -> JsValue;
 }
 
-// The lock events live in a file of their own, which `api.js` imports; naming it here is what
-// has wasm-bindgen ship it beside `api.js`. Nothing in Rust calls it.
-#[wasm_bindgen(module = "/src/js/events.js")]
-extern "C" {
-    #[allow(dead_code)]
-    #[wasm_bindgen(js_name = onLockEvent)]
-    fn on_lock_event(listener: &JsValue) -> JsValue;
-}
-
 /// The API the package exports — `lock`, `restoreLock`, `setLockStore`, `getLockStore`, `Lock`,
-/// `MemoryLockStore` and the error classes — as the JS layer (`src/js/api.js`) builds it over
-/// this module's exports (`glue`), once per instance.
+/// `MemoryLockStore` and the error classes — as the JS face (`src/js/api.js`, its entry) builds
+/// it over this module's exports (`glue`), once per instance.
 #[wasm_bindgen(js_name = __keelApi, skip_typescript)]
 pub fn keel_api(glue: JsValue) -> JsValue {
     js_api(&glue)
@@ -119,28 +110,4 @@ pub fn set_lock_store(store: JsValue) -> Result<(), JsValue> {
 #[wasm_bindgen(js_name = getLockStore)]
 pub fn get_lock_store() -> JsValue {
     with_current(|c| c.object.clone())
-}
-
-/// The `LockUnavailableError` class (exported by the package entry points).
-#[wasm_bindgen(js_name = __lockUnavailableErrorClass, skip_typescript)]
-pub fn lock_unavailable_error_class() -> JsValue {
-    super::lock::lock_unavailable_error_class()
-}
-
-/// The `LockStoreTimeoutError` class (exported by the package entry points).
-#[wasm_bindgen(js_name = __lockStoreTimeoutErrorClass, skip_typescript)]
-pub fn lock_store_timeout_error_class() -> JsValue {
-    super::convert::lock_store_timeout_error_class()
-}
-
-/// The `LimitMismatchError` class (exported by the package entry points).
-#[wasm_bindgen(js_name = __limitMismatchErrorClass, skip_typescript)]
-pub fn limit_mismatch_error_class() -> JsValue {
-    super::convert::limit_mismatch_error_class()
-}
-
-/// The `LockNotHeldError` class (exported by the package entry points).
-#[wasm_bindgen(js_name = __lockNotHeldErrorClass, skip_typescript)]
-pub fn lock_not_held_error_class() -> JsValue {
-    super::convert::lock_not_held_error_class()
 }

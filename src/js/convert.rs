@@ -16,16 +16,10 @@ use crate::token::MAX_METADATA_BYTES;
 extern "C" {
     #[wasm_bindgen(js_name = notHeld)]
     pub(crate) fn not_held_error(key: &str, message: &str) -> JsValue;
-    #[wasm_bindgen(js_name = errorClass)]
-    pub(crate) fn lock_not_held_error_class() -> JsValue;
     #[wasm_bindgen(js_name = storeTimeout)]
     fn store_timeout_error(key: &str, operation: &str, after_ms: f64) -> JsValue;
-    #[wasm_bindgen(js_name = storeTimeoutErrorClass)]
-    pub(crate) fn lock_store_timeout_error_class() -> JsValue;
     #[wasm_bindgen(js_name = limitMismatch)]
     fn limit_mismatch_error(key: &str, held: f64, asked: f64) -> JsValue;
-    #[wasm_bindgen(js_name = limitMismatchErrorClass)]
-    pub(crate) fn limit_mismatch_error_class() -> JsValue;
 }
 
 pub(crate) fn type_error(message: impl AsRef<str>) -> JsValue {

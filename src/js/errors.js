@@ -26,16 +26,8 @@ export function storeTimeout(key, operation, afterMs) {
   return new LockStoreTimeoutError(key, operation, afterMs);
 }
 
-export function storeTimeoutErrorClass() {
-  return LockStoreTimeoutError;
-}
-
 export function notHeld(key, message) {
   return new LockNotHeldError(key, message);
-}
-
-export function errorClass() {
-  return LockNotHeldError;
 }
 
 /**
@@ -55,8 +47,4 @@ export class LimitMismatchError extends Error {
 
 export function limitMismatch(key, heldLimit, limit) {
   return new LimitMismatchError(key, heldLimit, limit);
-}
-
-export function limitMismatchErrorClass() {
-  return LimitMismatchError;
 }

@@ -141,3 +141,70 @@ export function observedStep(handle, type, store, call) {
     },
   );
 }
+
+// --- Telling a handle's calls ------------------------------------------------------------------
+
+// Handles whose calls are not told on their own: a set's per-key handles (the set is told as
+// one), and any call made while a told call is entering (its plain twin).
+const setParts = new WeakSet();
+let quiet = 0;
+
+/** `handle` is a part of a set of keys: the set is told, not its parts. */
+export function partOfSet(handle) {
+  setParts.add(handle);
+}
+
+/**
+ * How the grant now being handed to a run came (`via`), set by the wait that ended in it and
+ * read, in the same synchronous stretch, by the told run (null: it came at once). An acquire
+ * files its way in `acquiredVia` under the handle the user called.
+ */
+export const grant = { via: null };
+export const acquiredVia = new WeakMap();
+
+/** How the grant a told call was just given came: "immediate", "hand-over" or "poll". */
+function takeVia(handle) {
+  const via = acquiredVia.get(handle) ?? grant.via ?? "immediate";
+  acquiredVia.delete(handle);
+  grant.via = null;
+  return via;
+}
+
+/** Whether a call of `handle` now is told as lock events of its own. */
+export function told(handle) {
+  return quiet === 0 && !setParts.has(handle);
+}
+
+/** `call(fn')`, the plain run or acquire of `handle` on `store`, told as lock events. */
+export function toldRun(handle, store, fn, options, call) {
+  grant.via = null;
+  return observed(handle, fn, options, () => takeVia(handle), storeName(store.object), (inner) => {
+    quiet++;
+    try {
+      // The user's fn is told again: a lock it takes is its own call.
+      return call(inner === undefined ? undefined : (context) => {
+        const outer = quiet;
+        quiet = 0;
+        try {
+          return inner(context);
+        } finally {
+          quiet = outer;
+        }
+      });
+    } finally {
+      quiet--;
+    }
+  });
+}
+
+/** `call()`, the plain release or extend of `handle` on `store`, told as one lock event. */
+export function toldStep(handle, store, type, call) {
+  return observedStep(handle, type, storeName(store.object), () => {
+    quiet++;
+    try {
+      return call();
+    } finally {
+      quiet--;
+    }
+  });
+}

@@ -1,13 +1,13 @@
 // The parts of holding a lock that JS must provide itself: the context object `run(fn)` hands
 // `fn` (its `signal` is a real AbortSignal, created only when read), the error `hold()` throws,
-// and the `Symbol.asyncDispose` method that lets `await using` release a lock.
+// and what `hold()` and `await using` do with a lock or a set of keys.
 
-// Told when a run's context has its signal first read, so the hold's deadline is only watched
+// Called when a run's context has its signal first read, so the hold's deadline is only watched
 // for a `fn` that looks at its signal: `(handle, context)`.
-let runObserver = null;
+let onSignalRead = null;
 
-export function setRunObserver(f) {
-  runObserver = f;
+export function setOnSignalRead(f) {
+  onSignalRead = f;
 }
 
 /** What `run(fn)` passes to `fn`: the hold's fence, and a signal aborted when the hold is lost. */
@@ -15,6 +15,8 @@ export class LockContext {
   #controller = null;
   #lost = undefined;
   #handle;
+  // The watcher of the run's hold (`{ stop() }`), once one was started; else null.
+  #watcher = null;
 
   /** `handle`: the Lock whose run this is, watched once `signal` is read (null: never). */
   constructor(fence, handle = null) {
@@ -28,14 +30,32 @@ export class LockContext {
     if (this.#controller === null) {
       this.#controller = new AbortController();
       if (this.#lost !== undefined) this.#controller.abort(this.#lost);
-      else if (this.#handle !== null) runObserver?.(this.#handle, this);
+      else if (this.#handle !== null) onSignalRead?.(this.#handle, this);
     }
     return this.#controller.signal;
   }
 
-  /** The run is over: reading `signal` from now on watches nothing. */
+  /** Whether the run's hold has a watcher. */
+  static watched(context) {
+    return context.#watcher !== null;
+  }
+
+  /** `watcher` (`{ stop() }`) watches the run's hold until the run is over. */
+  static watchWith(context, watcher) {
+    context.#watcher = watcher;
+  }
+
+  /**
+   * The run is over: reading `signal` from now on watches nothing, and the hold's watcher
+   * stops. Answers what its `stop()` answers (it resolves once no extend is in flight), or
+   * undefined when there was none.
+   */
   static end(context) {
     context.#handle = null;
+    const watcher = context.#watcher;
+    if (watcher === null) return undefined;
+    context.#watcher = null;
+    return watcher.stop();
   }
 
   static lose(context, reason) {
@@ -54,38 +74,22 @@ export class LockUnavailableError extends Error {
   }
 }
 
-export function unavailableErrorClass() {
-  return LockUnavailableError;
-}
-
-const asyncDispose = Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose");
+/** The method `await using` calls: it releases the lock. */
+export const asyncDispose = Symbol.asyncDispose ?? Symbol.for("Symbol.asyncDispose");
 
 /**
- * Gives the class of `instance` the two methods written in JS: `[Symbol.asyncDispose]()`, which
- * releases the lock, and `hold(options)`, which acquires it or throws, for `await using`.
+ * `handle.hold(options)` (a lock, or a set of keys): acquires it or throws LockUnavailableError;
+ * with `autoExtend`, keeps extending it. Answers the handle, for `await using`.
  */
-export function installHolding(instance) {
-  const proto = Object.getPrototypeOf(instance);
-  if (Object.prototype.hasOwnProperty.call(proto, asyncDispose)) return;
-  const method = (value) => ({ value, configurable: true, writable: true });
-  Object.defineProperty(
-    proto,
-    asyncDispose,
-    method(async function () {
-      await this.release();
-    }),
-  );
-  Object.defineProperty(
-    proto,
-    "hold",
-    method(async function (options) {
-      if (!(await this.acquire(options))) {
-        const waited = options?.timeout ? ` after waiting ${options.timeout} ms` : "";
-        throw new LockUnavailableError(this.key, `lock "${this.key}" is held by someone else${waited}`);
-      }
-      const keep = options?.autoExtend;
-      if (keep) this.autoExtend(keep === true ? undefined : keep);
-      return this;
-    }),
-  );
+export async function holdOrThrow(handle, options) {
+  if (!(await handle.acquire(options))) {
+    const waited = options?.timeout ? ` after waiting ${options.timeout} ms` : "";
+    const keys = handle.keys;
+    throw keys === undefined
+      ? new LockUnavailableError(handle.key, `lock "${handle.key}" is held by someone else${waited}`)
+      : new LockUnavailableError(keys[0], `locks ${keys.map((key) => `"${key}"`).join(", ")}: one is held by someone else${waited}`);
+  }
+  const autoExtend = options?.autoExtend;
+  if (autoExtend) handle.autoExtend(autoExtend === true ? undefined : autoExtend);
+  return handle;
 }

@@ -1,0 +1,85 @@
+// The store `lock()` binds its handles to, the spare slot, and what frees the slot of a handle
+// that is dropped while it holds.
+
+import { OP_FORCE_RELEASE, OP_IS_LOCKED, OP_REMAINING_TIME } from "./protocol.js";
+import { core } from "./core.js";
+
+/** What only the package's factories pass to the handles' constructors. */
+export const BY_FACTORY = Symbol("keel-lock internal");
+
+// The store lock() binds to: { object, binding, memory } for the memory store; for a JS store
+// also the object's methods, read once. null: not read since the store was set.
+let bound = null;
+
+/** The store `lock()` binds to now. */
+export function boundStore() {
+  return bound ?? bind();
+}
+
+function bind() {
+  const object = core.getLockStore();
+  const binding = core.currentBinding();
+  bound = binding.memory
+    ? { object, binding, memory: true }
+    : {
+        object,
+        binding,
+        memory: false,
+        acquire: object.acquire,
+        acquireOrWait: object.acquireOrWait,
+        acquireShared: object.acquireShared,
+        acquireSharedOrWait: object.acquireSharedOrWait,
+        withdraw: object.withdraw,
+        release: object.release,
+        extend: object.extend,
+        [OP_IS_LOCKED]: object.isLocked,
+        [OP_REMAINING_TIME]: object.remainingTime,
+        [OP_FORCE_RELEASE]: object.forceRelease,
+      };
+  return bound;
+}
+
+export function setLockStore(store) {
+  core.setLockStore(store);
+  bound = null;
+}
+
+export function getLockStore() {
+  return core.getLockStore();
+}
+
+// The spare: the last slot a handle let go of idle, which the core keeps open (`id`; 0: none),
+// and the key, TTL, store and limit of that handle, with the permits its core lock was last
+// given (undefined: not known). The next handle on the same takes that slot as it is, without a
+// call into the wasm or passing the key again; the core closes a spare not taken when the next
+// slot goes idle, so only the last one is ever named here.
+const spare = { id: 0, key: undefined, ttl: 0, store: null, limit: 0, permits: undefined };
+
+/** The spare, if it is a slot for `key`, `ttl`, `store` and `limit`, taken (its id); else 0. */
+export function takeSpare(key, ttl, store, limit) {
+  if (spare.id === 0 || spare.key !== key || spare.ttl !== ttl || spare.store !== store || spare.limit !== limit) return 0;
+  const id = spare.id;
+  spare.id = 0;
+  return id;
+}
+
+/** The permits the spare's core lock was last given (undefined: not known). */
+export function sparePermits() {
+  return spare.permits;
+}
+
+/** Slot `id`, let go of idle by a handle on `key`, `ttl`, `store` and `limit`, is the spare. */
+export function keepSpare(id, key, ttl, store, limit, permits) {
+  spare.id = id;
+  spare.key = key;
+  spare.ttl = ttl;
+  spare.store = store;
+  spare.limit = limit;
+  spare.permits = permits;
+}
+
+/** A handle dropped while its slot lives (it holds, or knows its hold lost) frees the slot. */
+export const closeOnDrop =
+  typeof FinalizationRegistry === "function"
+    ? new FinalizationRegistry((id) => core.closeSlot(id, true))
+    : { register() {}, unregister() {} };
