@@ -18,7 +18,9 @@
 // The snippets keep to forms this rewrite knows, and anything else stops the build:
 //   import { a, b } from "./x.js";   →  const { a, b } = snippet("<dir>/x.js");
 //   export function f / export class C / export const c   →  the same without `export`, and
-//                                                            exports.f = f at the end
+//                                                            return { f, … } at the end
+// A snippet is named by its path below its crate's folder of snippets (src/js/x.js). They import
+// one another without cycles: a snippet asked for while it runs stops the load.
 // The glue may require() nothing but its snippets and "fs".
 // Usage: node scripts/node-glue.mjs <out> [--esm]
 import { readdirSync, readFileSync, writeFileSync, statSync, rmSync } from "node:fs";
@@ -35,7 +37,7 @@ function files(dir) {
   });
 }
 
-/** A snippet as the body of `function (exports) { … }`; `dir` is its folder as the glue names it. */
+/** A snippet as the body of a function answering its exports; `dir` is its folder as the table names it. */
 function rewrite(path, dir) {
   const names = [];
   const lines = readFileSync(path, "utf8").split("\n").map((line, i) => {
@@ -51,13 +53,16 @@ function rewrite(path, dir) {
     }
     return line;
   });
-  return ['"use strict";', ...lines, ...names.map((name) => `exports.${name} = ${name};`)].join("\n");
+  return ['"use strict";', ...lines, `return { ${names.join(", ")} };`].join("\n");
 }
 
+/** A snippet's name in the table, from its path as the glue require()s it (./snippets/<crate>/…). */
+const short = (name) => name.replace(/^\.\/snippets\/[^/]+\//, "");
+
 const table = files(join(out, "snippets")).map((path) => {
-  const name = `./${relative(out, path).split("\\").join("/")}`;
+  const name = short(`./${relative(out, path).split("\\").join("/")}`);
   const body = rewrite(path, name.slice(0, name.lastIndexOf("/") + 1));
-  return `  ${JSON.stringify(name)}: function (exports) {\n${body}\n  },`;
+  return `  ${JSON.stringify(name)}: function () {\n${body}\n  },`;
 });
 const loader = [
   "// The JS snippets (src/js/*.js), inlined by scripts/node-glue.mjs: each runs on its first use.",
@@ -69,10 +74,11 @@ const loader = [
   "  return (name) => {",
   "    let exports = loaded.get(name);",
   "    if (exports === undefined) {",
-  "      exports = {};",
+  "      loaded.set(name, null);",
+  "      exports = sources[name]();",
   "      loaded.set(name, exports);",
-  "      sources[name](exports);",
   "    }",
+  "    if (exports === null) throw new Error(`keel-lock: ${name} imports itself through a cycle`);",
   "    return exports;",
   "  };",
   "})();",
@@ -85,7 +91,7 @@ const lines = source.slice(types.length).split("\n");
 const first = lines.findIndex((line) => line.search(required) >= 0);
 if (first < 0) throw new Error(`${out}/keel_lock.js: no snippet require() found`);
 lines.splice(first, 0, loader);
-const glue = lines.join("\n").replace(required, (_, name) => `snippet(${JSON.stringify(name)})`);
+const glue = lines.join("\n").replace(required, (_, name) => `snippet(${JSON.stringify(short(name))})`);
 for (const [call] of glue.matchAll(/\brequire\([^)]*\)/g)) {
   if (call !== "require('fs')") throw new Error(`${out}/keel_lock.js: unexpected ${call}`);
 }

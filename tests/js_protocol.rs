@@ -3,7 +3,8 @@
 //! tests read that block and the JS files (`src/js/*.js`) and hold them to the table: each name
 //! with the table's value, none declared and unused, none of the table's used and undeclared,
 //! each imported by the file that uses it, and no number of the protocol written out bare where
-//! a name exists for it.
+//! a name exists for it. They also check that `src/js/snippets.rs` names every JS file, which is
+//! what has wasm-bindgen ship it.
 
 use std::fs;
 use std::path::Path;
@@ -17,7 +18,9 @@ const END: &str = "// --- end protocol ---";
 
 /// `export const NAME = value;` lines of the block, in order.
 fn js_constants(source: &str) -> Vec<(String, f64)> {
-    let start = source.find(BEGIN).expect("protocol.js has the protocol block");
+    let start = source
+        .find(BEGIN)
+        .expect("protocol.js has the protocol block");
     let end = source[start..].find(END).expect("the protocol block ends") + start;
     source[start..end]
         .lines()
@@ -212,11 +215,34 @@ fn no_store_operation_or_answer_kind_is_written_bare_in_the_js_files() {
             }
         }
     }
-    assert!(found >= 10, "only {found} calls found: have their names changed?");
+    assert!(
+        found >= 10,
+        "only {found} calls found: have their names changed?"
+    );
     assert!(bare.is_empty(), "bare protocol numbers: {bare:?}");
     // What a step carries is read by index name only.
     assert!(
-        !body.contains("carried[0]") && !body.contains("carried[1]") && !body.contains("carried[2]"),
+        !body.contains("carried[0]")
+            && !body.contains("carried[1]")
+            && !body.contains("carried[2]"),
         "OUT read by a bare index"
+    );
+}
+
+#[test]
+fn snippets_rs_names_every_js_file() {
+    // wasm-bindgen ships only the JS files Rust names: one left out is missing from the package.
+    let snippets = include_str!("../src/js/snippets.rs");
+    let mut missing: Vec<_> = js_files()
+        .into_iter()
+        .map(|(name, _)| name)
+        .filter(|name| !snippets.contains(&format!("\"/src/js/{name}\"")))
+        .collect();
+    if !snippets.contains("\"/src/js/protocol.js\"") {
+        missing.push("protocol.js".to_owned());
+    }
+    assert!(
+        missing.is_empty(),
+        "not named in src/js/snippets.rs: {missing:?}"
     );
 }

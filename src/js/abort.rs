@@ -1,5 +1,6 @@
 //! `AbortSignal` for `run()` and `acquire()`: the `signal` option, checked at the boundary. JS
-//! listens to it (`src/js/api.js`); the core's `__kWithdraw` ends the wait it cuts short.
+//! listens to it (`src/js/lock.js`, `src/js/over-store.js`); the core's `__kWithdraw` ends the
+//! wait it cuts short.
 
 use js_sys::Reflect;
 use wasm_bindgen::prelude::*;

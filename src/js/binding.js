@@ -1,5 +1,4 @@
-// The store `lock()` binds its handles to, the spare slot, and what frees the slot of a handle
-// that is dropped while it holds.
+// The store `lock()` binds its handles to, the spare slot, and the slots of dropped handles.
 
 import { OP_FORCE_RELEASE, OP_IS_LOCKED, OP_REMAINING_TIME } from "./protocol.js";
 import { core } from "./core.js";

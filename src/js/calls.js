@@ -1,6 +1,5 @@
-// Calls to a JS store, each answer bounded (seam rule 6: no store call is awaited longer than its
-// bound), and the one race between an answer, a timer and an abort signal that every wait of
-// this layer is.
+// Calls to a JS store, each answer awaited no longer than its bound (seam rule 6), and the race
+// of an answer, a timer and an abort signal that every wait of the JS face is.
 
 import { ANSWER_FALSE, ANSWER_FENCE, ANSWER_TRUE, CALL, OP_ACQUIRE, OP_RELEASE, OUT_EXTEND_ID, OUT_TTL } from "./protocol.js";
 import { carriedNumber, core, ok, ownerOf, stepArg, waitExtras } from "./core.js";

@@ -1,11 +1,10 @@
-// The wasm's numeric face (src/js/handle/, operations.rs, watching.rs, memory.rs), the one place
-// that holds the wasm module's exports: each export under a name that says what it does (the
-// exports keep short names, which the glue and the .wasm carry), and what a step carries besides
-// its code, read from wasm memory rather than asked for (the OUT_* numbers).
+// The wasm's numeric face, the one holder of the wasm module's exports: each under a name that
+// says what it does (the exports' own names are short: the glue and the .wasm carry them), and
+// what a step carries besides its code, read from wasm memory (the OUT_* numbers).
 
 import { FAILED, MINTED_TOKEN_LEN, OUT_ARG, OUT_LEN, OUT_OWNER_AT, OUT_OWNER_LEN, OUT_POLL_MS, OUT_WAIT_MS } from "./protocol.js";
 
-/** The core's exports, filled by `connect`. Each answers a number unless said otherwise. */
+/** The core's exports, filled by `connect`: each answers a number (a step, FAILED) unless said otherwise. */
 export const core = {};
 
 // The wasm's memory, where the numbers a step carries start in it, and views of both (views of
@@ -19,65 +18,64 @@ let memoryBytes = new Uint8Array(0);
 export function connect(glue) {
   [wasmMemory, carriedAddress] = glue.__kOut();
   // Handles and their slots (handle/slots.rs, handle/mod.rs).
-  core.checkLock = glue.__kCheck; // (key, ttlMs, wellFormed): the TTL, CHECK_KEY_AS_STRING or FAILED
-  core.lockArgumentsError = glue.__kLockError; // (key, ttlMs): the error of lock()'s arguments, or undefined
-  core.checkLimit = glue.__kLimit; // (limit): a semaphore's limit, checked
-  core.currentBinding = glue.__kCurrent; // (): the store lock() binds to now, as the slots name it
-  core.openSlot = glue.__kOpen; // (key, ttl, binding): a slot for a handle
-  core.twinSlot = glue.__kTwin; // (id): a second slot of the same core lock
-  core.closeSlot = glue.__kClose; // (id, force): KEPT, CLOSED or SPARED
-  core.setPermits = glue.__kShare; // (id, permits, limit): the slot's next acquire takes `permits`
-  core.ownerText = glue.__kOwner; // (id): the owner token of the call in flight, as text
-  core.lastError = glue.__kError; // (): the error of the last call that answered FAILED
+  core.checkLock = glue.__kCheck; // the TTL, or CHECK_KEY_AS_STRING
+  core.lockArgumentsError = glue.__kLockError; // or undefined
+  core.checkLimit = glue.__kLimit;
+  core.currentBinding = glue.__kCurrent;
+  core.openSlot = glue.__kOpen;
+  core.twinSlot = glue.__kTwin;
+  core.closeSlot = glue.__kClose; // KEPT, CLOSED or SPARED
+  core.setPermits = glue.__kShare;
+  core.ownerText = glue.__kOwner; // a text answer
+  core.lastError = glue.__kError; // of the last call that answered FAILED
   // A run's acquisition (handle/acquire.rs, handle/queue.rs): each answers the next step.
-  core.beginAcquire = glue.__kBegin; // (id, timeout, retryDelay, now)
-  core.acquireAnswered = glue.__kAnswered; // (id, ANSWER_*, fence)
-  core.acquireAnsweredValue = glue.__kAnsweredValue; // (id, answer): judged by the seam's rules
-  core.acquireOrWaitAnswered = glue.__kAnsweredWaited; // (id, answer)
-  core.acquireUnanswered = glue.__kUnanswered; // (id): its bound passed
-  core.retryAcquire = glue.__kRetry; // (id): the pause is over
-  core.abandonAcquire = glue.__kAbandon; // (id): the store failed
-  core.stopWaiting = glue.__kWithdraw; // (id): the caller's signal aborted
-  core.stepQueued = glue.__kPoll; // (id, now): a memory store waiter's next step
+  core.beginAcquire = glue.__kBegin;
+  core.acquireAnswered = glue.__kAnswered; // false, true or a fence: ANSWER_*
+  core.acquireAnsweredValue = glue.__kAnsweredValue; // judged by the seam's rules
+  core.acquireOrWaitAnswered = glue.__kAnsweredWaited;
+  core.acquireUnanswered = glue.__kUnanswered;
+  core.retryAcquire = glue.__kRetry;
+  core.abandonAcquire = glue.__kAbandon;
+  core.stopWaiting = glue.__kWithdraw;
+  core.stepQueued = glue.__kPoll;
   // Ending and reading a hold (handle/release.rs).
-  core.endRun = glue.__kEnd; // (id, now): a run's release
-  core.releaseHold = glue.__kRelease; // (id, now): release()
-  core.releaseAnswered = glue.__kReleased; // (id, answer): a JS store's boolean answer
-  core.adoptHold = glue.__kAdopt; // (id): acquire() keeps the hold the run took
-  core.forgetRunHold = glue.__kForget; // (id): the run's release failed
-  core.fenceOf = glue.__kFence; // (id): the hold's fence, or NaN
-  core.holdLost = glue.__kExpired; // (id): whether the handle held the key and lost it (a boolean)
+  core.endRun = glue.__kEnd;
+  core.releaseHold = glue.__kRelease;
+  core.releaseAnswered = glue.__kReleased;
+  core.adoptHold = glue.__kAdopt;
+  core.forgetRunHold = glue.__kForget;
+  core.fenceOf = glue.__kFence; // NaN: none
+  core.holdLost = glue.__kExpired; // a boolean
   // The other operations (operations.rs).
-  core.extendHold = glue.__kExtend; // (id, ttl, given)
-  core.extendAnswered = glue.__kExtended; // (extendId, answer, unanswered)
-  core.extendFailed = glue.__kExtendFailed; // (extendId)
-  core.keyOperation = glue.__kInspect; // (key, binding, OP_*, ttl): isLocked, remainingTime, forceRelease
-  core.keyOperationAnswered = glue.__kInspected; // (key, OP_*, answer, unanswered, bound)
-  core.serialize = glue.__kSerialize; // (id): a text answer
-  core.restore = glue.__kRestore; // (text, binding): a slot holding the hold
-  core.keyOf = glue.__kKeyOf; // (id): a text answer
-  core.ttlOf = glue.__kTtlOf; // (id)
-  core.limitOf = glue.__kLimitOf; // (id)
-  core.memoryCall = glue.__kMemoryCall; // (store, OP_*, key, owner, ttlMs, weight, limit): its answer
+  core.extendHold = glue.__kExtend;
+  core.extendAnswered = glue.__kExtended;
+  core.extendFailed = glue.__kExtendFailed;
+  core.keyOperation = glue.__kInspect; // isLocked, remainingTime, forceRelease
+  core.keyOperationAnswered = glue.__kInspected;
+  core.serialize = glue.__kSerialize; // a text answer
+  core.restore = glue.__kRestore;
+  core.keyOf = glue.__kKeyOf; // a text answer
+  core.ttlOf = glue.__kTtlOf;
+  core.limitOf = glue.__kLimitOf;
+  core.memoryCall = glue.__kMemoryCall; // the memory store's answer
   // A hold's watcher (watching.rs).
-  core.checkAutoExtend = glue.__kKeepAliveCheck; // (options): 0 or FAILED
-  core.startWatcher = glue.__kWatch; // (id, autoExtend, options, now): the watcher
-  core.watcherStep = glue.__kWatchNext; // (watcher, now): WATCH_*
-  core.watcherExtend = glue.__kWatchExtend; // (watcher): as extendHold answers
-  core.watcherExtended = glue.__kWatchExtended; // (watcher, ok, now)
-  core.stopWatcher = glue.__kWatchStop; // (watcher)
-  // Errors, made by the core's checks (each answers the error, or undefined where it says so).
-  core.optionsError = glue.__kOptionsError; // (options, forRun), or undefined
-  core.notAFunctionError = glue.__kNotAFunction; // (value)
-  core.notANumberError = glue.__kNotANumber; // (what, value)
-  core.notSerializedError = glue.__kNotSerialized; // ()
-  core.notHeldError = glue.__kNotHeld; // (key, NOT_HELD_*)
-  core.extendIdleError = glue.__kExtendIdle; // (key, ttl, given)
-  core.noSharedError = glue.__kNoShared; // ()
-  core.timeoutError = glue.__kTimeoutError; // (id, OP_*, afterMs)
-  core.releaseAnswerError = glue.__kReleaseAnswerError; // (answer)
-  core.lostError = glue.__kLostError; // (key, LOST_*)
-  // The store the package binds to, and the memory store's class.
+  core.checkAutoExtend = glue.__kKeepAliveCheck;
+  core.startWatcher = glue.__kWatch;
+  core.watcherStep = glue.__kWatchNext;
+  core.watcherExtend = glue.__kWatchExtend;
+  core.watcherExtended = glue.__kWatchExtended;
+  core.stopWatcher = glue.__kWatchStop;
+  // Errors made by the core's checks.
+  core.optionsError = glue.__kOptionsError; // or undefined
+  core.notAFunctionError = glue.__kNotAFunction;
+  core.notANumberError = glue.__kNotANumber;
+  core.notSerializedError = glue.__kNotSerialized;
+  core.notHeldError = glue.__kNotHeld;
+  core.extendIdleError = glue.__kExtendIdle;
+  core.noSharedError = glue.__kNoShared;
+  core.timeoutError = glue.__kTimeoutError;
+  core.releaseAnswerError = glue.__kReleaseAnswerError;
+  core.lostError = glue.__kLostError;
   core.setLockStore = glue.setLockStore;
   core.getLockStore = glue.getLockStore;
   core.MemoryLockStore = glue.MemoryLockStore;

@@ -8,13 +8,9 @@
 let listeners = [];
 let attempts = 0;
 
-// Whether anyone listens: the handles' one check on their way in (an object, read through
-// `eventState()`, so that its importers see it change in every module form).
-const state = { listening: false };
-
-export function eventState() {
-  return state;
-}
+// Whether anyone listens: the handles' one check on their way in (an object, so that its
+// importers see it change in every module form).
+export const events = { listening: false };
 
 /**
  * Calls `listener(event)` for every lock event from now on, until the returned function is
@@ -24,10 +20,10 @@ export function onLockEvent(listener) {
   if (typeof listener !== "function") throw new TypeError(`onLockEvent: listener must be a function, got ${typeof listener}`);
   const entry = (event) => listener(event);
   listeners = [...listeners, entry];
-  state.listening = true;
+  events.listening = true;
   return () => {
     listeners = listeners.filter((l) => l !== entry);
-    state.listening = listeners.length > 0;
+    events.listening = listeners.length > 0;
   };
 }
 
@@ -45,7 +41,7 @@ function emit(event) {
  * The store's name for events: its `Symbol.toStringTag` (the Redis and SQL stores set one), its
  * class's, or "LockStore" for a plain object.
  */
-export function storeName(object) {
+function storeName(object) {
   const tag = object?.[Symbol.toStringTag];
   if (typeof tag === "string" && tag !== "") return tag;
   const name = object?.constructor?.name;
@@ -62,7 +58,7 @@ function isAbort(error, signal) {
  * given `runInside(call)` by a listener: `fn` is then run as `runInside(() => fn(context))`
  * (each listener wrapping the one before), so a tracer's span is active around it.
  */
-export function observed(handle, fn, options, viaOf, store, call) {
+function observed(handle, fn, options, viaOf, store, call) {
   const started = performance.now();
   const base = {
     key: handle.key ?? handle.keys,
@@ -122,7 +118,7 @@ export function observed(handle, fn, options, viaOf, store, call) {
 }
 
 /** `handle.release()` or `handle.extend()` (`type`) told as one event when it settles. */
-export function observedStep(handle, type, store, call) {
+function observedStep(handle, type, store, call) {
   const started = performance.now();
   const fence = handle.fence ?? null;
   const base = { key: handle.key ?? handle.keys, store, fence };
@@ -141,8 +137,6 @@ export function observedStep(handle, type, store, call) {
     },
   );
 }
-
-// --- Telling a handle's calls ------------------------------------------------------------------
 
 // Handles whose calls are not told on their own: a set's per-key handles (the set is told as
 // one), and any call made while a told call is entering (its plain twin).

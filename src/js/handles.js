@@ -1,5 +1,4 @@
-// The functions that make handles on the current store: `lock`, `semaphore`, `readLock`,
-// `writeLock`, `restoreLock`, and `inspect(key)` through a handle.
+// The functions that make handles on the current store, and `inspect(key)` through one.
 
 import { CHECK_KEY_AS_STRING } from "./protocol.js";
 import { core, ok, textOf } from "./core.js";

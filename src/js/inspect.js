@@ -1,6 +1,5 @@
-// Who holds a key and who waits, as a store answers it (`inspect`) and reports it (`watch`):
-// built from the known fields alone, so an owner token a store put anywhere else never reaches
-// the caller.
+// Who holds a key, as a store answers it (`inspect`) and reports it (`watch`): read from the
+// known fields alone, so an owner token a store put anywhere else never reaches the caller.
 
 import { ELAPSED, answerWithin } from "./calls.js";
 import { LockStoreTimeoutError } from "./errors.js";

@@ -13,7 +13,7 @@ const LONGEST_WAIT = 2147483647;
 
 /**
  * Waits (first come, first served, where the store hands over) to lead `key`, runs
- * `fn({ fence, signal })` while holding it with keep-alive on, and answers what `fn` answers.
+ * `fn({ fence, signal })` while holding it with autoExtend on, and answers what `fn` answers.
  * Leadership lost while `fn` runs: `signal` aborts, and the campaign rejects with the loss.
  */
 export async function campaign(key, fn, options) {

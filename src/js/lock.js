@@ -1,26 +1,19 @@
-// The JS `Lock`: a handle on one key. The core's decisions stay in the wasm (core.js): `run()` on
-// the memory store is two calls into it, and over a JS store this class awaits the store's own
-// promises and feeds the answers to the core's acquisition machine, which says what to do next
-// (call the store — a JS store's own queue, `acquireOrWait`, too —, pause, done); an abort signal
-// ends a wait through the core too. `extend`, the other operations, `serialize` and the hold's
-// watcher (`autoExtend`, a run context's signal) work the same way. While a handle acquires,
-// holds or releases, its core lock lives in a slot; an operation started while the handle is
-// busy with another runs on a twin: a second slot of the same core lock.
+// The JS `Lock`, a handle on one key; the core's decisions stay in the wasm (core.js). While a
+// handle acquires, holds or releases, its core lock lives in a slot; an operation started while
+// the handle is busy with another runs on a twin: a second slot of the same core lock.
 
 import { CALL, CLOSED, FAILED, HELD_UNFENCED, KEPT, NOBODY, NOT_HELD_EXTEND, NOT_HELD_SERIALIZE, OP_FORCE_RELEASE, OP_IS_LOCKED, OP_REMAINING_TIME, REFUSED, SPARED, STILL_QUEUED, YES } from "./protocol.js";
 import { core, ok, ownerOf, stepArg, textOf } from "./core.js";
 import { extendOverStore, isThenable, keyOperationOverStore, releaseOverStore } from "./calls.js";
 import { BY_FACTORY, closeOnDrop, keepSpare, sparePermits, takeSpare } from "./binding.js";
 import { forget, rearm, waiters } from "./waiters.js";
-import { acquiredVia, eventState, grant, told, toldRun, toldStep } from "./events.js";
+import { acquiredVia, events, grant, told, toldRun, toldStep } from "./events.js";
 import { AUTO_EXTEND, METADATA, PERMITS, RETRY_DELAY, SIGNAL, TIMEOUT, abortReason, asksWebLocks, metadataError, nothing, onAbort, plainOptions, webLocksOptions } from "./options.js";
 import { keepMemoryMetadata, memoryEnded, memoryGranted } from "./memory-store.js";
 import { inspectOn } from "./inspect.js";
 import { driveWatcher } from "./watcher.js";
 import { ACQUIRE_ONLY, ADOPT, ENTER, FINISH, refused, runOverStore } from "./over-store.js";
 import { LockContext, asyncDispose, holdOrThrow, setOnSignalRead } from "./holding.js";
-
-const events = eventState();
 
 /** Lock's method for a multi-key run over holds one store step took (see MultiKeyLock). */
 export const RUN_ON_HOLD = Symbol("keel-lock run on an acquired hold");
@@ -43,7 +36,7 @@ export class Lock {
   // grant's fence files in the store's metadata.
   #saying = undefined;
   // The run's `autoExtend` option while it acquires (undefined: none); the watcher `autoExtend()`
-  // started. (A run's hold is watched by its context's watcher.)
+  // started (a run's is its context's).
   #runAutoExtend = undefined;
   #autoExtendWatcher = null;
   // On a twin (see `#twin`): the handle it is the twin of; else null.
@@ -63,8 +56,6 @@ export class Lock {
     // `#twin`) starts on a second slot of its handle's core lock.
     if (slot !== 0) this.#keepSlot(slot);
   }
-
-  // --- Slots ---------------------------------------------------------------------------------
 
   /**
    * For an operation that starts while this handle is busy with another: a handle of its own on
@@ -169,8 +160,6 @@ export class Lock {
   get signal() {
     return this.#autoExtendWatcher === null ? undefined : this.#autoExtendWatcher.context.signal;
   }
-
-  // --- Acquiring -------------------------------------------------------------------------------
 
   /** Acquire, run `fn({ fence, signal })`, always release: `[true, result]` or `[false, undefined]`. */
   run(fn, options) {
@@ -304,7 +293,7 @@ export class Lock {
           if (code === FAILED) reject(core.lastError());
           else resolve(refused(fn));
         }
-        // Not granted (or granted and already ended): an end held back for this hand-over is told.
+        // Not granted (or granted and already ended): an end held back for this hand-over is reported.
         memoryEnded(waiter.store, waiter.key);
       };
     });
@@ -321,7 +310,7 @@ export class Lock {
     return true;
   }
 
-  /** The run took the key (fence `code`): the context `fn` is handed, its hold's watcher started with autoExtend. */
+  /** The run took the key (fence `code`): the context `fn` is handed. */
   #enter(id, code) {
     const context = new LockContext(code >= 1 ? code : null, this);
     if (this.#runAutoExtend !== undefined) this.#autoExtendRun(id, context);
@@ -369,7 +358,7 @@ export class Lock {
     );
   }
 
-  /** Releases the run's hold on the memory store, `fn` having answered `value` (or thrown it): `#holding`'s answer. */
+  /** Releases the run's hold on the memory store, `fn` having answered `value` (or thrown it). */
   #ended(id, context, value, failed, resolve, reject) {
     // The memory store extends inside the wasm: no extend can be in flight to wait for.
     LockContext.end(context);
@@ -386,8 +375,6 @@ export class Lock {
     else if (error !== undefined) reject(error);
     else resolve([true, value]);
   }
-
-  // --- The other operations ----------------------------------------------------------------------
 
   /** Who holds the key and who waits: see `inspect(key)`. */
   inspect() {
@@ -477,8 +464,6 @@ export class Lock {
     return textOf(core.serialize(this.#slot));
   }
 
-  // --- The hold's watchers -----------------------------------------------------------------------
-
   /**
    * Keeps extending the held lock until `release()` or `stopAutoExtend()`; returns the hold's
    * context, whose signal aborts when the hold is lost. Again while it runs: the same context.
@@ -511,14 +496,13 @@ export class Lock {
     this.#watchHold(id, true, autoExtend, context);
   }
 
-  /** `context`'s watcher on the hold of slot `id` (extending as `autoExtend` asks), unless nothing is held. */
+  /** `context`'s watcher on the hold of slot `id`, unless nothing is held. */
   #watchHold(id, autoExtend, options, context) {
     const watcher = core.startWatcher(id, autoExtend, options, performance.now());
     if (watcher === FAILED) core.lastError(); // nothing held: nothing to watch
     else LockContext.watchWith(context, this.#drive(watcher, context));
   }
 
-  /** Drives the core's watcher `watcher` for `context`, extending as `extend()` does. */
   #drive(watcher, context) {
     return driveWatcher(watcher, context, this.#key, (code) => this.#extended(code));
   }

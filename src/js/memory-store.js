@@ -6,8 +6,6 @@ import { core } from "./core.js";
 import { checkMetadata } from "./options.js";
 import { handingOver, resolved, waitingFor } from "./waiters.js";
 
-// --- Hold metadata ---------------------------------------------------------------------------
-
 // The memory store's wasm keeps no metadata (the no-std builds leave it out: docs/wasm-size.md),
 // so its JS face keeps it here: per store, `fence → [key, metadata]`. One counter per store
 // draws every fence, so a fence names one hold of one key for good. An entry is filed in the
@@ -36,15 +34,13 @@ export function keepMemoryMetadata(store, key, fence, metadata) {
   kept.sweepAt = Math.max(METADATA_SWEEP_FLOOR, 2 * kept.said.size);
 }
 
-// --- watch -----------------------------------------------------------------------------------
-
 // Every change to a memory store's holders is made by a call from the JS face, in this isolate,
-// so the store tells its subscribers as each happens: no timer, no polling. A grant of an
+// so the store reports to its subscribers as each happens: no timer, no polling. A grant of an
 // exclusive hold is reported where it is made (its fence and metadata known there); an end is
-// found by comparing the holds a subscriber was told of with the live ones after a call that may
-// end one. An end that hands the key to a queued waiter is told just before that waiter's grant,
-// in the same turn, so `observe` reads the two as a hand-over. Expiry, `extend` and shared holds
-// are not reported (the `LockStore.watch` contract).
+// found by comparing the holds a subscriber heard of with the live ones after a call that may
+// end one. An end that hands the key to a queued waiter is reported just before that waiter's
+// grant, in the same turn, so `observe` reads the two as a hand-over. Expiry, `extend` and
+// shared holds are not reported (the `LockStore.watch` contract).
 
 // store → key → the subscribers of that key: { report, known: Set of reported held fences }.
 const subscribers = new WeakMap();
@@ -52,7 +48,7 @@ const subscribers = new WeakMap();
 let subscriberCount = 0;
 
 /** Calls a subscriber; one that throws is reported on the console and changes nothing. */
-function tell(subscriber, change) {
+function report(subscriber, change) {
   try {
     subscriber.report(change);
   } catch (error) {
@@ -61,9 +57,9 @@ function tell(subscriber, change) {
 }
 
 /**
- * After a call that may have ended a hold of `key`: each hold a subscriber was told of that is
- * no longer live is told as ended — unless (`whenHandedOver`) a waiter of the key was woken and
- * not yet stepped, whose grant will tell it. Answers the live holds (`inspect`'s flat list).
+ * After a call that may have ended a hold of `key`: each hold a subscriber heard of that is no
+ * longer live is reported ended — unless (`whenHandedOver`) a waiter of the key was woken and
+ * not yet stepped, whose grant will report it. Answers the live holds (`inspect`'s flat list).
  */
 function reportEnds(store, key, whenHandedOver) {
   const subscribed = subscribers.get(store)?.get(key);
@@ -76,18 +72,18 @@ function reportEnds(store, key, whenHandedOver) {
     for (const fence of Array.from(subscriber.known).sort((a, b) => a - b)) {
       if (live.has(fence)) continue;
       subscriber.known.delete(fence);
-      if (!subscriber.stopped) tell(subscriber, { fence, held: false });
+      if (!subscriber.stopped) report(subscriber, { fence, held: false });
     }
   }
   return flat;
 }
 
-/** `store` (a memory store) may have ended a hold of `key`: tell its subscribers. */
+/** `store` (a memory store) may have ended a hold of `key`: its subscribers hear of it. */
 export function memoryEnded(store, key) {
   if (subscriberCount !== 0) reportEnds(store, key, true);
 }
 
-/** `store` granted an exclusive hold of `key` under `fence`: tell its subscribers (ends first). */
+/** `store` granted an exclusive hold of `key` under `fence`: its subscribers hear of it (ends first). */
 export function memoryGranted(store, key, fence) {
   if (subscriberCount !== 0 && fence >= 1) reportGrant(store, key, fence);
 }
@@ -102,7 +98,7 @@ function reportGrant(store, key, fence) {
   for (const subscriber of subscribers.get(store).get(key)) {
     if (subscriber.known.has(fence)) continue;
     subscriber.known.add(fence);
-    if (!subscriber.stopped) tell(subscriber, { fence, held: true, metadata, remainingMs });
+    if (!subscriber.stopped) report(subscriber, { fence, held: true, metadata, remainingMs });
   }
 }
 
@@ -129,8 +125,6 @@ function subscribe(store, key, onChange) {
     if (subscribed.size === 0 && byKey.get(key) === subscribed) byKey.delete(key);
   };
 }
-
-// --- The methods -----------------------------------------------------------------------------
 
 /**
  * Puts the `LockStore` methods on `MemoryLockStore`'s prototype, as class methods would be:
@@ -183,7 +177,7 @@ export function installMemoryStore(proto) {
       }
       // Synchronous, so within one turn of the isolate: nothing runs between the takes and
       // (a key refused, or bad) the release of those taken, so nobody sees part of the set —
-      // subscribers neither: they are told of the set's grants once all are taken.
+      // subscribers neither: they hear of the set's grants once all are taken.
       const grants = [];
       try {
         for (let i = 0; i < keys.length; i++) {

@@ -1,6 +1,6 @@
 //! `MemoryLockStore` for JS: the core's memory store behind a JS class. It is a complete
-//! `LockStore` object in its own right (its methods, which `src/js/api.js` defines over
-//! [`memory_call`], answer plain values), and `setLockStore` recognises it and drives it
+//! `LockStore` object in its own right (its methods, which `src/js/memory-store.js` defines
+//! over [`memory_call`], answer plain values), and `setLockStore` recognises it and drives it
 //! directly, without a JS call per store operation.
 
 use alloc::rc::Rc;
@@ -62,8 +62,8 @@ impl JsMemoryLockStore {
     }
 }
 
-/// A `MemoryLockStore` method (`src/js/api.js` puts them on the class's prototype), `op` as
-/// `operations.rs` numbers them: `acquire(key, owner, ttlMs)` (0) answers `{ fence }` or
+/// A `MemoryLockStore` method (`src/js/memory-store.js` puts them on the class's prototype),
+/// `op` as `operations.rs` numbers them: `acquire(key, owner, ttlMs)` (0) answers `{ fence }` or
 /// `false`; `release(key, owner)` (1), `extend(key, owner, ttlMs)` (2), `isLocked(key)` (3) and
 /// `forceRelease(key)` (5) a boolean; `remainingTime(key)` (4) the ms left or `null`. One export
 /// for all six: each of their own carried its copy of the argument checks.
@@ -101,8 +101,8 @@ pub fn memory_call(
                 _ => JsValue::FALSE,
             }
         }
-        // Flat, for `inspect` in `src/js/api.js` to build the answer from (the metadata is kept
-        // in JS): each live hold's fence (0: none) and ms left.
+        // Flat, for `inspect` in `src/js/memory-store.js` to build the answer from (the metadata
+        // is kept in JS): each live hold's fence (0: none) and ms left.
         Operation::Inspect => {
             let out = js_sys::Array::new();
             m.each_live_hold(&k, |fence, left| {

@@ -6,13 +6,11 @@
 
 import { core } from "./core.js";
 import { BY_FACTORY, boundStore } from "./binding.js";
-import { acquiredVia, eventState, grant, partOfSet, told, toldRun, toldStep } from "./events.js";
+import { acquiredVia, events, grant, partOfSet, told, toldRun, toldStep } from "./events.js";
 import { abortReason, asksWebLocks, webLocksOptions } from "./options.js";
 import { LockNotHeldError } from "./errors.js";
 import { asyncDispose, holdOrThrow } from "./holding.js";
 import { RUN_ON_HOLD } from "./lock.js";
-
-const events = eventState();
 
 /** The most keys one lock takes. */
 export const MAX_KEYS = 64;
@@ -130,7 +128,7 @@ export class MultiKeyLock {
       return options;
     }
     if (took && options?.signal?.aborted) {
-      // Granted as the signal aborted: given back before anyone is told it is held.
+      // Granted as the signal aborted: given back before the caller learns it is held.
       await this.#free(this.#locks.length);
       throw abortReason(options.signal);
     }

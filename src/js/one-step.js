@@ -1,5 +1,4 @@
-// A JS store's `acquireMany` (seam: several keys in one step), reached through the keys' own
-// handles: a set's first attempt over a store that takes sets whole.
+// A set's first attempt over a JS store with `acquireMany`, made through the keys' own handles.
 
 import { releaseLateGrant } from "./promises.js";
 

@@ -1,5 +1,4 @@
-// What a caller passes besides the key: run and acquire options, the Web Locks API's request
-// options, abort signals, and hold metadata.
+// Run and acquire options, the Web Locks API's, abort signals and hold metadata.
 
 /**
  * The Web Locks API's request options, on `handle` (a Lock or a set of keys): `ifAvailable:

@@ -1,6 +1,5 @@
 // `run()` and `acquire()` of a Lock over a JS store: the core's acquisition machine says what to
-// do next (call the store — its own queue, `acquireOrWait`, too —, pause, done), this layer makes
-// each call and feeds the answer back, then runs `fn` and releases.
+// do next (call the store — its own queue, `acquireOrWait`, too —, pause, done).
 
 import { CALL, CALL_ACQUIRE_OR_WAIT, KEPT, OP_ACQUIRE, REFUSED, SLEEP, TIMED_OUT } from "./protocol.js";
 import { core, ok, ownerOf, stepArg } from "./core.js";

@@ -21,7 +21,7 @@ export function wakeWaiter(id) {
 }
 
 /** Calls back `settled(id, ok, value)` when `value` (a promise, a thenable or a plain value) settles. */
-export function watch(value, id) {
+export function whenSettled(value, id) {
   Promise.resolve(value).then(
     (v) => settled(id, true, v),
     (e) => settled(id, false, e),
@@ -46,7 +46,7 @@ let armedAt = Infinity;
 let host;
 let refed = false; // whether `host` keeps the process alive
 
-function keepAlive(on) {
+function refHost(on) {
   if (host === undefined || on === refed) return;
   refed = on;
   if (typeof host === "object") on ? host.ref?.() : host.unref?.();
@@ -55,7 +55,7 @@ function keepAlive(on) {
 
 function arm(at) {
   if (at >= armedAt) {
-    keepAlive(true);
+    refHost(true);
     return;
   }
   if (host !== undefined) clearTimeout(host);
@@ -67,7 +67,7 @@ function arm(at) {
 
 /** Nothing is due any more: the host timer, if armed, no longer keeps the process alive. */
 function idle() {
-  if (due.size === 0 && queued === 0) keepAlive(false);
+  if (due.size === 0 && queued === 0) refHost(false);
 }
 
 /**

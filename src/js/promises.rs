@@ -21,7 +21,8 @@ use super::ids::{id_map, IdMap};
 extern "C" {
     #[wasm_bindgen(js_name = setSettled)]
     fn set_settled(f: &JsValue);
-    fn watch(value: &JsValue, id: u32);
+    #[wasm_bindgen(js_name = whenSettled)]
+    fn when_settled(value: &JsValue, id: u32);
     #[wasm_bindgen(js_name = sleep)]
     fn start_sleep(ms: f64, id: u32);
     fn cancel(id: u32);
@@ -119,7 +120,7 @@ impl Drop for Settled {
 /// Awaits `value` the way `await` would: a thenable's outcome, or the value itself.
 pub(crate) fn settled(value: &JsValue) -> impl Future<Output = Result<JsValue, JsValue>> {
     let id = open_slot();
-    watch(value, id);
+    when_settled(value, id);
     Settled { id }
 }
 
@@ -279,7 +280,7 @@ struct TaskWaker {
 #[cfg(any(feature = "testing", feature = "workerd"))]
 impl alloc::task::Wake for TaskWaker {
     fn wake(self: alloc::sync::Arc<Self>) {
-        watch(&JsValue::UNDEFINED, self.id);
+        when_settled(&JsValue::UNDEFINED, self.id);
     }
 }
 
@@ -309,6 +310,6 @@ pub(crate) fn promise_of(future: JsFuture) -> Promise {
     SLOTS.with(|s| s.borrow_mut().slots.remove(&id));
     let promise = deferred(id);
     TASKS.with(|t| t.borrow_mut().insert(id, future));
-    watch(&JsValue::UNDEFINED, id);
+    when_settled(&JsValue::UNDEFINED, id);
     promise
 }

@@ -1,7 +1,5 @@
-// The numbers the JS face reads from the wasm or passes to it, declared (with what each means)
-// in src/js/protocol.rs. tests/js_protocol.rs checks that each name below has the value there,
-// that each is used by a file of the JS face, and that every name of the table those files use
-// is declared here.
+// The numbers the JS face exchanges with the wasm, each declared (with what it means) in
+// src/js/protocol.rs; tests/js_protocol.rs holds the two, and the JS files' use, together.
 
 // --- protocol (src/js/protocol.rs) ---------------------------------------------------------
 // Step codes. A held step answers the fence (≥ 1) or HELD_UNFENCED.

@@ -1,7 +1,7 @@
-//! Every number the JS face (`src/js/api.js`) and the wasm's numeric exports exchange, in one
+//! Every number the JS face (`src/js/*.js`) and the wasm's numeric exports exchange, in one
 //! place. A hot call answers a plain `f64` (a step code, a fence, a time) rather than a JS
 //! value, and what a step carries besides its code is read by JS from wasm memory (`OUT_*`).
-//! `api.js` declares the ones it uses, by the same names, in its block marked
+//! `src/js/protocol.js` declares the ones the JS files use, by the same names, in its block marked
 //! `protocol (src/js/protocol.rs)`; `tests/js_protocol.rs` checks the two agree, name for name.
 //!
 //! Conventions outside the table: `NaN` passed in means "not given" (a `timeout`, a
@@ -133,8 +133,8 @@ pub const OUT_POLL_MS: usize = OUT_EXTEND_ID;
 /// The length of every minted owner token: 32 ASCII bytes, read by JS straight from memory.
 pub const MINTED_TOKEN_LEN: usize = 32;
 
-/// Every name above as `api.js` spells it, with its value, for `tests/js_protocol.rs` (the only
-/// reader).
+/// Every name above as `protocol.js` spells it, with its value, for `tests/js_protocol.rs` (the
+/// only reader).
 #[allow(dead_code)]
 pub const TABLE: &[(&str, f64)] = &[
     ("REFUSED", REFUSED),

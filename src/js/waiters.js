@@ -1,7 +1,6 @@
 // Callers waiting in the memory store's queue, by slot id: the wasm says when to step one —
 // woken (`wakeWaiter`), or after the time a STILL_QUEUED step carries (the queue's timekeeper).
-// A waiter is `{ scheduled, go, timer, key, store }`: `go(code)` is handed the step that ends
-// its wait; `store` is the memory store's object.
+// A waiter is `{ scheduled, go, timer, key, store }`: `go(code)` gets the step that ends its wait.
 
 import { STILL_QUEUED } from "./protocol.js";
 import { core, stepArg } from "./core.js";

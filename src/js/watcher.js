@@ -1,6 +1,4 @@
-// A hold's watcher — the core's `holding::Watch` machine (src/js/watching.rs) — driven from JS
-// timers: it sleeps, extends when the machine says so (autoExtend), and when the hold is lost
-// aborts the context's signal with the core's LockNotHeldError.
+// A hold's watcher (the core's `holding::Watch`, src/js/watching.rs) driven from JS timers.
 
 import { LOST_NOTHING, WATCH_EXTEND, WATCH_LOST, WATCH_SLEEP } from "./protocol.js";
 import { core, stepArg } from "./core.js";

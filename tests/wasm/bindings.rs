@@ -417,7 +417,7 @@ fn set_lock_store_refuses_what_is_not_a_store() {
 #[wasm_bindgen_test]
 fn memory_store_methods_check_their_arguments() {
     let m = JsMemoryLockStore::new();
-    // The class's methods, as api.js defines them: one export, the operation by number.
+    // The class's methods, as memory-store.js defines them: one export, the operation by number.
     let acquire =
         |k: JsValue, o: JsValue, t: JsValue| memory_call(&m, 0, k, o, t, undef(), undef());
     let boolean = |v: JsValue| v.as_bool().expect("answers a boolean");
@@ -614,8 +614,9 @@ fn broken_release_store() -> JsValue {
 // Shared holds: the memory store's acquireShared and a JS store's
 // =============================================================================================
 
-/// `MemoryLockStore.prototype.acquireShared(key, owner, ttlMs, weight, limit)` as `api.js`
-/// defines it: `__kMemoryCall` with the operation's number and the share's two numbers.
+/// `MemoryLockStore.prototype.acquireShared(key, owner, ttlMs, weight, limit)` as
+/// `memory-store.js` defines it: `__kMemoryCall` with the operation's number and the share's two
+/// numbers.
 fn acquire_shared(
     m: &JsMemoryLockStore,
     k: &str,

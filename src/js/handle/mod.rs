@@ -1,4 +1,4 @@
-//! The numeric face of the binding, for the JS `Lock` class (`src/js/api.js`). A lock handle in
+//! The numeric face of the binding, for the JS `Lock` class (`src/js/lock.js`). A lock handle in
 //! JS is a plain object; while it acquires, holds or releases, its core lock lives here in a
 //! slot named by a number. Every decision is the core's — the acquisition machine
 //! ([`crate::attempt`]), the memory store, the hold's bookkeeping — and what crosses is numbers
