@@ -52,30 +52,7 @@ export function getLockStore() {
 // given (undefined: not known). The next handle on the same takes that slot as it is, without a
 // call into the wasm or passing the key again; the core closes a spare not taken when the next
 // slot goes idle, so only the last one is ever named here.
-const spare = { id: 0, key: undefined, ttl: 0, store: null, limit: 0, permits: undefined };
-
-/** The spare, if it is a slot for `key`, `ttl`, `store` and `limit`, taken (its id); else 0. */
-export function takeSpare(key, ttl, store, limit) {
-  if (spare.id === 0 || spare.key !== key || spare.ttl !== ttl || spare.store !== store || spare.limit !== limit) return 0;
-  const id = spare.id;
-  spare.id = 0;
-  return id;
-}
-
-/** The permits the spare's core lock was last given (undefined: not known). */
-export function sparePermits() {
-  return spare.permits;
-}
-
-/** Slot `id`, let go of idle by a handle on `key`, `ttl`, `store` and `limit`, is the spare. */
-export function keepSpare(id, key, ttl, store, limit, permits) {
-  spare.id = id;
-  spare.key = key;
-  spare.ttl = ttl;
-  spare.store = store;
-  spare.limit = limit;
-  spare.permits = permits;
-}
+export const spare = { id: 0, key: undefined, ttl: 0, store: null, limit: 0, permits: undefined };
 
 /** A handle dropped while its slot lives (it holds, or knows its hold lost) frees the slot. */
 export const closeOnDrop =

@@ -53,12 +53,13 @@ class Pending {
     this.value = undefined;
     this.onAnswer = null;
     answer.then(
-      (value) => this.#answer(value, false),
-      (error) => this.#answer(error, true),
+      (value) => this.answered(value, false),
+      (error) => this.answered(error, true),
     );
   }
 
-  #answer(value, failed) {
+  // A public method: a class with a private one brands each instance as it is made.
+  answered(value, failed) {
     if (this.done) return; // a thenable that calls back twice: the first answer stands
     this.done = true;
     this.failed = failed;

@@ -5,11 +5,11 @@
 import { CALL, CLOSED, FAILED, HELD_UNFENCED, KEPT, NOBODY, NOT_HELD_EXTEND, NOT_HELD_SERIALIZE, OP_FORCE_RELEASE, OP_IS_LOCKED, OP_REMAINING_TIME, REFUSED, SPARED, STILL_QUEUED, YES } from "./protocol.js";
 import { core, ok, ownerOf, stepArg, textOf } from "./core.js";
 import { extendOverStore, isThenable, keyOperationOverStore, releaseOverStore } from "./calls.js";
-import { BY_FACTORY, closeOnDrop, keepSpare, sparePermits, takeSpare } from "./binding.js";
+import { BY_FACTORY, closeOnDrop, spare } from "./binding.js";
 import { forget, rearm, waiters } from "./waiters.js";
 import { acquiredVia, events, grant, told, toldRun, toldStep } from "./events.js";
 import { AUTO_EXTEND, METADATA, PERMITS, RETRY_DELAY, SIGNAL, TIMEOUT, abortReason, asksWebLocks, metadataError, nothing, onAbort, plainOptions, webLocksOptions } from "./options.js";
-import { keepMemoryMetadata, memoryEnded, memoryGranted } from "./memory-store.js";
+import { keepMemoryMetadata, memoryEnded, memoryGranted, subscriptions } from "./memory-store.js";
 import { inspectOn } from "./inspect.js";
 import { driveWatcher } from "./watcher.js";
 import { ACQUIRE_ONLY, ADOPT, ENTER, FINISH, refused, runOverStore } from "./over-store.js";
@@ -71,11 +71,16 @@ export class Lock {
   }
 
   #open() {
-    let id = takeSpare(this.#key, this.#ttl, this.#store, this.#limit);
-    const permits = id === 0 ? undefined : sparePermits();
-    if (id === 0) id = ok(core.openSlot(this.#key, this.#ttl, this.#store.binding));
+    if (spare.id !== 0 && spare.key === this.#key && spare.ttl === this.#ttl && spare.store === this.#store && spare.limit === this.#limit) {
+      const id = spare.id;
+      spare.id = 0;
+      this.#slot = id;
+      if (this.#limit !== 0) this.#slotPermits = spare.permits;
+      return id;
+    }
+    const id = ok(core.openSlot(this.#key, this.#ttl, this.#store.binding));
     this.#slot = id;
-    if (this.#limit !== 0) this.#slotPermits = permits;
+    if (this.#limit !== 0) this.#slotPermits = undefined;
     return id;
   }
 
@@ -134,7 +139,12 @@ export class Lock {
 
   /** The handle let go of its slot, idle: the slot is the spare, for the next handle on the same. */
   #spare() {
-    keepSpare(this.#slot, this.#key, this.#ttl, this.#store, this.#limit, this.#slotPermits);
+    spare.id = this.#slot;
+    spare.key = this.#key;
+    spare.ttl = this.#ttl;
+    spare.store = this.#store;
+    spare.limit = this.#limit;
+    spare.permits = this.#slotPermits;
     this.#keepSlot(0);
   }
 
@@ -161,36 +171,15 @@ export class Lock {
     return this.#autoExtendWatcher === null ? undefined : this.#autoExtendWatcher.context.signal;
   }
 
-  /** Acquire, run `fn({ fence, signal })`, always release: `[true, result]` or `[false, undefined]`. */
+  /**
+   * Acquire, run `fn({ fence, signal })`, always release: `[true, result]` or `[false, undefined]`.
+   * `acquire(options)` is this with `fn` ACQUIRE_ONLY: every option is checked first.
+   */
   run(fn, options) {
-    return this.#start(fn, options);
-  }
-
-  /** `run(fn)` that never waits. */
-  runImmediately(fn) {
-    return this.#start(fn, undefined);
-  }
-
-  /** Tries to take the lock; with `{ timeout }`, waits until then. Resolves a boolean. */
-  acquire(options) {
-    return this.#start(ACQUIRE_ONLY, options);
-  }
-
-  /** Acquires the lock or throws LockUnavailableError; with `autoExtend`, keeps extending it. */
-  hold(options) {
-    return holdOrThrow(this, options);
-  }
-
-  async [asyncDispose]() {
-    await this.release();
-  }
-
-  /** `run(fn, options)`, or `acquire(options)` when `fn` is ACQUIRE_ONLY: every option checked first. */
-  #start(fn, options) {
-    if (asksWebLocks(options)) return webLocksOptions(this, options, (rest) => this.#start(fn, rest));
+    if (asksWebLocks(options)) return webLocksOptions(this, options, (rest) => this.run(fn, rest));
     const running = fn !== ACQUIRE_ONLY;
     if (events.listening && told(this)) {
-      return toldRun(this, this.#store, running ? fn : null, options, (inner) => this.#start(running ? inner : ACQUIRE_ONLY, options));
+      return toldRun(this, this.#store, running ? fn : null, options, (inner) => this.run(running ? inner : ACQUIRE_ONLY, options));
     }
     const plain = plainOptions(options);
     if (plain === null) return Promise.reject(core.optionsError(options, running));
@@ -198,7 +187,7 @@ export class Lock {
       // Every option is checked before `fn`.
       return Promise.reject(core.optionsError(options, true) ?? core.notAFunctionError(fn));
     }
-    if (this.#busy) return this.#twin().#start(fn, options);
+    if (this.#busy) return this.#twin().run(fn, options);
     if (plain[PERMITS] !== undefined && this.#limit === 0) {
       core.setPermits(0, plain[PERMITS], 0);
       return Promise.reject(core.lastError());
@@ -210,6 +199,25 @@ export class Lock {
       if (error !== undefined) return Promise.reject(error);
     }
     return this.#run(fn, plain[TIMEOUT], plain[RETRY_DELAY], plain[SIGNAL], autoExtend, plain[PERMITS], plain[METADATA]);
+  }
+
+  /** `run(fn)` that never waits. */
+  runImmediately(fn) {
+    return this.run(fn, undefined);
+  }
+
+  /** Tries to take the lock; with `{ timeout }`, waits until then. Resolves a boolean. */
+  acquire(options) {
+    return this.run(ACQUIRE_ONLY, options);
+  }
+
+  /** Acquires the lock or throws LockUnavailableError; with `autoExtend`, keeps extending it. */
+  hold(options) {
+    return holdOrThrow(this, options);
+  }
+
+  async [asyncDispose]() {
+    await this.release();
   }
 
   /** `signal` and `autoExtend` were checked by the caller, with the other options. */
@@ -250,7 +258,7 @@ export class Lock {
     }
     if (code >= 1 || code === HELD_UNFENCED) {
       try {
-        return Promise.resolve(this.#holding(id, fn, code));
+        return this.#holding(id, fn, code);
       } catch (error) {
         return Promise.reject(error);
       }
@@ -332,9 +340,9 @@ export class Lock {
 
   /**
    * On the hold the run took from the memory store (fence `code`): `acquire()` keeps it; a run
-   * runs `fn` and ends it. Answers `[true, value]`, or a promise of it when `fn` answered one;
-   * the task's error, which wins over the release's, is thrown. Given `resolve` and `reject` (a
-   * run woken in the queue, whose promise exists), the answer goes to them instead, with no
+   * runs `fn` and ends it. Answers the run's promise: `[true, value]`, or the task's error, which
+   * wins over the release's; a throw is the caller's to reject with. Given `resolve` and `reject`
+   * (a run woken in the queue, whose promise exists), the answer goes to them instead, with no
    * promise between it and `fn`'s.
    */
   #holding(id, fn, code, resolve, reject) {
@@ -342,8 +350,8 @@ export class Lock {
       if (code >= 1) keepMemoryMetadata(this.#store.object, this.#key, code, this.#saying);
       this.#saying = undefined;
     }
-    if (this.#limit === 0) memoryGranted(this.#store.object, this.#key, code);
-    if (fn === ACQUIRE_ONLY) return resolve === undefined ? this.#adopt(id) : resolve(this.#adopt(id));
+    if (subscriptions.count !== 0 && this.#limit === 0) memoryGranted(this.#store.object, this.#key, code);
+    if (fn === ACQUIRE_ONLY) return resolve === undefined ? Promise.resolve(this.#adopt(id)) : resolve(this.#adopt(id));
     const context = this.#enter(id, code);
     let value;
     try {
@@ -351,21 +359,35 @@ export class Lock {
     } catch (error) {
       return this.#ended(id, context, error, true, resolve, reject);
     }
-    if (!isThenable(value)) return this.#ended(id, context, value, false, resolve, reject);
-    return Promise.resolve(value).then(
-      (v) => this.#ended(id, context, v, false, resolve, reject),
-      (e) => this.#ended(id, context, e, true, resolve, reject),
-    );
+    if (isThenable(value)) {
+      return Promise.resolve(value).then(
+        (v) => this.#ended(id, context, v, false, resolve, reject),
+        (e) => this.#ended(id, context, e, true, resolve, reject),
+      );
+    }
+    if (resolve !== undefined) return this.#ended(id, context, value, false, resolve, reject);
+    // The promise is made from an array literal, whose `then` the compiler need not look up.
+    const error = this.#release(id, context);
+    return error === undefined ? Promise.resolve([true, value]) : Promise.reject(error);
   }
 
-  /** Releases the run's hold on the memory store, `fn` having answered `value` (or thrown it). */
-  #ended(id, context, value, failed, resolve, reject) {
+  /** Releases the run's hold on the memory store: the release's error, or undefined. */
+  #release(id, context) {
     // The memory store extends inside the wasm: no extend can be in flight to wait for.
     LockContext.end(context);
     const code = core.endRun(id, performance.now());
     const error = code === FAILED ? core.lastError() : undefined;
     this.#finish(code);
-    memoryEnded(this.#store.object, this.#key);
+    if (subscriptions.count !== 0) memoryEnded(this.#store.object, this.#key);
+    return error;
+  }
+
+  /**
+   * `#release`, `fn` having answered `value` (or thrown it, `failed`): `[true, value]`, or the
+   * task's error, which wins over the release's, thrown — or handed to `resolve` / `reject`.
+   */
+  #ended(id, context, value, failed, resolve, reject) {
+    const error = this.#release(id, context);
     if (resolve === undefined) {
       if (failed) throw value;
       if (error !== undefined) throw error;

@@ -44,8 +44,8 @@ export function keepMemoryMetadata(store, key, fence, metadata) {
 
 // store → key → the subscribers of that key: { report, known: Set of reported held fences }.
 const subscribers = new WeakMap();
-// Subscribers on every memory store: while 0, the calls below are one comparison each.
-let subscriberCount = 0;
+// Subscribers on every memory store: while none, a grant or an end costs one comparison.
+export const subscriptions = { count: 0 };
 
 /** Calls a subscriber; one that throws is reported on the console and changes nothing. */
 function report(subscriber, change) {
@@ -80,12 +80,12 @@ function reportEnds(store, key, whenHandedOver) {
 
 /** `store` (a memory store) may have ended a hold of `key`: its subscribers hear of it. */
 export function memoryEnded(store, key) {
-  if (subscriberCount !== 0) reportEnds(store, key, true);
+  if (subscriptions.count !== 0) reportEnds(store, key, true);
 }
 
 /** `store` granted an exclusive hold of `key` under `fence`: its subscribers hear of it (ends first). */
 export function memoryGranted(store, key, fence) {
-  if (subscriberCount !== 0 && fence >= 1) reportGrant(store, key, fence);
+  if (subscriptions.count !== 0 && fence >= 1) reportGrant(store, key, fence);
 }
 
 function reportGrant(store, key, fence) {
@@ -116,11 +116,11 @@ function subscribe(store, key, onChange) {
   let subscribed = byKey.get(key);
   if (subscribed === undefined) byKey.set(key, (subscribed = new Set()));
   subscribed.add(subscriber);
-  subscriberCount++;
+  subscriptions.count++;
   return () => {
     if (subscriber.stopped) return;
     subscriber.stopped = true;
-    subscriberCount--;
+    subscriptions.count--;
     subscribed.delete(subscriber);
     if (subscribed.size === 0 && byKey.get(key) === subscribed) byKey.delete(key);
   };
