@@ -301,7 +301,7 @@ export class Lock {
           if (code === FAILED) reject(core.lastError());
           else resolve(refused(fn));
         }
-        // Not granted (or granted and already ended): an end held back for this hand-over is reported.
+        // Not granted, or granted and already ended: an end held back for the hand-over is reported.
         memoryEnded(waiter.store, waiter.key);
       };
     });
