@@ -3,8 +3,8 @@
 //! tests read that block and the JS files (`src/js/*.js`) and hold them to the table: each name
 //! with the table's value, none declared and unused, none of the table's used and undeclared,
 //! each imported by the file that uses it, and no number of the protocol written out bare where
-//! a name exists for it. They also check that `src/js/snippets.rs` names every JS file, which is
-//! what has wasm-bindgen ship it.
+//! a name exists for it. They also check that `src/js/api.rs` names every JS file, which is what
+//! has wasm-bindgen ship it.
 
 use std::fs;
 use std::path::Path;
@@ -230,9 +230,9 @@ fn no_store_operation_or_answer_kind_is_written_bare_in_the_js_files() {
 }
 
 #[test]
-fn snippets_rs_names_every_js_file() {
+fn api_rs_names_every_js_file() {
     // wasm-bindgen ships only the JS files Rust names: one left out is missing from the package.
-    let snippets = include_str!("../src/js/snippets.rs");
+    let snippets = include_str!("../src/js/api.rs");
     let mut missing: Vec<_> = js_files()
         .into_iter()
         .map(|(name, _)| name)
@@ -243,6 +243,6 @@ fn snippets_rs_names_every_js_file() {
     }
     assert!(
         missing.is_empty(),
-        "not named in src/js/snippets.rs: {missing:?}"
+        "not named in src/js/api.rs: {missing:?}"
     );
 }

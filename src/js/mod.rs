@@ -26,7 +26,6 @@ mod operations;
 pub(crate) mod promises;
 pub(crate) mod protocol;
 mod runtime;
-mod snippets;
 pub(crate) mod store;
 #[cfg(feature = "testing")]
 mod testing;
