@@ -15,9 +15,6 @@ import { driveWatcher } from "./watcher.js";
 import { ACQUIRE_ONLY, ADOPT, ENTER, FINISH, refused, runOverStore } from "./over-store.js";
 import { LockContext, asyncDispose, holdOrThrow, setOnSignalRead } from "./holding.js";
 
-/** Lock's method for a multi-key run over holds one store step took (see MultiKeyLock). */
-export const RUN_ON_HOLD = Symbol("keel-lock run on an acquired hold");
-
 /** A lock on one key. Created by `lock(key, ttlMs)` or `restoreLock(serialized)`. */
 export class Lock {
   #key;
@@ -527,21 +524,5 @@ export class Lock {
 
   #drive(watcher, context) {
     return driveWatcher(watcher, context, this.#key, (code) => this.#extended(code));
-  }
-
-  /**
-   * `fn(context)` on the hold this handle acquired, as a run's `fn` gets it (its signal watches
-   * the hold once read; `autoExtend`: on while `fn` runs). For a multi-key run whose keys came
-   * from one store step; the caller releases afterwards.
-   */
-  async [RUN_ON_HOLD](fn, autoExtend) {
-    const context = autoExtend ? this.autoExtend(autoExtend === true ? undefined : autoExtend) : new LockContext(this.fence, this);
-    try {
-      return await fn(context);
-    } finally {
-      const stopping = LockContext.end(context);
-      if (autoExtend) await this.stopAutoExtend();
-      else if (stopping !== undefined) await stopping;
-    }
   }
 }

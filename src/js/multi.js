@@ -9,8 +9,7 @@ import { BY_FACTORY, boundStore } from "./binding.js";
 import { acquiredVia, events, grant, partOfSet, told, toldRun, toldStep } from "./events.js";
 import { abortReason, asksWebLocks, webLocksOptions } from "./options.js";
 import { LockNotHeldError } from "./errors.js";
-import { asyncDispose, holdOrThrow } from "./holding.js";
-import { RUN_ON_HOLD } from "./lock.js";
+import { LockContext, asyncDispose, holdOrThrow } from "./holding.js";
 
 /** The most keys one lock takes. */
 export const MAX_KEYS = 64;
@@ -83,6 +82,22 @@ function fencesOf(locks) {
     fences[lock.key] = fence;
   }
   return Object.freeze(fences);
+}
+
+/**
+ * `fn(context)` on the hold `lock` (a Lock) acquired, as a run's `fn` gets it (its signal
+ * watches the hold once read; `autoExtend`: on while `fn` runs). For a multi-key run whose keys
+ * came from one store step; the caller releases afterwards.
+ */
+async function runOnHold(lock, fn, autoExtend) {
+  const context = autoExtend ? lock.autoExtend(autoExtend === true ? undefined : autoExtend) : new LockContext(lock.fence, lock);
+  try {
+    return await fn(context);
+  } finally {
+    const stopping = LockContext.end(context);
+    if (autoExtend) await lock.stopAutoExtend();
+    else if (stopping !== undefined) await stopping;
+  }
 }
 
 /** The timeout left of `options` at `elapsed` ms in: the options for the next key. */
@@ -320,12 +335,12 @@ export class MultiKeyLock {
     const contexts = [];
     const inside = (i) => (context) => {
       contexts[i] = context;
-      if (i + 1 < locks.length) return locks[i + 1][RUN_ON_HOLD](inside(i + 1), autoExtend);
+      if (i + 1 < locks.length) return runOnHold(locks[i + 1], inside(i + 1), autoExtend);
       return fn(new MultiKeyContext(contexts, fencesOf(locks)));
     };
     let value;
     try {
-      value = await locks[0][RUN_ON_HOLD](inside(0), autoExtend);
+      value = await runOnHold(locks[0], inside(0), autoExtend);
     } catch (error) {
       await this.#free(locks.length).catch(() => {});
       throw error;
