@@ -1,9 +1,9 @@
-// keel-lock/sql: the lock table and every statement the store runs, per dialect. This module is
-// what the store (sql.js) imports: it picks the dialect's module — sql/sqlite.js (SQLite, for D1
-// and better-sqlite3) or sql/postgres.js (PostgreSQL, with its waiters table and the hand-over in
-// SQL, whose functions and triggers are sql/postgres-functions.js) — for the object names both
-// share (sql/names.js). How each operation maps onto a statement, and why it is atomic:
-// stores/README.md, "keel-lock/sql".
+// keel-lock/sql: the lock table and every statement the store runs, per dialect. The store
+// (sql.js) takes them from here; the SQL itself is in sql/: names.js (the table name's checks and
+// the names of the table's objects, for both dialects), sqlite.js (SQLite, for D1 and
+// better-sqlite3), postgres.js (PostgreSQL, with its waiters table and the hand-over in SQL) and
+// postgres-functions.js (its PL/pgSQL functions and triggers). How each operation maps onto a
+// statement, and why it is atomic: stores/README.md, "keel-lock/sql".
 
 import { DEFAULT_TABLE, dialectOf, objectNames, tableParts } from "./sql/names.js";
 import { postgresLateUpgrades, postgresSchema, postgresStatements, postgresUpgrades } from "./sql/postgres.js";

@@ -10,8 +10,9 @@ import { postgresFunctions, watchTriggers } from "./postgres-functions.js";
 // The DDL, in order, for the lock table named `n` (objectNames).
 //
 // The lock table: the holder's fence (NULL: a header of shared holds, or a hold from before the
-// column) and metadata, given at acquisition; queued_until, until when a waiter may be queued
-// (see postgresStatements); watched_until, until when some store watches the key (0: nobody).
+// column) and metadata, given at acquisition; queued_until, the latest deadline of the waiters
+// that joined (see postgresStatements); watched_until, until when some store watches the key (0:
+// nobody).
 //
 // The waiters: callers of acquireOrWait queued for a key, oldest first by seq. A row lives from
 // the enqueue until its owner leaves (timeout, withdraw, release); fence and granted_at are set
@@ -20,7 +21,7 @@ import { postgresFunctions, watchTriggers } from "./postgres-functions.js";
 //
 // Shared holds, one row per holder. While any is live the key's lock row is their header: owner
 // '' (no caller's owner can be empty), expires_at the latest of their expiries — so an exclusive
-// acquire, isLocked and remainingTime read the lock row exactly as before.
+// acquire, isLocked and remainingTime read the lock row alone.
 //
 // The watchers: one row per (key, watching store), its lease, renewed while it watches. The lock
 // row's watched_until is the latest lease of its key's rows (postgres-functions.js, watch).
