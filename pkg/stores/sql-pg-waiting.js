@@ -1,6 +1,7 @@
 // keel-lock/sql: waiting without polling on PostgreSQL — acquireOrWait, acquireSharedOrWait,
-// withdraw, watch and close, the methods a pg store adds. The queue and the hand-over are SQL (sql-schema.js); this side keeps
-// the LISTEN connection, the timers and the pending calls (the watches: sql-pg-watch.js).
+// withdraw, watch and close, the methods a pg store adds. The queue and the hand-over are SQL
+// (sql/postgres.js, sql/postgres-functions.js); this side keeps the LISTEN connection, the timers
+// and the pending calls (the watches: sql-pg-watch.js).
 
 import { argumentChecks, idleCloser, LockStoreClosedError, unrefTimer } from "./args.js";
 import { toFence, truthy } from "./sql-drivers.js";
