@@ -28,7 +28,6 @@ const PRELUDE = `-- K: the five names of one lock (KEYS, unless a script that co
 --   but the fences change while holds of 1 come and go.
 local K = KEYS
 local MARK = "\\0"
-local MAX = 9007199254740991
 
 -- Redis's clock in µs, read once per script (a script runs in one go: one moment serves it
 -- all, and each TIME is a command). A script that read TIME before this part may set clock_us.
@@ -45,20 +44,18 @@ local function int(n)
   return string.format("%.0f", n)
 end
 
--- Whether some store watches K[1]; tell() publishes a holder change to the watchers.
+-- Whether some store watches K[1].
 local function watched()
   return redis.call("HEXISTS", K[4], "\\0w") == 1
 end
-local function tell(text)
-  redis.call("PUBLISH", K[1] .. ":watch", text)
-end
 
--- Draws K[1]'s next fence; nil (the counter put back) once it would leave 1..MAX.
+-- Draws K[1]'s next fence: a number, or (the counter put back) the error reply naming the range
+-- it would leave. A counter that is not an integer stops the script with INCR's error.
 local function next_fence()
   local fence = redis.call("INCR", K[2])
-  if fence < 1 or fence > MAX then
+  if type(fence) == "number" and (fence < 1 or fence > 9007199254740991) then
     redis.call("DECR", K[2])
-    return nil
+    fence = redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..9007199254740991")
   end
   return fence
 end
@@ -206,7 +203,7 @@ local function hand_over(channel)
       if w and kind == "shared" then fits = limit == l and total + w <= l end
       if not fits then break end
       local fence = next_fence()
-      if not fence then break end
+      if type(fence) ~= "number" then break end
       redis.call("LPOP", K[3])
       redis.call("HDEL", K[4], who, "\\0m:" .. who)
       local waited = math.max(0, math.floor((now - tonumber(enq)) / 1000))
@@ -220,7 +217,9 @@ local function hand_over(channel)
         if seen or redis.call("EXISTS", K[3]) == 1 then value = MARK .. value end
         redis.call("SET", K[1], value, "PX", ttl)
         redis.call("SET", K[5], int(fence) .. " " .. int(waited) .. " " .. who, "PX", ttl)
-        if seen then tell("+" .. int(fence) .. " " .. ttl .. (meta and " " .. meta or "")) end
+        if seen then
+          redis.call("PUBLISH", K[1] .. ":watch", "+" .. string.format("%.0f", fence) .. " " .. ttl .. (meta and " " .. meta or ""))
+        end
         kind = "exclusive"
       end
       grants[#grants + 1] = {who, int(fence), int(waited)}
@@ -265,17 +264,18 @@ local function free(v, channel)
   redis.call("DEL", K[1], K[5])
   if watched() then
     local fence = redis.call("GET", K[2])
-    if fence then tell("-" .. fence) end
+    if fence then redis.call("PUBLISH", K[1] .. ":watch", "-" .. fence) end
   end
   if string.sub(v, 1, 1) == MARK then hand_over(channel) end
 end`;
 
 // pkg/stores/redis/lua/parts/take.lua (indented 2)
 const TAKE = `  local fence = redis.call("INCR", KEYS[2])
-  if fence < 1 or fence > 9007199254740991 then
+  if type(fence) == "number" and (fence < 1 or fence > 9007199254740991) then
     redis.call("DECR", KEYS[2])
-    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..9007199254740991")
+    fence = redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..9007199254740991")
   end
+  if type(fence) ~= "number" then return fence end
   if seen and redis.call("HEXISTS", KEYS[4], "\\0w") == 1 then
     redis.call("SET", KEYS[1], "\\0" .. value, "PX", ARGV[2])
     redis.call("PUBLISH", KEYS[1] .. ":watch", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (ARGV[5] and " " .. ARGV[5] or ""))
@@ -374,13 +374,15 @@ local before = redis.call(unpack(counters))
 local fences = {}
 for i = 2, #KEYS, 4 do
   local fence = redis.pcall("INCR", KEYS[i])
-  if type(fence) ~= "number" or fence < 1 or fence > 9007199254740991 then
-    if type(fence) == "number" then redis.call("DECR", KEYS[i]) end
+  if type(fence) == "number" and (fence < 1 or fence > 9007199254740991) then
+    redis.call("DECR", KEYS[i])
+    fence = redis.error_reply("ERR keel-lock: fence counter " .. KEYS[i] .. " is outside 1..9007199254740991")
+  end
+  if type(fence) ~= "number" then
     for j = 1, #fences do
       if before[j] then redis.call("DECR", KEYS[4 * j - 2]) else redis.call("DEL", KEYS[4 * j - 2]) end
     end
-    if type(fence) ~= "number" then return fence end
-    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[i] .. " is outside 1..9007199254740991")
+    return fence
   end
   fences[#fences + 1] = fence
 end
@@ -400,7 +402,8 @@ for j = 1, #fences do
   if seen and redis.call("HEXISTS", KEYS[i + 3], "\\0w") == 1 then
     redis.call("SET", KEYS[i], "\\0" .. ARGV[j + 1], "PX", ARGV[1])
     local nul = string.find(ARGV[j + 1], "\\0", 1, true)
-    redis.call("PUBLISH", KEYS[i] .. ":watch", "+" .. string.format("%.0f", fences[j]) .. " " .. ARGV[1] .. (nul and " " .. string.sub(ARGV[j + 1], nul + 1) or ""))
+    local meta = nul and string.sub(ARGV[j + 1], nul + 1)
+    redis.call("PUBLISH", KEYS[i] .. ":watch", "+" .. string.format("%.0f", fences[j]) .. " " .. ARGV[1] .. (meta and " " .. meta or ""))
   else
     redis.call("SET", KEYS[i], ARGV[j + 1], "PX", ARGV[1])
   end
@@ -408,7 +411,7 @@ end
 return fences
 `;
 /** SHA-1 of ACQUIRE_MANY_SCRIPT, the name Redis caches it under. */
-export const ACQUIRE_MANY_SHA = "c4fc766f54cf1ce4c7ec55e0f89fb1cb24a543d5";
+export const ACQUIRE_MANY_SHA = "4fe2bf80aadbe986d792cdf26da6d089bf259cf1";
 
 // pkg/stores/redis/lua/acquire-shared.lua
 export const ACQUIRE_SHARED_SCRIPT = `-- keel-lock shared acquire: add ARGV[1]'s hold of weight ARGV[3] under limit ARGV[4], or queue
@@ -445,11 +448,11 @@ repeat
     break
   end
   local fence = redis.pcall("INCR", KEYS[2])
-  if type(fence) ~= "number" then return fence end
-  if fence < 1 or fence > 9007199254740991 then
+  if type(fence) == "number" and (fence < 1 or fence > 9007199254740991) then
     redis.call("DECR", KEYS[2])
-    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..9007199254740991")
+    fence = redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..9007199254740991")
   end
+  if type(fence) ~= "number" then return fence end
   -- (the expiry turned into text once: Redis formats each number argument of a call anew)
   local expiry = now_ms + ttl
   local at = expiry .. ""
@@ -482,9 +485,7 @@ if kind == "shared" then
 end
 if kind ~= "exclusive" and redis.call("EXISTS", K[3]) == 0 and (kind == "none" or total + w <= l) then
   local fence = next_fence()
-  if not fence then
-    return redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..9007199254740991")
-  end
+  if type(fence) ~= "number" then return fence end
   hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms, false, ARGV[7])
   retime()
   return {1, fence}
@@ -505,7 +506,7 @@ if type(v) == "string" and string.sub(v, 1, 1) ~= MARK then redis.call("SET", K[
 return {0, next_expiry(now_ms)}
 `;
 /** SHA-1 of ACQUIRE_SHARED_SCRIPT, the name Redis caches it under. */
-export const ACQUIRE_SHARED_SHA = "a83f233a0a11c3fb2c4e61b5ac1f95af3dcdce1f";
+export const ACQUIRE_SHARED_SHA = "7fe0ebb3d839df7b9472da4d486b14a19d31b56f";
 
 // pkg/stores/redis/lua/acquire.lua
 export const ACQUIRE_SCRIPT = `-- keel-lock acquire: if KEYS[1] is free and nobody queues (KEYS[3]), set it to ARGV[1] (the
@@ -521,23 +522,24 @@ if state >= 2 then
   return -1
 end
 local fence = redis.pcall("INCR", KEYS[2])
-if type(fence) == "number" and fence >= 1 and fence <= 9007199254740991 then
-  if state == 1 and redis.call("HEXISTS", KEYS[4], "\\0w") == 1 then
-    redis.call("SET", KEYS[1], "\\0" .. ARGV[1], "KEEPTTL")
-    local nul = string.find(ARGV[1], "\\0", 1, true)
-    redis.call("PUBLISH", KEYS[1] .. ":watch", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (nul and " " .. string.sub(ARGV[1], nul + 1) or ""))
-  end
-  return fence
+if type(fence) == "number" and (fence < 1 or fence > 9007199254740991) then
+  redis.call("DECR", KEYS[2])
+  fence = redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..9007199254740991")
 end
-redis.call("DEL", KEYS[1])
 if type(fence) ~= "number" then
+  redis.call("DEL", KEYS[1])
   return fence
 end
-redis.call("DECR", KEYS[2])
-return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..9007199254740991")
+if state == 1 and redis.call("HEXISTS", KEYS[4], "\\0w") == 1 then
+  redis.call("SET", KEYS[1], "\\0" .. ARGV[1], "KEEPTTL")
+  local nul = string.find(ARGV[1], "\\0", 1, true)
+  local meta = nul and string.sub(ARGV[1], nul + 1)
+  redis.call("PUBLISH", KEYS[1] .. ":watch", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (meta and " " .. meta or ""))
+end
+return fence
 `;
 /** SHA-1 of ACQUIRE_SCRIPT, the name Redis caches it under. */
-export const ACQUIRE_SHA = "99ce45b5965ffc59d9f4815bf04c143e0a7e3dc7";
+export const ACQUIRE_SHA = "0bdd5686feb57a4f9c7108a3814085fc470f54e1";
 
 // pkg/stores/redis/lua/check.lua
 export const CHECK_SCRIPT = `-- keel-lock look: for each lock (five KEYS each), which of the owners in ARGV were handed it?
@@ -582,7 +584,7 @@ end
 return answers
 `;
 /** SHA-1 of CHECK_SCRIPT, the name Redis caches it under. */
-export const CHECK_SHA = "3fcd5352d582a534274dd382586135f067fc8c12";
+export const CHECK_SHA = "09a16f0d42aef2f5ab641b21d005437b59a3178b";
 
 // pkg/stores/redis/lua/confirm.lua
 export const CONFIRM_SCRIPT = `-- keel-lock confirm: while ARGV[1] holds KEYS[1], write the fence counter KEYS[2] again as it is and answer 1
@@ -653,7 +655,7 @@ if type(v) == "string" and string.sub(v, 1, 1) ~= MARK then redis.call("SET", KE
 return {0, next_expiry(math.floor(now / 1000))}
 `;
 /** SHA-1 of ENQUEUE_SCRIPT, the name Redis caches it under. */
-export const ENQUEUE_SHA = "f846fc15ea12a2069a74d5aa6e07216f706186a6";
+export const ENQUEUE_SHA = "29a6d2f40a4731c0eea40640656793a8dd78dbf1";
 
 // pkg/stores/redis/lua/extend.lua
 export const EXTEND_SCRIPT = `-- keel-lock extend: reset ARGV[1]'s hold to ARGV[2] ms only while ARGV[1] still holds it
@@ -702,7 +704,7 @@ if redis.call("EXISTS", K[3]) == 1 then hand_over(ARGV[1]) end
 return held
 `;
 /** SHA-1 of FORCE_RELEASE_SCRIPT, the name Redis caches it under. */
-export const FORCE_RELEASE_SHA = "6eea0aa1f61a4f3ad0333be54034083138db419c";
+export const FORCE_RELEASE_SHA = "2dab8dd3bf737aa70f672c220042a399704888c1";
 
 // pkg/stores/redis/lua/inspect.lua
 export const INSPECT_SCRIPT = `-- keel-lock inspect: the live holds of KEYS[1] (fence, metadata, ms left) and its live waiters
@@ -787,7 +789,7 @@ end
 return {0}
 `;
 /** SHA-1 of LEAVE_SCRIPT, the name Redis caches it under. */
-export const LEAVE_SHA = "c499e12c268ad12019a2e248f0f9973c91afa3ef";
+export const LEAVE_SHA = "ecfacb1d3651db5368a762cd476e886bf93d896e";
 
 // pkg/stores/redis/lua/release-shared.lua
 export const RELEASE_SHARED_SCRIPT = `-- keel-lock release of a shared hold: as the release script, the shared holder's case first
@@ -802,7 +804,7 @@ end
 ${RELEASE_HAND_OVER}
 `;
 /** SHA-1 of RELEASE_SHARED_SCRIPT, the name Redis caches it under. */
-export const RELEASE_SHARED_SHA = "e30dfcf42b0d782bfc5b6cf87fd715f918dc7b15";
+export const RELEASE_SHARED_SHA = "a093a9e589f9ad50838a0557f326f8ebc26be69a";
 
 // pkg/stores/redis/lua/release.lua
 export const RELEASE_SCRIPT = `-- keel-lock release: free ARGV[1]'s hold only while it holds it; hand the key to the next waiters
@@ -817,7 +819,7 @@ end
 ${RELEASE_HAND_OVER}
 `;
 /** SHA-1 of RELEASE_SCRIPT, the name Redis caches it under. */
-export const RELEASE_SHA = "a85f7c74a6570913fa323ff1a6c6ebec9ff17910";
+export const RELEASE_SHA = "55273648a3ede486b03689051f0f96725e16e4a2";
 
 // pkg/stores/redis/lua/watch.lua
 export const WATCH_SCRIPT = `-- keel-lock watch: ARGV[1] watches KEYS[1] for ARGV[2] ms (KEYS[3]: the watchers), or stops ("0")

@@ -53,14 +53,12 @@ end
 local before = redis.call(unpack(counters))
 local fences = {}
 for i = 2, #KEYS, 4 do
-  local fence = redis.pcall("INCR", KEYS[i])
-  if type(fence) ~= "number" or fence < 1 or fence > {{MAX_FENCE}} then
-    if type(fence) == "number" then redis.call("DECR", KEYS[i]) end
+  -- include parts/draw-fence.lua call=pcall counter=KEYS[i]
+  if type(fence) ~= "number" then
     for j = 1, #fences do
       if before[j] then redis.call("DECR", KEYS[4 * j - 2]) else redis.call("DEL", KEYS[4 * j - 2]) end
     end
-    if type(fence) ~= "number" then return fence end
-    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[i] .. " is outside 1..{{MAX_FENCE}}")
+    return fence
   end
   fences[#fences + 1] = fence
 end
@@ -80,7 +78,8 @@ for j = 1, #fences do
   if seen and redis.call("HEXISTS", KEYS[i + 3], "\0w") == 1 then
     redis.call("SET", KEYS[i], "\0" .. ARGV[j + 1], "PX", ARGV[1])
     local nul = string.find(ARGV[j + 1], "\0", 1, true)
-    redis.call("PUBLISH", KEYS[i] .. "{{WATCH_SUFFIX}}", "+" .. string.format("%.0f", fences[j]) .. " " .. ARGV[1] .. (nul and " " .. string.sub(ARGV[j + 1], nul + 1) or ""))
+    local meta = nul and string.sub(ARGV[j + 1], nul + 1)
+    -- include parts/tell-grant.lua lock=KEYS[i] fence=fences[j] ttl=ARGV[1] meta=meta
   else
     redis.call("SET", KEYS[i], ARGV[j + 1], "PX", ARGV[1])
   end

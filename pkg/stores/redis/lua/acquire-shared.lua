@@ -51,12 +51,8 @@ repeat
     if first[2] and tonumber(first[2]) > now_ms then return {-1} end
     break
   end
-  local fence = redis.pcall("INCR", KEYS[2])
+  -- include parts/draw-fence.lua call=pcall counter=KEYS[2]
   if type(fence) ~= "number" then return fence end
-  if fence < 1 or fence > {{MAX_FENCE}} then
-    redis.call("DECR", KEYS[2])
-    return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..{{MAX_FENCE}}")
-  end
   -- (the expiry turned into text once: Redis formats each number argument of a call anew)
   local expiry = now_ms + ttl
   local at = expiry .. ""
@@ -89,9 +85,7 @@ if kind == "shared" then
 end
 if kind ~= "exclusive" and redis.call("EXISTS", K[3]) == 0 and (kind == "none" or total + w <= l) then
   local fence = next_fence()
-  if not fence then
-    return redis.error_reply("ERR keel-lock: fence counter " .. K[2] .. " is outside 1..{{MAX_FENCE}}")
-  end
+  if type(fence) ~= "number" then return fence end
   hold_shared(ARGV[1], w, l, ttl, fence, 0, kind, now_ms, false, ARGV[7])
   retime()
   return {1, fence}

@@ -27,18 +27,15 @@ if state >= 2 then
   redis.call("DEL", KEYS[1])
   return -1
 end
-local fence = redis.pcall("INCR", KEYS[2])
-if type(fence) == "number" and fence >= 1 and fence <= {{MAX_FENCE}} then
-  if state == 1 and redis.call("HEXISTS", KEYS[4], "\0w") == 1 then
-    redis.call("SET", KEYS[1], "\0" .. ARGV[1], "KEEPTTL")
-    local nul = string.find(ARGV[1], "\0", 1, true)
-    redis.call("PUBLISH", KEYS[1] .. "{{WATCH_SUFFIX}}", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (nul and " " .. string.sub(ARGV[1], nul + 1) or ""))
-  end
-  return fence
-end
-redis.call("DEL", KEYS[1])
+-- include parts/draw-fence.lua call=pcall counter=KEYS[2]
 if type(fence) ~= "number" then
+  redis.call("DEL", KEYS[1])
   return fence
 end
-redis.call("DECR", KEYS[2])
-return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..{{MAX_FENCE}}")
+if state == 1 and redis.call("HEXISTS", KEYS[4], "\0w") == 1 then
+  redis.call("SET", KEYS[1], "\0" .. ARGV[1], "KEEPTTL")
+  local nul = string.find(ARGV[1], "\0", 1, true)
+  local meta = nul and string.sub(ARGV[1], nul + 1)
+  -- include parts/tell-grant.lua lock=KEYS[1] fence=fence ttl=ARGV[2] meta=meta
+end
+return fence

@@ -31,7 +31,6 @@
 --   but the fences change while holds of 1 come and go.
 local K = KEYS
 local MARK = "\0"
-local MAX = {{MAX_FENCE}}
 
 -- Redis's clock in µs, read once per script (a script runs in one go: one moment serves it
 -- all, and each TIME is a command). A script that read TIME before this part may set clock_us.
@@ -48,21 +47,15 @@ local function int(n)
   return string.format("%.0f", n)
 end
 
--- Whether some store watches K[1]; tell() publishes a holder change to the watchers.
+-- Whether some store watches K[1].
 local function watched()
   return redis.call("HEXISTS", K[4], "\0w") == 1
 end
-local function tell(text)
-  redis.call("PUBLISH", K[1] .. "{{WATCH_SUFFIX}}", text)
-end
 
--- Draws K[1]'s next fence; nil (the counter put back) once it would leave 1..MAX.
+-- Draws K[1]'s next fence: a number, or (the counter put back) the error reply naming the range
+-- it would leave. A counter that is not an integer stops the script with INCR's error.
 local function next_fence()
-  local fence = redis.call("INCR", K[2])
-  if fence < 1 or fence > MAX then
-    redis.call("DECR", K[2])
-    return nil
-  end
+  -- include parts/draw-fence.lua call=call counter=K[2]
   return fence
 end
 
@@ -209,7 +202,7 @@ local function hand_over(channel)
       if w and kind == "shared" then fits = limit == l and total + w <= l end
       if not fits then break end
       local fence = next_fence()
-      if not fence then break end
+      if type(fence) ~= "number" then break end
       redis.call("LPOP", K[3])
       redis.call("HDEL", K[4], who, "\0m:" .. who)
       local waited = math.max(0, math.floor((now - tonumber(enq)) / 1000))
@@ -223,7 +216,9 @@ local function hand_over(channel)
         if seen or redis.call("EXISTS", K[3]) == 1 then value = MARK .. value end
         redis.call("SET", K[1], value, "PX", ttl)
         redis.call("SET", K[5], int(fence) .. " " .. int(waited) .. " " .. who, "PX", ttl)
-        if seen then tell("+" .. int(fence) .. " " .. ttl .. (meta and " " .. meta or "")) end
+        if seen then
+          -- include parts/tell-grant.lua lock=K[1] fence=fence ttl=ttl meta=meta
+        end
         kind = "exclusive"
       end
       grants[#grants + 1] = {who, int(fence), int(waited)}
@@ -268,7 +263,7 @@ local function free(v, channel)
   redis.call("DEL", K[1], K[5])
   if watched() then
     local fence = redis.call("GET", K[2])
-    if fence then tell("-" .. fence) end
+    if fence then redis.call("PUBLISH", K[1] .. "{{WATCH_SUFFIX}}", "-" .. fence) end
   end
   if string.sub(v, 1, 1) == MARK then hand_over(channel) end
 end

@@ -5,14 +5,11 @@
 --- is marked, so that its release runs the full script, and the grant is published. Uses nothing
 --- from parts/prelude.lua, so the uncontended path creates none of its functions.
 
-local fence = redis.call("INCR", KEYS[2])
-if fence < 1 or fence > {{MAX_FENCE}} then
-  redis.call("DECR", KEYS[2])
-  return redis.error_reply("ERR keel-lock: fence counter " .. KEYS[2] .. " is outside 1..{{MAX_FENCE}}")
-end
+-- include parts/draw-fence.lua call=call counter=KEYS[2]
+if type(fence) ~= "number" then return fence end
 if seen and redis.call("HEXISTS", KEYS[4], "\0w") == 1 then
   redis.call("SET", KEYS[1], "\0" .. value, "PX", ARGV[2])
-  redis.call("PUBLISH", KEYS[1] .. "{{WATCH_SUFFIX}}", "+" .. string.format("%.0f", fence) .. " " .. ARGV[2] .. (ARGV[5] and " " .. ARGV[5] or ""))
+  -- include parts/tell-grant.lua lock=KEYS[1] fence=fence ttl=ARGV[2] meta=ARGV[5]
 else
   redis.call("SET", KEYS[1], value, "PX", ARGV[2])
 end
