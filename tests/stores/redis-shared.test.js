@@ -18,6 +18,7 @@ import {
   RELEASE_SCRIPT,
   EXTEND_SCRIPT,
 } from "../../pkg/stores/redis.js";
+import { MAX_FENCE } from "../../pkg/stores/args.js";
 import { sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
 
 const LONG = 60_000;
@@ -589,6 +590,31 @@ describe("shared holds on a standalone Redis (ioredis 5, node-redis 5)", () => {
     assert.equal((await bookkeeping(admin, n.lock)).total, 2, "the expired hold's weight was not given back");
     for (const who of [gone, steady]) assert.equal(await s2.release(key, who), true);
     await nothingLeft(admin, s1, key);
+  });
+
+  test("a fence counter that cannot give a fence fails a grant on a free key — shared on the quick path and the full way, or exclusive through acquireOrWait — takes nothing and leaves the counter as it was", async () => {
+    const store = stores[0];
+    for (const [value, error] of [
+      [String(MAX_FENCE), /fence counter .* is outside 1\.\.9007199254740991/],
+      ["-1", /fence counter .* is outside 1\.\.9007199254740991/],
+      ["x", /not an integer/],
+    ]) {
+      const key = uniqueKey("counter");
+      const { fence } = namesOf(store, key);
+      await admin.set(fence, value);
+      const attempts = {
+        "acquireShared (the quick path)": () => store.acquireShared(key, owner(), LONG, 1, 3),
+        "acquireShared with metadata (the full way)": () => store.acquireShared(key, owner(), LONG, 1, 3, "m"),
+        acquireSharedOrWait: () => store.acquireSharedOrWait(key, owner(), LONG, 2, 3, 1_000, 1_000),
+        acquireOrWait: () => store.acquireOrWait(key, owner(), LONG, 1_000, 1_000, "m"),
+      };
+      for (const [what, attempt] of Object.entries(attempts)) {
+        await assert.rejects(attempt(), error, `${what}, counter ${value}`);
+        assert.equal(await store.isLocked(key), false, `${what} took the key with counter ${value}`);
+        assert.equal(await admin.get(fence), value, `${what} moved the counter ${value}`);
+      }
+      await nothingLeft(admin, store, key);
+    }
   });
 
   test("ACQUIRE_SHARED_SCRIPT is one round trip: a free key, a full one, a mismatch", async () => {
