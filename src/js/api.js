@@ -1019,18 +1019,24 @@ export class Lock {
    */
   async #storeRelease(id, owner) {
     const store = this.#store;
+    let code;
     try {
       const bound = arg();
       let answer = store.release.call(store.object, this.#key, owner);
       const p = pending(answer);
       await null;
       if (p !== null) answer = p.done ? p.result : await p.later(bound);
-      return released(id, answer, bound);
+      code = released(id, answer, bound);
     } catch (error) {
       // The hold is no longer tracked as the run's; the release's error is the one to report.
       w.__kForget(id);
+      this.#done(KEPT);
       throw error;
     }
+    // In the turn the core answered: a slot it made the spare closed the spare before it, which
+    // must stop being named the spare here before any other handle can take it.
+    this.#done(code);
+    return code;
   }
 
   /** An aborted caller leaves a JS store's queue: `withdraw(key, owner)`, or `release`. */
@@ -1090,16 +1096,7 @@ export class Lock {
       if (this.#store.memory) memoryEnded(this.#store.object, this.#key);
       return Promise.resolve(code !== REFUSED);
     }
-    return this.#storeRelease(id, ownerOf(id)).then(
-      (released) => {
-        this.#done(released);
-        return released !== REFUSED;
-      },
-      (error) => {
-        this.#done(KEPT);
-        throw error;
-      },
-    );
+    return this.#storeRelease(id, ownerOf(id)).then((released) => released !== REFUSED);
   }
 
   /** Resets the expiry to `ttlMs` (default: the lock's TTL) from now, or rejects LockNotHeldError. */

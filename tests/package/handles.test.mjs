@@ -517,3 +517,28 @@ describe("slots: a handle's core lock lives in the wasm only while it is used", 
     assert.deepEqual(await stuck, [false, undefined]);
   });
 });
+
+describe("the spare slot", () => {
+  it("a handle started in the turn a JS store's release() was answered never takes a slot the core closed", async () => {
+    // A release that spares the releasing handle's slot closes the spare before it; a run on
+    // that older spare's key, started right then, must open a slot of its own.
+    const rows = new Map();
+    setLockStore({
+      acquire: (key, owner) => !rows.has(key) && (rows.set(key, owner), true),
+      release: (key, owner) => rows.get(key) === owner && rows.delete(key),
+      extend: (key, owner) => rows.get(key) === owner,
+      isLocked: (key) => rows.has(key),
+      remainingTime: (key) => (rows.has(key) ? 30_000 : null),
+    });
+    assert.deepEqual(await lock("spare:a").run(() => 1), [true, 1]); // its slot is left as the spare
+    const b = lock("spare:b");
+    assert.equal(await b.acquire(), true);
+    const releasing = b.release();
+    let started;
+    // Queued behind the release's continuation, ahead of anything its promise runs next.
+    queueMicrotask(() => (started = lock("spare:a").run(() => "ran")));
+    assert.equal(await releasing, true);
+    assert.deepEqual(await started, [true, "ran"]);
+    assert.equal(rows.size, 0);
+  });
+});
