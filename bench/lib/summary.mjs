@@ -20,8 +20,8 @@ export const END = "<!-- end summary -->";
 export const AHEAD = 1.1;
 export const BEHIND = 0.9;
 
-// The bench's targets: what keel-lock was set to reach. The sizes are in bytes: 30 KiB (the run's
-// own size.targetNodeWasmGzipBytes when it has one) and 50 KiB. `value(s)` reads this run's
+// The bench's targets: what keel-lock was set to reach. The sizes are the budgets, in bytes.
+// `value(s)` reads this run's
 // figure (null when the run did not measure it); `max` or `min` bounds it; `bytes` shows it as a
 // byte count. A target of a `section` the run did not have is left out of the table (the summary
 // lists the sections a run did not have).
@@ -33,8 +33,10 @@ const TARGETS = [
   { what: "Redis `run()`, 16 callers: keel-lock ÷ redis-semaphore (rate)", min: 1.0, value: (s) => redisRow(s, 16, "redis-semaphore Mutex")?.keelOverThis },
   { what: "Node import + first `run()`: keel-lock's time ÷ the floor's", max: 1.5, value: (s) => nodeStartupTimeRatio(s) },
   { what: "workerd itself, ready + first request: keel-lock's time ÷ the plain-JS Worker's", max: 1.2, value: (s) => s.startup?.workerdDirect?.rows?.[1]?.keelOverThisReadyPlusFirst },
-  { what: "Node/browser `.wasm`, gzip bytes", max: (s) => s.size?.targetNodeWasmGzipBytes ?? 30_720, bytes: true, value: (s) => sizeRow(s, "node .wasm")?.gzipBytes },
-  { what: "Workers `.wasm`, gzip bytes", max: 51_200, bytes: true, value: (s) => sizeRow(s, "workerd .wasm")?.gzipBytes },
+  // The budgets of docs/wasm-size.md (48 KB, 70 KB), which scripts/build-pkg.sh holds against
+  // `gzip -9`; the bench's zlib at level 9 reads a few hundred bytes more for the same file.
+  { what: "Node/browser `.wasm`, gzip bytes (the bench's zlib)", max: 48_000, bytes: true, value: (s) => sizeRow(s, "node .wasm")?.gzipBytes },
+  { what: "Workers `.wasm`, gzip bytes (the bench's zlib)", max: 70_000, bytes: true, value: (s) => sizeRow(s, "workerd .wasm")?.gzipBytes },
   { section: "semaphoreInIsolate", what: "semaphore in one isolate, uncontended: keel-lock ÷ async-mutex's `Semaphore` (rate)", min: 1.5, value: (s) => findRow(s.semaphoreInIsolate?.uncontended?.rows, "async-mutex Semaphore")?.keelOverThis },
   { section: "semaphoreInIsolate", what: "semaphore in one isolate, contended: keel-lock ÷ async-mutex's `Semaphore` (rate)", min: 0.7, value: (s) => findRow(s.semaphoreInIsolate?.contended?.rows, "async-mutex Semaphore")?.keelOverThis },
   { section: "semaphoreRedis", what: "semaphore on Redis, 1 caller: keel-lock ÷ redis-semaphore (rate)", min: 1.0, value: (s) => findRow(s.semaphoreRedis?.uncontended?.find((c) => c.callers === 1)?.rows, "redis-semaphore Semaphore")?.keelOverThis },

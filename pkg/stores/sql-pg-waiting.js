@@ -1,6 +1,7 @@
 // keel-lock/sql: waiting without polling on PostgreSQL — acquireOrWait, acquireSharedOrWait,
-// withdraw, watch and close, the methods a pg store adds. The queue and the hand-over are SQL (sql-schema.js); this side keeps
-// the LISTEN connection, the timers and the pending calls (the watches: sql-pg-watch.js).
+// withdraw, watch and close, the methods a pg store adds. The queue and the hand-over are SQL
+// (sql/postgres.js, sql/postgres-functions.js); this side keeps the LISTEN connection, the timers
+// and the pending calls (the watches: sql-pg-watch.js).
 
 import { argumentChecks, idleCloser, LockStoreClosedError, unrefTimer } from "./args.js";
 import { toFence, truthy } from "./sql-drivers.js";
@@ -307,6 +308,12 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
 
   async function leave(entry) {
     if (entry.state !== "waiting") return;
+    // While the enqueue is in flight there is no row to leave yet, and the row it then writes
+    // could be handed the key after the caller was answered no: leave once it has answered.
+    if (entry.enqueuing) {
+      entry.leaveWhenEnqueued = true;
+      return;
+    }
     if (poolEnded()) return databaseClosed();
     entry.state = "leaving";
     clearTimeout(entry.pollTimer);
@@ -347,15 +354,24 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
     if (!entries) waiting.set(key, (entries = new Map()));
     entries.set(owner, entry);
     entry.deadlineTimer = setTimeout(() => leave(entry), waitMs);
+    entry.enqueuing = true;
     let row;
     try {
       row = share === null
         ? await io.row(sql.enqueue, [key, owner, ttlMs, waitMs, metadata])
         : (await io.row(sql.acquireSharedWait, [key, owner, ttlMs, share.weight, share.limit, metadata, waitMs]))?.r;
     } catch (error) {
+      entry.enqueuing = false;
       // Whether or not the enqueue committed, the caller neither holds nor waits afterwards.
       await release(key, owner).catch(() => {});
       fail(entry, error);
+      return answer;
+    }
+    entry.enqueuing = false;
+    if (entry.withdrawn) {
+      // Withdrawn while the enqueue was in flight (its release may have come first): whatever
+      // the enqueue made goes too.
+      await release(key, owner).catch(() => {});
       return answer;
     }
     if (row?.fence !== null && row?.fence !== undefined) {
@@ -378,6 +394,10 @@ export function pgWaiting(db, sql, io, options, safetyNetMs, release, checkShare
       return answer;
     }
     if (entry.state === "waiting") {
+      if (entry.leaveWhenEnqueued) {
+        leave(entry);
+        return answer;
+      }
       schedulePoll(entry);
       const remaining = row?.remaining === null || row?.remaining === undefined ? null : Number(row.remaining);
       // No holder, or an expired one: nobody is going to release — hand over now.

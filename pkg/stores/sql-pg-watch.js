@@ -1,9 +1,9 @@
 // keel-lock/sql: watch(key, onChange) on PostgreSQL — pushed changes of a key's exclusive holder.
-// The reports are made in SQL (sql-schema.js: the statements that change a holder call
-// <table>_watch_notify when the key's lock row says someone watches it); this side registers the
-// store's watches in the database (a lease per key, renewed), listens on the watch channel (the
-// store's one LISTEN connection, which sql-pg-waiting.js keeps) and hands each report to the
-// key's watchers.
+// The reports are made in SQL (sql/postgres-functions.js: the lock table's triggers call
+// <table>_watch_report when a statement changes the holder of a key whose lock row says someone
+// watches it); this side registers the store's watches in the database (a lease per key,
+// renewed), listens on the watch channel (the store's one LISTEN connection, which
+// sql-pg-waiting.js keeps) and hands each report to the key's watchers.
 
 import { argumentChecks, IDLE_CLOSE_MS, MAX_TTL_MS } from "./args.js";
 import { toFence } from "./sql-drivers.js";
@@ -192,7 +192,7 @@ export function pgWatching(sql, io, hooks) {
 
   // A notification on the watch channel: JSON [key, ended fence or null, granted fence or null,
   // the grant's metadata, its ms left]; [key] or [""]: that key's, or every key's, watchers look
-  // again (see sql-schema.js, watch_notify).
+  // again (see sql/postgres-functions.js, watch_report).
   function onNotification(payload) {
     let report;
     try {

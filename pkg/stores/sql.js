@@ -22,17 +22,18 @@
 // Hold metadata (an optional last argument of every acquiring method, at most 1024 bytes of
 // UTF-8) is a column of the row the grant writes, written by the same statement; a Postgres
 // waiter's is kept in its queue row until the hand-over writes it into its hold's row. A
-// Postgres lock row also keeps its holder's fence, for inspect (see sql-schema.js, fenceOf).
+// Postgres lock row also keeps its holder's fence, for inspect (see sql/postgres.js, fenceOf).
 //
 // acquireMany takes several keys in one step, all or none: on SQLite one INSERT … SELECT over the
 // keys (as JSON arrays) WHERE none of them has a live row, ON CONFLICT as acquire; on PostgreSQL
 // one call of a PL/pgSQL function that locks the keys' rows in one order, then checks and writes
-// (see sql-schema.js and stores/README.md, "Several keys in one step (SQL)").
+// (see sql/sqlite.js, sql/postgres-functions.js and stores/README.md, "Several keys in one step
+// (SQL)").
 //
 // PostgreSQL also waits without polling (acquireOrWait / acquireSharedOrWait / withdraw /
 // close): a FIFO queue table <table>_waiters; release, and acquire of an expired key, hand the
 // key to the oldest live waiter in the same statement and NOTIFY it; one LISTEN connection per
-// store (see pgWaiting and postgresStatements). SQLite and D1 have no such methods: their
+// store (see pgWaiting and sql/postgres.js, postgresStatements). SQLite and D1 have no such methods: their
 // callers poll acquire and acquireShared.
 //
 // PostgreSQL also pushes holder changes (watch): the statements that grant or end an exclusive
@@ -63,10 +64,11 @@
 // header (owner '', expires_at the latest of theirs), so the exclusive statements above refuse,
 // and answer isLocked/remainingTime, without reading the shared table. SQLite keeps the header in
 // step by triggers, so each shared operation is one statement; PostgreSQL runs each in a PL/pgSQL
-// function that locks the lock row first (see sql-schema.js, postgresFunctions).
+// function that locks the lock row first (see sql/postgres-functions.js).
 //
-// The parts: sql-schema.js (the table and the statements), sql-drivers.js (the handles it adapts
-// to), sql-pg-waiting.js (PostgreSQL's waiting without polling).
+// The parts: sql-schema.js (the table and the statements, per dialect: sql/names.js, sql/sqlite.js,
+// sql/postgres.js, sql/postgres-functions.js), sql-drivers.js (the handles it adapts to),
+// sql-pg-waiting.js (PostgreSQL's waiting without polling).
 
 import { argumentChecks, checkKeySet, LockStoreClosedError, safetyNetOption } from "./args.js";
 import { checkMetadata, checkMetadataList } from "./metadata.js";

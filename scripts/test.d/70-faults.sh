@@ -18,7 +18,9 @@
 #     release), and semaphores, read-write locks, multi-key locks and leaders (campaigns and
 #     observe) in one scenario each (every scenario in the soak), each against its own broken
 #     store (limit-blind, writer-shares, partial-set, two-leaders).
-# About 5 to 6 minutes in all.
+# Each run lasts at least its seconds and then goes on until it has shown what it must (its broken
+# store caught, each of its faults exercised), for at most a minute more: a slow machine makes a
+# run longer, never vacuous. About 5 to 6 minutes in all.
 # Modes: `soak` (make soak: every broken variant, SOAK_SECONDS shared among the correct runs of
 # run.js and WORKERS_SOAK_SECONDS, default 120, among the Workers scenarios'; histories and
 # summary tables under tests/faults/results/) and `fuzz` (make fuzz: the JS fuzz with

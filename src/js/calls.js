@@ -1,7 +1,7 @@
 // Calls to a JS store, each answer awaited no longer than its bound (seam rule 6), and the race
 // of an answer, a timer and an abort signal that every wait of the JS face is.
 
-import { ANSWER_FALSE, ANSWER_FENCE, ANSWER_TRUE, CALL, OP_ACQUIRE, OP_RELEASE, OUT_EXTEND_ID, OUT_TTL } from "./protocol.js";
+import { ANSWER_FALSE, ANSWER_FENCE, ANSWER_TRUE, CALL, KEPT, OP_ACQUIRE, OP_RELEASE, OUT_EXTEND_ID, OUT_TTL } from "./protocol.js";
 import { carriedNumber, core, ok, ownerOf, stepArg, waitExtras } from "./core.js";
 import { nothing, onAbort } from "./options.js";
 import { cancelTimer, timer } from "./promises.js";
@@ -141,21 +141,27 @@ export function releaseAnswer(id, answer, bound) {
 /**
  * The JS store's `release(key, owner)` that a step answered CALL for (`release()`), within the
  * step's bound: the core's code for its answer (RELEASED…, or REFUSED: the hold was lost). On
- * an error the hold is no longer tracked as the run's.
+ * an error the hold is no longer tracked as the run's. `finish(code)` is called in the turn the
+ * core answered: a slot that the release made the spare closed the spare before it, and no other
+ * handle may take that closed slot as the spare in the microtasks before this promise settles.
  */
-export async function releaseOverStore(id, store, key, owner) {
+export async function releaseOverStore(id, store, key, owner, finish) {
+  let code;
   try {
     const bound = stepArg();
     let answer = store.release.call(store.object, key, owner);
     const p = pending(answer);
     await null;
     if (p !== null) answer = p.done ? p.result : await p.later(bound);
-    return releaseAnswer(id, answer, bound);
+    code = releaseAnswer(id, answer, bound);
   } catch (error) {
     // The hold is no longer tracked as the run's; the release's error is the one to report.
     core.forgetRunHold(id);
+    finish(KEPT);
     throw error;
   }
+  finish(code);
+  return code;
 }
 
 /** An aborted caller of slot `id` leaves a JS store's queue: `withdraw(key, owner)`, or `release`. */

@@ -420,16 +420,8 @@ export class Lock {
       if (this.#store.memory) memoryEnded(this.#store.object, this.#key);
       return Promise.resolve(code !== REFUSED);
     }
-    return releaseOverStore(id, this.#store, this.#key, ownerOf(id)).then(
-      (released) => {
-        this.#finish(released);
-        return released !== REFUSED;
-      },
-      (error) => {
-        this.#finish(KEPT);
-        throw error;
-      },
-    );
+    const finish = (after) => this.#finish(after);
+    return releaseOverStore(id, this.#store, this.#key, ownerOf(id), finish).then((released) => released !== REFUSED);
   }
 
   /** Resets the expiry to `ttlMs` (default: the lock's TTL) from now, or rejects LockNotHeldError. */

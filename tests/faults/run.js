@@ -24,8 +24,9 @@
 // Scenarios (each against each store it applies to):
 //   kill     a holder is SIGKILLed inside its critical section (and replaced); its key must be
 //            granted again once its lease has run out
-//   stop     a holder is SIGSTOPped inside its section for 3 TTLs, then continued: its fenced
-//            write must be refused
+//   stop     a holder is SIGSTOPped inside its section for 3 TTLs and on until another holder
+//            has written a higher fence to its key (at most STOP_CAP_MS), then continued: its
+//            fenced write must be refused
 //   restart  the store is killed and started again mid-run (Redis with and without AOF, Postgres);
 //            on Redis Cluster (soak only), the master serving one of the run's keys is SIGKILLed,
 //            its replica is promoted and the node comes back as a replica
@@ -55,13 +56,20 @@
 // run one process also probes a key of its own, asking for it only once its last lease there has
 // certainly run out.
 //
+// What a run must show does not hang on how fast the machine is: a run lasts at least its
+// seconds, and then goes on until it has shown it (`unshown` below) — a broken store, a
+// violation; the correct one, each fault really exercised (a killed holder's key granted again,
+// a stopped holder's write refused, a store call failed, the loss a lossy fault must cost, a
+// grant refused unreplicated) — for at most CAP_MS more. A store fault that must cost something
+// and has not yet is injected again meanwhile.
+//
 // Default (make test): fixed seeds, a few seconds per run, the correct store and each scenario's
 // own broken variant. --soak: every broken variant, `--seconds` (default SOAK_SECONDS or 600)
 // shared among the correct runs. Writes every history (JSON lines) and summary.md (a line per
 // store × scenario with the broken stores it caught, then every run) / summary.json under the
 // results folder.
 import { fork } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, appendFileSync } from "node:fs";
+import { closeSync, mkdirSync, mkdtempSync, openSync, readSync, readdirSync, rmSync, statSync, writeFileSync, appendFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -158,13 +166,70 @@ for (const [store, scenarios] of MATRIX) {
 }
 const correctRuns = runs.filter((r) => r.variant === "correct").length;
 const soakSeconds = Number(value("--seconds", process.env.SOAK_SECONDS ?? 600));
+// A run's least duration; it goes on past it until it has shown what it must (`unshown`), for
+// at most CAP_MS more: a bound for a run that never will, far beyond what a slow machine needs.
 const CORRECT_MS = soak ? Math.max(5_000, Math.floor((soakSeconds * 1000) / Math.max(1, correctRuns))) : 5_000;
 const BROKEN_MS = soak ? 6_000 : 3_000;
+const CAP_MS = 60_000;
+// How often a run past its least duration looks at what it has shown.
+const LOOK_EVERY_MS = 250;
+// The longest a stopped holder stays stopped waiting for another holder's higher fence on its
+// key: with a correct store that comes a TTL or so after the stop; a stopped process may hold a
+// database lock the others wait for (SQLite's busy timeout is 10 s), and a broken store may
+// never let the key go.
+const STOP_CAP_MS = 5_000;
+// A store fault that must cost something and has not yet is injected again once this long has
+// passed since the last one ended (pacing only: the run goes on until the cost shows).
+const REFAULT_MS = 2_000;
 
 rmSync(resultsDir, { recursive: true, force: true });
 mkdirSync(resultsDir, { recursive: true });
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const now = () => performance.timeOrigin + performance.now();
+
+/** The events a run's processes have written to `dir` so far; each read goes on from the last. */
+function historyOf(dir) {
+  const read = new Map(); // file → bytes consumed (whole lines only)
+  const events = [];
+  return () => {
+    for (const file of readdirSync(dir).filter((f) => f.endsWith(".jsonl")).sort()) {
+      const path = join(dir, file);
+      const from = read.get(file) ?? 0;
+      const size = statSync(path).size;
+      if (size <= from) continue;
+      const bytes = Buffer.alloc(size - from);
+      const fd = openSync(path, "r");
+      try {
+        readSync(fd, bytes, 0, bytes.length, from);
+      } finally {
+        closeSync(fd);
+      }
+      const end = bytes.lastIndexOf(10);
+      if (end < 0) continue;
+      read.set(file, from + end + 1);
+      for (const line of bytes.subarray(0, end).toString("utf8").split("\n")) {
+        if (!line) continue;
+        try {
+          const e = JSON.parse(line);
+          if (e.client === -1) e.client = 0xffffffff;
+          events.push(e);
+        } catch {
+          // a line cut short by SIGKILL
+        }
+      }
+    }
+    return events;
+  };
+}
+
+// What a history shows, counted as the problems below judge it.
+const isGrant = (e) => e.type === "ok" && (e.op === "acquire" || e.op === "campaign");
+const countGrants = (history) => history.filter(isGrant).length;
+const countInjected = (history) => history.filter((e) => e.type === "info" && /injected/.test(e.error ?? "")).length;
+const countNotReplicated = (history) => history.filter((e) => e.type === "info" && NOT_REPLICATED.test(e.error ?? "")).length;
+const countStaleRefused = (history) => history.filter((e) => e.type === "write" && e.afterStop && !e.accepted).length;
+// A killed holder never releases: its key is free again only once its lease has run out.
+const countTakenOver = (history, kills) => kills.filter((k) => history.some((e) => isGrant(e) && e.key === k.key && e.t0 > k.at)).length;
 // Where this process's clock stands against the machine's monotonic clock (process.hrtime, which
 // performance.now() counts too): clients stamp with hrtime plus this anchor, so their stamps and
 // this process's share one timeline. The largest of a few readings: the least delayed between
@@ -220,9 +285,11 @@ async function runOne(run, seed, srv) {
   await prepare(spec, schema);
   const parentHistory = join(dir, "parent.jsonl");
   writeFileSync(parentHistory, "");
+  const historySoFar = historyOf(dir);
   // The run's clock starts once the first processes have their stores ready (starting Node and
   // connecting can take seconds on a loaded machine), so the faults have the whole run to happen.
   let end = Infinity;
+  let stopping = false; // the run is over: no more faults, every process told to stop
   const faults = { kill: 0, stop: 0, restart: 0 };
   let lossyRestart = false;
   const procs = new Set();
@@ -242,7 +309,6 @@ async function runOne(run, seed, srv) {
       keys: 2,
       ttlMs: TTL_MS,
       holdMs: 15,
-      durationMs: end === Infinity ? durationMs : Math.max(500, end - Date.now()),
       seed,
       errorRate: s.errorRate ?? 0,
       // A process that is killed runs its victim alone: nothing else of it is left mid-call,
@@ -259,13 +325,17 @@ async function runOne(run, seed, srv) {
     child.stdout.on("data", (d) => (out += d));
     child.stderr.on("data", (d) => (out += d));
     const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
-    const proc = { id, child, exited, victim };
+    const proc = { id, child, exited, victim, cuts: new Map() };
     procs.add(proc);
     if (victim) victimAlive = true;
     child.on("message", async (m) => {
       if (m?.ready) proc.ready = true;
+      if (m?.cut !== undefined) {
+        proc.cuts.get(m.cut)?.(m.at);
+        proc.cuts.delete(m.cut);
+      }
       if (!m?.inside) return;
-      if (victim === "kill" && Date.now() < end - 1000) {
+      if (victim === "kill" && !stopping) {
         child.kill("SIGKILL");
         kills.push({ key: m.inside, at: now() });
         faults.kill++;
@@ -273,15 +343,22 @@ async function runOne(run, seed, srv) {
         return;
       }
       let stopped = false;
-      if (victim === "stop" && Date.now() < end - 4 * TTL_MS && Date.now() - lastStop > TTL_MS) {
+      if (victim === "stop" && !stopping && Date.now() - lastStop > TTL_MS) {
         child.kill("SIGSTOP");
         faults.stop++;
+        // Past its TTL, and on until another holder has written a higher fence to the key, so
+        // that the stale write it makes once continued meets it.
+        const since = Date.now();
+        const overtaken = () =>
+          m.fence == null ||
+          historySoFar().some((e) => e.type === "write" && e.key === m.inside && e.owner !== m.label && e.accepted && e.fence > m.fence);
         await sleep(3 * TTL_MS);
+        while (!stopping && Date.now() - since < STOP_CAP_MS && !overtaken()) await sleep(20);
         child.kill("SIGCONT");
         lastStop = Date.now();
         stopped = true;
       }
-      if (child.connected) child.send({ go: true, stopped });
+      if (child.connected) child.send({ go: true, stopped }, () => {});
     });
     exited.then(({ code, signal }) => {
       procs.delete(proc);
@@ -290,19 +367,67 @@ async function runOne(run, seed, srv) {
     return proc;
   };
 
+  // The history of the run up to one instant. Each process answers a cut with the time of its
+  // answer, having written every event it stamped before it (it stamps and writes an event in
+  // one synchronous step), so every event stamped before the earliest answer is in the files;
+  // the later ones are left out. The runner's restarts, written as each ends (never during a
+  // look), are kept whole. Files read as they are could hold one process's recent events and
+  // not another's, a history the run never had.
+  let cuts = 0;
+  const cut = async () => {
+    const n = ++cuts;
+    const answers = [...procs].map(
+      (p) =>
+        new Promise((resolve) => {
+          p.cuts.set(n, resolve);
+          p.exited.then(() => resolve(Infinity));
+          if (p.child.connected) p.child.send({ cut: n }, () => {});
+          else resolve(Infinity);
+        }),
+    );
+    const at = Math.min(...(await Promise.all(answers)));
+    return historySoFar().filter((e) => e.client === 0xffffffff || e.t1 <= at);
+  };
+
+  // What the run has not shown yet of what it must (nothing: it may end): a broken store, a
+  // violation (one a history cut short cannot fake: not a set cut between its call's keys); the
+  // correct one, each fault of its scenario exercised, as the problems below ask.
+  const lossMustShow = (s.restart && store === "redis") || (scenario === "takeover" && store === "redis-cluster");
+  const unshown = (history) => {
+    const missing = [];
+    if (countGrants(history) === 0) missing.push("a grant");
+    if (variant !== "correct") {
+      const { violations } = checkHistory(history, { maxReported: 1 }); // one of each kind
+      if (!violations.some((v) => v.kind !== "malformed_history")) missing.push("a violation");
+      return missing;
+    }
+    if (s.victim === "kill" && countTakenOver(history, kills) === 0) missing.push("a killed holder's key granted again");
+    if (s.victim === "stop" && countStaleRefused(history) === 0) missing.push("a stopped holder's stale write refused");
+    if (s.restart && faults.restart === 0) missing.push("a store restart");
+    if (s.errorRate && countInjected(history) === 0) missing.push("a failed store call");
+    if (lossMustShow && checkHistory(history, { maxReported: 1 }).lossCount === 0) missing.push("a loss");
+    if (store === "redis-cluster-wait" && countNotReplicated(history) === 0) missing.push("a grant refused unreplicated");
+    return missing;
+  };
+  // What only another store fault can show.
+  const costOfAFault = (missing) => missing.some((m) => m === "a loss" || m === "a grant refused unreplicated");
+
   const processes = inProcess ? 1 : 4;
   for (let i = 0; i < processes; i++) spawnClient(i === 0 && s.victim ? s.victim : null, i === processes - 1);
   const first = [...procs];
   const readyBy = Date.now() + 60_000;
   while (first.some((p) => !p.ready && procs.has(p)) && Date.now() < readyBy) await sleep(20);
-  end = Date.now() + durationMs;
+  const started = Date.now();
+  end = started + durationMs;
   const restartAt = [Date.now() + durationMs / 2];
   if (soak && s.restart) for (let t = 1; t < Math.floor(durationMs / 15_000); t++) restartAt.push(Date.now() + t * 15_000);
   restartAt.sort((a, b) => a - b);
-  const hardStop = end + 30_000;
-  while ((procs.size > 0 || Date.now() < end) && Date.now() < hardStop) {
-    if (s.victim === "kill" && !victimAlive && Date.now() < end - 1500) spawnClient("kill");
-    if (s.restart && srv && restartAt.length && Date.now() >= restartAt[0]) {
+  let lastFaultEnded = 0;
+  let lastLook = 0;
+  let stoppedAt = Infinity;
+  while (procs.size > 0 && Date.now() < stoppedAt + 30_000) {
+    if (!stopping && s.victim === "kill" && !victimAlive) spawnClient("kill");
+    if (!stopping && s.restart && srv && restartAt.length && Date.now() >= restartAt[0]) {
       restartAt.shift();
       const t0 = now();
       // The cluster's faults hit the master serving one of the run's keys (key 0, then key 1, …;
@@ -315,9 +440,23 @@ async function runOne(run, seed, srv) {
       faults.restart++;
       if (!persistent) lossyRestart = true;
       appendFileSync(parentHistory, JSON.stringify({ client: -1, type: "restart", fault, t0: done.t0 ?? t0, t1, persistent }) + "\n");
+      lastFaultEnded = Date.now();
+    }
+    if (!stopping && Date.now() >= end && Date.now() - lastLook >= LOOK_EVERY_MS) {
+      const missing = unshown(await cut());
+      lastLook = Date.now();
+      const crashedAlready = outputs.some((o) => !o.killed && o.code !== 0);
+      if (missing.length === 0 || crashedAlready || Date.now() >= end + CAP_MS) {
+        stopping = true;
+        stoppedAt = Date.now();
+        for (const p of procs) if (p.child.connected) p.child.send({ stop: true }, () => {});
+      } else if (s.restart && srv && !restartAt.length && costOfAFault(missing) && Date.now() - lastFaultEnded >= REFAULT_MS) {
+        restartAt.push(Date.now());
+      }
     }
     await sleep(20);
   }
+  const seconds = ((stoppedAt === Infinity ? Date.now() : stoppedAt) - started) / 1000;
   const hung = [...procs];
   for (const p of hung) p.child.kill("SIGKILL");
   await Promise.all(hung.map((p) => p.exited));
@@ -325,19 +464,7 @@ async function runOne(run, seed, srv) {
   const crashed = outputs.filter((o) => !o.killed && o.code !== 0);
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 
-  const history = [];
-  for (const file of readdirSync(dir).filter((f) => f.endsWith(".jsonl")).sort()) {
-    for (const line of readFileSync(join(dir, file), "utf8").split("\n")) {
-      if (!line) continue;
-      try {
-        const e = JSON.parse(line);
-        if (e.client === -1) e.client = 0xffffffff;
-        history.push(e);
-      } catch {
-        // a line cut short by SIGKILL
-      }
-    }
-  }
+  const history = historySoFar();
   const report = checkHistory(history, { maxReported: 20 });
   const stats = outputs.map((o) => {
     try {
@@ -347,9 +474,9 @@ async function runOne(run, seed, srv) {
     }
   });
   const sum = (k) => stats.reduce((n, x) => n + (x[k] ?? 0), 0);
-  const grants = history.filter((e) => e.type === "ok" && (e.op === "acquire" || e.op === "campaign")).length;
-  const injected = history.filter((e) => e.type === "info" && /injected/.test(e.error ?? "")).length;
-  const notReplicated = history.filter((e) => e.type === "info" && NOT_REPLICATED.test(e.error ?? "")).length;
+  const grants = countGrants(history);
+  const injected = countInjected(history);
+  const notReplicated = countNotReplicated(history);
   // What a fault cost in grants: fences handed out more than once (each a grant lost by the store
   // and given again), and the grants answered while a store fault was under way.
   const fenced = history.filter((e) => e.type === "ok" && e.op === "acquire" && e.fence != null);
@@ -358,17 +485,14 @@ async function runOne(run, seed, srv) {
   const fencesReused = [...perFence.values()].filter((n) => n > 1).length;
   const storeFaults = history.filter((e) => e.type === "restart");
   const faultGrants = fenced.filter((e) => storeFaults.some((r) => e.t1 >= r.t0 && e.t0 <= r.t1)).length;
-  const staleRefused = history.filter((e) => e.type === "write" && e.afterStop && !e.accepted).length;
-  // A killed holder never releases: its key is free again only once its lease has run out.
-  const takenOver = kills.filter((k) =>
-    history.some((e) => e.type === "ok" && (e.op === "acquire" || e.op === "campaign") && e.key === k.key && e.t0 > k.at),
-  ).length;
+  const staleRefused = countStaleRefused(history);
+  const takenOver = countTakenOver(history, kills);
   const row = {
     store,
     primitive,
     scenario,
     variant,
-    seconds: Math.round(durationMs / 100) / 10,
+    seconds: Math.round(seconds * 10) / 10,
     processes: nextId,
     operations: report.operations,
     grants,

@@ -10,12 +10,17 @@
 //
 // --seed N: the first run's seed (default 1; each next run's one more).
 //
-// Default (make test): each run for 6 s and its own broken variant for 3 s, which must be caught
-// in that one run. --soak: every primitive in every scenario, the lock's scenarios also against
-// every broken Worker, each broken variant for 6 s and each of which must be caught, `--seconds`
-// (default 120) shared among the correct runs. Each run's history (JSON lines), report.json and
-// workerd's output, and summary.md / summary.json (a row per run, with its primitive), go under
-// the results folder.
+// Default (make test): each run for at least 6 s and its own broken variant for at least 3 s,
+// which must be caught in that one run. --soak: every primitive in every scenario, the lock's
+// scenarios also against every broken Worker, each broken variant for at least 6 s and each of
+// which must be caught, `--seconds` (default 120) shared among the correct runs. Each run's
+// history (JSON lines), report.json and workerd's output, and summary.md / summary.json (a row
+// per run, with its primitive), go under the results folder.
+//
+// What a run must show does not hang on how fast the machine is: past its least duration it goes
+// on until it has shown it (`unshown` in runOne) — a broken store, a violation; the correct one,
+// its faults exercised as the checks in runOne ask — for at most CAP_MS more; its faults wait
+// for the state they need (a request waiting and a hold open), not for a time.
 //
 // Clients are async loops in this process, each bound to one Worker script; one lock operation
 // is one request (acquire — immediate or waiting with a timeout —, extend, release, a stranger's
@@ -58,16 +63,16 @@
 // Scenarios:
 //   do/restart  two Worker scripts bound to one LockDurableObject namespace; a quarter into the
 //               run (into each 15 s of a soak), the keys' lock objects are reset (their waiters
-//               fall back to polling); halfway, with requests waiting in an object's queue and
-//               holds open, the workerd runtime is restarted on the same persist directory
+//               fall back to polling); halfway, once a request waits in an object's queue and a
+//               hold is open, the workerd runtime is restarted on the same persist directory
 //               (Miniflare disposed, which SIGKILLs workerd, and a new one started): every
-//               request in flight fails. A lease taken (30 s TTL) just before the restart must
-//               be refused to each client's first attempt after it, and then released by its
-//               owner. That lease is the primitive's hold that leaves no room: all 3 permits of
+//               request in flight fails. A lease taken (ACROSS_TTL_MS) just before the restart
+//               must be refused to each client's first attempt after it, and then released by
+//               its owner. That lease is the primitive's hold that leaves no room: all 3 permits of
 //               the semaphore, a write lock, a set of two of the three keys the clients' sets
 //               are drawn from (each overlaps it), and for leaders a lock on a key of its own,
 //               which each client asks for at once (recorded as an acquire: a campaign would
-//               wait its whole timeout behind a 30 s lease).
+//               wait its whole timeout behind that lease).
 //   d1/crash    three Worker scripts on one D1 database; a quarter of the holds on the last key
 //               (for leaders, of the terms on their one key; for sets, of those with the last
 //               key) are abandoned (acquired, never released): the key must be free again by
@@ -85,9 +90,9 @@
 // abandons the lease, and asks again only once that lease has certainly run out: a store that
 // never expires is refused to it in plain sight, whatever failing calls leave the shared keys
 // possibly held. In semaphore, rw and multi runs it then crowds keys of its own, in plain sight
-// too: holding 2 permits of 3, a read lock or the set [a, b], it asks at once for what cannot fit
-// beside it — 2 more permits, a write lock, the set [b, c] —, which a correct store refuses and
-// its broken variant grants (with a tenth of the D1 calls failing, the clients' own overlaps
+// too: holding 2 permits of 3, a read lock or the set [a, b] (for CROWD_TTL_MS), it asks at once
+// for what cannot fit beside it — 2 more permits, a write lock, the set [b, c] —, which a correct
+// store refuses and its broken variant grants (with a tenth of the D1 calls failing, the clients' own overlaps
 // alone leave limit-blind uncaught in some 3 s runs).
 import { execFileSync } from "node:child_process";
 import { appendFileSync, cpSync, createWriteStream, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
@@ -113,7 +118,12 @@ const resultsDir = value(
 );
 const COMPAT_DATE = "2026-04-26";
 const TTL_MS = 300;
-const ACROSS_TTL_MS = 30_000;
+// The TTL of a hold the runner takes just before a restart: far longer than a restart and every
+// client's attempt after it take on a loaded machine, so it is certainly held through them.
+const ACROSS_TTL_MS = 120_000;
+// The TTL of the probe's crowding holds: far longer than the next ask takes, so that ask is
+// certainly decided beside the hold.
+const CROWD_TTL_MS = 5_000;
 const HOLD_MS = 15; // the longest a client holds (sleeps) inside its section
 const SEMAPHORE_LIMIT = 3;
 const RESTART = 0xffffffff; // the client number of the runner's own events
@@ -153,8 +163,15 @@ for (const [name, s] of Object.entries(SCENARIOS)) {
 }
 const correctRuns = runs.filter((r) => r.variant === "correct").length;
 const soakSeconds = Number(value("--seconds", 120));
+// A run's least duration; it goes on past it until it has shown what it must, for at most CAP_MS
+// more: a bound for a run that never will, far beyond what a slow machine needs.
 const CORRECT_MS = soak ? Math.max(6_000, Math.floor((soakSeconds * 1000) / Math.max(1, correctRuns))) : 6_000;
 const BROKEN_MS = soak ? 6_000 : 3_000;
+const CAP_MS = 60_000;
+// How often a run past its least duration looks at what it has shown.
+const LOOK_EVERY_MS = 250;
+// How long each observation past a run's least duration lasts (the next starts at its end).
+const OBSERVE_MORE_MS = 1_000;
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const now = () => performance.timeOrigin + performance.now();
@@ -353,7 +370,11 @@ async function runOne(out, { name, primitive, variant }, seed) {
   const acrossKey = (g) => `${label}:across${g}`;
   const acrossPool = (g) => [0, 1, 2].map((k) => `${acrossKey(g)}:${k}`);
   let labels = 0;
-  const end = now() + durationMs;
+  // The least duration's end; `over` once the run has shown what it must (or CAP_MS past it).
+  const started = now();
+  const end = started + durationMs;
+  let over = false;
+  let faultsDone = !s.restart;
 
   const call = async (script, path, body, limitMs) => {
     stats.requests++;
@@ -570,9 +591,9 @@ async function runOne(out, { name, primitive, variant }, seed) {
     const home = names[c % names.length];
     const elsewhere = () => (random() < 0.5 ? home : names[Math.floor(random() * names.length)]);
     let seenGeneration = 0;
-    while (now() < end) {
+    while (!over) {
       await up;
-      if (now() >= end) break;
+      if (over) break;
       // After a restart, each client's first round is an immediate acquire of what is held across it.
       const acrossTurn = seenGeneration < generation;
       seenGeneration = generation;
@@ -608,8 +629,8 @@ async function runOne(out, { name, primitive, variant }, seed) {
     for (const [i, take] of crowding().entries()) {
       const owner = `probe:${labels++}`;
       if (Array.isArray(take.target)) record({ client: PROBE, key: "", owner, type: "set", keys: take.target });
-      const got = await op(PROBE, "acquire", take.target, owner, TTL_MS, true, () =>
-        call(names[i === 0 ? 0 : names.length - 1], "/acquire", { ...take.body, ttlMs: TTL_MS, timeout: 0 }, 15_000),
+      const got = await op(PROBE, "acquire", take.target, owner, CROWD_TTL_MS, true, () =>
+        call(names[i === 0 ? 0 : names.length - 1], "/acquire", { ...take.body, ttlMs: CROWD_TTL_MS, timeout: 0 }, 15_000),
       take.holding);
       if (!got?.ok) break;
       mark(PROBE, take.target, owner, "enter");
@@ -622,7 +643,7 @@ async function runOne(out, { name, primitive, variant }, seed) {
   };
   const prober = async () => {
     const key = `${label}:probe`;
-    while (now() < end - TTL_MS) {
+    while (!over) {
       await up;
       const owner = `probe:${labels++}`;
       const got = await op(PROBE, "acquire", key, owner, TTL_MS, true, () =>
@@ -647,10 +668,10 @@ async function runOne(out, { name, primitive, variant }, seed) {
   // stream (a restart) or after its answer's time limit, and the next starts under a new label.
   const observer = async () => {
     const key = keys[0];
-    for (let n = 0; now() < end; n++) {
+    for (let n = 0; !over; n++) {
       await up;
-      const windowMs = Math.floor(end - now());
-      if (windowMs <= 0) break;
+      if (over) break;
+      const windowMs = Math.max(OBSERVE_MORE_MS, Math.floor(end - now()));
       const owner = `observer:${labels++}`;
       const runtime = rt;
       stats.observations++;
@@ -672,10 +693,9 @@ async function runOne(out, { name, primitive, variant }, seed) {
     }
   };
 
-  // Waits (at most 5 s) until a request waits in a queue and a hold is open; answers who.
+  // Waits until a request waits in a queue and a hold is open (or the run is over); answers who.
   const active = async () => {
-    const bound = now() + 5_000;
-    while ((waiting.size === 0 || holding.size === 0) && now() < bound) await sleep(2);
+    while ((waiting.size === 0 || holding.size === 0) && !over) await sleep(2);
     return { waiting: [...waiting], holding: holding.size };
   };
   // The hold taken across a restart: the run's primitive with no room left beside it.
@@ -696,9 +716,16 @@ async function runOne(out, { name, primitive, variant }, seed) {
   // lease with a long TTL was taken, which its owner releases once every client has tried it.
   const faults = async () => {
     if (!s.restart) return;
+    try {
+      await faultCycles();
+    } finally {
+      faultsDone = true;
+    }
+  };
+  const faultCycles = async () => {
     const cycles = Math.max(1, Math.floor(durationMs / 15_000));
     const cycle = durationMs / cycles;
-    for (let at = now(); at + cycle / 2 < end; at += cycle) {
+    for (let at = now(); at + cycle / 2 < end && !over; at += cycle) {
       await sleep(Math.max(0, at + cycle / 4 - now()));
       const resetAt = await active();
       const t0 = now();
@@ -725,7 +752,7 @@ async function runOne(out, { name, primitive, variant }, seed) {
       triedAcross = 0;
       generation = g;
       serve();
-      while (triedAcross < CLIENTS && now() < end) await sleep(5);
+      while (triedAcross < CLIENTS && !over) await sleep(5);
       let released = null;
       if (across?.ok) {
         const answer = await op(RESTART, "release", hold.target, "across" + g, 0, false, () =>
@@ -737,6 +764,33 @@ async function runOne(out, { name, primitive, variant }, seed) {
     }
   };
 
+  // What the run has not shown yet of what it must (nothing: it may end): a broken store, a
+  // violation; the correct one, its faults through (the reset and restart cycles, each client's
+  // try of the lease held across), an abandoned hold shown gone, a failed D1 call, a leader
+  // observed, as the checks below ask. The history is recorded as it happens, in this process:
+  // at any moment it is the run's history up to then.
+  const unshown = () => {
+    const missing = [];
+    if (!history.some((e) => e.type === "ok" && (e.op === "acquire" || e.op === "campaign"))) missing.push("a grant");
+    if (variant !== "correct") {
+      const { violations } = checkHistory(history, { maxReported: 1 }); // one of each kind
+      if (!violations.some((v) => v.kind !== "malformed_history")) missing.push("a violation");
+      return missing;
+    }
+    if (!faultsDone) missing.push("the faults");
+    if (s.abandonLast && stats.takeovers === 0) missing.push("an abandoned hold shown gone");
+    if (s.errorRate && !history.some((e) => e.type === "info" && /injected/.test(e.error ?? ""))) missing.push("a failed D1 call");
+    if (primitive === "leader" && !history.some((e) => e.type === "leader" && e.fence !== null)) missing.push("a leader observed");
+    return missing;
+  };
+  const monitor = async () => {
+    await sleep(Math.max(0, end - now()));
+    while (!over) {
+      if (clientError || unshown().length === 0 || now() >= end + CAP_MS) over = true;
+      else await sleep(LOOK_EVERY_MS);
+    }
+  };
+
   let clientError = null;
   const clients = Array.from({ length: CLIENTS }, (_, c) => client(c).catch((e) => (clientError ??= e)));
   await Promise.all([
@@ -744,7 +798,9 @@ async function runOne(out, { name, primitive, variant }, seed) {
     prober().catch((e) => (clientError ??= e)),
     ...(primitive === "leader" ? [observer().catch((e) => (clientError ??= e))] : []),
     faults().catch((e) => (clientError ??= e)),
+    monitor(),
   ]);
+  const seconds = (now() - started) / 1000;
   await rt.dispose();
   rmSync(persistDir, { recursive: true, force: true });
 
@@ -770,7 +826,7 @@ async function runOne(out, { name, primitive, variant }, seed) {
     primitive,
     scenario: name.split(":")[1],
     variant,
-    seconds: Math.round(durationMs / 100) / 10,
+    seconds: Math.round(seconds * 10) / 10,
     scripts: s.scripts,
     clients: CLIENTS,
     operations: report.operations,

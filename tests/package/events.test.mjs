@@ -148,9 +148,9 @@ for (const [name, { make, name: storeName, waitVia }] of Object.entries(STORES))
     });
 
     it("release and extend are told; a lost hold's extend is told as lost", async () => {
-      const l = lock("k", 60);
+      const l = lock("k", 60_000);
       await l.acquire();
-      await l.extend(80);
+      await l.extend(80); // a hold of 80 ms from here on
       await sleep(150);
       await assert.rejects(l.extend(), LockNotHeldError);
       assert.equal(await l.release(), false);

@@ -7,8 +7,8 @@ import { describe, it, beforeEach } from "node:test";
 import assert from "node:assert/strict";
 import { MemoryLockStore, lock, setLockStore } from "keel-lock";
 import { mapLockStore } from "./stores.mjs";
+import { sleep, until } from "./waits.mjs";
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let n = 0;
 const fresh = () => `handing-over:${process.pid}:${++n}`;
 
@@ -88,7 +88,7 @@ describe("a JS store that hands keys over", () => {
     const key = fresh();
     const order = [];
     let release;
-    const first = lock(key, 5_000).run(
+    const first = lock(key, 60_000).run(
       (ctx) =>
         new Promise((resolve) => {
           order.push(["first", ctx.fence]);
@@ -97,10 +97,9 @@ describe("a JS store that hands keys over", () => {
     );
     await sleep(5);
     const waiting = ["second", "third", "fourth"].map((name) =>
-      lock(key, 5_000).run((ctx) => order.push([name, ctx.fence]), { timeout: 2_000, retryDelay: 50 }),
+      lock(key, 5_000).run((ctx) => order.push([name, ctx.fence]), { timeout: 30_000, retryDelay: 50 }),
     );
-    await sleep(20);
-    assert.equal(s.queued(key), 3, "the three wait in the store, not in a retry loop");
+    await until(() => s.queued(key) === 3, "the three wait in the store, not in a retry loop");
     release();
     assert.deepEqual(await first, [true, undefined]);
     const results = await Promise.all(waiting);
@@ -114,10 +113,10 @@ describe("a JS store that hands keys over", () => {
 
   it("acquireOrWait gets the key, the owner, the TTL, the timeout and the retry delay", async () => {
     const key = fresh();
-    const l = lock(key, 1_234);
+    const l = lock(key, 61_234);
     assert.equal(await l.acquire({ timeout: 700, retryDelay: 30 }), true);
     const call = s.calls.find((c) => c[0] === "acquireOrWait");
-    assert.deepEqual([call[1], call[3], call[4], call[5]], [key, 1_234, 700, 30]);
+    assert.deepEqual([call[1], call[3], call[4], call[5]], [key, 61_234, 700, 30]);
     assert.match(call[2], /^[0-9a-f]{32}$/);
     assert.equal(l.fence, 1);
     // The hold is the handle's: release() uses the same owner.
@@ -154,15 +153,14 @@ describe("a JS store that hands keys over", () => {
     };
     setLockStore(s.store); // the store's methods are read when it is set
     const started = Date.now();
-    const waiter = lock(key).run(() => "ran", { timeout: 2_000, retryDelay: 30 });
-    await sleep(200);
-    assert.equal(s.queued(key), 1, "queued again after the early no");
+    const waiter = lock(key).run(() => "ran", { timeout: 20_000, retryDelay: 30 });
+    await until(() => s.queued(key) === 1, "queued again after the early no");
     assert.equal(await holder.release(), true);
     assert.deepEqual(await waiter, [true, "ran"]);
     assert.equal(waits.length, 2);
-    assert.equal(waits[0], 2_000);
+    assert.equal(waits[0], 20_000);
     // The second wait is for what was left of the timeout after the first no and a pause.
-    assert.ok(waits[1] <= 2_000 - 50 && waits[1] >= 2_000 - (Date.now() - started), `asked for ${waits[1]} ms`);
+    assert.ok(waits[1] <= 20_000 - 50 && waits[1] >= 20_000 - (Date.now() - started), `asked for ${waits[1]} ms`);
   });
 
   it("a handed-over acquire() is released, and the next waiter gets the key", async () => {
@@ -170,7 +168,7 @@ describe("a JS store that hands keys over", () => {
     const a = lock(key);
     const b = lock(key);
     assert.equal(await a.acquire(), true);
-    const bWaits = b.acquire({ timeout: 2_000 });
+    const bWaits = b.acquire({ timeout: 30_000 });
     await sleep(10);
     assert.equal(await a.release(), true);
     assert.equal(await bWaits, true);
@@ -249,12 +247,8 @@ describe("what a hand-over store answers", () => {
     assert.equal(answered, false, "refused while the store's call was still unanswered");
     assert.equal(s.calls.filter((c) => c[0] === "acquire").length, 0, "and without polling acquire instead");
     grantLate();
-    await sleep(10);
-    assert.deepEqual(
-      s.calls.filter((c) => c[0] === "release"),
-      [["release", key, asked]],
-      "the grant that came too late is given back",
-    );
+    await until(() => s.calls.some((c) => c[0] === "release"), "the grant that came too late is given back");
+    assert.deepEqual(s.calls.filter((c) => c[0] === "release"), [["release", key, asked]]);
   });
 });
 
@@ -296,7 +290,8 @@ describe("the memory store's queue and its timer", () => {
     // keys at once, so a run whose deadlines happen to straddle a ms still checks the rest.
     const one = async () => {
       const key = fresh();
-      assert.equal(await lock(key, 300).acquire(), true); // never released
+      // Never released; its TTL outlasts the two short waits by far.
+      assert.equal(await lock(key, 1_500).acquire(), true);
       const first = lock(key).run(() => "first", { timeout: 50 });
       const middle = lock(key).run(() => "middle", { timeout: 60_000 });
       const last = lock(key).run(() => "last", { timeout: 50 });
@@ -309,7 +304,8 @@ describe("the memory store's queue and its timer", () => {
 
   it("the waiter keeping the timer leaves (aborted): the next one keeps it and takes the key at the holder's TTL", { timeout: 10_000 }, async () => {
     const key = fresh();
-    assert.equal(await lock(key, 80).acquire(), true); // never released
+    // Never released; its TTL outlasts the abort below by far.
+    assert.equal(await lock(key, 1_500).acquire(), true);
     const controller = new AbortController();
     const first = lock(key).run(() => "first", { timeout: 60_000, signal: controller.signal });
     await sleep(5);
@@ -324,15 +320,18 @@ describe("the memory store's queue and its timer", () => {
 
   it("the waiter keeping the timer leaves after the holder's TTL passed, before its timer ran: the next one takes the free key at once", { timeout: 10_000 }, async () => {
     const key = fresh();
-    assert.equal(await lock(key, 50).acquire(), true); // never released
+    // Never released. Its TTL runs out only while the loop below keeps the event loop busy: the
+    // waiters queue long before, whatever stalls come first.
+    const ttl = 1_000;
+    assert.equal(await lock(key, ttl).acquire(), true);
+    const granted = performance.now(); // the store ends the hold no later than `ttl` from here
     const controller = new AbortController();
     const first = lock(key).run(() => "first", { timeout: 60_000, signal: controller.signal });
     const second = lock(key).run(() => "second", { timeout: 60_000 });
     await sleep(5);
     // The holder's TTL passes while the event loop is busy, so the first waiter's timer has
     // not run when it leaves.
-    const until = performance.now() + 80;
-    while (performance.now() < until);
+    while (performance.now() < granted + ttl + 30);
     controller.abort(new Error("gave up"));
     await assert.rejects(first, /gave up/);
     assert.deepEqual(await second, [true, "second"]);

@@ -5,8 +5,8 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { campaign, inspect, lock, observe, semaphore, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
 import { mapInspectStore, mapLockStore } from "./stores.mjs";
+import { sleep, until } from "./waits.mjs";
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let n = 0;
 const fresh = (name) => `${name}:${process.pid}:${++n}`;
 
@@ -75,10 +75,10 @@ describe("hold metadata and inspect on the memory store", () => {
   it("run, acquire and hold keep metadata per hold; inspect shows holds in fence order and the waiters", async () => {
     setLockStore(new MemoryLockStore());
     const key = fresh("mem");
-    const first = lock(key, 5_000);
+    const first = lock(key, 60_000);
     await first.acquire({ metadata: "first" });
     const held = await inspect(key);
-    assert.deepEqual({ ...held, holders: held.holders.map((h) => ({ ...h, remainingMs: h.remainingMs > 0 && h.remainingMs <= 5_000 })) }, {
+    assert.deepEqual({ ...held, holders: held.holders.map((h) => ({ ...h, remainingMs: h.remainingMs > 0 && h.remainingMs <= 60_000 })) }, {
       key,
       held: true,
       holders: [{ metadata: "first", fence: first.fence, remainingMs: true }],
@@ -86,10 +86,9 @@ describe("hold metadata and inspect on the memory store", () => {
     });
     // Two waiters queue behind the holder; the release hands the key to the oldest, whose
     // metadata inspect shows at once.
-    const second = lock(key, 5_000).run(async ({ fence }) => ({ fence, info: await inspect(key) }), { timeout: 5_000, metadata: "second" });
-    const third = lock(key, 5_000).run(() => "third", { timeout: 5_000 });
-    await sleep(10);
-    assert.equal((await inspect(key)).waiting, 2);
+    const second = lock(key, 60_000).run(async ({ fence }) => ({ fence, info: await inspect(key) }), { timeout: 60_000, metadata: "second" });
+    const third = lock(key, 60_000).run(() => "third", { timeout: 60_000 });
+    await until(async () => (await inspect(key)).waiting === 2, "two waiters queued");
     await first.release();
     const after = await inspect(key);
     assert.equal(after.holders[0].metadata, "second");
@@ -127,20 +126,20 @@ describe("hold metadata and inspect on the memory store", () => {
   it("the store's own methods take metadata as their last argument and check it", async () => {
     const store = new MemoryLockStore();
     const key = fresh("seam");
-    const grant = store.acquire(key, "owner-1", 1_000, "by hand");
+    const grant = store.acquire(key, "owner-1", 60_000, "by hand");
     const { holders, waiting } = await store.inspect(key);
     assert.deepEqual([holders.length, holders[0].metadata, holders[0].fence, waiting], [1, "by hand", grant.fence, 0]);
-    assert.ok(holders[0].remainingMs > 0 && holders[0].remainingMs <= 1_000);
-    assert.equal(store.acquire(key, "owner-2", 1_000, "refused"), false);
+    assert.ok(holders[0].remainingMs > 0 && holders[0].remainingMs <= 60_000);
+    assert.equal(store.acquire(key, "owner-2", 60_000, "refused"), false);
     assert.equal((await store.inspect(key)).holders[0].metadata, "by hand");
     assert.equal(store.release(key, "owner-1"), true);
     assert.throws(() => store.acquire(key, "owner-3", 1_000, 7), TypeError);
     assert.throws(() => store.acquire(key, "owner-3", 1_000, "x".repeat(1025)), RangeError);
     assert.equal(store.isLocked(key), false, "a refused metadata took the key");
-    const grants = store.acquireMany([`${key}:a`, `${key}:b`], ["o-a", "o-b"], 1_000, ["a", "b"]);
+    const grants = store.acquireMany([`${key}:a`, `${key}:b`], ["o-a", "o-b"], 60_000, ["a", "b"]);
     assert.equal((await store.inspect(`${key}:b`)).holders[0].metadata, "b");
     assert.equal(grants.length, 2);
-    const shared = store.acquireShared(key, "o-s", 1_000, 1, 2, "reader");
+    const shared = store.acquireShared(key, "o-s", 60_000, 1, 2, "reader");
     assert.equal((await store.inspect(key)).holders[0].fence, shared.fence);
     assert.equal((await store.inspect(key)).holders[0].metadata, "reader");
     await assert.rejects(store.inspect(""), RangeError);
@@ -170,14 +169,15 @@ describe("hold metadata and inspect on the memory store", () => {
       for await (const leader of observe(key, { signal: controller.signal, intervalMs: 10 })) seen.push(leader);
     })();
     const order = [];
+    // Each leader stays until observe has seen it lead.
     const term = (name) =>
       campaign(key, async ({ fence }) => {
         order.push(name);
-        await sleep(60);
+        await until(() => seen.some((s) => s?.metadata === name), `observe saw ${name} lead`);
         return fence;
       }, { metadata: name });
     const fences = await Promise.all([term("a"), term("b")]);
-    await sleep(40);
+    await until(() => seen.at(-1) === null, "observe saw nobody lead");
     controller.abort();
     await watching;
     assert.deepEqual(order, ["a", "b"]);
@@ -197,6 +197,7 @@ describe("campaign and observe", () => {
       for await (const leader of observe(key, { signal: controller.signal, intervalMs: 10 })) seen.push(leader);
     })();
     let inside = 0;
+    // Each leader stays a while, and until observe has seen it lead.
     const term = (name) =>
       campaign(
         key,
@@ -204,13 +205,14 @@ describe("campaign and observe", () => {
           inside++;
           assert.equal(inside, 1, "two leaders at once");
           await sleep(80);
+          await until(() => seen.some((s) => s?.metadata === name), `observe saw ${name} lead`);
           inside--;
           return [name, fence];
         },
-        { metadata: name, ttlMs: 2_000 },
+        { metadata: name, ttlMs: 10_000 },
       );
     const results = await Promise.all([term("a"), term("b")]);
-    await sleep(60);
+    await until(() => seen.at(-1) === null, "observe saw nobody lead");
     controller.abort();
     await watching;
     assert.deepEqual(results.map(([name]) => name).sort(), ["a", "b"]);

@@ -6,8 +6,8 @@ import { describe, it } from "node:test";
 import assert from "node:assert/strict";
 import { lock, restoreLock, setLockStore, MemoryLockStore, LockNotHeldError, LockUnavailableError } from "keel-lock";
 import { mapLockStore, mapManyStore } from "./stores.mjs";
+import { sleep, until } from "./waits.mjs";
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let n = 0;
 const fresh = (name) => `${name}:${process.pid}:${++n}`;
 
@@ -122,13 +122,15 @@ for (const [name, makeStore, drop] of STORES) {
     it("autoExtend keeps every key past its TTL; release frees them all", async () => {
       setLockStore(makeStore());
       const keys = [fresh("m"), fresh("n")];
-      const [ran] = await lock(keys, 90).run(
+      // Extended every 50 ms: a stall of over a second between two extends is survived.
+      const ttl = 1_200;
+      const [ran] = await lock(keys, ttl).run(
         async ({ signal }) => {
-          await sleep(250);
+          await sleep(ttl + 100); // granted before fn started: without the extends, free by now
           assert.equal(signal.aborted, false);
           for (const k of keys) assert.equal(await lock(k).isLocked(), true, `${k} ran out`);
         },
-        { autoExtend: true },
+        { autoExtend: { every: 50 } },
       );
       assert.equal(ran, true);
       for (const k of keys) assert.equal(await lock(k).isLocked(), false, `${k} not released`);
@@ -258,8 +260,8 @@ describe("lock([...keys]) over a store's acquireMany", () => {
     await assert.rejects(lock(keys).run(() => 1), /connection reset/);
     store.acquireMany = async (...args) => [(await real(...args))[0]];
     await assert.rejects(lock(keys).acquire(), { name: "TypeError", message: /acquireMany must answer false, null or an array of 2/ });
-    await sleep(5);
-    for (const k of keys) assert.equal(await lock(k).isLocked(), false, `${k} left held`);
+    // Whatever the nonsense answer granted is given back, long before the keys' 30 s TTL.
+    for (const k of keys) await until(async () => !(await lock(k).isLocked()), `${k} left held`, { withinMs: 10_000 });
   });
 
   it("an answer that lands after the TTL is released, key by key", async () => {
@@ -273,8 +275,9 @@ describe("lock([...keys]) over a store's acquireMany", () => {
     setLockStore(store);
     const keys = [fresh("l1"), fresh("l2")];
     await assert.rejects(lock(keys, 60).acquire(), { name: "LockStoreTimeoutError" });
-    await sleep(200);
-    assert.equal(store.rows.size, 0, "a late grant stayed held");
+    // The grant lands 150 ms after the call and is released: its rows go (the Map store keeps
+    // a row, expired or not, until a call about its key).
+    await until(() => store.rows.size === 0, "a late grant stayed held", { withinMs: 10_000 });
   });
 
   it("a store error while the keys are held still releases every key after run", async () => {

@@ -14,8 +14,8 @@ import {
   LockStoreTimeoutError,
 } from "keel-lock";
 import { STORES, mapLockStore, recording } from "./stores.mjs";
+import { sleep, stopwatch, until } from "./waits.mjs";
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let n = 0;
 const fresh = (name = "op") => `operations:${name}:${process.pid}:${++n}`;
 
@@ -101,15 +101,18 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("extend() on a held lock moves its expiry: it stays held past the original TTL", async () => {
       const key = fresh();
-      const l = lock(key, 300);
+      // Extended halfway through: a stall of up to about half the TTL anywhere is survived.
+      const ttl = 2_000;
+      const l = lock(key, ttl);
       assert.equal(await l.acquire(), true);
-      await sleep(180);
+      const granted = performance.now(); // the original TTL ends no later than `ttl` from here
+      await sleep(ttl / 2);
       const before = await l.getRemainingTime();
       assert.equal(await promised(() => l.extend()), undefined);
       const after = await l.getRemainingTime();
       assert.ok(after > before, `remaining ${before} -> ${after}`);
-      assert.ok(after > 200 && after <= 300, `remaining ${after}`);
-      await sleep(180); // 360 ms after the acquire: past the original 300 ms TTL
+      assert.ok(after > ttl / 2 && after <= ttl, `remaining ${after}`);
+      await sleep(granted + ttl + 100 - performance.now()); // past the original TTL
       assert.equal(await lock(key).isLocked(), true);
       assert.equal(await lock(key).acquire(), false);
       assert.equal(await l.isExpired(), false);
@@ -120,19 +123,19 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("extend(ttlMs) sets the expiry to ttlMs from now, shorter or longer, and leaves the lock's TTL alone", async () => {
       const key = fresh();
-      const l = lock(key, 1_000);
+      const l = lock(key, 20_000);
       await l.acquire();
-      await l.extend(1_500);
+      await l.extend(40_000);
       let left = await l.getRemainingTime();
-      assert.ok(left > 1_000 && left <= 1_500, `remaining ${left}`);
-      assert.equal(l.ttlMs, 1_000);
-      assert.equal(restoreLock(l.serialize()).ttlMs, 1_000);
-      await l.extend(200); // shorter than the lock's TTL
+      assert.ok(left > 20_000 && left <= 40_000, `remaining ${left}`);
+      assert.equal(l.ttlMs, 20_000);
+      assert.equal(restoreLock(l.serialize()).ttlMs, 20_000);
+      await l.extend(5_000); // shorter than the lock's TTL
       left = await l.getRemainingTime();
-      assert.ok(left > 0 && left <= 200, `remaining ${left}`);
+      assert.ok(left > 0 && left <= 5_000, `remaining ${left}`);
       await l.extend(); // the lock's TTL again, not the last explicit one
       left = await l.getRemainingTime();
-      assert.ok(left > 800 && left <= 1_000, `remaining ${left}`);
+      assert.ok(left > 15_000 && left <= 20_000, `remaining ${left}`);
       await l.extend(2 ** 31 - 1); // the largest TTL there is
       assert.ok((await l.getRemainingTime()) > 2 ** 31 - 1 - 5_000);
       assert.equal(await l.release(), true);
@@ -150,14 +153,14 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
     it("rejects LockNotHeldError when never acquired, while another handle holds the key, and after release", async () => {
       const key = fresh();
       await assert.rejects(promised(() => lock(key).extend()), notHeld(key));
-      const holder = lock(key, 5_000);
+      const holder = lock(key, 60_000);
       assert.equal(await holder.acquire(), true);
-      const other = lock(key, 5_000);
+      const other = lock(key, 60_000);
       await assert.rejects(promised(() => other.extend()), notHeld(key));
-      await assert.rejects(promised(() => other.extend(60_000)), notHeld(key));
+      await assert.rejects(promised(() => other.extend(120_000)), notHeld(key));
       // The holder's lock is untouched by the refused extends.
       const left = await holder.getRemainingTime();
-      assert.ok(left > 4_000 && left <= 5_000, `remaining ${left}`);
+      assert.ok(left > 30_000 && left <= 60_000, `remaining ${left}`);
       assert.equal(await holder.release(), true);
       await assert.rejects(promised(() => holder.extend()), notHeld(key));
       await assert.rejects(promised(() => holder.extend(1_000)), notHeld(key));
@@ -170,7 +173,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       const a = lock(key, 40);
       assert.equal(await a.acquire(), true);
       await sleep(90);
-      const b = lock(key, 5_000);
+      const b = lock(key, 60_000);
       assert.equal(await b.acquire(), true);
       await assert.rejects(promised(() => a.extend()), notHeld(key));
       await assert.rejects(promised(() => a.extend(10_000)), notHeld(key));
@@ -178,16 +181,16 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(await a.release(), false);
       assert.equal(a.fence, null, "the store refused the release: the hold is known lost");
       const left = await b.getRemainingTime();
-      assert.ok(left > 4_000 && left <= 5_000, `remaining ${left}`);
+      assert.ok(left > 30_000 && left <= 60_000, `remaining ${left}`);
       if (fenced) assert.ok(b.fence >= 1);
       assert.equal(await b.release(), true);
     });
 
     it("a bad ttlMs is a rejected promise, never a throw: RangeError out of range, TypeError not a number, before the hold is looked at", async () => {
       const key = fresh();
-      const held = lock(key, 1_000);
+      const held = lock(key, 60_000);
       await held.acquire();
-      const unheld = lock(fresh(), 1_000);
+      const unheld = lock(fresh(), 60_000);
       const ranges = [-1, -0.5, 0, -0, NaN, Infinity, -Infinity, 2 ** 31, 2 ** 31 - 0.5];
       const types = ["5", "", null, {}, [], true, 5n, Symbol("t")];
       for (const l of [held, unheld]) {
@@ -208,7 +211,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       }
       // None of them shortened the held lock or cost it its hold.
       const left = await held.getRemainingTime();
-      assert.ok(left > 500 && left <= 1_000, `remaining ${left}`);
+      assert.ok(left > 30_000 && left <= 60_000, `remaining ${left}`);
       assert.equal(await held.isExpired(), false);
       assert.equal(await held.release(), true);
     });
@@ -219,7 +222,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("answer for the key whichever handle asks: true and whole ms counting down while held, false and null once released or expired", async () => {
       const key = fresh();
-      const holder = lock(key, 300);
+      const holder = lock(key, 60_000);
       const observer = lock(key);
       assert.equal(await promised(() => observer.isLocked()), false);
       assert.equal(await promised(() => observer.getRemainingTime()), null);
@@ -227,7 +230,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       for (const l of [holder, observer]) {
         assert.equal(await l.isLocked(), true);
         const left = await l.getRemainingTime();
-        assert.ok(Number.isInteger(left) && left > 0 && left <= 300, `remaining ${left}`);
+        assert.ok(Number.isInteger(left) && left > 0 && left <= 60_000, `remaining ${left}`);
       }
       const first = await observer.getRemainingTime();
       await sleep(60);
@@ -237,8 +240,10 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(await observer.isLocked(), false);
       assert.equal(await holder.getRemainingTime(), null);
       // Expiry, with nobody releasing.
+      const clock = stopwatch();
       assert.equal(await lock(key, 40).acquire(), true);
-      assert.equal(await observer.isLocked(), true);
+      const held = await observer.isLocked();
+      assert.ok(held || clock.past(40), "free inside its TTL");
       await sleep(90);
       assert.equal(await observer.isLocked(), false);
       assert.equal(await observer.getRemainingTime(), null);
@@ -250,7 +255,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("a round trip keeps key, ttlMs and fence, and the restored handle holds: it extends, reports and releases", async () => {
       const key = fresh();
-      const a = lock(key, 2_000);
+      const a = lock(key, 20_000);
       await a.acquire();
       if (fenced) assert.ok(Number.isInteger(a.fence) && a.fence >= 1, `fence ${a.fence}`);
       else assert.equal(a.fence, null);
@@ -258,14 +263,14 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.match(s, /^keel-lock:3:/);
       const b = restoreLock(s);
       assert.equal(b.key, key);
-      assert.equal(b.ttlMs, 2_000);
+      assert.equal(b.ttlMs, 20_000);
       assert.equal(b.fence, a.fence);
       assert.equal(await b.isExpired(), false);
       assert.equal(await b.isLocked(), true);
       const left = await b.getRemainingTime();
-      assert.ok(left > 1_000 && left <= 2_000, `remaining ${left}`);
-      await b.extend(10_000);
-      assert.ok((await a.getRemainingTime()) > 8_000, "the original sees the restored handle's extend");
+      assert.ok(left > 10_000 && left <= 20_000, `remaining ${left}`);
+      await b.extend(60_000);
+      assert.ok((await a.getRemainingTime()) > 40_000, "the original sees the restored handle's extend");
       // The restored handle serializes too, into a lock on the same hold.
       const c = restoreLock(b.serialize());
       assert.equal(c.key, key);
@@ -280,26 +285,28 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("serialize() after extend(ttlMs) carries the new expiry but still the lock's TTL", async () => {
       const key = fresh();
-      const a = lock(key, 1_000);
+      const a = lock(key, 10_000);
       await a.acquire();
       const before = a.serialize();
-      await a.extend(20_000);
+      await a.extend(60_000);
       const after = a.serialize();
       assert.notEqual(after, before);
       const b = restoreLock(after);
-      assert.equal(b.ttlMs, 1_000);
-      assert.ok((await b.getRemainingTime()) > 15_000);
+      assert.equal(b.ttlMs, 10_000);
+      assert.ok((await b.getRemainingTime()) > 30_000);
       await b.extend(); // the lock's TTL
-      assert.ok((await a.getRemainingTime()) <= 1_000);
+      assert.ok((await a.getRemainingTime()) <= 10_000);
       assert.equal(await b.release(), true);
     });
 
     it("serialize() throws LockNotHeldError synchronously: never acquired, after release, after the hold was lost", async () => {
       const key = fresh();
+      const released = lock(key, 60_000);
+      assert.throws(() => released.serialize(), notHeld(key, /cannot serialize/));
+      await released.acquire();
+      assert.equal(await released.release(), true);
+      assert.throws(() => released.serialize(), notHeld(key, /cannot serialize/));
       const l = lock(key, 40);
-      assert.throws(() => l.serialize(), notHeld(key, /cannot serialize/));
-      await l.acquire();
-      assert.equal(await l.release(), true);
       assert.throws(() => l.serialize(), notHeld(key, /cannot serialize/));
       await l.acquire();
       await sleep(90);
@@ -341,10 +348,12 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("a handle whose TTL passed unnoticed does not serialize; one serialized just before its TTL ran out restores as expired", async () => {
       const key = fresh();
-      const a = lock(key, 30);
+      // Serialized right after the acquire, then left to expire: the store frees the key no
+      // earlier than the handle's own deadline passes.
+      const a = lock(key, 1_000);
       await a.acquire();
       const s = a.serialize();
-      await sleep(70);
+      await until(async () => !(await lock(key).isLocked()), "the TTL ran out", { everyMs: 20 });
       assert.equal(await a.isExpired(), true);
       assert.throws(() => a.serialize(), notHeld(key, /cannot serialize/));
       const b = restoreLock(s);
@@ -364,14 +373,14 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       if (storeName !== "memory") setLockStore(rec.store);
       const key = `${fresh("fffd")}:a\uFFFDb`;
       const neighbours = [key.replace("\uFFFD", ""), key.replace("\uFFFD", "\uFFFD\uFFFD"), key.replace("\uFFFD", "?")];
-      const l = lock(key, 2_000);
+      const l = lock(key, 20_000);
       assert.equal(l.key, key);
       const [ran, seen] = await l.run(async (ctx) => {
-        await l.extend(4_000);
+        await l.extend(40_000);
         return { fence: ctx.fence, left: await l.getRemainingTime(), locked: await l.isLocked(), s: l.serialize() };
       });
       assert.equal(ran, true);
-      assert.ok(seen.left > 3_000 && seen.left <= 4_000, `remaining ${seen.left}`);
+      assert.ok(seen.left > 20_000 && seen.left <= 40_000, `remaining ${seen.left}`);
       assert.equal(seen.locked, true);
       assert.equal(restoreLock(seen.s).key, key);
       assert.equal(await lock(key).isLocked(), false, "run() released it");
@@ -383,8 +392,8 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(r.key, key);
       assert.equal(r.key.length, key.length);
       assert.equal(r.fence, l.fence);
-      await r.extend(3_000);
-      assert.ok((await l.getRemainingTime()) > 2_000);
+      await r.extend(60_000);
+      assert.ok((await l.getRemainingTime()) > 30_000);
       assert.equal(await r.release(), true);
       assert.equal(await l.release(), false);
       assert.equal(await lock(key).isLocked(), false);
@@ -523,7 +532,7 @@ describe("extend() on JS stores chosen per test", () => {
       const { store, state } = switchable();
       setLockStore(store);
       const key = fresh();
-      const l = lock(key, 2_000);
+      const l = lock(key, 30_000);
       await l.acquire();
       await l.extend();
       assert.equal(await l.isExpired(), false);
@@ -543,7 +552,7 @@ describe("extend() on JS stores chosen per test", () => {
     for (const mode of ["throw", "reject"]) {
       const { store, state } = switchable();
       setLockStore(store);
-      const l = lock(fresh(), 2_000);
+      const l = lock(fresh(), 30_000);
       await l.acquire();
       const boom = new Error(`extend ${mode}`);
       Object.assign(state, { extend: mode, error: boom });
@@ -551,8 +560,8 @@ describe("extend() on JS stores chosen per test", () => {
       await assert.rejects(promised(() => l.extend(5_000)), (e) => e === boom);
       assert.equal(await l.isExpired(), false);
       state.extend = "ok";
-      await l.extend(5_000);
-      assert.ok((await l.getRemainingTime()) > 4_000);
+      await l.extend(60_000);
+      assert.ok((await l.getRemainingTime()) > 30_000);
       assert.equal(await l.release(), true);
     }
   });
@@ -562,7 +571,7 @@ describe("extend() on JS stores chosen per test", () => {
       for (const sync of [true, false]) {
         const { store, state } = switchable();
         setLockStore(store);
-        const l = lock(fresh(), 2_000);
+        const l = lock(fresh(), 30_000);
         await l.acquire();
         Object.assign(state, { extend: "answer", answer, sync });
         await assert.rejects(promised(() => l.extend()), brokenStore("extend"), `${String(answer)} sync=${sync}`);
@@ -613,21 +622,21 @@ describe("extend() on JS stores chosen per test", () => {
     const rec = recording(mapLockStore());
     setLockStore(rec.store);
     const key = fresh();
-    const l = lock(key, 700);
+    const l = lock(key, 7_000);
     await l.acquire();
     const owner = rec.calls.find((c) => c.name === "acquire").args[1];
     await l.extend();
     await l.extend(undefined);
-    await l.extend(1_500);
+    await l.extend(15_000);
     await l.extend(2 ** 31 - 1);
-    await l.extend(1_000.2);
+    await l.extend(10_000.2);
     await l.extend(-1).catch(() => {}); // refused before the store is asked
     await l.extend("5").catch(() => {});
     await l.extend(0.4); // last: the hold has 1 ms left after it
     const extends_ = rec.calls.filter((c) => c.name === "extend");
     assert.deepEqual(
       extends_.map((c) => c.args),
-      [700, 700, 1_500, 2 ** 31 - 1, 1_001, 1].map((ttl) => [key, owner, ttl]),
+      [7_000, 7_000, 15_000, 2 ** 31 - 1, 10_001, 1].map((ttl) => [key, owner, ttl]),
     );
   });
 });
@@ -763,7 +772,7 @@ describe("keys with lone surrogates", () => {
       });
       assert.throws(() => lock(`${key}:${lone}`, 1_000), RangeError);
     }
-    const pair = lock(`${key}:a\uD83D\uDE00b`, 1_000);
+    const pair = lock(`${key}:a\uD83D\uDE00b`, 60_000);
     assert.equal(await pair.acquire(), true);
     const restored = restoreLock(pair.serialize());
     assert.equal(restored.key, `${key}:a\uD83D\uDE00b`);

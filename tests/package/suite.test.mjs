@@ -12,8 +12,8 @@ import {
   LockStoreTimeoutError,
 } from "keel-lock";
 import { STORES, recording, mapLockStore } from "./stores.mjs";
+import { sleep, stopwatch, until } from "./waits.mjs";
 
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let n = 0;
 const fresh = (name = "k") => `${name}:${process.pid}:${++n}`;
 
@@ -44,8 +44,10 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
       it("always expires: a held lock is free after its TTL", async () => {
         const key = fresh();
+        const clock = stopwatch();
         assert.equal(await lock(key, 40).acquire(), true);
-        assert.equal(await lock(key).isLocked(), true);
+        const held = await lock(key).isLocked();
+        assert.ok(held || clock.past(40), "free inside its TTL");
         await sleep(90);
         assert.equal(await lock(key).isLocked(), false);
         assert.equal(await lock(key).acquire(), true);
@@ -85,7 +87,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
         const holder = lock(key);
         await holder.acquire();
         setTimeout(() => holder.release(), 120);
-        const [ran, v] = await lock(key).run(() => "waited", { timeout: 3_000, retryDelay: 10 });
+        const [ran, v] = await lock(key).run(() => "waited", { timeout: 30_000, retryDelay: 10 });
         assert.deepEqual([ran, v], [true, "waited"]);
       });
 
@@ -100,13 +102,21 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
       it("retries every retryDelay (default 50 ms) while waiting", async () => {
         const key = fresh();
-        await lock(key).acquire();
-        const rec = recording(getLockStore());
-        setLockStore(rec.store);
-        await lock(key).run(() => {}, { timeout: 400 });
-        const attempts = rec.calls.filter((c) => c.name === "acquire").length;
-        // 400 ms / 50 ms = 8 pauses, 9 attempts at most; late timers only ever mean fewer.
-        assert.ok(attempts >= 2 && attempts <= 9, `${attempts} attempts`);
+        const holder = lock(key);
+        await holder.acquire();
+        // A store of the five methods only (no queue of its own): the lock polls it.
+        const { store } = recording(getLockStore());
+        const sentAt = [];
+        setLockStore({ ...store, acquire: (...args) => (sentAt.push(performance.now()), store.acquire(...args)) });
+        const waiting = lock(key).run(() => "ran", { timeout: 60_000 });
+        await until(() => sentAt.length >= 5, "five attempts");
+        await holder.release();
+        assert.deepEqual(await waiting, [true, "ran"]);
+        // Four pauses between the first five attempts: 4 × 50 ms at least, less a little for a
+        // timer firing early or a coarse clock (a late timer only widens the gaps). A shorter
+        // default (40 ms: 160) falls below.
+        const spread = sentAt[4] - sentAt[0];
+        assert.ok(spread >= 4 * 45, `5 attempts within ${spread} ms`);
       });
 
       it("runImmediately() never waits", async () => {
@@ -120,12 +130,18 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       });
 
       it("lets fn extend its own lock (the documented batch pattern)", async () => {
-        const l = lock(fresh(), 400);
+        const ttl = 1_500;
+        const l = lock(fresh(), ttl);
         const [ran] = await l.run(async () => {
-          for (let i = 0; i < 4; i++) {
-            await sleep(150); // 4 × 150 ms outlives the 400 ms TTL only because of extend()
+          // Granted by now: without the extends the key is free within the TTL from here. A batch
+          // every 100 ms, each followed by an extend, until an extend is sent past that TTL.
+          const granted = performance.now();
+          let sent;
+          do {
+            await sleep(100);
+            sent = performance.now();
             await l.extend();
-          }
+          } while (sent - granted < ttl + 50);
           assert.equal(await l.isExpired(), false);
         });
         assert.equal(ran, true);
@@ -223,15 +239,14 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       });
 
       it("resets expiry to ttlMs from now (default: the lock's TTL)", async () => {
-        const l = lock(fresh(), 80);
+        const l = lock(fresh(), 2_000);
         await l.acquire();
-        await l.extend(5_000);
-        await sleep(150);
+        await l.extend(60_000);
         assert.equal(await l.isLocked(), true);
         const left = await l.getRemainingTime();
-        assert.ok(left > 3_000 && left <= 5_000, `remaining ${left}`);
+        assert.ok(left > 30_000 && left <= 60_000, `remaining ${left}: not past the lock's 2 s TTL`);
         await l.extend();
-        assert.ok((await l.getRemainingTime()) <= 80);
+        assert.ok((await l.getRemainingTime()) <= 2_000);
         await l.release();
       });
     });
@@ -295,8 +310,10 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       it("isExpired: did we hold it and lose it (conservative local deadline)", async () => {
         const l = lock(fresh(), 50);
         assert.equal(await l.isExpired(), false, "never acquired");
+        const clock = stopwatch();
         await l.acquire();
-        assert.equal(await l.isExpired(), false, "held");
+        const expired = await l.isExpired();
+        assert.ok(!expired || clock.past(50), "expired inside its TTL");
         await sleep(70);
         assert.equal(await l.isExpired(), true, "TTL passed");
         const m = lock(fresh(), 10_000);
@@ -447,9 +464,16 @@ describe("stores that misbehave", () => {
     assert.equal(called, false);
     // Release, extend and the queries too.
     setLockStore({ ...inner, release: never, extend: never, isLocked: never, remainingTime: never });
+    const clock = stopwatch();
     const l = lock(fresh(), 200);
     assert.equal(await l.acquire(), true);
-    for (const [call, operation] of [[() => l.extend(), "extend"], [() => l.isLocked(), "isLocked"],
+    // extend() decides at the call whether the hold is still live (else it rejects
+    // LockNotHeldError without asking the store): only a call made inside the TTL must wait.
+    const extending = l.extend();
+    const live = clock.within(200);
+    await assert.rejects(extending, (e) =>
+      (e instanceof LockStoreTimeoutError && e.operation === "extend") || (!live && e instanceof LockNotHeldError));
+    for (const [call, operation] of [[() => l.isLocked(), "isLocked"],
       [() => l.getRemainingTime(), "remainingTime"], [() => l.release(), "release"]]) {
       await assert.rejects(call(), (e) => e instanceof LockStoreTimeoutError && e.operation === operation);
     }
@@ -474,9 +498,9 @@ describe("stores that misbehave", () => {
     const key = fresh();
     assert.deepEqual(await lock(key).run(() => 1, { timeout: 100, retryDelay: 10 }), [false, undefined]);
     assert.equal(await inner.isLocked(key), true, "the abandoned attempt took the key");
-    await sleep(600);
-    assert.equal(released.length, 1, "the late grant was released");
-    assert.equal(await inner.isLocked(key), false, "and the key is free long before its 30 s TTL");
+    // The key is free again once the late grant was given back, long before its 30 s TTL.
+    await until(async () => released.length > 0 && !(await inner.isLocked(key)), "the late grant released");
+    assert.equal(released.length, 1, "the late grant was released once");
   });
 
   it("a store missing a method is refused by setLockStore with a TypeError naming it", () => {

@@ -10,6 +10,10 @@ import { mapLockStore } from "./stores.mjs";
 
 const { MemoryLockStore, lock, setLockStore } = keel;
 const { checkLockStore, lockStoreResults, LockStoreConformanceError } = testing;
+// A store that passes must answer the owner's extend of a hold with the short TTL before that
+// TTL runs out (the kit tries three times): a second leaves room for any stall of a loaded
+// machine. Where only failures or the number of properties are looked at, the kit runs fast.
+const PASSING = { shortTtlMs: 1_000, settleMs: 50, contenders: 10 };
 const FAST = { shortTtlMs: 100, settleMs: 60, contenders: 10 };
 
 test("keel-lock does not export checkLockStore; keel-lock/testing exports the kit", () => {
@@ -32,19 +36,19 @@ test("a MemoryLockStore made by keel-lock passes, and keeps working as keel-lock
   };
   let results;
   try {
-    results = await checkLockStore(store, FAST);
+    results = await checkLockStore(store, PASSING);
   } finally {
     proto.acquire = original;
   }
   assert.ok(results.length >= 5, `only ${results.length} properties ran`);
   assert.deepEqual(results.filter((r) => !r.ok), []);
-  assert.ok(calls >= FAST.contenders, `the kit called the store's acquire ${calls} times`);
+  assert.ok(calls >= PASSING.contenders, `the kit called the store's acquire ${calls} times`);
   setLockStore(store);
   assert.deepEqual(await lock("after-the-kit").run(() => "ran"), [true, "ran"]);
 });
 
 test("a store written in JS passes", async () => {
-  const results = await checkLockStore(mapLockStore(), FAST);
+  const results = await checkLockStore(mapLockStore(), PASSING);
   assert.deepEqual(results.filter((r) => !r.ok), []);
 });
 

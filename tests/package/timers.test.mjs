@@ -56,7 +56,7 @@ describe("timers", () => {
       seen.aborted = await waiting;
       await holder.extend(20_000);
       await holder.release();
-      const kept = lock("d", 1_000);
+      const kept = lock("d", 10_000);
       await kept.acquire();
       kept.autoExtend();
       seen.whileAutoExtending = await timers();

@@ -86,15 +86,16 @@ describe("the memory store's hash keys", () => {
 
 describe("a handed-over grant", () => {
   it("has its TTL counted from the hand-over (the store's waitedMs), not from the request", async () => {
-    // The store answers after 300 ms that the grant waited 290 ms in its queue; the TTL is
-    // 200 ms. Counted from the request the hold would already look expired; from the grant, not.
+    // The store answers after 1600 ms that the grant waited 1550 ms in its queue; the TTL is
+    // 1500 ms. Counted from the request the hold would already look expired; from the grant it
+    // has over a second to go.
     setLockStore({
       ...mapLockStore(),
-      acquireOrWait: () => new Promise((r) => setTimeout(() => r({ fence: 7, waitedMs: 290 }), 300)),
+      acquireOrWait: () => new Promise((r) => setTimeout(() => r({ fence: 7, waitedMs: 1_550 }), 1_600)),
     });
     try {
-      const l = lock(fresh("waited"), 200);
-      assert.equal(await l.acquire({ timeout: 5_000 }), true);
+      const l = lock(fresh("waited"), 1_500);
+      assert.equal(await l.acquire({ timeout: 30_000 }), true);
       assert.equal(l.fence, 7);
       assert.equal(await l.isExpired(), false, "waitedMs was ignored");
     } finally {

@@ -25,7 +25,7 @@ test("a Vite bundle runs the package in headless Chromium", async () => {
     const errors = [];
     page.on("pageerror", (e) => errors.push(String(e)));
     await page.goto(server.resolvedUrls.local[0]);
-    await page.waitForFunction(() => window.__keelResult !== undefined, null, { timeout: 60_000 });
+    await page.waitForFunction(() => window.__keelResult !== undefined, null, { timeout: 180_000 });
     const result = await page.evaluate(() => window.__keelResult);
     assert.deepEqual(errors, []);
     assert.deepEqual(result, SMOKE);

@@ -7,6 +7,7 @@ import { createRequire } from "node:module";
 import assert from "node:assert/strict";
 import { lock, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
 import { STORES, recording, mapLockStore } from "./stores.mjs";
+import { stopwatch } from "./waits.mjs";
 
 const require = createRequire(import.meta.url);
 const glue = require("./node_modules/keel-lock/dist/node/keel_lock.js");
@@ -48,30 +49,40 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       for (const options of [undefined, { autoExtend: { every: 20 } }]) {
         const before = watchers();
         const l = lock(fresh(), 200);
-        const [ran, signal] = await l.run(async (ctx) => {
+        const clock = stopwatch();
+        const [ran, { signal, released, inTime }] = await l.run(async (ctx) => {
           const signal = ctx.signal;
-          assert.equal(await l.release(), true);
+          const released = await l.release();
+          // Released inside the TTL: the hold was still there, so the release took it, and
+          // nothing after it is a loss. (A machine stalled past the TTL lost it first.)
+          const inTime = clock.within(200);
           await sleep(300); // past the old deadline, and several extend intervals
-          return signal;
+          return { signal, released, inTime };
         }, options);
         assert.equal(ran, true);
-        assert.equal(signal.aborted, false, JSON.stringify(options));
+        assert.ok(released || !inTime, `the release inside the TTL was refused (${JSON.stringify(options)})`);
+        assert.ok(!signal.aborted || !inTime, `aborted after the release (${JSON.stringify(options)})`);
         assert.equal(watchers(), before, `the watcher went (${JSON.stringify(options)})`);
       }
     });
 
     it("run({ autoExtend }) holds past the TTL, then the cap ends it with its own reason", async () => {
       const key = fresh();
-      const [, out] = await lock(key, 200).run(
+      // Extended every 20 ms: a stall of over a second between two extends is survived.
+      const ttl = 1_500;
+      const cap = ttl + 400;
+      const clock = stopwatch();
+      const [, out] = await lock(key, ttl).run(
         async (ctx) => {
-          await sleep(500); // 2.5 TTLs: only extends keep it
+          await sleep(ttl + 100); // past the TTL: only extends keep it
           const heldMidway = await lock(key).isLocked();
+          const capped = clock.past(cap); // the cap may have ended the hold by now
           const why = await aborted(ctx.signal).then(() => ctx.signal.reason);
-          return { heldMidway, message: why.message };
+          return { heldMidway, capped, message: why.message };
         },
-        { autoExtend: { every: 20, maxHoldMs: 700 } },
+        { autoExtend: { every: 20, maxHoldMs: cap } },
       );
-      assert.equal(out.heldMidway, true);
+      assert.ok(out.heldMidway || out.capped, "not held past the TTL, before the cap");
       assert.match(out.message, /was lost: it was held for its maximum hold time/);
       assert.equal(await lock(key).isLocked(), false, "released after the run");
     });
@@ -95,7 +106,9 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
 
     it("autoExtend(): checks, keeps the hold alive, answers one context, and stops", async () => {
       const key = fresh();
-      const l = lock(key, 200);
+      // Extended every 20 ms: a stall of over a second between two extends is survived.
+      const ttl = 1_500;
+      const l = lock(key, ttl);
       assert.throws(() => l.autoExtend({ every: 0 }), RangeError, "options first");
       assert.throws(() => l.autoExtend(), LockNotHeldError, "then the hold");
       assert.equal(l.signal, undefined);
@@ -104,11 +117,13 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
       assert.equal(l.autoExtend(), context, "again while it runs: the same context");
       assert.equal(l.signal, context.signal);
       assert.equal(context.fence, l.fence);
-      await sleep(500);
+      await sleep(ttl + 100);
       assert.equal(await l.isExpired(), false);
-      assert.equal(await lock(key).acquire(), false, "still held after 2.5 TTLs");
+      assert.equal(await lock(key).acquire(), false, "still held past its TTL");
       await l.stopAutoExtend();
       assert.equal(l.signal, undefined);
+      // A hold of 50 ms from here: an extend every 20 ms, were it still running, would keep it.
+      await l.extend(50);
       await sleep(250);
       assert.equal(await l.isExpired(), true, "no extend after stopAutoExtend");
       assert.equal(context.signal.aborted, false, "stopping is not a loss");
@@ -117,7 +132,7 @@ for (const [storeName, makeStore] of Object.entries(STORES)) {
     it("release() stops autoExtend first; the key is free afterwards", async () => {
       const key = fresh();
       const before = watchers();
-      const l = lock(key, 200);
+      const l = lock(key, 5_000);
       await l.acquire();
       l.autoExtend({ every: 10 });
       await sleep(35);
@@ -133,7 +148,7 @@ describe("a force-release", () => {
   it("aborts the kept hold's signal (memory store)", async () => {
     setLockStore(STORES.memory());
     const key = fresh();
-    const l = lock(key, 200);
+    const l = lock(key, 5_000);
     await l.acquire();
     const context = l.autoExtend({ every: 20 });
     assert.equal(await lock(key).forceRelease(), true);
@@ -181,7 +196,7 @@ describe("an extend in flight during the watcher's stop", () => {
     };
     setLockStore(wrapped);
     const key = fresh();
-    const [ran] = await lock(key, 90).run(() => sleep(45), { autoExtend: { every: 30 } });
+    const [ran] = await lock(key, 5_000).run(() => sleep(45), { autoExtend: { every: 30 } });
     assert.equal(ran, true);
     assert.deepEqual(answered, ["extend", "release"]);
     assert.ok(calls.some((c) => c.name === "extend"));
@@ -195,6 +210,7 @@ describe("a run's hold that another hold of its handle replaced", () => {
       setLockStore(new MemoryLockStore());
       const key = fresh();
       const l = lock(key, 200);
+      const clock = stopwatch();
       const first = l.run(async (ctx) => {
         const signal = ctx.signal;
         await sleep(300); // past the old deadline, and several extend intervals
@@ -204,7 +220,10 @@ describe("a run's hold that another hold of its handle replaced", () => {
       // The handle is busy with the first run: this one waits in the store's queue.
       const second = l.run(() => "second", { timeout: 5_000 });
       await sleep(15);
-      assert.equal(await lock(key).forceRelease(), true);
+      // The first run's hold is there to force-release unless its TTL ran out meanwhile (then
+      // the queue handed the key to the second run at its expiry, as good for what follows).
+      const forced = await lock(key).forceRelease();
+      assert.ok(forced || clock.past(200), "nothing to force-release inside the first hold's TTL");
       assert.deepEqual(await second, [true, "second"]);
       const [ran, signal] = await first;
       assert.equal(ran, true);
@@ -216,7 +235,7 @@ describe("a run's hold that another hold of its handle replaced", () => {
   it("the same, with the signal read only after the newer hold came and went: aborted at once", async () => {
     setLockStore(new MemoryLockStore());
     const key = fresh();
-    const l = lock(key, 200);
+    const l = lock(key, 5_000);
     let second;
     const first = l.run(async (ctx) => {
       await sleep(5);
@@ -236,15 +255,20 @@ describe("a run's hold that another hold of its handle replaced", () => {
     for (const [storeName, makeStore] of Object.entries(STORES)) {
       setLockStore(makeStore());
       const l = lock(fresh(), 200);
-      const [ran, signal] = await l.run(async (ctx) => {
-        assert.equal(await l.release(), true);
+      const clock = stopwatch();
+      const [ran, { signal, released, inTime }] = await l.run(async (ctx) => {
+        const released = await l.release();
+        // Released inside the TTL: the hold was still there, so the release took it, and
+        // nothing after it is a loss. (A machine stalled past the TTL lost it first.)
+        const inTime = clock.within(200);
         assert.equal(await l.acquire(), true);
         const signal = ctx.signal;
         await sleep(250); // past the released hold's deadline
-        return signal;
+        return { signal, released, inTime };
       });
       assert.equal(ran, true);
-      assert.equal(signal.aborted, false, storeName);
+      assert.ok(released || !inTime, `the release inside the TTL was refused (${storeName})`);
+      assert.ok(!signal.aborted || !inTime, storeName);
       await l.release(); // the newer hold, expired by now too
     }
   });
@@ -260,7 +284,7 @@ describe("a run's hold that another hold of its handle replaced", () => {
     };
     store.extend = (...args) => (extends_++, extend(...args));
     setLockStore(store);
-    const l = lock(fresh(), 200);
+    const l = lock(fresh(), 5_000);
     const [ran, signal] = await l.run(async (ctx) => {
       const signal = ctx.signal;
       const releasing = l.release();

@@ -1,10 +1,11 @@
 // A user's script ends when they close what they opened. Each test runs lib/exit-child.js — the
 // README's quick start in a process of its own, with keel-lock installed from the tarball — against
 // real servers: a waited run (the store opens its own pub/sub or LISTEN connection), then the
-// user's client is closed and nothing else. The process must exit 0 within 2 s of the close, with
-// no store.close(). A client closed while a run is still queued must reject that run with
-// LockStoreClosedError (not leave it hanging), and a script that leaves its client open must
-// still be alive after those 2 s — the check can tell a process that ends from one that hangs.
+// user's client is closed and nothing else. The process must exit 0 by itself — within 10 s of the
+// close, room for a loaded machine — with no store.close(). A client closed while a run is still
+// queued must reject that run with LockStoreClosedError (not leave it hanging), and a script that
+// leaves its client open must still be alive after those 10 s — the check can tell a process that
+// ends from one that hangs.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
@@ -13,7 +14,7 @@ import { startPostgres, startRedis, startRedisCluster } from "./lib/servers.js";
 import { STORES_DIR, installedKeelLock } from "./lib/installed.js";
 
 const CHILD = join(STORES_DIR, "lib", "exit-child.js");
-const EXIT_WITHIN_MS = 2_000;
+const EXIT_WITHIN_MS = 10_000;
 const children = new Set();
 process.on("exit", () => {
   for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
@@ -118,7 +119,7 @@ describe("Redis standalone", () => {
     });
   }
 
-  test("ioredis: a script that leaves its client open is still running 2 s later (the check sees a hang)", { timeout: 60_000 }, async () => {
+  test("ioredis: a script that leaves its client open is still running 10 s later (the check sees a hang)", { timeout: 60_000 }, async () => {
     const result = await runChild("ioredis", { port: redis.port, url: redis.url }, "left-open");
     assert.equal(result.exitedAfterMs, null, `it exited ${result.exitedAfterMs} ms after its work`);
   });

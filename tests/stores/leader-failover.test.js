@@ -33,7 +33,9 @@ import { sleep, startRedis } from "./lib/servers.js";
 import { STORES_DIR, installedKeelLock } from "./lib/installed.js";
 
 const LEADER = join(STORES_DIR, "lib", "leader.js");
-const TTL = 2_000; // ms: the leaders' TTL; keep-alive extends every third of it
+// ms: the leaders' TTL; keep-alive extends every third of it, so a live leader keeps its hold
+// through a stall of more than 2.5 s on a loaded machine
+const TTL = 4_000;
 const WAIT = 60_000; // ms: the longest a barrier waits before calling it a hang
 const CLOCK_TOLERANCE = 25; // ms: Date.now() in four processes (and Redis's clock) are whole ms of one clock
 const SLACK = 15_000; // ms: how late after A's expiry B may lead on a loaded machine

@@ -19,7 +19,7 @@ function watching(key, options = {}) {
   })();
   return {
     seen,
-    async until(n, ms = 3000) {
+    async until(n, ms = 20_000) {
       const end = Date.now() + ms;
       while (seen.length < n && Date.now() < end) await new Promise((resolve) => setTimeout(resolve, 5));
       return seen;
@@ -60,7 +60,8 @@ test("a pushing store: the holder's expiry, which no store reports, is seen when
   const took = Date.now() - started;
   await watch.stop();
   assert.deepEqual(seen, [null, { metadata: "short", fence: a.fence }, null]);
-  assert.ok(took >= 140 && took < 5000, `expiry seen after ${took} ms`);
+  // Not before the TTL; and at it, not at the next poll a minute away.
+  assert.ok(took >= 140 && took < 20_000, `expiry seen after ${took} ms`);
 });
 
 test("a pushing store that says it may have missed reports (null) is looked at again", async () => {

@@ -1,9 +1,12 @@
 // redisLockStore's waitForReplicas against real redis-servers started here: a primary with one
 // replica (through ioredis 5 and 6, node-redis 5 and 4), a three-master Redis Cluster with a
-// replica each (the four cluster clients), and a server that refuses WAIT. A replica is made to
-// lag by SIGSTOP (it reads nothing and acknowledges nothing, after it acknowledged every write
-// made so far): then every grant — acquire, acquireShared, acquireMany, acquireOrWait taken at
-// once or handed over, acquireSharedOrWait handed over — is given back and rejects with
+// replica each (the four cluster clients), and a server that refuses WAIT. A case that needs the
+// replica to acknowledge starts once the replica is online, caught up to the primary's offset and
+// acknowledging a WAIT of the test's own, and gives the store's WAIT 10 s. A replica is made to
+// lag by SIGSTOP once it has acknowledged every write made so far (it then reads nothing and
+// acknowledges nothing; the test waits until the process shows it stopped): then every grant —
+// acquire, acquireShared, acquireMany, acquireOrWait taken at once or handed over,
+// acquireSharedOrWait handed over — is given back and rejects with
 // LockNotReplicatedError, and an extend rejects and leaves the hold as it was. Each refusal is
 // set against the same call on a store without the option, which the same server grants, so a
 // store that ignored the option fails here. A hand-over is made by another connection's script:
@@ -18,9 +21,13 @@ import { createClient as createNodeRedis, createCluster as createNodeRedisCluste
 import { createClient as createNodeRedis4, createCluster as createNodeRedisCluster4 } from "redis4";
 import { Redis as Upstash } from "@upstash/redis";
 import { redisLockStore, LockNotReplicatedError } from "../../pkg/stores/redis.js";
-import { ioredisCluster, nodeRedisCluster, sleep, startRedis, startRedisCluster, startRedisReplicated } from "./lib/servers.js";
+import { ioredisCluster, nodeRedisCluster, replicasCaughtUp, sleep, startRedis, startRedisCluster, startRedisReplicated, untilStopped } from "./lib/servers.js";
 
 const LONG = 60_000;
+// Where the replica runs and must acknowledge: a WAIT a loaded machine answers in time.
+const HEALTHY_WAIT = { replicas: 1, timeoutMs: 10_000 };
+// Where the replica is stopped and the refusal is the outcome checked: the timeout only decides
+// how soon WAIT answers 0.
 const SHORT_WAIT = { replicas: 1, timeoutMs: 100 };
 const tag = () => randomBytes(4).toString("hex");
 const owner = (label = "o") => `${label}-${randomBytes(6).toString("hex")}`;
@@ -133,25 +140,29 @@ describe("a primary with one replica (started here)", () => {
     describe(label, () => {
       let conn;
       let plainConn;
-      let waiting; // the option on
+      let waiting; // the option on, with a WAIT timeout a running replica meets
+      let lagging; // the option on, with a short WAIT timeout, for the cases where the replica is stopped
       let plain; // the same server, no option
       const key = (what) => `keel-test:replicas:${label}:${what}:${tag()}`;
 
       before(async () => {
         conn = await connect();
         plainConn = await connect();
-        waiting = redisLockStore(conn.client, { waitForReplicas: SHORT_WAIT });
+        waiting = redisLockStore(conn.client, { waitForReplicas: HEALTHY_WAIT });
+        lagging = redisLockStore(conn.client, { waitForReplicas: SHORT_WAIT });
         plain = redisLockStore(plainConn.client);
       });
 
       after(async () => {
         await waiting?.close?.();
+        await lagging?.close?.();
         await plain?.close?.();
         await conn?.close();
         await plainConn?.close();
       });
 
       test("grants are answered once the replica has them", async () => {
+        await servers.inSync();
         const k = key("healthy");
         const o = owner();
         const got = await waiting.acquire(k, o, LONG);
@@ -187,9 +198,9 @@ describe("a primary with one replica (started here)", () => {
         const holder = owner("holder");
         assert.ok(await plain.acquire(handedKey, holder, LONG));
         const waiter = owner("waiter");
-        const handed = waiting.acquireOrWait(handedKey, waiter, LONG, 10_000, 50);
+        const handed = lagging.acquireOrWait(handedKey, waiter, LONG, 10_000, 50);
         handed.catch(() => {});
-        await queued(admin, waiting, handedKey);
+        await queued(admin, lagging, handedKey);
         // The shared waiter on a connection of its own: no write of another case moves its offset.
         const readerConn = await connect();
         const readerStore = redisLockStore(readerConn.client, { waitForReplicas: SHORT_WAIT });
@@ -199,52 +210,54 @@ describe("a primary with one replica (started here)", () => {
         const reader = owner("reader");
         const readerHanded = readerStore.acquireSharedOrWait(sharedKey, reader, LONG, 1, 4, 10_000, 50);
         readerHanded.catch(() => {});
-        await queued(admin, waiting, sharedKey);
+        await queued(admin, lagging, sharedKey);
 
+        // In sync (the enqueues acknowledged), then stopped.
         await replica.pause();
         try {
           // Hand-overs first: nothing this store's connection writes after the pause comes before.
           assert.equal(await plain.release(handedKey, holder), true);
           await notReplicated(handed, "acquireOrWait", { acknowledged: 0, released: true });
-          assert.equal(await admin.exists(waiting.keys(handedKey).lock), 0, "the handed-over key was not given back");
+          assert.equal(await admin.exists(lagging.keys(handedKey).lock), 0, "the handed-over key was not given back");
           assert.equal(await plain.release(sharedKey, writer), true);
           await notReplicated(readerHanded, "acquireSharedOrWait", { acknowledged: 0, released: true });
-          assert.equal(await admin.exists(waiting.keys(sharedKey).lock), 0);
+          assert.equal(await admin.exists(lagging.keys(sharedKey).lock), 0);
 
           const k = key("acquire");
-          await notReplicated(waiting.acquire(k, owner(), LONG), "acquire", { acknowledged: 0, released: true });
-          assert.equal(await admin.exists(waiting.keys(k).lock), 0, "the grant was not given back");
+          await notReplicated(lagging.acquire(k, owner(), LONG), "acquire", { acknowledged: 0, released: true });
+          assert.equal(await admin.exists(lagging.keys(k).lock), 0, "the grant was not given back");
           const control = owner("control");
           assert.ok(await plain.acquire(k, control, LONG), "the store without the option was refused");
           assert.equal(await plain.release(k, control), true);
 
           const s = key("acquire-shared");
-          await notReplicated(waiting.acquireShared(s, owner(), LONG, 1, 4), "acquireShared", { acknowledged: 0, released: true });
-          assert.equal(await admin.exists(waiting.keys(s).lock), 0);
+          await notReplicated(lagging.acquireShared(s, owner(), LONG, 1, 4), "acquireShared", { acknowledged: 0, released: true });
+          assert.equal(await admin.exists(lagging.keys(s).lock), 0);
           assert.ok((await plain.acquireShared(s, owner(), LONG, 1, 4)).fence >= 1);
 
           const [a, b] = [key("many-a"), key("many-b")].sort();
-          await notReplicated(waiting.acquireMany([a, b], [owner("a"), owner("b")], LONG), "acquireMany", { released: true });
-          assert.equal(await admin.exists(waiting.keys(a).lock, waiting.keys(b).lock), 0);
+          await notReplicated(lagging.acquireMany([a, b], [owner("a"), owner("b")], LONG), "acquireMany", { released: true });
+          assert.equal(await admin.exists(lagging.keys(a).lock, lagging.keys(b).lock), 0);
           assert.equal((await plain.acquireMany([a, b], [owner("a"), owner("b")], LONG)).length, 2);
 
           const w = key("wait-free");
-          await notReplicated(waiting.acquireOrWait(w, owner(), LONG, 5_000, 50), "acquireOrWait", { acknowledged: 0, released: true });
-          assert.equal(await admin.exists(waiting.keys(w).lock), 0);
+          await notReplicated(lagging.acquireOrWait(w, owner(), LONG, 5_000, 50), "acquireOrWait", { acknowledged: 0, released: true });
+          assert.equal(await admin.exists(lagging.keys(w).lock), 0);
 
           // Extend: the hold stays, with the expiry it had.
           const e = key("extend");
           const extender = owner("extender");
-          assert.ok(await plain.acquire(e, extender, 5_000));
-          await notReplicated(waiting.extend(e, extender, LONG), "extend", { acknowledged: 0 });
+          assert.ok(await plain.acquire(e, extender, 30_000));
+          await notReplicated(lagging.extend(e, extender, LONG), "extend", { acknowledged: 0 });
           assert.equal(await plain.isLocked(e), true);
-          assert.equal(await plain.extend(e, extender, 5_000), true);
+          assert.equal(await plain.extend(e, extender, 30_000), true);
         } finally {
           replica.resume();
           await readerStore.close?.();
           await readerConn.close();
         }
         // Caught up again: grants pass.
+        await servers.inSync();
         const k = key("after");
         assert.ok(await waiting.acquire(k, owner(), LONG));
       });
@@ -330,22 +343,27 @@ describe("a Redis Cluster with a replica per master (started here)", () => {
     throw new Error(`no master for slot ${slot}`);
   };
 
-  // Two keys of `store` on different masters.
+  // Two keys of `store` on different masters, and their masters' ports.
   const twoKeys = async (store, label) => {
     const a = `keel-test:replicas:${label}:a:${tag()}`;
     const at = await masterOf(store.keys(a).lock);
     for (;;) {
       const b = `keel-test:replicas:${label}:b:${tag()}`;
-      if ((await masterOf(store.keys(b).lock)) !== at) return { a, b, at };
+      const bAt = await masterOf(store.keys(b).lock);
+      if (bAt !== at) return { a, b, at, bAt };
     }
   };
 
-  // SIGSTOPs the replica of master `port`, once it acknowledged every write of that master.
-  const pauseReplicaOf = async (port, hashTag) => {
+  // Resolves once the replica of master `port` is online, caught up and acknowledging; `name` is
+  // a Redis name in that master's slots (written for the WAIT).
+  const inSync = (port, name) => replicasCaughtUp(port, [masters.get(port).replica.port], { syncKey: `${name}:sync` });
+
+  // SIGSTOPs the replica of master `port` once it is in sync, and resolves once it has stopped.
+  const pauseReplicaOf = async (port, name) => {
     const m = masters.get(port);
-    await m.client.set(`{${hashTag}}:sync`, "1");
-    assert.equal(await m.client.wait(1, 10_000), 1);
+    await inSync(port, name);
     process.kill(m.replica.pid, "SIGSTOP");
+    await untilStopped(m.replica.pid);
     return () => process.kill(m.replica.pid, "SIGCONT");
   };
 
@@ -371,18 +389,22 @@ describe("a Redis Cluster with a replica per master (started here)", () => {
   for (const [label, connect] of Object.entries(CLIENTS)) {
     test(`${label}: WAIT goes to the master of the key's slot`, async () => {
       const conn = await connect();
-      const store = redisLockStore(conn.client, { waitForReplicas: SHORT_WAIT });
+      const store = redisLockStore(conn.client, { waitForReplicas: HEALTHY_WAIT });
+      const lagging = redisLockStore(conn.client, { waitForReplicas: SHORT_WAIT });
       const plain = redisLockStore(conn.client);
       try {
-        const { a, b, at } = await twoKeys(store, label.replace(/ /g, "-"));
+        const { a, b, at, bAt } = await twoKeys(store, label.replace(/ /g, "-"));
+        const [lockA, lockB] = [store.keys(a).lock, store.keys(b).lock];
+        await inSync(at, lockA);
+        await inSync(bAt, lockB);
         const oa = owner();
         assert.ok(await store.acquire(a, oa, LONG));
         assert.equal(await store.release(a, oa), true);
         // A's master's replica lags: A's grant is given back; B's master is another, whose replica
         // acknowledges, so B is granted (a WAIT sent to the wrong master fails one or the other).
-        const resume = await pauseReplicaOf(at, a);
+        const resume = await pauseReplicaOf(at, lockA);
         try {
-          await notReplicated(store.acquire(a, owner(), LONG), "acquire", { acknowledged: 0, released: true });
+          await notReplicated(lagging.acquire(a, owner(), LONG), "acquire", { acknowledged: 0, released: true });
           assert.equal(await plain.isLocked(a), false);
           const ob = owner();
           assert.ok(await store.acquire(b, ob, LONG), "a key on a master with a live replica was refused");
@@ -393,9 +415,11 @@ describe("a Redis Cluster with a replica per master (started here)", () => {
         } finally {
           resume();
         }
+        await inSync(at, lockA);
         assert.ok(await store.acquire(a, owner(), LONG));
       } finally {
         await store.close?.();
+        await lagging.close?.();
         await conn.close();
       }
     });

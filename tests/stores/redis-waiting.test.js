@@ -56,6 +56,21 @@ async function untilSubscribed(store) {
   }
 }
 
+/** Resolves once `ready()` holds (looked at every 5 ms); fails after 20 s, naming `what`. */
+async function until(ready, what) {
+  const deadline = Date.now() + 20_000;
+  while (!ready()) {
+    assert.ok(Date.now() < deadline, `no ${what} within 20 s`);
+    await sleep(5);
+  }
+}
+
+/** Whether MONITOR's `args` are a look: the check script, or a variant sent with EVAL (its text starts the same way). */
+const isLook = (args) => {
+  const command = String(args[0]).toLowerCase();
+  return command === "evalsha" ? args[1] === CHECK_SHA : command === "eval" && String(args[1]).startsWith(CHECK_SCRIPT.slice(0, 20));
+};
+
 /** The waiting state of `key` left in Redis: queue and waiters keys (both must be gone). */
 async function leftovers(admin, store, key) {
   const { lock } = store.keys(key);
@@ -104,17 +119,20 @@ export async function fifoOrder({ stores, admin, waiters = 12 }) {
 }
 
 /**
- * A waiter whose safety-net poll is a minute away is granted the key when the holder releases:
- * the release itself hands it over (and the message wakes the waiter).
+ * A queued waiter whose safety-net poll is a minute away is granted the key when the holder
+ * releases: the release itself hands it over (the lock holds the waiter's token once it
+ * answers), and the message wakes the waiter (well before its 20 s wait ends).
  */
-export async function releaseHandsOver({ holderStore, waiterStore }) {
+export async function releaseHandsOver({ holderStore, waiterStore, admin }) {
   const key = uniqueKey("handover");
   const [holder, waiter] = [owner("holder"), owner("waiter")];
   assert.ok(await holderStore.acquire(key, holder, LONG));
   const waiting = waiterStore.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
-  await sleep(100);
+  await queued(admin, waiterStore, key, 1);
   assert.equal(await holderStore.release(key, holder), true);
-  const answer = await Promise.race([waiting, sleep(5_000).then(() => "no hand-over within 5 s")]);
+  const value = await admin.get(waiterStore.keys(key).lock);
+  assert.ok(value !== null && value.includes(waiter), `the release did not hand the key over to the queued waiter: the lock holds ${JSON.stringify(value)}`);
+  const answer = await Promise.race([waiting, sleep(15_000).then(() => "no hand-over within 15 s")]);
   assert.ok(answer && typeof answer === "object", `the release did not hand the key over: ${String(answer)}`);
   assert.ok(Number.isInteger(answer.waitedMs) && answer.waitedMs >= 0, `waitedMs ${answer.waitedMs}`);
   assert.equal(await waiterStore.release(key, waiter), true);
@@ -130,7 +148,7 @@ export async function releaseHandsOver({ holderStore, waiterStore }) {
  * holders release, the looks alone hand every key to every waiter within `drainWithinMs`: in
  * arrival order per key, fences rising, one holder at a time, no queue left.
  */
-export async function batchedLookHandsOver({ stores, admin, monitors, keys = 3, perStore = 4, pollMs = 200, covers = "store", lookWithinMs = 10_000, drainWithinMs = 20_000 }) {
+export async function batchedLookHandsOver({ stores, admin, monitors, keys = 3, perStore = 4, pollMs = 200, covers = "store", lookWithinMs = 10_000, drainWithinMs = 40_000 }) {
   const names = Array.from({ length: keys }, (_, k) => uniqueKey(`batch${k}`));
   const holders = names.map(() => owner("holder"));
   for (let k = 0; k < keys; k++) assert.ok(await stores[0].acquire(names[k], holders[k], LONG));
@@ -204,11 +222,7 @@ export async function batchedLookHandsOver({ stores, admin, monitors, keys = 3, 
 async function watchLooks(client) {
   const looks = [];
   const monitor = await monitorServer(client.options, (args, source) => {
-    if (source === "lua") return;
-    const command = String(args[0]).toLowerCase();
-    // The check script, or a variant of it sent with EVAL (its text starts the same way).
-    const look = command === "evalsha" ? args[1] === CHECK_SHA : command === "eval" && String(args[1]).startsWith(CHECK_SCRIPT.slice(0, 20));
-    if (!look) return;
+    if (source === "lua" || !isLook(args)) return;
     const listed = [];
     let at = 3 + Number(args[2]) + 1; // past the keys and the channel
     while (at < args.length) {
@@ -387,7 +401,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
   test("release hands the key to the waiter (no poll needed), through every client", { timeout: 60_000 }, async () => {
     const stores = await fourStores();
     for (let i = 0; i < stores.length; i++) {
-      await releaseHandsOver({ holderStore: stores[i], waiterStore: stores[(i + 1) % stores.length] });
+      await releaseHandsOver({ holderStore: stores[i], waiterStore: stores[(i + 1) % stores.length], admin });
     }
   });
 
@@ -395,7 +409,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     const real = await storeOf();
     const broken = { ...real, release: async (key) => (await admin.del(real.keys(key).lock)) === 1 };
     await assert.rejects(
-      releaseHandsOver({ holderStore: broken, waiterStore: await storeOf("node-redis 5") }),
+      releaseHandsOver({ holderStore: broken, waiterStore: await storeOf("node-redis 5"), admin }),
       (error) => error instanceof assert.AssertionError && /did not hand the key over/.test(error.message),
     );
   });
@@ -473,7 +487,8 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     const second = b.acquireOrWait(key, w2, LONG, 20_000, 60_000);
     await queued(admin, a, key, 2);
     await b.withdraw(key, w1);
-    assert.equal(await Promise.race([first, sleep(1_000).then(() => "still pending")]), false);
+    // At once: long before the wait's 20 s would end it.
+    assert.equal(await Promise.race([first, sleep(10_000).then(() => "still pending")]), false);
     assert.deepEqual(await queueOf(admin, a, key), [w2]);
     assert.equal(await admin.hexists(`${a.keys(key).lock}:waiters`, w1), 0);
     assert.equal(await a.release(key, holder), true);
@@ -533,16 +548,19 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     const key = uniqueKey("crash");
     const [holder, waiter] = [owner("holder"), owner("waiter")];
     const ledger = fenceLedger();
-    ledger.take(key, await a.acquire(key, holder, 600), "the holder");
+    // The holder's TTL: long enough for the waiter to queue behind it on a loaded machine.
+    const ttl = 3_000;
+    const sentAt = Date.now();
+    ledger.take(key, await a.acquire(key, holder, ttl), "the holder");
     const started = Date.now();
     // The safety-net poll is 60 s away and the wait 20 s: only the look at the expiry can grant.
     const answer = await b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
     const took = Date.now() - started;
     ledger.take(key, answer, "the waiter, at the holder's expiry");
-    assert.ok(took < 5_000, `granted after ${took} ms, not at the holder's expiry`);
-    // waitedMs runs from the enqueue, which a fresh client may send a while after the holder's
-    // SET (connecting, loading the scripts): 300 ms of the 600 leaves it room.
-    assert.ok(answer.waitedMs >= 300, `waitedMs ${answer.waitedMs}: granted before the holder expired?`);
+    assert.ok(took < 15_000, `granted after ${took} ms, not at the holder's expiry`);
+    // The hold ran at least its TTL from the acquire's sending (one clock, whole ms).
+    assert.ok(Date.now() - sentAt >= ttl - 10, `granted ${Date.now() - sentAt} ms after the holder's ${ttl} ms acquire was sent`);
+    assert.ok(answer.waitedMs > 0, `waitedMs ${answer.waitedMs}: the waiter did not wait for the holder`);
     assert.equal(await a.release(key, holder), false, "the crashed holder still held the key");
     assert.equal(await b.release(key, waiter), true);
   });
@@ -555,10 +573,12 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     // The ghost queues from its own client, then its process "dies": both connections drop.
     const ghostClient = await CLIENTS["ioredis 5"]();
     const ghostStore = redisLockStore(ghostClient);
-    const ghostWait = ghostStore.acquireOrWait(key, ghost, 400, 3_000, 60_000).catch(() => "connection closed");
+    // Its grant's TTL: long enough for the two checks after the release on a loaded machine.
+    const ttl = 3_000;
+    const ghostWait = ghostStore.acquireOrWait(key, ghost, ttl, 30_000, 60_000).catch(() => "connection closed");
     await queued(admin, store, key, 1);
     await untilSubscribed(ghostStore);
-    const deadline = Date.now() + 5_000;
+    const deadline = Date.now() + 20_000;
     ghostStore.subscriber.disconnect();
     ghostClient.disconnect();
     // Dead once Redis has dropped its pub/sub connection (a half-closed socket still receives).
@@ -569,7 +589,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     assert.equal(await store.release(key, holder), true);
     assert.equal(await admin.get(store.keys(key).lock), ghost, "the release did not grant the queued waiter");
     assert.equal(await store.acquire(key, next, LONG), false);
-    await sleep(600);
+    await sleep(ttl + 300);
     assert.equal(await store.isLocked(key), false, "the gone waiter's grant outlived its TTL");
     assert.ok(await store.acquire(key, next, LONG), "the key was not free after the gone waiter's TTL");
     assert.equal(await store.release(key, next), true);
@@ -578,10 +598,11 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     await ghostStore.close().catch(() => {});
   });
 
-  test("a release racing the waiter's timeout: never two holders, never a lost grant (60 rounds)", { timeout: 120_000 }, async () => {
+  test("a release racing the waiter's timeout: never two holders, never a lost grant (60 rounds, more until both outcomes came)", { timeout: 120_000 }, async () => {
     const [a, b] = [await storeOf(), await storeOf("node-redis 5")];
     const outcomes = { granted: 0, timedOut: 0 };
-    for (let round = 0; round < 60; round++) {
+    const raced = () => outcomes.granted > 0 && outcomes.timedOut > 0;
+    for (let round = 0; round < 60 || (!raced() && round < 600); round++) {
       const key = uniqueKey(`race${round}`);
       const [holder, waiter] = [owner("holder"), owner("waiter")];
       assert.ok(await a.acquire(key, holder, LONG));
@@ -603,36 +624,51 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
       assert.deepEqual(await leftovers(admin, a, key), [], `round ${round}: queue keys left`);
     }
     // Both outcomes happen (otherwise the rounds did not race).
-    assert.ok(outcomes.granted > 0 && outcomes.timedOut > 0, JSON.stringify(outcomes));
+    assert.ok(raced(), JSON.stringify(outcomes));
   });
 
   test("lost messages: with the subscriber's messages dropped, the safety-net poll still hands over", { timeout: 30_000 }, async () => {
     const [a, b] = [await storeOf(), await storeOf()];
     const key = uniqueKey("lost");
     const [holder, waiter] = [owner("holder"), owner("waiter")];
-    assert.ok(await a.acquire(key, holder, LONG));
-    const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 300);
-    await queued(admin, a, key, 1);
-    await untilSubscribed(b);
-    await sleep(50); // the look the store makes once subscribed, answered before the release
-    const sub = b.subscriber;
-    assert.ok(sub, "no pub/sub connection");
-    let dropped = 0;
-    const handlers = sub.listeners("message");
-    sub.removeAllListeners("message");
-    sub.on("message", () => dropped++);
-    let settled = false;
-    waiting.then(() => (settled = true));
-    const releasedAt = Date.now();
-    assert.equal(await a.release(key, holder), true);
-    await sleep(100);
-    assert.equal(settled, false, "granted without the message or a poll");
-    const answer = await waiting;
-    assert.ok(answer, "the poll did not pick up the grant");
-    assert.ok(Date.now() - releasedAt < 2_000);
-    assert.ok(dropped >= 1, "the grant's message never came (so nothing was dropped)");
-    for (const h of handlers) sub.on("message", h);
-    assert.equal(await b.release(key, waiter), true);
+    // What Redis runs, in the order it runs it: the waiter's looks, and the holder's requests.
+    const seen = [];
+    const monitor = await monitorServer(admin.options, (args, source) => {
+      if (source === "lua") return;
+      if (isLook(args) && args.includes(waiter)) seen.push("look");
+      else if (args.includes(holder)) seen.push("holder");
+      else if (String(args[0]).toLowerCase() === "ping" && args[1] === key) seen.push("marker");
+    });
+    try {
+      assert.ok(await a.acquire(key, holder, LONG));
+      const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 300);
+      await queued(admin, a, key, 1);
+      await untilSubscribed(b);
+      // The look the store makes once subscribed has run, before the release: it found the key held.
+      await until(() => seen.includes("look"), "the waiter's first look");
+      const sub = b.subscriber;
+      assert.ok(sub, "no pub/sub connection");
+      let dropped = 0;
+      const handlers = sub.listeners("message");
+      sub.removeAllListeners("message");
+      sub.on("message", () => dropped++);
+      const releasedAt = Date.now();
+      assert.equal(await a.release(key, holder), true);
+      // The safety net looks every second; the wait's end, 20 s away, would be too late.
+      const answer = await Promise.race([waiting, sleep(10_000).then(() => "no look handed the key over within 10 s")]);
+      assert.ok(answer && typeof answer === "object", `the poll did not pick up the grant: ${String(answer)}`);
+      assert.ok(Date.now() - releasedAt < 10_000);
+      // Everything Redis ran so far has reached MONITOR once its marker has.
+      await admin.ping(key);
+      await until(() => seen.includes("marker"), "MONITOR's end marker");
+      const released = seen.lastIndexOf("holder");
+      assert.ok(seen.slice(released + 1).includes("look"), `granted without a look after the release: ${seen.join(" ")}`);
+      await until(() => dropped >= 1, "the grant's message (so nothing was dropped)");
+      for (const h of handlers) sub.on("message", h);
+      assert.equal(await b.release(key, waiter), true);
+    } finally {
+      monitor.stop();
+    }
   });
 
   test("lost messages: the subscriber connection is killed (CLIENT KILL); the waiter still gets the key, and the store subscribes again", { timeout: 30_000 }, async () => {
@@ -650,7 +686,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
       assert.ok(await waiting, `${flavour}: no hand-over after the pub/sub connection died`);
       assert.equal(await b.release(key, waiter), true);
       // The store's connection resubscribed: a second hand-over needs no poll.
-      const deadline = Date.now() + 5_000;
+      const deadline = Date.now() + 20_000;
       while (!/ sub=1 /.test(await admin.client("LIST", "TYPE", "pubsub"))) {
         assert.ok(Date.now() < deadline, `${flavour}: the store did not subscribe again`);
         await sleep(20);
@@ -753,7 +789,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
     await queued(admin, a, key, 1);
     assert.equal(await b.forceRelease(key), true);
-    const answer = await Promise.race([waiting, sleep(5_000).then(() => "not handed over")]);
+    const answer = await Promise.race([waiting, sleep(15_000).then(() => "not handed over")]);
     ledger.take(key, answer, "the waiter, after the force-release");
     assert.equal(await admin.get(a.keys(key).lock), waiter);
     assert.equal(await a.extend(key, holder, LONG), false, "the force-released holder extended");
@@ -769,7 +805,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     assert.ok(await a.acquire(key, holder, LONG));
     const waiting = b.acquireOrWait(key, waiter, LONG, 20_000, 60_000);
     await queued(admin, a, key, 1);
-    await sleep(50);
+    await untilSubscribed(b);
     assert.ok(b.subscriber);
     await b.quit();
     assert.equal(await waiting, false);
@@ -792,7 +828,7 @@ describe("through keel-lock (setLockStore(redisLockStore(…)), lock(k).run(fn, 
     try {
       await body();
       await admin.ping("end of count");
-      const deadline = Date.now() + 5_000;
+      const deadline = Date.now() + 20_000;
       while (!seen.includes("ping")) {
         assert.ok(Date.now() < deadline, "MONITOR never saw the end marker");
         await sleep(5);
@@ -859,14 +895,16 @@ describe("through keel-lock (setLockStore(redisLockStore(…)), lock(k).run(fn, 
     const byCommand = (seen) => seen.reduce((m, c) => ((m[c] = (m[c] ?? 0) + 1), m), {});
 
     for (const name of ["ACQUIRE", "ENQUEUE", "CHECK", "LEAVE", "RELEASE"]) await admin.script("LOAD", redisModule[`${name}_SCRIPT`]);
-    const waitingStore = await storeOf();
+    // The waiting stores' safety net looks once a minute: none is due during a run, however long a
+    // loaded machine makes it.
+    const waitingStore = await storeOf("ioredis 5", { safetyNetMs: 60_000 });
     const waiting = await runAll(waitingStore, { timeout: 30_000, retryDelay: 5_000 });
     t.diagnostic(`waiting in the store: ${waiting.length / callers} requests per acquisition ${JSON.stringify(byCommand(waiting))}`);
     assert.ok(waiting.length / callers <= 2.5, `${waiting.length} requests for ${callers} acquisitions: ${JSON.stringify(byCommand(waiting))}`);
     assert.equal(waitingStore.waitingCount, 0);
     // A short retryDelay is the polling interval of stores that cannot hand over; this store's
-    // safety-net look keeps to its own second (safetyNetMs), so the count stays the same.
-    const shortDelayStore = await storeOf();
+    // safety-net look keeps to its own interval (safetyNetMs), so the count stays the same.
+    const shortDelayStore = await storeOf("ioredis 5", { safetyNetMs: 60_000 });
     const shortDelay = await runAll(shortDelayStore, { timeout: 30_000, retryDelay: 10 });
     t.diagnostic(`at retryDelay 10: ${shortDelay.length / callers} requests per acquisition ${JSON.stringify(byCommand(shortDelay))}`);
     assert.ok(shortDelay.length / callers <= 2.5, `${shortDelay.length} requests for ${callers} acquisitions at retryDelay 10: ${JSON.stringify(byCommand(shortDelay))}`);
@@ -964,7 +1002,7 @@ describe("waiting on a Redis Cluster (three masters, started here)", () => {
 
   test("on the cluster, release hands over through PUBLISH (no poll) in both directions", { timeout: 30_000 }, async () => {
     const [io, nr] = await clusterStores();
-    await releaseHandsOver({ holderStore: io, waiterStore: nr });
-    await releaseHandsOver({ holderStore: nr, waiterStore: io });
+    await releaseHandsOver({ holderStore: io, waiterStore: nr, admin: clusterAdmin });
+    await releaseHandsOver({ holderStore: nr, waiterStore: io, admin: clusterAdmin });
   });
 });

@@ -32,7 +32,7 @@ function recorder() {
 }
 
 /** Resolves once `reports` holds `count` reports (or rejects after `ms`). */
-async function until(reports, count, ms = 5_000) {
+async function until(reports, count, ms = 20_000) {
   const deadline = Date.now() + ms;
   while (reports.length < count) {
     assert.ok(Date.now() < deadline, `${count} reports never came: ${JSON.stringify(reports)}`);
@@ -133,10 +133,12 @@ function registerCases(env, label) {
     const { reports, onChange } = recorder();
     const stop = await s1.watch(k, onChange);
     const [a, b, c] = [owner("a"), owner("b"), owner("c")];
-    const ga = await s1.acquire(k, a, 200, "short");
+    // a is held for its extend (on a loaded machine too), which gives it 300 ms; b's TTL leaves c
+    // room to queue behind it.
+    const ga = await s1.acquire(k, a, LONG, "short");
     assert.equal(await s1.extend(k, a, 300), true);
     await sleep(450); // a's hold expired, unreported
-    const gb = await s2.acquire(k, b, 300, "crashes");
+    const gb = await s2.acquire(k, b, 1_000, "crashes");
     const waiting = s1.acquireOrWait(k, c, LONG, 20_000, 10_000, "after b");
     const gc = await waiting; // handed over by the look at b's expiry
     await until(reports, 3);
@@ -319,13 +321,13 @@ describe("watch on a standalone Redis", () => {
     const k = `watch:lapse:${tag()}`;
     const { lock } = store.keys(k);
     const watchName = `${lock}:watch`;
-    // a store that watched for 150 ms and was never heard of again
-    assert.equal(await admin.eval(WATCH_SCRIPT, 3, lock, `${lock}:waiters`, watchName, "gone", "150"), 0);
+    // a store that watched for 2 s and was never heard of again
+    assert.equal(await admin.eval(WATCH_SCRIPT, 3, lock, `${lock}:waiters`, watchName, "gone", "2000"), 0);
     const o = owner();
     await store.acquire(k, o, LONG);
     assert.equal((await admin.get(lock))[0], "\0", "a watched key's holder is marked");
     await store.release(k, o);
-    await sleep(250);
+    await sleep(2_300); // past its lease
     assert.equal(await admin.exists(watchName), 0, "the watch set expired");
     assert.equal(await admin.exists(`${lock}:waiters`), 0, "and the waiters hash that told the scripts");
     await store.acquire(k, o, LONG);
@@ -364,8 +366,11 @@ describe("watch on a standalone Redis", () => {
     const stop = await store.watch(k, onChange);
     assert.equal(store.subscribed, true);
     client.disconnect();
-    await sleep(100);
-    assert.equal(store.subscriber, null, "the pub/sub connection is closed");
+    const deadline = Date.now() + 20_000;
+    while (store.subscriber !== null) {
+      assert.ok(Date.now() < deadline, "the pub/sub connection is not closed");
+      await sleep(5);
+    }
     const other = new IORedis({ port: redis.port, host: "127.0.0.1" });
     const o = owner();
     await redisLockStore(other, { prefix: "kw:" }).acquire(k, o, LONG);
@@ -388,9 +393,13 @@ describe("watch on a standalone Redis", () => {
     const watching = (async () => {
       for await (const leader of observe(k, { signal: controller.signal, intervalMs: 60_000 })) seen.push(leader && leader.metadata);
     })();
-    await sleep(100);
+    // observe's first look comes once its watch is live.
+    for (const deadline = Date.now() + 20_000; seen.length === 0; ) {
+      assert.ok(Date.now() < deadline, "observe never looked");
+      await sleep(5);
+    }
     for (const name of ["a", "b", "c"]) await lock(k, 10_000).run(() => sleep(20), { metadata: name });
-    const deadline = Date.now() + 5_000;
+    const deadline = Date.now() + 20_000;
     while (seen.at(-1) !== null || seen.filter((s) => s !== null).length < 3) {
       if (Date.now() > deadline) break;
       await sleep(10);

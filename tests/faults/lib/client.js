@@ -7,7 +7,9 @@
 //             primitive: "lock" | "semaphore" | "rw" | "multi" | "leader",
 //             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse" | "limit-blind" | "writer-shares"
 //                      | "partial-set" | "two-leaders",
-//             keys, ttlMs, holdMs, durationMs, seed, errorRate, clients, history, victim, probe }
+//             keys, ttlMs, holdMs, seed, errorRate, clients, history, victim, probe }
+// It runs until the runner says stop (the runner goes on until the run has shown what it must),
+// or until the runner is gone.
 // With primitive "semaphore" every hold is 1 or 2 permits of `semaphore(key, SEMAPHORE_LIMIT)`
 // (recorded with its limit and weight); with "rw" half are `readLock(key)` (recorded as shared)
 // and half `writeLock(key)`. Only exclusive holds write to the fenced resource: permits and
@@ -19,8 +21,9 @@
 // because its keep-alive extends are not told to `onLockEvent` and the checker must see them —
 // and the probing process also records every leader `observe(key 0)` tells it.
 // A victim ("kill" | "stop") tells the parent over IPC when it is inside its critical section
-// and waits for "go" before its fenced write: the parent kills it there, or stops it past its
-// TTL and continues it, and then the write must be refused.
+// (the key, and its fence there) and waits for "go" before its fenced write: the parent kills it
+// there, or stops it until its lease is gone and another holder has written a higher fence, and
+// continues it, and then the write must be refused.
 import { openSync, writeSync, closeSync } from "node:fs";
 import { lock, semaphore, readLock, writeLock, observe, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
 import { redisLockStore, redisLockKeys } from "keel-lock/redis";
@@ -29,7 +32,7 @@ import { makeStoreFor } from "./stores.js";
 import { generator } from "../workers/random.js";
 
 const config = JSON.parse(process.argv[2]);
-const { id, variant, keys: keyCount, ttlMs, holdMs, durationMs, seed, errorRate = 0, clients = 1, victim = null } = config;
+const { id, variant, keys: keyCount, ttlMs, holdMs, seed, errorRate = 0, clients = 1, victim = null } = config;
 const primitive = config.primitive ?? "lock";
 const SEMAPHORE_LIMIT = 3;
 // Stamps: the machine's monotonic clock (process.hrtime, one clock for every process) from the
@@ -48,6 +51,33 @@ const record = (event) => {
 };
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// A call that never returns is a liveness bug: once told to stop, every user ends its round
+// within seconds; one still in a call 20 s later is reported, and the process exits non-zero.
+const inFlight = new Map();
+let over = false;
+const ended = new AbortController(); // aborted when the run is over: ends the observer
+const stop = () => {
+  if (over) return;
+  over = true;
+  ended.abort();
+  setTimeout(() => {
+    process.stderr.write(`hung: ${JSON.stringify([...inFlight.values()])}\n`);
+    process.exit(3);
+  }, 20_000).unref();
+};
+const running = () => !over;
+
+let goResolve = null;
+// Listening from the start, so that the runner's messages are answered while the store connects.
+process.on("message", (m) => {
+  if (m?.go && goResolve) goResolve(m.stopped === true);
+  if (m?.stop) stop();
+  // A cut of the history: every event stamped before this answer is written (each is stamped
+  // and written in one synchronous step).
+  if (m?.cut !== undefined) process.send({ cut: m.cut, at: now() });
+});
+process.on("disconnect", stop);
+const waitForGo = () => new Promise((resolve) => (goResolve = resolve));
 
 const { store, resource, close } = await makeStoreFor(config.store, {
   variant,
@@ -59,24 +89,10 @@ setLockStore(store);
 process.send?.({ ready: true }); // the runner starts its clock once every first process is ready
 
 const keys = Array.from({ length: keyCount }, (_, k) => `${config.keyPrefix ?? "fault:"}${k}`);
-const deadline = now() + durationMs;
 const stats = { id, grants: 0, refused: 0, errors: 0, staleRefused: 0, ops: 0, refusedEarly: 0 };
 let labels = 0;
 let offers = 0;
 const token = () => Array.from(crypto.getRandomValues(new Uint8Array(16)), (b) => b.toString(16).padStart(2, "0")).join("");
-
-let goResolve = null;
-process.on("message", (m) => {
-  if (m?.go && goResolve) goResolve(m.stopped === true);
-});
-const waitForGo = () => new Promise((resolve) => (goResolve = resolve));
-
-// A call that never returns is a liveness bug: report which one, and exit non-zero.
-const inFlight = new Map();
-setTimeout(() => {
-  process.stderr.write(`hung: ${JSON.stringify([...inFlight.values()])}\n`);
-  process.exit(3);
-}, durationMs + 20_000).unref();
 
 async function recorded(op, key, label, ttl, immediate, run, holding = {}) {
   stats.ops++;
@@ -117,9 +133,9 @@ function handleFor(key, random) {
  * A victim inside its section tells the parent, which kills it or stops it, then says go;
  * answers whether it was stopped.
  */
-async function offer(key, label) {
+async function offer(key, label, fence) {
   offers++;
-  process.send({ inside: key, label });
+  process.send({ inside: key, label, fence });
   return waitForGo();
 }
 
@@ -180,7 +196,7 @@ async function setRound(random, label, victimTurn) {
   }
   stats.grants++;
   each("enter", undefined, () => ({}));
-  const stopped = victimTurn && (await offer(keys[0], label));
+  const stopped = victimTurn && (await offer(keys[0], label, l.fences?.[keys[0]] ?? null));
   for (const key of keys) await fencedWrite(key, label, l.fences?.[key], stopped);
   await sleep(random() * holdMs);
   if (random() < 0.15) await call("extend", ttlMs, async () => (await l.extend(), true));
@@ -212,7 +228,7 @@ async function campaignRound(random, label, victimTurn) {
   }
   stats.grants++;
   record({ key, owner: label, type: "enter" });
-  if (victimTurn && (await offer(key, label))) {
+  if (victimTurn && (await offer(key, label, l.fence))) {
     // Stopped past its TTL: no longer the leader, whatever it believes. It writes as one that
     // does, and then resigns.
     await fencedWrite(key, label, l.fence, true);
@@ -237,14 +253,12 @@ async function campaignRound(random, label, victimTurn) {
 
 /** Records every leader `observe` tells about key 0, until the run ends. */
 async function observer() {
-  const controller = new AbortController();
-  const stop = setTimeout(() => controller.abort(), Math.max(0, deadline - now()));
   // One observer label per observation: a failing store call ends one, and the next starts
   // afresh (its first report is the state it finds, which may repeat the last one told).
-  while (now() < deadline && !controller.signal.aborted) {
+  while (running()) {
     const owner = `observer${id}:${labels++}`;
     try {
-      for await (const leader of observe(keys[0], { intervalMs: 20, signal: controller.signal })) {
+      for await (const leader of observe(keys[0], { intervalMs: 20, signal: ended.signal })) {
         record({ key: keys[0], owner, type: "leader", fence: leader === null ? null : leader.fence });
       }
     } catch {
@@ -252,7 +266,6 @@ async function observer() {
       await sleep(10);
     }
   }
-  clearTimeout(stop);
 }
 
 async function user(cid) {
@@ -262,7 +275,7 @@ async function user(cid) {
     // that follows an offer (a victim's turn is kept until it is granted: on a polling store
     // with many campaigners a term may be hard to win).
     let rested = true;
-    for (let round = 0; now() < deadline && round < 1_000_000; round++) {
+    for (let round = 0; running() && round < 1_000_000; round++) {
       const label = `p${id}.${cid}:${labels++}`;
       const victimTurn = victim !== null && cid === 0 && rested;
       const offered = await (primitive === "multi" ? setRound(random, label, victimTurn) : campaignRound(random, label, victimTurn));
@@ -271,7 +284,7 @@ async function user(cid) {
     return;
   }
   let victimTurn = victim !== null && cid === 0;
-  for (let round = 0; now() < deadline && round < 1_000_000; round++) {
+  for (let round = 0; running() && round < 1_000_000; round++) {
     const key = keys[Math.floor(random() * keys.length)];
     const roll = random();
     if (roll < 0.04) {
@@ -311,7 +324,7 @@ async function user(cid) {
     if (offered) {
       offers++;
       victimTurn = false;
-      process.send({ inside: key, label });
+      process.send({ inside: key, label, fence: l.fence });
       stopped = await waitForGo(); // a "kill" victim never gets here
     }
     if (l.fence !== null && holding.limit === undefined && !holding.shared) {
@@ -345,7 +358,7 @@ async function user(cid) {
 // plain sight, whatever the other clients' unknown outcomes do to the shared keys.
 async function prober() {
   const key = `${config.keyPrefix ?? "fault:"}probe`;
-  while (now() < deadline - ttlMs) {
+  while (running()) {
     const l = lock(key, ttlMs);
     const label = `probe${id}:${labels++}`;
     const got = await recorded("acquire", key, label, ttlMs, true, async () => {

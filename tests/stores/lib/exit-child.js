@@ -26,6 +26,15 @@ const address = JSON.parse(addressJson);
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const say = (step, extra = {}) => console.log(JSON.stringify({ step, ...extra }));
 
+// Resolves once `ready()` holds, looking every 10 ms; throws after 20 s.
+async function until(ready, what) {
+  const deadline = Date.now() + 20_000;
+  while (!ready()) {
+    if (Date.now() > deadline) throw new Error(`${what} within 20 s`);
+    await sleep(10);
+  }
+}
+
 async function open() {
   switch (kind) {
     case "ioredis": {
@@ -69,9 +78,13 @@ const key = `exit:${kind}:${scenario}:${process.pid}`;
 const holder = lock(key, 10_000);
 if (!(await holder.acquire())) throw new Error("the holder did not get the key");
 
+// A run waits in the store: counted there, and the store's own connection (Redis pub/sub,
+// PostgreSQL LISTEN) is open.
+const waitsInStore = () => store.waitingCount >= 1 && (store.subscribed === true || store.listening === true);
+
 if (scenario === "waited" || scenario === "left-open") {
-  const waited = lock(key).run(() => "ran", { timeout: 5_000 });
-  await sleep(100); // queued by now: the store's own connection is open
+  const waited = lock(key).run(() => "ran", { timeout: 30_000 });
+  await until(waitsInStore, "the run did not wait in the store");
   const opened = store.waitingCount;
   await holder.release();
   const answer = await waited;
@@ -89,7 +102,7 @@ if (scenario === "waited" || scenario === "left-open") {
   const again = lock(key, 10_000);
   await again.acquire();
   await again.release();
-  for (let i = 0; i < 100 && reports.length < 3; i++) await sleep(10);
+  await until(() => reports.length >= 3, `the watch saw ${reports.length} of 3 changes`).catch(() => {});
   const opened = store.subscribed ? 1 : 0;
   say("closing");
   await close();
@@ -100,7 +113,7 @@ if (scenario === "waited" || scenario === "left-open") {
     (answer) => ({ answer }),
     (error) => ({ rejected: error?.name, message: String(error?.message), afterMs: Date.now() - started }),
   );
-  await sleep(100);
+  await until(waitsInStore, "the run did not wait in the store");
   const opened = store.waitingCount;
   say("closing");
   const closed = Promise.resolve(close()).catch((error) => `close failed: ${error?.message}`);

@@ -2,6 +2,7 @@
 // PID at the end (and on any exit, so a crashed test leaves nothing running):
 //   startRedis()            redis-server, no persistence (optionally with extra redis-server arguments)
 //   startRedisReplicated()  a redis-server with replicas of its own (REPLICAOF), once every replica is in sync
+//   replicasCaughtUp()      waits until a primary's replicas are online, caught up, and acknowledge a write
 //   startRedisCluster()     a Redis Cluster of three masters (redis-server --cluster-enabled yes, redis-cli --cluster create),
 //                           optionally with replicas and extra redis-server arguments
 //   startPostgres()         a throwaway PostgreSQL cluster (initdb + pg_ctl) in a temp dir
@@ -140,16 +141,98 @@ export function simpleReplies(port, commands) {
   });
 }
 
+// Sends `command` on a new connection and answers its reply, a bulk string (INFO's, say).
+function bulkReply(port, command, { timeoutMs = 15_000 } = {}) {
+  const text = `*${command.length}\r\n${command.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join("")}`;
+  return new Promise((resolve, reject) => {
+    const socket = net.connect({ port, host: "127.0.0.1" });
+    let got = Buffer.alloc(0);
+    socket.setTimeout(timeoutMs, () => socket.destroy(new Error(`${command.join(" ")} on ${port}: no answer within ${timeoutMs} ms`)));
+    socket.once("error", reject);
+    socket.on("data", (d) => {
+      got = Buffer.concat([got, d]);
+      const end = got.indexOf("\r\n");
+      if (end < 0) return;
+      const head = got.subarray(0, end).toString();
+      if (head[0] !== "$") {
+        socket.destroy();
+        reject(new Error(`${command.join(" ")} answered ${head}`));
+        return;
+      }
+      const length = Number(head.slice(1));
+      if (got.length >= end + 2 + length + 2) {
+        socket.destroy();
+        resolve(got.subarray(end + 2, end + 2 + length).toString());
+      }
+    });
+    socket.write(text);
+  });
+}
+
+/** INFO `section` of the redis-server on `port`, its lines ending in "\n". */
+export async function redisInfo(port, section, { timeoutMs = 15_000 } = {}) {
+  return (await bulkReply(port, ["INFO", section], { timeoutMs })).replace(/\r/g, "");
+}
+
+/**
+ * Resolves once the primary on `primaryPort` is in sync with its replicas on `replicaPorts`: its
+ * INFO replication lists each of them `state=online`; each replica's link is up and its offset
+ * (slave_repl_offset) has reached the primary's master_repl_offset as the primary answered it
+ * just before; and a write followed by `WAIT <replicas> 10000` on one connection to the primary
+ * answers that every replica acknowledged it. `syncKey` is the key written (on a cluster, one of
+ * the primary's own slots). Throws when that state is not reached within `timeoutMs`.
+ */
+export async function replicasCaughtUp(primaryPort, replicaPorts, { syncKey = "keel-test:replicas:sync", timeoutMs = 30_000 } = {}) {
+  const deadline = Date.now() + timeoutMs;
+  const left = () => Math.max(1_000, deadline - Date.now());
+  let last = "";
+  for (;;) {
+    const primary = await redisInfo(primaryPort, "replication", { timeoutMs: left() });
+    const target = Number(/^master_repl_offset:(\d+)$/m.exec(primary)?.[1]);
+    let inSync = Number.isInteger(target) && replicaPorts.every((port) => new RegExp(`^slave\\d+:ip=[^,]*,port=${port},state=online,`, "m").test(primary));
+    last = primary;
+    for (const port of inSync ? replicaPorts : []) {
+      const replica = await redisInfo(port, "replication", { timeoutMs: left() });
+      const offset = Number(/^slave_repl_offset:(\d+)$/m.exec(replica)?.[1]);
+      if (!/^master_link_status:up$/m.test(replica) || !(offset >= target)) {
+        inSync = false;
+        last = `${primary}\nreplica ${port}:\n${replica}`;
+      }
+    }
+    if (inSync) break;
+    if (Date.now() > deadline) throw new Error(`the replicas of ${primaryPort} did not catch up within ${timeoutMs} ms:\n${last}`);
+    await sleep(20);
+  }
+  // WAIT counts the replicas that acknowledged this connection's last write.
+  const answer = await simpleReplies(primaryPort, [["SET", syncKey, String(Date.now())], ["WAIT", String(replicaPorts.length), "10000"]]);
+  if (answer[1] !== `:${replicaPorts.length}`) throw new Error(`the replicas of ${primaryPort} did not acknowledge a write within 10 s: ${answer.join(" ")}`);
+}
+
+/** Resolves once process `pid` has stopped (SIGSTOP taken: state T in /proc/<pid>/stat). */
+export async function untilStopped(pid, { timeoutMs = 10_000 } = {}) {
+  const file = `/proc/${pid}/stat`;
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const stat = readFileSync(file, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    if (state === "T" || state === "t") return;
+    if (Date.now() > deadline) throw new Error(`process ${pid} did not stop within ${timeoutMs} ms (state ${state})`);
+    await sleep(5);
+  }
+}
+
 export function startRedis({ args = [] } = {}) {
   return launchRedis(async () => args);
 }
 
 /**
  * A primary redis-server and `replicas` replicas of it (`--replicaof`; no diskless-sync delay),
- * once the primary lists every replica online. `args` are added to every server's command line.
- * Each replica answers { port, pid, url, pause(), resume() }: pause() SIGSTOPs it (it neither
- * reads the replication stream nor acknowledges it, as a replica that lags does) once it has
- * acknowledged every write so far, resume() SIGCONTs it.
+ * once they are in sync (replicasCaughtUp). `args` are added to every server's command line.
+ * `inSync()` waits for that state again (after a replica was paused, or before a case that needs
+ * every replica to acknowledge at once). Each replica answers { port, pid, url, pause(),
+ * resume() }: pause() waits until every replica is in sync, then SIGSTOPs this one and resolves
+ * once it has stopped (it neither reads the replication stream nor acknowledges it, as a replica
+ * that lags does, having acknowledged every write made before); resume() SIGCONTs it.
  */
 export async function startRedisReplicated({ replicas = 1, args = [] } = {}) {
   // Each server keeps its files (a replica writes the synced data set to disk) in a temp dir.
@@ -179,40 +262,30 @@ export async function startRedisReplicated({ replicas = 1, args = [] } = {}) {
     removeDir();
     onExit.delete(removeDir);
   };
-  const info = async (port, section) => (await redisCli(["-p", String(port), "info", section])).replace(/\r/g, "");
+  const inSync = () => replicasCaughtUp(primary.port, started.map((r) => r.port));
   try {
     for (let i = 0; i < replicas; i++) {
       const replicaDir = own();
       started.push(await launchRedis(async () => [...common, "--dir", replicaDir, "--replicaof", "127.0.0.1", String(primary.port)]));
     }
-    const deadline = Date.now() + 30_000;
-    for (;;) {
-      const text = await info(primary.port, "replication");
-      if (started.every((r) => new RegExp(`^slave\\d+:ip=[^,]*,port=${r.port},state=online,`, "m").test(text))) break;
-      if (Date.now() > deadline) throw new Error(`the replicas did not come online:\n${text}`);
-      await sleep(20);
-    }
+    await inSync();
   } catch (error) {
     await stop();
     throw error;
   }
-  // Every replica has acknowledged every write so far: a write, then WAIT on the same connection
-  // (WAIT counts its own connection's writes; the offset is the primary's, so it covers all).
-  const caughtUp = async () => {
-    const answer = await simpleReplies(primary.port, [["SET", "keel-test:replicas:sync", String(Date.now())], ["WAIT", String(replicas), "10000"]]);
-    if (answer[1] !== `:${replicas}`) throw new Error(`the replicas did not acknowledge in time: ${answer.join(" ")}`);
-  };
   return {
     port: primary.port,
     url: primary.url,
     pid: primary.pid,
+    inSync,
     replicas: started.map((r) => ({
       port: r.port,
       pid: r.pid,
       url: r.url,
       async pause() {
-        await caughtUp();
+        await inSync();
         process.kill(r.pid, "SIGSTOP");
+        await untilStopped(r.pid);
       },
       resume() {
         process.kill(r.pid, "SIGCONT");

@@ -18,6 +18,8 @@ import { sleep } from "./servers.js";
 const LONG = 60_000;
 const SHORT = 150;
 const SETTLE = 250;
+// A holder's TTL that leaves a waiter time to queue behind it on a loaded machine.
+const BRIEF = 2_000;
 const owner = () => `owner-${randomBytes(12).toString("hex")}`;
 const tag = () => randomBytes(4).toString("hex");
 const uniqueKey = (label) => `keel-test:inspect:${label}:${tag()}`;
@@ -119,9 +121,13 @@ export function registerInspectTests(env) {
     const store = stores[0];
     const key = uniqueKey("expiry");
     const a = owner();
-    assert.ok(acquired(await store.acquire(key, a, SHORT, "short-lived")));
+    // Held for the inspects right after it (on a loaded machine too), then given a short TTL
+    // that runs out.
+    assert.ok(acquired(await store.acquire(key, a, LONG, "short-lived")));
     assert.equal((await store.inspect(key)).holders.length, 1);
-    assert.ok((await store.inspect(key)).holders[0].remainingMs <= SHORT);
+    const left = (await store.inspect(key)).holders[0].remainingMs;
+    assert.ok(left > LONG - 10_000 && left <= LONG, `remainingMs ${left} of a ${LONG} ms hold`);
+    assert.equal(await store.extend(key, a, SHORT), true);
     await sleep(SHORT + SETTLE);
     assert.deepEqual(await store.inspect(key), { holders: [], waiting: nobody() }, "an expired hold is still shown");
     // The expired row is taken over by a holder without metadata: none is shown for it.
@@ -144,7 +150,7 @@ export function registerInspectTests(env) {
     const [a, b, c] = [owner(), owner(), owner()];
     const ga = await store.acquireShared(key, a, LONG, 1, 3, "permit a");
     const gb = await other.acquireShared(key, b, LONG, 1, 3);
-    const gc = await store.acquireShared(key, c, SHORT * 4, 1, 3, "permit c");
+    const gc = await store.acquireShared(key, c, 30_000, 1, 3, "permit c");
     for (const g of [ga, gb, gc]) assert.ok(acquired(g), `a permit was refused: ${inspect(g)}`);
     const owners = [a, b, c];
     assert.deepEqual(holdsOf(await other.inspect(key), { owners, waiting: nobody() }), [
@@ -317,7 +323,7 @@ export function registerPgInspectTests(env) {
     try {
       const key = uniqueKey("expiry-handover");
       const [a, w] = [owner(), owner()];
-      assert.ok(acquired(await holderStore.acquire(key, a, SHORT, "crashed holder")));
+      assert.ok(acquired(await holderStore.acquire(key, a, BRIEF, "crashed holder")));
       const pending = waiting.acquireOrWait(key, w, LONG, 10_000, 60_000, "next in line");
       const grant = await pending;
       assert.ok(acquired(grant));
@@ -367,9 +373,11 @@ export function registerPgInspectTests(env) {
     try {
       const key = uniqueKey("enqueue");
       const [a, b] = [owner(), owner()];
-      const first = await store.acquireOrWait(key, a, SHORT, 1_000, 50, "took it free");
+      const first = await store.acquireOrWait(key, a, LONG, 1_000, 50, "took it free");
       assert.ok(acquired(first));
-      assert.deepEqual(holdsOf(await store.inspect(key), { owners: [a, b], ttl: SHORT }), [["took it free", first.fence]]);
+      assert.deepEqual(holdsOf(await store.inspect(key), { owners: [a, b] }), [["took it free", first.fence]]);
+      // Then given a short TTL that runs out.
+      assert.equal(await store.extend(key, a, SHORT), true);
       await sleep(SHORT + SETTLE);
       const second = await store.acquireOrWait(key, b, LONG, 1_000, 50, "took it over");
       assert.ok(acquired(second));

@@ -18,6 +18,8 @@ import { sleep } from "./servers.js";
 const LONG = 60_000;
 const SHORT = 150;
 const SETTLE = 250;
+// A holder's TTL that leaves a waiter time to queue behind it on a loaded machine.
+const BRIEF = 2_000;
 const owner = () => randomBytes(16).toString("hex");
 const tag = () => randomBytes(4).toString("hex");
 /** `count` fresh keys sharing one prefix, sorted by code point (plain ASCII: as JS sorts them). */
@@ -134,8 +136,10 @@ export function registerAcquireManyTests(env) {
     assert.deepEqual(await sharedRows(raw, keys[1]), shared, "a refused set changed the shared holds");
     assert.equal(await store.release(keys[1], reader), true);
     // A semaphore's permit refuses too; once it has expired the key is free for the set.
-    assert.ok(acquired(await store.acquireShared(keys[2], permit, SHORT, 1, 3)));
+    // Held for the refusal (on a loaded machine too), then given a short TTL that runs out.
+    assert.ok(acquired(await store.acquireShared(keys[2], permit, LONG, 1, 3)));
     assert.equal(await store.acquireMany(keys, ownersFor(keys), LONG), false, "a set was granted beside a live permit");
+    assert.equal(await store.extend(keys[2], permit, SHORT), true);
     await sleep(SHORT + SETTLE);
     const owners = ownersFor(keys);
     assertGranted(await store.acquireMany(keys, owners, LONG), keys, "after the permit expired");
@@ -432,7 +436,7 @@ export function registerPgAcquireManyTests(env) {
     // The holder's TTL runs out while a waiter is queued: sets hammering the key meanwhile never
     // get it before the waiter does.
     const expiring = keySet("expiry", 2);
-    assert.ok(acquired(await store.acquire(expiring[0], holder, 300)));
+    assert.ok(acquired(await store.acquire(expiring[0], holder, BRIEF)));
     const late = owner();
     const waited = other.acquireOrWait(expiring[0], late, LONG, 20_000, 60_000);
     await queuedFor(raw, expiring[0]);

@@ -58,18 +58,20 @@ for (const lockHost of ["rust", "js"]) {
     it("a Rust waiter queues in the object and is handed the key when the JS holder's TTL runs out", async () => {
       const key = `invoice:${crypto.randomUUID()}`;
       const run = `handover:${crypto.randomUUID()}`;
-      assert.deepEqual(await w.call("js", "/hold", { key, ttl: 1_500 }), { acquired: true });
+      // Held for 5 s: the waiter, sent right after, queues long before the hold runs out.
+      assert.deepEqual(await w.call("js", "/hold", { key, ttl: 5_000 }), { acquired: true });
       const waiter = w.call("rust", "/charge", { run, key, mode: "wait" });
       // The Rust Worker's store waits inside the object (acquireOrWait through the example's
       // LockDurableObject), not by polling: the object reports one queued call.
       let state;
-      const until = Date.now() + 1_000;
+      const until = Date.now() + 20_000;
       do state = await w.call("js", "/state", { key });
       while (state.waiting === 0 && Date.now() < until);
       assert.equal(state.waiting, 1, `object state: ${JSON.stringify(state)}`);
       const out = await waiter;
       assert.equal(out.charged, true);
-      assert.ok(out.waitedMs >= 1_000, `waited ${out.waitedMs} ms for a 1500 ms hold`);
+      // Handed the key at the hold's end, not at once (the waiter's request may start late).
+      assert.ok(out.waitedMs >= 2_500, `waited ${out.waitedMs} ms for a 5000 ms hold`);
       const after = await w.call("js", "/state", { key });
       assert.equal(after.waiting, 0);
       assert.equal(after.isLocked, false);
@@ -92,14 +94,15 @@ for (const lockHost of ["rust", "js"]) {
       };
       assert.deepEqual(await look("rust"), { holders: [], waiting: 0 }, "a free key, from Rust");
       // A Rust hold with metadata, seen by both Workers' inspect.
-      const holder = w.call("rust", "/charge", { run, key, mode: "wait", payMs: 1_500, metadata: "rust: charging" });
+      // Each holds 5 s: long enough for the inspects and the queueing below to see it.
+      const holder = w.call("rust", "/charge", { run, key, mode: "wait", payMs: 5_000, metadata: "rust: charging" });
       const fromJs = await until("js", (a) => a.holders.length === 1, "the Rust holder");
       assert.equal(fromJs.holders[0].metadata, "rust: charging");
       const fromRust = await look("rust");
       assert.deepEqual(fromRust.holders.map((h) => [h.metadata, h.fence]), [["rust: charging", fromJs.holders[0].fence]]);
       assert.ok(fromRust.holders[0].remainingMs > 0 && fromRust.holders[0].remainingMs <= 30_000, JSON.stringify(fromRust));
       // A JS waiter with metadata queues behind it; the hand-over makes its metadata the hold's.
-      const waiter = w.call("js", "/charge", { run, key, mode: "wait", payMs: 1_500, metadata: "js: waiting" });
+      const waiter = w.call("js", "/charge", { run, key, mode: "wait", payMs: 5_000, metadata: "js: waiting" });
       await until("rust", (a) => a.waiting === 1, "the JS waiter queued");
       const handed = await until("rust", (a) => a.holders[0]?.metadata === "js: waiting", "the hand-over");
       assert.equal(handed.waiting, 0);

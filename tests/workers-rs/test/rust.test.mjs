@@ -73,7 +73,8 @@ describe("Rust Worker, two isolates", { concurrency: false, timeout: 180_000 }, 
     const key = `said:${crypto.randomUUID()}`;
     const look = () => w.call("rust-b", `/inspect?key=${encodeURIComponent(key)}`);
     const run = `said:${crypto.randomUUID()}`;
-    const charge = w.call("rust", "/charge", { run, key, mode: "wait", payMs: 1_000, metadata: "rust isolate a" });
+    // Held 5 s: long enough for a look from the other isolate to find it.
+    const charge = w.call("rust", "/charge", { run, key, mode: "wait", payMs: 5_000, metadata: "rust isolate a" });
     let seen;
     const deadline = Date.now() + 20_000;
     while ((seen = await look()).holders.length === 0) {
@@ -123,7 +124,8 @@ describe("Rust Worker, shared holds through the Rust API", { concurrency: false,
 
   it("another limit on a held key is Error::LimitMismatch, never granted", async () => {
     const { run, key } = fresh("mismatch");
-    const holder = shared("rust", { run, key, kind: "semaphore", limit: 3, holdMs: 1_500 });
+    // Held 5 s: still there for the two requests below.
+    const holder = shared("rust", { run, key, kind: "semaphore", limit: 3, holdMs: 5_000 });
     while ((await ledger(run)).inside === 0) await new Promise((r) => setTimeout(r, 20));
     const other = await shared("rust-b", { run, key, kind: "semaphore", limit: 4, timeoutMs: 200 });
     assert.deepEqual(other, { heldLimit: 3, limit: 4 });
@@ -137,7 +139,8 @@ describe("Rust Worker, shared holds through the Rust API", { concurrency: false,
 
   it("readers share the key; a writer waits for every reader and excludes them", async () => {
     const { run, key } = fresh("rw");
-    const reader = shared("rust", { run, key, kind: "read", holdMs: 1_500 });
+    // Held 5 s: still there for the two requests below.
+    const reader = shared("rust", { run, key, kind: "read", holdMs: 5_000 });
     while ((await ledger(run)).inside === 0) await new Promise((r) => setTimeout(r, 20));
     assert.equal((await shared("rust-b", { run, key, kind: "write" })).ran, false, "a writer beside a reader");
     assert.equal((await shared("rust-b", { run, key, kind: "read" })).ran, true, "a second reader beside the first");
@@ -216,7 +219,8 @@ describe("Rust Worker, transfers under a MultiLock of two accounts", { concurren
     // Sorted, `first` is taken before `second`: refused on `second`, it must give `first` back.
     const first = `account:1:${id}`;
     const second = `account:2:${id}`;
-    const holder = w.call("rust", "/shared", { run, key: second, kind: "write", holdMs: 1_500 });
+    // Held 5 s: still there for the three requests below.
+    const holder = w.call("rust", "/shared", { run, key: second, kind: "write", holdMs: 5_000 });
     while ((await ledger(run)).inside === 0) await new Promise((r) => setTimeout(r, 20));
     const refused = await transfer("rust-b", { run, from: first, to: second, amount: 5, mode: "immediate" });
     assert.deepEqual(refused, { moved: false, fences: {}, balances: {}, worker: "rust" });

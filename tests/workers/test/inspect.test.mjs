@@ -92,10 +92,11 @@ describe("hold metadata and inspect on the Durable Object", { concurrency: false
     }
     await w.call("main", "/crash", { key }); // the watch goes with the object's memory
     await sleep(50);
-    const { fences } = await w.call("main", "/leader-changes", { key });
+    // c's hold lasts 10 s: the observer, however slow to subscribe again, finds it there.
+    const { fences } = await w.call("main", "/leader-changes", { key, lastTtlMs: 10_000 });
     const { seen } = await observed;
-    // Subscribed again, it looks: c's hold (300 ms) — or, if the look came before c, one of
-    // the three, and never an older one after a newer.
+    // Subscribed again, it looks: c's hold — or, if the look came before c, one of the three,
+    // and never an older one after a newer.
     assert.equal(seen[0], null);
     const i = ["a", "b", "c"].indexOf(seen[1]?.metadata);
     assert.ok(i >= 0, `seen ${JSON.stringify(seen)}`);

@@ -136,7 +136,8 @@ export const inspectSuite = {
     const holder = lock(key, 30_000);
     check(await holder.acquire(), "holder");
     const long = lock(key).acquire({ timeout: 20_000 });
-    const short = lock(key).acquire({ timeout: 600, retryDelay: 10_000 });
+    // Its wait lasts until both are seen queued, and runs out long before the other's.
+    const short = lock(key).acquire({ timeout: 5_000, retryDelay: 10_000 });
     await untilQueued(env, key, 2);
     eq((await inspect(key)).waiting, 2, "two queued");
     eq((await inspect(other)).waiting, 0, "another key");

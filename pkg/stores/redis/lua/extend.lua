@@ -1,0 +1,28 @@
+--- Extend (KEYS: lock, grants; ARGV: owner, ttl ms): resets ARGV[1]'s hold to expire in ARGV[2]
+--- ms only while it holds it; answers 1 or 0. An exclusive holder is GET and PEXPIRE; a shared
+--- holder's expiry is rescored and both keys expire with the latest hold.
+
+-- keel-lock extend: reset ARGV[1]'s hold to ARGV[2] ms only while ARGV[1] still holds it
+local holder = redis.pcall("GET", KEYS[1])
+if type(holder) ~= "table" then
+  if holder ~= ARGV[1] and holder ~= "\0" .. ARGV[1] then
+    -- the owner followed by its metadata (kept: PEXPIRE leaves the value as it is)
+    local o = ARGV[1] .. "\0"
+    if not holder or (string.sub(holder, 1, #o) ~= o and string.sub(holder, 1, #o + 1) ~= "\0" .. o) then
+      return 0
+    end
+  end
+  return redis.call("PEXPIRE", KEYS[1], ARGV[2])
+end
+local t = redis.call("TIME")
+local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local s = redis.call("ZSCORE", KEYS[1], ARGV[1])
+if not s or tonumber(s) <= now_ms then
+  return 0
+end
+redis.call("ZADD", KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
+-- K[1] (and K[2], the grant records) expire with the latest hold
+local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")[2]
+redis.call("PEXPIREAT", KEYS[1], last)
+redis.call("PEXPIREAT", KEYS[2], last)
+return 1
