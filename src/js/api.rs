@@ -1,4 +1,8 @@
-//! The module-level functions: `lock`, `restoreLock`, `setLockStore`, `getLockStore`.
+//! The JS face's entry and the store it binds: `__keelApi` builds the package's exports (the
+//! JS face, entry `src/js/api.js`) over this module's exports; every JS file of the face is
+//! named here, which is what has wasm-bindgen ship it; `setLockStore`/`getLockStore` keep the
+//! current store, and the few checks the face asks of the core (`lock()`'s arguments, a
+//! restored lock's text).
 
 use alloc::rc::Rc;
 use core::cell::RefCell;
@@ -94,9 +98,9 @@ ship! {
     ProtocolJs: "/src/js/protocol.js",
 }
 
-/// The API the package exports — `lock`, `restoreLock`, `setLockStore`, `getLockStore`, `Lock`,
-/// `MemoryLockStore` and the error classes — as the JS face (`src/js/api.js`, its entry) builds
-/// it over this module's exports (`glue`), once per instance.
+/// The API the package exports (`lock`, `semaphore`, `campaign`, `setLockStore`, `Lock`,
+/// `MemoryLockStore`, the error classes, …), as `api()` in `src/js/api.js` builds it over this
+/// module's exports (`glue`), once per instance.
 #[wasm_bindgen(js_name = __keelApi, skip_typescript)]
 pub fn keel_api(glue: JsValue) -> JsValue {
     js_api(&glue)

@@ -1,6 +1,6 @@
 //! The core lock the JS binding drives: a [`Lock`] over the current store's [`Backend`] and the
-//! JS clock. JS's `Lock` class (`src/js/lock.js`) keeps it in a slot (`handle.rs`) while it is in
-//! use.
+//! JS clock. JS's `Lock` class (`src/js/lock.js`) keeps it in a slot (`handle/slots.rs`) while it
+//! is in use.
 
 use super::runtime::JsRuntime;
 use super::store::Backend;
