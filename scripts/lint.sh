@@ -40,3 +40,4 @@ done
 node scripts/check-pins.mjs
 node bench/summary.mjs --check # bench/README.md's summary must be what bench/results/latest.json gives
 node scripts/generate-redis-scripts.mjs --check # pkg/stores/redis-scripts.generated.js must be what pkg/stores/redis/lua/ gives
+node scripts/check-architecture.mjs # ARCHITECTURE.md's map must name every source file, and only those
