@@ -5,7 +5,8 @@
 # as the npm Node/browser and workerd builds use them). Each feature is linted twice: with
 # --all-targets (the tests, whose self-dev-dependency turns `testing` on) and as the library
 # alone (the build users get, without `testing`). Then the npm version pins shared by the
-# repository's JS projects must agree (scripts/check-pins.mjs).
+# repository's JS projects must agree (scripts/check-pins.mjs), and the generated files must be
+# what their sources give.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -41,3 +42,4 @@ node scripts/check-pins.mjs
 node bench/summary.mjs --check # bench/README.md's summary must be what bench/results/latest.json gives
 node scripts/generate-redis-scripts.mjs --check # pkg/stores/redis-scripts.generated.js must be what pkg/stores/redis/lua/ gives
 node scripts/check-architecture.mjs # ARCHITECTURE.md's map must name every source file, and only those
+node scripts/generate-pkg-readme.mjs --check # pkg/README.md (the npm page) must be what README.md gives, and README.md's links must resolve
