@@ -8,34 +8,8 @@
 import { MAX_FENCE } from "./args.js";
 
 export { CHANNEL, WATCH_SUFFIX } from "./redis-names.js";
-export {
-  ACQUIRE_MANY_SCRIPT,
-  ACQUIRE_MANY_SHA,
-  ACQUIRE_SCRIPT,
-  ACQUIRE_SHA,
-  ACQUIRE_SHARED_SCRIPT,
-  ACQUIRE_SHARED_SHA,
-  CHECK_SCRIPT,
-  CHECK_SHA,
-  CONFIRM_SCRIPT,
-  CONFIRM_SHA,
-  ENQUEUE_SCRIPT,
-  ENQUEUE_SHA,
-  EXTEND_SCRIPT,
-  EXTEND_SHA,
-  FORCE_RELEASE_SCRIPT,
-  FORCE_RELEASE_SHA,
-  INSPECT_SCRIPT,
-  INSPECT_SHA,
-  LEAVE_SCRIPT,
-  LEAVE_SHA,
-  RELEASE_SCRIPT,
-  RELEASE_SHA,
-  RELEASE_SHARED_SCRIPT,
-  RELEASE_SHARED_SHA,
-  WATCH_SCRIPT,
-  WATCH_SHA,
-} from "./redis-scripts.generated.js";
+// Every script and its SHA-1, as generated from redis/lua/ (each `<NAME>_SCRIPT`, `<NAME>_SHA`).
+export * from "./redis-scripts.generated.js";
 
 // How a script's answer reads.
 export const isOne = (reply) => Number(reply) === 1;

@@ -55,34 +55,7 @@ import {
 import { LockNotReplicatedError, replicasOption, replicaWaiter } from "./redis-replicas.js";
 import { redisWaiting } from "./redis-waiting.js";
 
-export {
-  ACQUIRE_MANY_SCRIPT,
-  ACQUIRE_MANY_SHA,
-  ACQUIRE_SCRIPT,
-  ACQUIRE_SHA,
-  ACQUIRE_SHARED_SCRIPT,
-  ACQUIRE_SHARED_SHA,
-  CHECK_SCRIPT,
-  CHECK_SHA,
-  CONFIRM_SCRIPT,
-  CONFIRM_SHA,
-  ENQUEUE_SCRIPT,
-  ENQUEUE_SHA,
-  EXTEND_SCRIPT,
-  EXTEND_SHA,
-  FORCE_RELEASE_SCRIPT,
-  FORCE_RELEASE_SHA,
-  INSPECT_SCRIPT,
-  INSPECT_SHA,
-  LEAVE_SCRIPT,
-  LEAVE_SHA,
-  RELEASE_SCRIPT,
-  RELEASE_SHA,
-  RELEASE_SHARED_SCRIPT,
-  RELEASE_SHARED_SHA,
-  WATCH_SCRIPT,
-  WATCH_SHA,
-} from "./redis-scripts.js";
+export * from "./redis-scripts.generated.js"; // each script and its SHA-1, which redis.d.ts declares
 export { detectRedisClient, LockNotReplicatedError, LockStoreClosedError };
 
 // "%" first, so the escapes it introduces are not escaped again.
