@@ -4,9 +4,9 @@
 //! dates a hold's local deadline in `serialize()`, for another process to read by its own.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use support::{key, ttl, wait, Task};
+use common::{key, ttl, wait, Task};
 
 use keel_lock::virtual_time::VirtualRuntime;
 use keel_lock::{

@@ -3,12 +3,12 @@
 //! abort, a loss, a store error — and that a lock without a listener tells nothing.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
 use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use support::{key, ttl, wait, Task};
+use common::{key, ttl, wait, Task};
 
 use keel_lock::events::{Call, ErrorKind, GrantVia, LockEventKind, LockEventListener};
 use keel_lock::lock::RunError;

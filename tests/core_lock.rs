@@ -4,12 +4,12 @@
 // tests/wasm_*.rs.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
 use std::cell::Cell;
 
+use common::{key, ttl, wait, SpinGuard, Task};
 use std::rc::Rc;
-use support::{key, ttl, wait, SpinGuard, Task};
 
 use keel_lock::lock::RunError;
 use keel_lock::virtual_time::{VirtualRuntime, VIRTUAL_EPOCH_MS};

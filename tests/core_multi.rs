@@ -4,9 +4,9 @@
 //! exact.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use support::{key, ttl, wait, SpinGuard, Task};
+use common::{key, ttl, wait, SpinGuard, Task};
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;

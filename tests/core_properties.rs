@@ -4,11 +4,11 @@
 // tests/wasm_*.rs.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
 use std::cell::Cell;
 
-use support::SpinGuard;
+use common::SpinGuard;
 
 use keel_lock::virtual_time::VirtualRuntime;
 use keel_lock::{AcquireOptions, Key, Lock, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl};

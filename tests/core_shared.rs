@@ -3,9 +3,9 @@
 //! a store without shared holds refusing them. Virtual time makes every interleaving exact.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use support::{key, ttl, Task};
+use common::{key, ttl, Task};
 
 use std::cell::{Cell, RefCell};
 
@@ -173,7 +173,7 @@ fn two_limits_on_one_key_are_refused_with_a_clear_error() {
     let three = lock(permits(1, 3));
     rt.block_on(three.acquire(immediately())).unwrap();
     for other in [permits(1, 4), READ] {
-        match rt.block_on(lock(other).acquire(support::wait(1_000, 50))) {
+        match rt.block_on(lock(other).acquire(common::wait(1_000, 50))) {
             Err(Error::LimitMismatch { key, held, asked }) => {
                 assert_eq!((key.as_str(), held), ("k", 3));
                 assert_eq!(asked, other.share().unwrap().limit());
@@ -263,7 +263,7 @@ fn waiter<'a>(
                 (u64::from(s.weight()), u64::from(s.limit()))
             });
         let ran = l
-            .run(support::wait(60_000, 50), |_| async {
+            .run(common::wait(60_000, 50), |_| async {
                 assert!(
                     weight_in.get() + w <= limit,
                     "{name} went in beside too much"
@@ -367,7 +367,7 @@ fn at_most_limit_in_weight_among_many_racing_waiters() {
             rt.sleep(i % 5).await;
             let l = Lock::new(key("k"), ttl(10_000), store, rt.clone()).holding(permits(weight, 4));
             let ran = l
-                .run(support::wait(60_000, 50), |_| async {
+                .run(common::wait(60_000, 50), |_| async {
                     inside.set(inside.get() + u64::from(weight));
                     peak.set(peak.get().max(inside.get()));
                     assert!(inside.get() <= 4, "{} permits held out of 4", inside.get());
@@ -395,7 +395,7 @@ fn a_crashed_holders_permit_frees_at_its_ttl_and_goes_to_the_waiter() {
     let start = rt.now_ms();
     let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone()).holding(permits(1, 1));
     assert!(rt
-        .block_on(waiter.acquire(support::wait(5_000, 1_000)))
+        .block_on(waiter.acquire(common::wait(5_000, 1_000)))
         .unwrap());
     assert_eq!(
         rt.now_ms() - start,

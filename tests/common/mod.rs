@@ -1,4 +1,4 @@
-//! Shared by the native core tests (included with `mod support;`; not every test uses all).
+//! Shared by the native core tests (included with `mod common;`; not every test uses all).
 #![allow(dead_code)]
 
 use std::cell::Cell;
