@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{key, ttl, Task};
+use common::{key, ttl, PollingStore, Task};
 
 use std::cell::{Cell, RefCell};
 
@@ -188,50 +188,16 @@ fn two_limits_on_one_key_are_refused_with_a_clear_error() {
         .unwrap());
 }
 
-/// A store with no shared holds: the trait's defaults.
-struct ExclusiveOnly<'a>(&'a MemoryLockStore<VirtualRuntime>);
-
-impl LockStore for ExclusiveOnly<'_> {
-    type Error = core::convert::Infallible;
-    fn name(&self) -> &'static str {
-        "exclusive-only"
-    }
-    async fn acquire(
-        &self,
-        k: &keel_lock::Key,
-        o: &OwnerToken,
-        t: keel_lock::Ttl,
-    ) -> Result<Option<keel_lock::Grant>, Self::Error> {
-        self.0.acquire(k, o, t).await
-    }
-    async fn release(&self, k: &keel_lock::Key, o: &OwnerToken) -> Result<bool, Self::Error> {
-        self.0.release(k, o).await
-    }
-    async fn extend(
-        &self,
-        k: &keel_lock::Key,
-        o: &OwnerToken,
-        t: keel_lock::Ttl,
-    ) -> Result<bool, Self::Error> {
-        self.0.extend(k, o, t).await
-    }
-    async fn is_locked(&self, k: &keel_lock::Key) -> Result<bool, Self::Error> {
-        self.0.is_locked(k).await
-    }
-    async fn remaining_time(&self, k: &keel_lock::Key) -> Result<Option<u64>, Self::Error> {
-        self.0.remaining_time(k).await
-    }
-}
-
 #[test]
 fn a_store_without_shared_holds_refuses_them_instead_of_granting_a_lock() {
     let rt = VirtualRuntime::new();
     let memory = MemoryLockStore::new(rt.clone());
-    let store = ExclusiveOnly(&memory);
+    // The trait's defaults for everything but the five required operations: no shared holds.
+    let store = PollingStore::new(&rt, &memory);
     let reader = Lock::new(key("k"), ttl(1_000), &store, rt.clone()).holding(READ);
     match rt.block_on(reader.acquire(immediately())) {
         Err(Error::Unsupported { store, operation }) => {
-            assert_eq!(store, "exclusive-only");
+            assert_eq!(store, "polling");
             assert_eq!(operation.to_string(), "acquire_shared");
         }
         other => panic!("expected Unsupported, got {other:?}"),
