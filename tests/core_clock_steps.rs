@@ -4,41 +4,14 @@
 //! dates a hold's local deadline in `serialize()`, for another process to read by its own.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use support::{key, ttl, wait, Task};
+use common::{key, ttl, wait, PollingStore, Task};
 
 use keel_lock::virtual_time::VirtualRuntime;
-use keel_lock::{
-    AcquireOptions, Grant, Key, Lock, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl,
-};
+use keel_lock::{AcquireOptions, Lock, LockStore, MemoryLockStore, Runtime};
 
 const HOUR: i64 = 3_600_000;
-
-/// The memory store without its waiting queue: the core polls it.
-struct PollingStore(MemoryLockStore<VirtualRuntime>);
-
-impl LockStore for PollingStore {
-    type Error = std::convert::Infallible;
-    fn name(&self) -> &'static str {
-        "polling"
-    }
-    async fn acquire(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<Option<Grant>, Self::Error> {
-        Ok(self.0.acquire_sync(k, o, t))
-    }
-    async fn release(&self, k: &Key, o: &OwnerToken) -> Result<bool, Self::Error> {
-        Ok(self.0.release_sync(k, o))
-    }
-    async fn extend(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<bool, Self::Error> {
-        Ok(self.0.extend_sync(k, o, t))
-    }
-    async fn is_locked(&self, k: &Key) -> Result<bool, Self::Error> {
-        Ok(self.0.remaining_time_sync(k).is_some())
-    }
-    async fn remaining_time(&self, k: &Key) -> Result<Option<u64>, Self::Error> {
-        Ok(self.0.remaining_time_sync(k))
-    }
-}
 
 /// A waiter with a 1 s timeout on a key held for a minute, while the wall clock is stepped by
 /// `step` 100 ms in: answers when (virtual, monotonic ms after the start) the waiter gave up.
@@ -77,7 +50,8 @@ fn same_either_way<T: PartialEq + std::fmt::Debug>(expected: T, outcome: impl Fn
 fn a_polling_wait_ends_at_its_timeout_when_the_wall_clock_is_set_back_or_forward() {
     same_either_way(1_000, |step| {
         let rt = VirtualRuntime::new();
-        let store = PollingStore(MemoryLockStore::new(rt.clone()));
+        let memory = MemoryLockStore::new(rt.clone());
+        let store = PollingStore::new(&rt, &memory);
         gave_up_after(&rt, &store, step)
     });
 }

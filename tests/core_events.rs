@@ -3,19 +3,19 @@
 //! abort, a loss, a store error — and that a lock without a listener tells nothing.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
-use support::{key, ttl, wait, Task};
+use common::{key, ttl, wait, PollingStore, ScriptedStore, Task};
 
 use keel_lock::events::{Call, ErrorKind, GrantVia, LockEventKind, LockEventListener};
 use keel_lock::lock::RunError;
 use keel_lock::virtual_time::VirtualRuntime;
 use keel_lock::{
-    AcquireOptions, Error, Holding, Key, Lock, LockStore, LossReason, MemoryLockStore, MultiLock,
-    Operation, OwnerToken, Runtime, Share, Ttl,
+    AcquireOptions, Error, Holding, Lock, LockStore, LossReason, MemoryLockStore, MultiLock,
+    Operation, Runtime, Share,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -59,63 +59,6 @@ fn told(log: &Log) -> Vec<(Call, LockEventKind)> {
 
 fn now() -> AcquireOptions {
     AcquireOptions::immediately()
-}
-
-/// A memory store that does not hand keys over: waiters poll it. It can be told to fail one
-/// operation.
-struct PollingStore {
-    inner: MemoryLockStore<VirtualRuntime>,
-    fail_on: Cell<Option<Operation>>,
-}
-
-#[derive(Debug, PartialEq)]
-struct Outage(Operation);
-
-impl PollingStore {
-    fn new(rt: &VirtualRuntime) -> Self {
-        PollingStore {
-            inner: MemoryLockStore::new(rt.clone()),
-            fail_on: Cell::new(None),
-        }
-    }
-
-    fn enter(&self, op: Operation) -> Result<(), Outage> {
-        match self.fail_on.get() {
-            Some(failing) if failing == op => Err(Outage(op)),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl LockStore for PollingStore {
-    type Error = Outage;
-
-    fn name(&self) -> &'static str {
-        "polling"
-    }
-    async fn acquire(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Ttl,
-    ) -> Result<Option<keel_lock::Grant>, Outage> {
-        self.enter(Operation::Acquire)?;
-        Ok(self.inner.acquire_sync(key, owner, ttl))
-    }
-    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Outage> {
-        self.enter(Operation::Release)?;
-        Ok(self.inner.release_sync(key, owner))
-    }
-    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Outage> {
-        self.enter(Operation::Extend)?;
-        Ok(self.inner.extend_sync(key, owner, ttl))
-    }
-    async fn is_locked(&self, key: &Key) -> Result<bool, Outage> {
-        Ok(self.inner.remaining_time_sync(key).is_some())
-    }
-    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Outage> {
-        Ok(self.inner.remaining_time_sync(key))
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -234,7 +177,8 @@ fn a_contended_run_on_the_memory_store_is_granted_by_hand_over_after_its_wait() 
 #[test]
 fn a_contended_acquire_on_a_store_that_does_not_hand_over_is_granted_by_polling() {
     let rt = VirtualRuntime::new();
-    let store = PollingStore::new(&rt);
+    let memory = MemoryLockStore::new(rt.clone());
+    let store = PollingStore::new(&rt, &memory);
     assert!(!store.hands_over());
     let holder = Lock::new(key("k"), ttl(10_000), &store, rt.clone());
     assert!(rt.block_on(holder.acquire(now())).unwrap());
@@ -292,7 +236,11 @@ fn a_run_refused_at_once_never_runs_its_task_and_says_refused() {
 fn an_acquire_whose_timeout_is_spent_says_timed_out_after_the_timeout() {
     for polling in [false, true] {
         let rt = VirtualRuntime::new();
-        let (memory, polls) = (MemoryLockStore::new(rt.clone()), PollingStore::new(&rt));
+        let (memory, polled) = (
+            MemoryLockStore::new(rt.clone()),
+            MemoryLockStore::new(rt.clone()),
+        );
+        let polls = PollingStore::new(&rt, &polled);
         let (listener, log) = recorder();
         let outcome = if polling {
             let holder = Lock::new(key("k"), ttl(10_000), &polls, rt.clone());
@@ -491,7 +439,7 @@ fn a_release_says_released_and_a_second_one_release_refused() {
 #[test]
 fn store_errors_say_failed_with_the_operation_that_failed() {
     let rt = VirtualRuntime::new();
-    let store = PollingStore::new(&rt);
+    let store = ScriptedStore::new(&rt);
     let (listener, log) = recorder();
     let lock = Lock::new(key("k"), ttl(1_000), &store, rt.clone()).with_events(Some(listener));
     rt.block_on(async {

@@ -4,12 +4,12 @@
 // tests/wasm_*.rs.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
 use std::cell::Cell;
-
 use std::rc::Rc;
-use support::{key, ttl, wait, SpinGuard, Task};
+
+use common::{key, ttl, wait, Outage, ScriptedStore, Task};
 
 use keel_lock::lock::RunError;
 use keel_lock::virtual_time::{VirtualRuntime, VIRTUAL_EPOCH_MS};
@@ -26,90 +26,7 @@ fn now() -> AcquireOptions {
     AcquireOptions::immediately()
 }
 
-/// The error a [`ScriptedStore`] fails with: which operation, and the store's call number, so a
-/// test can tell that the error reaching it is the very value the store produced.
-#[derive(Debug, Clone, PartialEq)]
-struct Outage {
-    op: Operation,
-    call: u32,
-}
-
-/// Every test below runs on this store unless it needs the bare memory store.
-///
-/// A [`MemoryLockStore`] wrapper that counts calls, can be told to fail one operation, and
-/// panics if `acquire` is called very many times without virtual time moving (so a spinning
-/// retry loop fails the test instead of hanging it).
-struct ScriptedStore {
-    inner: MemoryLockStore<VirtualRuntime>,
-    calls: Cell<u32>,
-    acquires: Cell<u32>,
-    spin: SpinGuard,
-    fail_on: Cell<Option<Operation>>,
-}
-
-impl ScriptedStore {
-    fn new(rt: &VirtualRuntime) -> Self {
-        ScriptedStore {
-            inner: MemoryLockStore::new(rt.clone()),
-            calls: Cell::new(0),
-            acquires: Cell::new(0),
-            spin: SpinGuard::new(rt),
-            fail_on: Cell::new(None),
-        }
-    }
-
-    fn failing(rt: &VirtualRuntime, op: Operation) -> Self {
-        let store = Self::new(rt);
-        store.fail_on.set(Some(op));
-        store
-    }
-
-    fn enter(&self, op: Operation) -> Result<(), Outage> {
-        let call = self.calls.get() + 1;
-        self.calls.set(call);
-        if op == Operation::Acquire {
-            self.acquires.set(self.acquires.get() + 1);
-            self.spin.tick();
-        }
-        match self.fail_on.get() {
-            Some(failing) if failing == op => Err(Outage { op, call }),
-            _ => Ok(()),
-        }
-    }
-}
-
-impl LockStore for ScriptedStore {
-    type Error = Outage;
-
-    fn name(&self) -> &'static str {
-        "scripted"
-    }
-    async fn acquire(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Ttl,
-    ) -> Result<Option<keel_lock::Grant>, Outage> {
-        self.enter(Operation::Acquire)?;
-        Ok(self.inner.acquire_sync(key, owner, ttl))
-    }
-    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Outage> {
-        self.enter(Operation::Release)?;
-        Ok(self.inner.release_sync(key, owner))
-    }
-    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Outage> {
-        self.enter(Operation::Extend)?;
-        Ok(self.inner.extend_sync(key, owner, ttl))
-    }
-    async fn is_locked(&self, key: &Key) -> Result<bool, Outage> {
-        self.enter(Operation::IsLocked)?;
-        Ok(self.inner.remaining_time_sync(key).is_some())
-    }
-    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Outage> {
-        self.enter(Operation::RemainingTime)?;
-        Ok(self.inner.remaining_time_sync(key))
-    }
-}
+// Every test below runs on `ScriptedStore` unless it needs the bare memory store.
 
 fn is_not_held<E>(result: &Result<impl Sized, Error<E>>, k: &str, op: &str) -> bool {
     matches!(result, Err(Error::NotHeld { key, attempted }) if key == k && attempted.to_string() == op)

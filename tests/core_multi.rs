@@ -4,9 +4,9 @@
 //! exact.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use support::{key, ttl, wait, SpinGuard, Task};
+use common::{key, ttl, wait, PollingStore, Task};
 
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -14,38 +14,9 @@ use std::convert::Infallible;
 
 use keel_lock::virtual_time::VirtualRuntime;
 use keel_lock::{
-    AcquireOptions, Error, Grant, Holding, InputError, Key, Lock, LockStore, MemoryLockStore,
-    MultiLock, OwnerToken, Runtime, Share, Ttl,
+    AcquireOptions, Error, Holding, InputError, Key, Lock, LockStore, MemoryLockStore, MultiLock,
+    Runtime, Share,
 };
-
-/// The memory store with only the five operations: the core polls it.
-struct Polling<'a> {
-    inner: &'a MemoryLockStore<VirtualRuntime>,
-    spin: SpinGuard,
-}
-
-impl LockStore for Polling<'_> {
-    type Error = Infallible;
-    fn name(&self) -> &'static str {
-        "polling"
-    }
-    async fn acquire(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<Option<Grant>, Infallible> {
-        self.spin.tick();
-        self.inner.acquire(k, o, t).await
-    }
-    async fn release(&self, k: &Key, o: &OwnerToken) -> Result<bool, Infallible> {
-        self.inner.release(k, o).await
-    }
-    async fn extend(&self, k: &Key, o: &OwnerToken, t: Ttl) -> Result<bool, Infallible> {
-        self.inner.extend(k, o, t).await
-    }
-    async fn is_locked(&self, k: &Key) -> Result<bool, Infallible> {
-        self.inner.is_locked(k).await
-    }
-    async fn remaining_time(&self, k: &Key) -> Result<Option<u64>, Infallible> {
-        self.inner.remaining_time(k).await
-    }
-}
 
 fn keys(names: &[&str]) -> Vec<Key> {
     names.iter().map(|n| key(n)).collect()
@@ -123,10 +94,7 @@ fn overlapping_sets_in_any_order_all_finish_on_a_store_that_hands_over() {
 fn overlapping_sets_in_any_order_all_finish_on_a_polling_store() {
     let rt = VirtualRuntime::new();
     let inner = MemoryLockStore::new(rt.clone());
-    let store = Polling {
-        inner: &inner,
-        spin: SpinGuard::new(&rt),
-    };
+    let store = PollingStore::new(&rt, &inner);
     overlapping_sets_all_finish(&rt, &store);
 }
 

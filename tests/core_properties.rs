@@ -4,14 +4,14 @@
 // tests/wasm_*.rs.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
 use std::cell::Cell;
 
-use support::SpinGuard;
+use common::ScriptedStore;
 
 use keel_lock::virtual_time::VirtualRuntime;
-use keel_lock::{AcquireOptions, Key, Lock, LockStore, MemoryLockStore, OwnerToken, Runtime, Ttl};
+use keel_lock::{AcquireOptions, Key, Lock, MemoryLockStore, Runtime, Ttl};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed};
 
@@ -41,58 +41,6 @@ fn wait(timeout_ms: u64, retry_delay_ms: u64) -> AcquireOptions {
     }
 }
 
-/// The memory store, counting `acquire` calls. It panics when `acquire` is called very many
-/// times without virtual time moving: a retry loop that spins fails the property instead of
-/// hanging the test run.
-struct Counting {
-    inner: MemoryLockStore<VirtualRuntime>,
-    acquires: Cell<u64>,
-    spin: SpinGuard,
-}
-
-impl Counting {
-    fn new(rt: &VirtualRuntime) -> Self {
-        Counting {
-            inner: MemoryLockStore::new(rt.clone()),
-            acquires: Cell::new(0),
-            spin: SpinGuard::new(rt),
-        }
-    }
-
-    fn held(&self) -> Option<u64> {
-        self.inner.remaining_time_sync(&key())
-    }
-}
-
-impl LockStore for Counting {
-    type Error = std::convert::Infallible;
-    fn name(&self) -> &'static str {
-        "counting"
-    }
-    async fn acquire(
-        &self,
-        key: &Key,
-        owner: &OwnerToken,
-        ttl: Ttl,
-    ) -> Result<Option<keel_lock::Grant>, Self::Error> {
-        self.acquires.set(self.acquires.get() + 1);
-        self.spin.tick();
-        self.inner.acquire(key, owner, ttl).await
-    }
-    async fn release(&self, key: &Key, owner: &OwnerToken) -> Result<bool, Self::Error> {
-        self.inner.release(key, owner).await
-    }
-    async fn extend(&self, key: &Key, owner: &OwnerToken, ttl: Ttl) -> Result<bool, Self::Error> {
-        self.inner.extend(key, owner, ttl).await
-    }
-    async fn is_locked(&self, key: &Key) -> Result<bool, Self::Error> {
-        self.inner.is_locked(key).await
-    }
-    async fn remaining_time(&self, key: &Key) -> Result<Option<u64>, Self::Error> {
-        self.inner.remaining_time(key).await
-    }
-}
-
 fn timeouts() -> impl Strategy<Value = u64> {
     prop_oneof![1 => Just(0u64), 6 => 0u64..3_000]
 }
@@ -118,7 +66,7 @@ proptest! {
         retry_delay in retry_delays(),
     ) {
         let rt = VirtualRuntime::new();
-        let store = Counting::new(&rt);
+        let store = ScriptedStore::new(&rt);
         let holder = Lock::new(key(), ttl(holder_ttl), &store, rt.clone());
         let waiter = Lock::new(key(), ttl(10_000_000), &store, rt.clone());
         let start = rt.now_ms();
@@ -155,7 +103,7 @@ proptest! {
         } else {
             prop_assert_eq!(at, timeout);
             // One attempt by the holder, the rest by the waiter.
-            prop_assert_eq!(store.acquires.get() - 1, timeout.div_ceil(d) + 1);
+            prop_assert_eq!(u64::from(store.acquires.get()) - 1, timeout.div_ceil(d) + 1);
             prop_assert!(waiter.owner().is_none());
         }
     }
@@ -199,7 +147,7 @@ proptest! {
         retry_delay in 0u64..100,
     ) {
         let rt = VirtualRuntime::new();
-        let store = Counting::new(&rt);
+        let store = ScriptedStore::new(&rt);
         let locks: Vec<_> = callers
             .iter()
             .map(|_| Lock::new(key(), ttl(1_000), &store, rt.clone()))
@@ -236,7 +184,7 @@ proptest! {
         prop_assert_eq!(most_inside.get(), 1, "two tasks inside at once");
         // Serialised work takes at least the sum of the tasks' durations.
         prop_assert!(rt.now_ms() - start >= busy_ms.get());
-        prop_assert!(store.held().is_none(), "key left held");
+        prop_assert!(store.inner.remaining_time_sync(&key()).is_none(), "key left held");
     }
 
     /// With timeout 0, exactly one of N simultaneous run() calls runs; the rest answer None.
@@ -246,7 +194,7 @@ proptest! {
         retry_delay in 0u64..100,
     ) {
         let rt = VirtualRuntime::new();
-        let store = Counting::new(&rt);
+        let store = ScriptedStore::new(&rt);
         let locks: Vec<_> = works
             .iter()
             .map(|_| Lock::new(key(), ttl(1_000), &store, rt.clone()))
@@ -270,6 +218,6 @@ proptest! {
         let outcomes = rt.join_all(futures);
         prop_assert_eq!(outcomes.iter().filter(|o| o.is_some()).count(), 1);
         prop_assert_eq!(ran.get(), 1);
-        prop_assert!(store.held().is_none(), "key left held");
+        prop_assert!(store.inner.remaining_time_sync(&key()).is_none(), "key left held");
     }
 }

@@ -3,9 +3,9 @@
 //! a store without shared holds refusing them. Virtual time makes every interleaving exact.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use support::{key, ttl, Task};
+use common::{key, ttl, PollingStore, Task};
 
 use std::cell::{Cell, RefCell};
 
@@ -173,7 +173,7 @@ fn two_limits_on_one_key_are_refused_with_a_clear_error() {
     let three = lock(permits(1, 3));
     rt.block_on(three.acquire(immediately())).unwrap();
     for other in [permits(1, 4), READ] {
-        match rt.block_on(lock(other).acquire(support::wait(1_000, 50))) {
+        match rt.block_on(lock(other).acquire(common::wait(1_000, 50))) {
             Err(Error::LimitMismatch { key, held, asked }) => {
                 assert_eq!((key.as_str(), held), ("k", 3));
                 assert_eq!(asked, other.share().unwrap().limit());
@@ -188,50 +188,16 @@ fn two_limits_on_one_key_are_refused_with_a_clear_error() {
         .unwrap());
 }
 
-/// A store with no shared holds: the trait's defaults.
-struct ExclusiveOnly<'a>(&'a MemoryLockStore<VirtualRuntime>);
-
-impl LockStore for ExclusiveOnly<'_> {
-    type Error = core::convert::Infallible;
-    fn name(&self) -> &'static str {
-        "exclusive-only"
-    }
-    async fn acquire(
-        &self,
-        k: &keel_lock::Key,
-        o: &OwnerToken,
-        t: keel_lock::Ttl,
-    ) -> Result<Option<keel_lock::Grant>, Self::Error> {
-        self.0.acquire(k, o, t).await
-    }
-    async fn release(&self, k: &keel_lock::Key, o: &OwnerToken) -> Result<bool, Self::Error> {
-        self.0.release(k, o).await
-    }
-    async fn extend(
-        &self,
-        k: &keel_lock::Key,
-        o: &OwnerToken,
-        t: keel_lock::Ttl,
-    ) -> Result<bool, Self::Error> {
-        self.0.extend(k, o, t).await
-    }
-    async fn is_locked(&self, k: &keel_lock::Key) -> Result<bool, Self::Error> {
-        self.0.is_locked(k).await
-    }
-    async fn remaining_time(&self, k: &keel_lock::Key) -> Result<Option<u64>, Self::Error> {
-        self.0.remaining_time(k).await
-    }
-}
-
 #[test]
 fn a_store_without_shared_holds_refuses_them_instead_of_granting_a_lock() {
     let rt = VirtualRuntime::new();
     let memory = MemoryLockStore::new(rt.clone());
-    let store = ExclusiveOnly(&memory);
+    // The trait's defaults for everything but the five required operations: no shared holds.
+    let store = PollingStore::new(&rt, &memory);
     let reader = Lock::new(key("k"), ttl(1_000), &store, rt.clone()).holding(READ);
     match rt.block_on(reader.acquire(immediately())) {
         Err(Error::Unsupported { store, operation }) => {
-            assert_eq!(store, "exclusive-only");
+            assert_eq!(store, "polling");
             assert_eq!(operation.to_string(), "acquire_shared");
         }
         other => panic!("expected Unsupported, got {other:?}"),
@@ -263,7 +229,7 @@ fn waiter<'a>(
                 (u64::from(s.weight()), u64::from(s.limit()))
             });
         let ran = l
-            .run(support::wait(60_000, 50), |_| async {
+            .run(common::wait(60_000, 50), |_| async {
                 assert!(
                     weight_in.get() + w <= limit,
                     "{name} went in beside too much"
@@ -367,7 +333,7 @@ fn at_most_limit_in_weight_among_many_racing_waiters() {
             rt.sleep(i % 5).await;
             let l = Lock::new(key("k"), ttl(10_000), store, rt.clone()).holding(permits(weight, 4));
             let ran = l
-                .run(support::wait(60_000, 50), |_| async {
+                .run(common::wait(60_000, 50), |_| async {
                     inside.set(inside.get() + u64::from(weight));
                     peak.set(peak.get().max(inside.get()));
                     assert!(inside.get() <= 4, "{} permits held out of 4", inside.get());
@@ -395,7 +361,7 @@ fn a_crashed_holders_permit_frees_at_its_ttl_and_goes_to_the_waiter() {
     let start = rt.now_ms();
     let waiter = Lock::new(key("k"), ttl(1_000), &store, rt.clone()).holding(permits(1, 1));
     assert!(rt
-        .block_on(waiter.acquire(support::wait(5_000, 1_000)))
+        .block_on(waiter.acquire(common::wait(5_000, 1_000)))
         .unwrap());
     assert_eq!(
         rt.now_ms() - start,

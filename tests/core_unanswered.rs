@@ -3,9 +3,9 @@
 //! gave up does not leave the key held.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use support::{key, ttl, wait};
+use common::{key, ttl, wait};
 
 use std::cell::Cell;
 use std::future::Future;
@@ -323,7 +323,7 @@ fn the_late_release_of_an_abandoned_attempt_never_frees_a_later_attempts_hold() 
     let refused = Cell::new(0);
     // The first attempt takes the key and hangs: abandoned at its TTL (100 ms); a retry takes
     // the key once that grant has expired, and the holder keeps extending it.
-    let holder: support::Task = Box::pin(async {
+    let holder: common::Task = Box::pin(async {
         let held = lock
             .run(wait(2_000, 10), |_| async {
                 for _ in 0..30 {
@@ -337,7 +337,7 @@ fn the_late_release_of_an_abandoned_attempt_never_frees_a_later_attempts_hold() 
         assert!(matches!(held, Ok(Some(()))), "{held:?}");
     });
     // At 1 s the first attempt's answer arrives after all, a grant, so its caller releases it.
-    let late_answer: support::Task = Box::pin(async {
+    let late_answer: common::Task = Box::pin(async {
         rt.sleep(1_000).await;
         let first = store
             .first_owner

@@ -2,9 +2,9 @@
 //! and hands the key over on release or expiry. Virtual time makes every interleaving exact.
 #![cfg(not(target_arch = "wasm32"))]
 
-mod support;
+mod common;
 
-use support::{key, ttl, Task};
+use common::{key, ttl, Task};
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
@@ -14,7 +14,7 @@ use keel_lock::{AcquireOptions, Error, Lock, LockStore, MemoryLockStore, Runtime
 
 /// Wait up to `timeout_ms`, looking every 50 ms.
 fn queued(timeout_ms: u64) -> AcquireOptions {
-    support::wait(timeout_ms, 50)
+    common::wait(timeout_ms, 50)
 }
 
 #[test]

@@ -28,7 +28,11 @@ impl Stamp {
 }
 
 /// A store operation.
+///
+/// Non-exhaustive: a new kind of operation may be added in a minor version, so a `match` outside
+/// this crate needs a wildcard arm.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Op {
     /// Take the key.
     Acquire,
@@ -106,7 +110,11 @@ impl Holding {
 }
 
 /// What happened.
+///
+/// Non-exhaustive: a new kind of event may be added in a minor version, so a `match` outside this
+/// crate needs a wildcard arm.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum EventKind {
     /// The client sent `op`. `ttl_ms` is the TTL requested (acquire, extend); `immediate` marks
     /// an acquire that is one store call, not a wait (only those are judged by the

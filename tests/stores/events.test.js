@@ -9,7 +9,8 @@ import pg from "pg";
 import { lock, onLockEvent, setLockStore } from "keel-lock";
 import { redisLockStore } from "keel-lock/redis";
 import { databaseLockStore } from "keel-lock/sql";
-import { startPostgres, startRedis } from "./lib/servers.js";
+import { startPostgres } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -41,22 +42,19 @@ async function contended(store, waits) {
 }
 
 describe("lock events over real stores", () => {
-  let redis;
+  const server = useRedis();
   let postgres;
-  const closers = [];
+  const closers = server.closers;
   before(async () => {
-    redis = await startRedis();
     postgres = await startPostgres();
   });
   after(async () => {
-    for (const close of closers.reverse()) await close();
-    await redis?.stop();
     await postgres?.stop();
   });
 
   const cases = {
     "Redis (ioredis)": async () => {
-      const client = new IORedis({ port: redis.port, host: "127.0.0.1" });
+      const client = new IORedis({ port: server.redis.port, host: "127.0.0.1" });
       closers.push(() => client.quit());
       const store = redisLockStore(client);
       // queued: in the key's queue list

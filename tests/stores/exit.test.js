@@ -10,7 +10,8 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { startPostgres, startRedis, startRedisCluster } from "./lib/servers.js";
+import { startPostgres, startRedisCluster } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
 import { STORES_DIR, installedKeelLock } from "./lib/installed.js";
 
 const CHILD = join(STORES_DIR, "lib", "exit-child.js");
@@ -102,10 +103,7 @@ before(() => {
 
 describe("Redis standalone", () => {
   let redis;
-  before(async () => {
-    redis = await startRedis();
-  });
-  after(async () => redis?.stop());
+  useRedis({ ready: (server) => (redis = server.redis) });
 
   for (const kind of ["ioredis", "node-redis"]) {
     test(`${kind}: a waited run, then client.quit() — the process exits by itself`, { timeout: 60_000 }, async () => {

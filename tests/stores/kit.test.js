@@ -5,14 +5,13 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { inspect } from "node:util";
-import { after, before, describe, test } from "node:test";
-import IORedis from "ioredis";
+import { before, describe, test } from "node:test";
 import { MemoryLockStore } from "keel-lock";
 import { checkLockStore, lockStoreResults, LockStoreConformanceError } from "keel-lock/testing";
 import * as testingModule from "keel-lock/testing";
 import { brokenStore, jsMapStore, racyRedisStore } from "./lib/js-stores.js";
 import { installedKeelLock } from "./lib/installed.js";
-import { startRedis } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
 
 // The core's properties (src/conformance/), in the order it runs them.
 const PROPERTIES = [
@@ -241,16 +240,8 @@ describe("broken stores are caught", () => {
 });
 
 describe("a racy store against a real redis-server is caught", () => {
-  let redis;
   let client;
-  before(async () => {
-    redis = await startRedis();
-    client = new IORedis({ host: "127.0.0.1", port: redis.port });
-  });
-  after(async () => {
-    client?.disconnect();
-    await redis?.stop();
-  });
+  useRedis({ admin: true, ready: (server) => (client = server.admin) });
 
   test("GET-then-SET acquire and bare DEL release: the race and both owner checks fail", async () => {
     const error = await checkLockStore(racyRedisStore(client, "racy:"), { shortTtlMs: 300, settleMs: 200 }).catch(

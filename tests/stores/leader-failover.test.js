@@ -25,11 +25,11 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { after, before, describe, test } from "node:test";
-import IORedis from "ioredis";
+import { before, describe, test } from "node:test";
 import { inspect, setLockStore } from "keel-lock";
 import { redisLockStore } from "keel-lock/redis";
-import { sleep, startRedis } from "./lib/servers.js";
+import { sleep } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
 import { STORES_DIR, installedKeelLock } from "./lib/installed.js";
 
 const LEADER = join(STORES_DIR, "lib", "leader.js");
@@ -40,8 +40,6 @@ const WAIT = 60_000; // ms: the longest a barrier waits before calling it a hang
 const CLOCK_TOLERANCE = 25; // ms: Date.now() in four processes (and Redis's clock) are whole ms of one clock
 const SLACK = 15_000; // ms: how late after A's expiry B may lead on a loaded machine
 
-let redis;
-let admin;
 const children = new Set();
 
 function killAll() {
@@ -49,17 +47,12 @@ function killAll() {
 }
 process.on("exit", killAll);
 
-before(async () => {
+before(() => {
   assert.ok(installedKeelLock().isCopy, "keel-lock must be installed from the tarball");
-  redis = await startRedis();
-  admin = new IORedis({ host: "127.0.0.1", port: redis.port });
 });
 
-after(async () => {
-  killAll();
-  admin?.disconnect();
-  await redis?.stop();
-});
+const server = useRedis({ admin: true });
+server.closers.push(killAll);
 
 /**
  * Starts lib/leader.js with `config`. Its reports (and, last, { ev: "exit", code, signal }) are
@@ -67,7 +60,7 @@ after(async () => {
  * `from` on that `match` accepts, and rejects if the process ends first or WAIT passes.
  */
 function start(config) {
-  const proc = spawn(process.execPath, [LEADER, String(redis.port), JSON.stringify(config)], {
+  const proc = spawn(process.execPath, [LEADER, String(server.redis.port), JSON.stringify(config)], {
     cwd: STORES_DIR,
     stdio: ["pipe", "pipe", "pipe"],
   });
@@ -155,7 +148,7 @@ async function failover(flaw) {
   const prefix = `${ns}:`;
   const key = "leader";
   const killedList = `${ns}:killed`;
-  const store = redisLockStore(admin, { prefix });
+  const store = redisLockStore(server.admin, { prefix });
   setLockStore(store);
 
   const procs = [];
@@ -175,13 +168,13 @@ async function failover(flaw) {
     await a.until("A's next keep-alive", (e) => (e.ev === "answer" && e.op === "extend") || e.ev === "lost" || e.ev === "exit", { from });
     const killedAt = Date.now();
     a.proc.kill("SIGKILL");
-    await admin.rpush(killedList, "killed");
+    await server.admin.rpush(killedList, "killed");
     await a.until("A's exit", (e) => e.ev === "exit");
 
     const bLeads = await b.until("B leading", (e) => e.ev === "leading", { timeoutMs: TTL + WAIT });
     await c.until("C seeing B", (e) => e.ev === "seen" && e.value?.fence === bLeads.fence);
     const answer = await inspect(key);
-    const stored = await admin.get(store.keys(key).lock);
+    const stored = await server.admin.get(store.keys(key).lock);
     return { killedAt, a: a.events, b: b.events, c: c.events, answer, stored, key };
   } finally {
     await Promise.all(procs.map((p) => p.stop()));

@@ -11,14 +11,13 @@ import { createHash, randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import IORedis from "ioredis";
 import IORedis6 from "ioredis6";
-import { createClient as createNodeRedis, createCluster as createNodeRedisCluster } from "redis";
-import { createClient as createNodeRedis4, createCluster as createNodeRedisCluster4 } from "redis4";
-import { Redis as Upstash } from "@upstash/redis";
+import { createCluster as createNodeRedisCluster } from "redis";
+import { createCluster as createNodeRedisCluster4 } from "redis4";
 import { ENQUEUE_SCRIPT, INSPECT_SCRIPT, INSPECT_SHA, redisLockStore } from "../../pkg/stores/redis.js";
 import * as scripts from "../../pkg/stores/redis-scripts.js";
 import { keySlot } from "../../pkg/stores/redis-clients.js";
-import { standaloneClients } from "./lib/redis-clients.js";
-import { ioredisCluster, nodeRedisCluster, sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
+import { ioredisCluster, nodeRedisCluster, sleep, startRedisCluster } from "./lib/servers.js";
 
 const LONG = 60_000;
 const sha1 = (text) => createHash("sha1").update(text).digest("hex");
@@ -357,23 +356,10 @@ function registerCases(env, label) {
 }
 
 describe("inspect and hold metadata on a standalone Redis", () => {
-  let redis;
-  let admin;
-  let upstash;
-  const closers = [];
-  before(async () => {
-    redis = await startRedis();
-    admin = new IORedis({ port: redis.port, host: "127.0.0.1" });
-    upstash = await startUpstashFixture(redis.port);
-  });
-  after(async () => {
-    for (const close of closers.reverse()) await close();
-    admin?.disconnect();
-    await upstash?.stop();
-    await redis?.stop();
-  });
-
-  const CLIENTS = standaloneClients(() => ({ redis, upstash }));
+  let admin; // a plain ioredis connection for inspecting and poking the server
+  const server = useRedis({ admin: true, upstash: true, ready: (started) => ({ admin } = started) });
+  const closers = server.closers;
+  const CLIENTS = server.clients;
 
 
   for (const [name, open] of Object.entries(CLIENTS)) {
@@ -550,16 +536,12 @@ async function servedSlots(node) {
 // Through keel-lock itself (the installed package): run({ metadata }) reaches the store, and
 // inspect(key) shows it — a leader's campaign seen by observe, on a real redis-server.
 describe("keel-lock over redisLockStore: metadata, inspect, campaign and observe", () => {
-  let server;
+  const server = useRedis();
   let client;
   before(async () => {
-    server = await startRedis();
-    client = new IORedis({ host: "127.0.0.1", port: server.port, lazyConnect: true });
+    client = new IORedis({ host: "127.0.0.1", port: server.redis.port, lazyConnect: true });
+    server.closers.push(() => client.disconnect());
     await client.connect();
-  });
-  after(async () => {
-    client?.disconnect();
-    await server?.stop();
   });
 
   test("run({ metadata }) is kept with the hold; inspect shows it with the run's fence; campaigns take turns as observe sees", async () => {

@@ -11,9 +11,8 @@ import { createHash, randomBytes } from "node:crypto";
 import { after, before, describe, test } from "node:test";
 import IORedis from "ioredis";
 import IORedis6 from "ioredis6";
-import { createClient as createNodeRedis, createCluster as createNodeRedisCluster } from "redis";
-import { createClient as createNodeRedis4, createCluster as createNodeRedisCluster4 } from "redis4";
-import { Redis as Upstash } from "@upstash/redis";
+import { createCluster as createNodeRedisCluster } from "redis";
+import { createCluster as createNodeRedisCluster4 } from "redis4";
 import { lock, setLockStore } from "keel-lock";
 import { redisLockStore } from "keel-lock/redis";
 import {
@@ -26,9 +25,9 @@ import {
   redisLockStore as sourceStore,
 } from "../../pkg/stores/redis.js";
 import { keySlot } from "../../pkg/stores/redis-clients.js";
-import { standaloneClients } from "./lib/redis-clients.js";
+import { useRedis } from "./lib/redis-fixture.js";
 import { monitorServer } from "./lib/redis-monitor.js";
-import { ioredisCluster as ioredisClusterOf, nodeRedisCluster as nodeRedisClusterOf, sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { ioredisCluster as ioredisClusterOf, nodeRedisCluster as nodeRedisClusterOf, sleep, startRedisCluster } from "./lib/servers.js";
 
 const tag = () => randomBytes(4).toString("hex");
 
@@ -86,21 +85,19 @@ function registerCases(stores) {
 }
 
 describe("lock([...keys]) on a standalone Redis", () => {
-  let redis;
+  const server = useRedis();
   const clients = [];
   let stores;
-  before(async () => {
-    redis = await startRedis();
+  before(() => {
+    server.closers.push(async () => {
+      for (const store of stores ?? []) await store.close?.();
+      for (const client of clients) client.disconnect();
+    });
     stores = Array.from({ length: 3 }, () => {
-      const client = new IORedis({ port: redis.port, host: "127.0.0.1" });
+      const client = new IORedis({ port: server.redis.port, host: "127.0.0.1" });
       clients.push(client);
       return redisLockStore(client);
     });
-  });
-  after(async () => {
-    for (const store of stores ?? []) await store.close?.();
-    for (const client of clients) client.disconnect();
-    await redis?.stop();
   });
   registerCases(() => stores);
 });
@@ -211,26 +208,17 @@ test("with hashTags, a key with a tag of its own is named by it: one slot per ta
 });
 
 describe("store.acquireMany on a standalone Redis", () => {
-  let redis;
-  let admin;
-  let upstash;
+  const server = useRedis({ admin: true, upstash: true });
+  let admin; // a plain ioredis connection for inspecting and poking the server
   let s; // an ioredis 5 store, for the cases that do not depend on the client
-  const closers = [];
+  const closers = server.closers;
 
   before(async () => {
-    redis = await startRedis();
-    admin = new IORedis({ port: redis.port, host: "127.0.0.1" });
-    upstash = await startUpstashFixture(redis.port);
+    ({ admin } = server);
     s = sourceStore((await connect("ioredis 5")).client);
   });
-  after(async () => {
-    for (const close of closers.reverse()) await close();
-    admin?.disconnect();
-    await upstash?.stop();
-    await redis?.stop();
-  });
 
-  const CLIENTS = standaloneClients(() => ({ redis, upstash }));
+  const CLIENTS = server.clients;
 
   async function connect(name) {
     const opened = await CLIENTS[name]();

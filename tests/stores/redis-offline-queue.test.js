@@ -4,20 +4,15 @@
 // — else every hand-over reaches its waiter only at a later look, perhaps after the grant ran
 // out, and waits answer false while the key was handed to them.
 import assert from "node:assert/strict";
-import { after, before, describe, test } from "node:test";
+import { describe, test } from "node:test";
 import IORedis from "ioredis";
 import { lock, setLockStore } from "keel-lock";
 import { redisLockStore } from "keel-lock/redis";
-import { startRedis } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
 
 describe("redisLockStore over ioredis without an offline queue, or connecting lazily", () => {
   let redis;
-  before(async () => {
-    redis = await startRedis();
-  });
-  after(async () => {
-    await redis?.stop();
-  });
+  useRedis({ ready: (server) => (redis = server.redis) });
 
   const cases = {
     "enableOfflineQueue: false": { enableOfflineQueue: false, maxRetriesPerRequest: 0 },

@@ -19,7 +19,8 @@ import {
   EXTEND_SCRIPT,
 } from "../../pkg/stores/redis.js";
 import { MAX_FENCE } from "../../pkg/stores/args.js";
-import { sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { sleep, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
 
 const LONG = 60_000;
 const READ = 4294967295; // a read lock's limit: no limit
@@ -452,22 +453,18 @@ function registerCases(get, keyLabel = "") {
 
 // ---------------------------------------------------------------------------------------------
 
-let redis; // the server
-let admin; // a plain ioredis connection for inspecting the server
-const connections = [];
 const made = [];
 
-before(async () => {
-  redis = await startRedis();
-  admin = new IORedis({ port: redis.port, host: "127.0.0.1" });
-});
-
+// Registered before the fixture's after(), so it runs first: every store is closed before the
+// connections are.
 after(async () => {
   for (const store of made) await store.close?.();
-  for (const close of connections.reverse()) await close();
-  admin?.disconnect();
-  await redis?.stop();
 });
+
+let redis; // the server
+let admin; // a plain ioredis connection for inspecting the server
+const server = useRedis({ admin: true, ready: (started) => ({ redis, admin } = started) });
+const connections = server.closers;
 
 afterEach(async () => {
   for (const store of made) await store.close?.();

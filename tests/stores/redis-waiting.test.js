@@ -19,7 +19,8 @@ import * as redisModule from "../../pkg/stores/redis.js";
 import { redisLockStore, ACQUIRE_SCRIPT, CHECK_SCRIPT, CHECK_SHA, ENQUEUE_SCRIPT, ENQUEUE_SHA, RELEASE_SCRIPT } from "../../pkg/stores/redis.js";
 import { MAX_FENCE } from "../../pkg/stores/args.js";
 import { monitorServer } from "./lib/redis-monitor.js";
-import { sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { sleep, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
 import { fenceLedger } from "./lib/sql-suite.js";
 
 const LONG = 60_000;
@@ -282,19 +283,9 @@ function lookingPerWaiter(client) {
 
 let redis; // the server
 let admin; // a plain ioredis connection for inspecting and poking the server
-const connections = []; // closed at the end
+const server = useRedis({ admin: true, ready: (started) => ({ redis, admin } = started) });
+const connections = server.closers; // closed at the end
 const made = []; // stores, closed after each test
-
-before(async () => {
-  redis = await startRedis();
-  admin = new IORedis({ port: redis.port, host: "127.0.0.1" });
-});
-
-after(async () => {
-  for (const close of connections.reverse()) await close();
-  admin?.disconnect();
-  await redis?.stop();
-});
 
 afterEach(async () => {
   for (const store of made.splice(0)) await store.close();

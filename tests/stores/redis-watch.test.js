@@ -16,8 +16,8 @@ import { createCluster as createNodeRedisCluster } from "redis";
 import { createCluster as createNodeRedisCluster4 } from "redis4";
 import { redisLockStore, WATCH_SCRIPT, WATCH_SHA } from "../../pkg/stores/redis.js";
 import { watchReport, WATCH_LEASE_MS } from "../../pkg/stores/redis-watch.js";
-import { standaloneClients } from "./lib/redis-clients.js";
-import { ioredisCluster, nodeRedisCluster, sleep, startRedis, startRedisCluster, startUpstashFixture } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
+import { ioredisCluster, nodeRedisCluster, sleep, startRedisCluster } from "./lib/servers.js";
 
 const LONG = 60_000;
 const tag = () => randomBytes(4).toString("hex");
@@ -229,23 +229,11 @@ function registerCases(env, label) {
 }
 
 describe("watch on a standalone Redis", () => {
-  let redis;
-  let admin;
-  let upstash;
-  const closers = [];
-  before(async () => {
-    redis = await startRedis();
-    admin = new IORedis({ port: redis.port, host: "127.0.0.1" });
-    upstash = await startUpstashFixture(redis.port);
-  });
-  after(async () => {
-    for (const close of closers.reverse()) await close();
-    admin?.disconnect();
-    await upstash?.stop();
-    await redis?.stop();
-  });
-
-  const CLIENTS = standaloneClients(() => ({ redis, upstash }));
+  let redis; // the server
+  let admin; // a plain ioredis connection for inspecting and poking the server
+  const server = useRedis({ admin: true, upstash: true, ready: (started) => ({ redis, admin } = started) });
+  const closers = server.closers;
+  const CLIENTS = server.clients;
   const storeWith = async (name, options) => {
     const { client, close } = await CLIENTS[name]();
     const store = redisLockStore(client, { prefix: "kw:", ...options });

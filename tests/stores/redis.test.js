@@ -13,8 +13,6 @@ import { after, before, describe, test } from "node:test";
 import IORedis from "ioredis";
 import IORedis6 from "ioredis6";
 import { createClient as createNodeRedis } from "redis";
-import { createClient as createNodeRedis4 } from "redis4";
-import { Redis as Upstash } from "@upstash/redis";
 import {
   redisLockStore,
   redisLockKeys,
@@ -27,7 +25,8 @@ import {
   EXTEND_SHA,
 } from "../../pkg/stores/redis.js";
 import { MAX_FENCE } from "../../pkg/stores/args.js";
-import { sleep, startRedis, startUpstashFixture } from "./lib/servers.js";
+import { sleep } from "./lib/servers.js";
+import { useRedis } from "./lib/redis-fixture.js";
 import { newContext, registerContract, runChecks } from "./lib/contract.js";
 import { lockStoreResults } from "keel-lock/testing";
 import { FENCE_CHECKS, fenceOf, registerFenceChecks, runFenceChecks, staleWriterStory } from "./lib/fence-checks.js";
@@ -40,65 +39,16 @@ const CONNECTIONS = 4; // contenders in the race tests are spread over this many
 let redis; // the server
 let admin; // a plain ioredis connection for inspecting and poking the server
 let upstash; // the REST fixture
-const cleanups = [];
+const server = useRedis({ admin: true, upstash: true, ready: (started) => ({ redis, admin, upstash } = started) });
+const cleanups = server.closers;
 
-before(async () => {
-  redis = await startRedis();
-  admin = new IORedis({ port: redis.port, host: "127.0.0.1" });
-  upstash = await startUpstashFixture(redis.port);
-});
-
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-  admin?.disconnect();
-  await upstash?.stop();
-  await redis?.stop();
-});
-
-// Each flavour: how to open one connection with that client.
+// Each flavour: the client type the store detects, and how to open one connection with that client.
 const FLAVOURS = {
-  "ioredis 5": {
-    type: "ioredis",
-    async connect() {
-      const client = new IORedis({ port: redis.port, host: "127.0.0.1", lazyConnect: true });
-      await client.connect();
-      return { client, close: () => client.disconnect() };
-    },
-  },
-  "ioredis 6": {
-    type: "ioredis",
-    async connect() {
-      const Ctor = IORedis6.default ?? IORedis6;
-      const client = new Ctor({ port: redis.port, host: "127.0.0.1", lazyConnect: true });
-      await client.connect();
-      return { client, close: () => client.disconnect() };
-    },
-  },
-  "node-redis 5": {
-    type: "node-redis",
-    async connect() {
-      const client = createNodeRedis({ url: redis.url });
-      client.on("error", () => {});
-      await client.connect();
-      return { client, close: () => client.quit() };
-    },
-  },
-  "node-redis 4": {
-    type: "node-redis",
-    async connect() {
-      const client = createNodeRedis4({ url: redis.url });
-      client.on("error", () => {});
-      await client.connect();
-      return { client, close: () => client.quit() };
-    },
-  },
-  "@upstash/redis (REST)": {
-    type: "upstash",
-    async connect() {
-      const client = new Upstash({ url: upstash.url, token: upstash.token, retry: false });
-      return { client, close: () => {} };
-    },
-  },
+  "ioredis 5": { type: "ioredis", connect: server.clients["ioredis 5"] },
+  "ioredis 6": { type: "ioredis", connect: server.clients["ioredis 6"] },
+  "node-redis 5": { type: "node-redis", connect: server.clients["node-redis 5"] },
+  "node-redis 4": { type: "node-redis", connect: server.clients["node-redis 4"] },
+  "@upstash/redis (REST)": { type: "upstash", connect: server.clients["@upstash/redis (REST)"] },
 };
 
 // Commands Redis executed since `resetStats()`, from INFO commandstats, without the admin's own.

@@ -13,36 +13,30 @@ import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { join } from "node:path";
-import { after, before, test } from "node:test";
-import IORedis from "ioredis";
-import { startRedis } from "./lib/servers.js";
+import { before, test } from "node:test";
+import { useRedis } from "./lib/redis-fixture.js";
 import { STORES_DIR, installedKeelLock } from "./lib/installed.js";
 
 const RACER = join(STORES_DIR, "lib", "racer.js");
 const WAIT = 120; // s: the longest the parent waits on a barrier before calling it a hang
 
-let redis;
-let admin;
 const children = new Set();
 
 process.on("exit", () => {
   for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
 });
 
-before(async () => {
+before(() => {
   assert.ok(installedKeelLock().isCopy, "keel-lock must be installed from the tarball");
-  redis = await startRedis();
-  admin = new IORedis({ host: "127.0.0.1", port: redis.port });
 });
 
-after(async () => {
+const server = useRedis({ admin: true });
+server.closers.push(() => {
   for (const child of children) if (child.exitCode === null) child.kill("SIGKILL");
-  admin?.disconnect();
-  await redis?.stop();
 });
 
 function racer(config) {
-  const child = spawn(process.execPath, [RACER, String(redis.port), JSON.stringify(config)], {
+  const child = spawn(process.execPath, [RACER, String(server.redis.port), JSON.stringify(config)], {
     cwd: STORES_DIR,
     stdio: ["ignore", "pipe", "pipe"],
   });
@@ -62,7 +56,7 @@ function racer(config) {
 
 // Waits for one element of `list` (BLPOP on its own connection), or fails after WAIT seconds.
 async function pop(list) {
-  const conn = admin.duplicate();
+  const conn = server.admin.duplicate();
   try {
     const got = await conn.blpop(list, WAIT);
     assert.ok(got, `nothing arrived on ${list} within ${WAIT} s`);
@@ -88,19 +82,19 @@ test("two processes with timeout 0: in every round exactly one wins, the other i
   assert.equal(pids.size, 2, "not two OS processes");
   for (let r = 0; r < ROUNDS; r++) {
     // Both go at once; each answers "won" (while holding) or "lost".
-    await admin.rpush(`${ns}:go:${r}:A`, "go");
-    await admin.rpush(`${ns}:go:${r}:B`, "go");
+    await server.admin.rpush(`${ns}:go:${r}:A`, "go");
+    await server.admin.rpush(`${ns}:go:${r}:B`, "go");
     const outcomes = [await pop(`${ns}:result:${r}`), await pop(`${ns}:result:${r}`)];
     const winners = outcomes.filter((o) => o.startsWith("won:"));
     assert.equal(winners.length, 1, `round ${r}: ${outcomes.join(", ")}`);
     // The winner answered before letting go, so the loser was refused while the lock was held.
-    assert.equal(await admin.exists(`${ns}:key:${r}`), 1, `round ${r}: the lock is not in Redis`);
-    await admin.rpush(`${ns}:release:${r}:${winners[0].slice(4)}`, "go");
+    assert.equal(await server.admin.exists(`${ns}:key:${r}`), 1, `round ${r}: the lock is not in Redis`);
+    await server.admin.rpush(`${ns}:release:${r}:${winners[0].slice(4)}`, "go");
   }
   const reports = await Promise.all(procs.map(finished));
   assert.equal(reports.reduce((n, r) => n + r.won, 0), ROUNDS);
   assert.equal(reports.reduce((n, r) => n + r.lost, 0), ROUNDS);
-  for (let r = 0; r < ROUNDS; r++) assert.equal(await admin.exists(`${ns}:key:${r}`), 0, "a lock was left behind");
+  for (let r = 0; r < ROUNDS; r++) assert.equal(await server.admin.exists(`${ns}:key:${r}`), 0, "a lock was left behind");
 });
 
 test("two processes with timeouts: every section runs, never two inside at once", async () => {
@@ -109,17 +103,17 @@ test("two processes with timeouts: every section runs, never two inside at once"
   const ids = ["A", "B"];
   const procs = ids.map((id) => racer({ id, ns, mode: "timeouts", iterations: ITERATIONS }));
   for (let i = 0; i < ids.length; i++) await pop(`${ns}:ready`);
-  for (const id of ids) await admin.rpush(`${ns}:go:${id}`, "go");
+  for (const id of ids) await server.admin.rpush(`${ns}:go:${id}`, "go");
   const reports = await Promise.all(procs.map(finished));
 
   for (const report of reports) {
     assert.equal(report.ran, ITERATIONS, `${report.id}: ${report.notRan} sections did not run`);
     assert.equal(report.notRan, 0);
   }
-  assert.equal(Number((await admin.get(`${ns}:overlaps`)) ?? 0), 0, "two processes were inside at once");
-  assert.equal(Number(await admin.get(`${ns}:inside`)), 0);
+  assert.equal(Number((await server.admin.get(`${ns}:overlaps`)) ?? 0), 0, "two processes were inside at once");
+  assert.equal(Number(await server.admin.get(`${ns}:inside`)), 0);
   // The log pairs up: every enter is followed directly by the same section's exit.
-  const log = await admin.lrange(`${ns}:log`, 0, -1);
+  const log = await server.admin.lrange(`${ns}:log`, 0, -1);
   assert.equal(log.length, ids.length * ITERATIONS * 2);
   for (let i = 0; i < log.length; i += 2) {
     const section = log[i].replace(/:enter$/, "");
@@ -128,5 +122,5 @@ test("two processes with timeouts: every section runs, never two inside at once"
   }
   // Both processes got in (in whatever order the lock let them).
   for (const id of ids) assert.ok(log.some((e) => e.startsWith(`${id}:`)), `${id} never got in`);
-  assert.equal(await admin.exists(`${ns}:key`), 0, "the lock was left behind");
+  assert.equal(await server.admin.exists(`${ns}:key`), 0, "the lock was left behind");
 });
