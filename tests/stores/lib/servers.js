@@ -578,12 +578,12 @@ export async function etcdCall(url, path, body = {}, { timeoutMs = 5_000 } = {})
 }
 
 /**
- * Starts an etcd cluster. Answers { endpoints, members, leader(), waitHealthy(), stop() }:
+ * Starts an etcd cluster (`args` added to every member's command line). Answers { endpoints, members, leader(), waitHealthy(), stop() }:
  * `endpoints` the members' client URLs; each member { name, url, pid, running(), kill(signal),
  * start() } (start() runs it again on its data dir, after a kill); `leader()` waits (up to
  * `timeoutMs`) until the running members agree on a leader and answers its index in `members`.
  */
-export async function startEtcdCluster({ members: count = 3, timeoutMs = 30_000 } = {}) {
+export async function startEtcdCluster({ members: count = 3, args = [], timeoutMs = 30_000 } = {}) {
   const bin = etcdBin();
   const dir = mkdtempSync(join(tmpdir(), "keel-lock-etcd-"));
   const removeDir = () => rmSync(dir, { recursive: true, force: true });
@@ -610,6 +610,7 @@ export async function startEtcdCluster({ members: count = 3, timeoutMs = 30_000 
         "--election-timeout", "500",
         "--log-level", "warn",
         "--logger", "zap",
+        ...args,
       ];
       let child = null;
       let output = "";
