@@ -354,6 +354,44 @@ describe("endpoints", () => {
     assert.equal(await store.release(key, "o"), true);
   });
 
+  test("release and extend whose replies are lost: read back, and resent only while the compare still guards them", async () => {
+    // `lose(n)`: the next n write transactions are forwarded and their replies thrown away.
+    let losing = 0;
+    let writes = 0;
+    const fetchLosing = async (url, init) => {
+      const response = await fetch(url, init);
+      if (url.endsWith("/v3/kv/txn") && JSON.parse(init.body).compare?.length) {
+        writes++;
+        if (losing > 0) {
+          losing--;
+          await response.text();
+          throw new TypeError("fetch failed: the reply was lost");
+        }
+      }
+      return response;
+    };
+    const store = etcdLockStore({ endpoints: cluster.endpoints, fetch: fetchLosing });
+    const key = freshKey("lost-ends");
+    const { lock } = etcdLockKeys(key);
+    const got = await store.acquire(key, "o", 30_000, "m");
+    const before = (await rawKv(lock)).lease;
+    // extend to another TTL: the move applied, its reply lost; found on the new lease, not resent.
+    writes = 0;
+    losing = 1;
+    assert.equal(await store.extend(key, "o", 10_000), true);
+    assert.equal(writes, 1);
+    const after = await rawKv(lock);
+    assert.notEqual(after.lease, before);
+    assert.equal(Number(after.create_revision), got.fence);
+    // release: applied, reply lost; the key is found gone and the store cannot tell its own delete
+    // from an expiry: false (documented), and nothing is resent.
+    writes = 0;
+    losing = 1;
+    assert.equal(await store.release(key, "o"), false);
+    assert.equal(writes, 1);
+    assert.equal(await store.isLocked(key), false);
+  });
+
   test("an endpoint that is not etcd says so", async () => {
     const server = http.createServer((req, res) => {
       if (req.url.startsWith("/html")) {
