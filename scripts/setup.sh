@@ -23,7 +23,7 @@ if [ "$mode" = lint ]; then
 fi
 
 # --- apt packages (browsers for wasm tests, servers for store tests) -----------------------
-apt_pkgs=(chromium chromium-driver firefox-esr redis-server postgresql)
+apt_pkgs=(chromium chromium-driver firefox-esr redis-server postgresql etcd-server)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -34,6 +34,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   # The postgresql package starts a cluster on 5432; our tests start their own, so stop it.
   if printf '%s\n' "${missing[@]}" | grep -qx postgresql; then
     service postgresql stop >/dev/null 2>&1 || true
+  fi
+  # etcd-server may start a member on 2379; the tests start their own cluster, so stop it.
+  if printf '%s\n' "${missing[@]}" | grep -qx etcd-server; then
+    service etcd stop >/dev/null 2>&1 || true
   fi
 fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The stores against real servers that the tests start and stop themselves: redis-server (via
 # ioredis 5/6, node-redis 5/4, and @upstash/redis through a REST fixture), a throwaway
-# PostgreSQL cluster (pg), better-sqlite3, and D1 in local workerd.
+# PostgreSQL cluster (pg), better-sqlite3, D1 in local workerd, and a three-member etcd cluster.
 #   - the store tests that import pkg/stores/ from the source tree (redis-replicas.test.js: the
 #     waitForReplicas option against a primary with a replica and a Cluster with replicas);
 #   - the conformance kit, keel-lock/testing, run against EVERY store, and shown to catch broken
@@ -30,5 +30,5 @@ npm install --no-save --no-audit --no-fund --loglevel=error "$tarball"
 # steadier without the others competing for the CPU. --test-force-exit: a failed test that left
 # a client reconnecting to a server it stopped fails the run instead of hanging it.
 node --test --test-concurrency=1 --test-force-exit --test-reporter=spec \
-  redis.test.js redis-waiting.test.js redis-shared.test.js redis-multi.test.js redis-inspect.test.js redis-watch.test.js redis-replicas.test.js redis-offline-queue.test.js events.test.js pg-failures.test.js sqlite.test.js postgres.test.js pg-watch.test.js d1.test.js types.test.js \
+  redis.test.js redis-waiting.test.js redis-shared.test.js redis-multi.test.js redis-inspect.test.js redis-watch.test.js redis-replicas.test.js redis-offline-queue.test.js events.test.js pg-failures.test.js sqlite.test.js postgres.test.js pg-watch.test.js d1.test.js etcd.test.js types.test.js \
   kit.test.js observe.test.js conformance.test.js two-process.test.js leader-failover.test.js exit.test.js

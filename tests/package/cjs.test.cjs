@@ -49,4 +49,5 @@ test("require() loads the ESM-only entries (Node >= 20.19 loads ES modules from 
   assert.ok(results.length >= 5 && results.every((r) => r.ok));
   assert.equal(typeof require("keel-lock/redis").redisLockStore, "function");
   assert.equal(typeof require("keel-lock/sql").databaseLockStore, "function");
+  assert.equal(typeof require("keel-lock/etcd").etcdLockStore, "function");
 });

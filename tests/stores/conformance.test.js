@@ -2,7 +2,9 @@
 // store, a store written in JS, redisLockStore through ioredis (5 and 6), node-redis (5 and 4)
 // and @upstash/redis (REST fixture) on a real redis-server, the user-written ioredis store from
 // the documentation's pattern, databaseLockStore over better-sqlite3 (in memory and a shared
-// file), pg on a throwaway PostgreSQL cluster, and D1 in local workerd.
+// file), pg on a throwaway PostgreSQL cluster, D1 in local workerd, and etcdLockStore on a
+// three-member etcd cluster (and a racy etcd store, range-then-put and a delete without the owner
+// check, is caught).
 import assert from "node:assert/strict";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -16,13 +18,14 @@ import { Redis as Upstash } from "@upstash/redis";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { MemoryLockStore } from "keel-lock";
-import { checkLockStore } from "keel-lock/testing";
+import { checkLockStore, LockStoreConformanceError } from "keel-lock/testing";
 import { redisLockStore } from "keel-lock/redis";
 import { databaseLockStore } from "keel-lock/sql";
+import { etcdLockStore } from "keel-lock/etcd";
 import { jsMapStore } from "./lib/js-stores.js";
 import { userRedisStore } from "./lib/user-redis-store.js";
 import { installedKeelLock } from "./lib/installed.js";
-import { startD1, startPostgres, startRedis, startUpstashFixture } from "./lib/servers.js";
+import { etcdCall, startD1, startEtcdCluster, startPostgres, startRedis, startUpstashFixture } from "./lib/servers.js";
 
 // Over a network (or Miniflare's proxy) on a loaded machine a short-TTL lock must survive the
 // round trips a property makes while holding it, so give it room. In-process stores use the
@@ -78,10 +81,10 @@ after(async () => {
   }
 });
 
-test("keel-lock, keel-lock/testing, /redis and /sql come from the installed tarball", () => {
+test("keel-lock, keel-lock/testing, /redis, /sql and /etcd come from the installed tarball", () => {
   const { entry, isCopy } = installedKeelLock();
   assert.ok(isCopy, `resolved ${entry}`);
-  for (const spec of ["keel-lock", "keel-lock/redis", "keel-lock/sql"]) {
+  for (const spec of ["keel-lock", "keel-lock/redis", "keel-lock/sql", "keel-lock/etcd"]) {
     assert.match(import.meta.resolve(spec), /\/tests\/stores\/node_modules\/keel-lock\//, spec);
   }
 });
@@ -191,5 +194,47 @@ describe("SQL", () => {
     await store.createTable();
     assert.equal(store.driver, "d1");
     await passes(store, REMOTE, { shared: "polled" });
+  });
+});
+
+describe("etcd (a real three-member cluster)", () => {
+  // etcd's leases are whole seconds and expire on the leader's next check (every 500 ms) plus a
+  // commit: the short TTL is a 2 s lease, given 1.5 s more to be gone.
+  const ETCD = { shortTtlMs: 2_000, settleMs: 1_500 };
+  let cluster;
+  before(async () => {
+    cluster = await startEtcdCluster();
+    cleanups.push(() => cluster.stop());
+  });
+
+  test("etcdLockStore", async () => {
+    await passes(etcdLockStore({ endpoints: cluster.endpoints, prefix: "kit/" }), ETCD, { shared: "none" });
+  });
+
+  test("a racy etcd store (range then put, delete without the owner check) is caught", async () => {
+    const url = cluster.endpoints[0];
+    const b64 = (text) => Buffer.from(text, "utf8").toString("base64");
+    const real = etcdLockStore({ endpoints: cluster.endpoints, prefix: "racy/" });
+    const racy = {
+      async acquire(key, owner, ttlMs) {
+        if (await real.isLocked(key)) return false;
+        const { ID } = await etcdCall(url, "/v3/lease/grant", { TTL: Math.ceil(ttlMs / 1000) });
+        const put = await etcdCall(url, "/v3/kv/put", { key: b64(real.keys(key).lock), value: b64(owner), lease: ID });
+        return { fence: Number(put.header.revision) };
+      },
+      async release(key) {
+        const reply = await etcdCall(url, "/v3/kv/deleterange", { key: b64(real.keys(key).lock) });
+        return Number(reply.deleted ?? 0) > 0;
+      },
+      extend: (key, owner, ttlMs) => real.extend(key, owner, ttlMs),
+      isLocked: (key) => real.isLocked(key),
+      remainingTime: (key) => real.remainingTime(key),
+    };
+    const error = await checkLockStore(racy, ETCD).catch((e) => e);
+    assert.ok(error instanceof LockStoreConformanceError, `not caught: ${error}`);
+    const failed = error.failures.map((f) => f.property);
+    for (const property of ["concurrent_acquires_have_one_winner", "late_release_keeps_new_holder", "release_requires_owner"]) {
+      assert.ok(failed.includes(property), `${property} not among the failures: ${failed.join(", ")}`);
+    }
   });
 });

@@ -8,6 +8,7 @@
 //   startPostgres()         a throwaway PostgreSQL cluster (initdb + pg_ctl) in a temp dir
 //   startUpstashFixture()   an HTTP server speaking Upstash's REST protocol, forwarding to a real redis-server
 //   startD1()               Cloudflare D1 in local workerd through Miniflare
+//   startEtcdCluster()      an etcd cluster (three members by default) on loopback ports, temp data dirs
 import { spawn, spawnSync, execFile, execFileSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, chownSync } from "node:fs";
 import http from "node:http";
@@ -549,4 +550,147 @@ export async function startD1() {
       await mf.dispose();
     },
   };
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd: a cluster of `members` (3) etcd processes on loopback ports, each with its data dir in one
+// temp dir, a short heartbeat and election timeout (50 / 500 ms) so a new leader is elected
+// within a second or two of the old one's death. Ready once every member answers the JSON
+// gateway's status with the same leader and a linearizable read succeeds through each.
+
+function etcdBin() {
+  const bin = process.env.ETCD ?? which("etcd") ?? "/usr/bin/etcd";
+  if (!existsSync(bin)) throw new Error(`etcd not found (${bin}); run make setup (apt etcd-server)`);
+  return bin;
+}
+
+/** POSTs `body` as JSON to an etcd member's gateway `path`; answers the parsed reply, or throws. */
+export async function etcdCall(url, path, body = {}, { timeoutMs = 5_000 } = {}) {
+  const response = await fetch(url + path, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(timeoutMs),
+  });
+  const text = await response.text();
+  if (!response.ok) throw new Error(`${path} on ${url}: HTTP ${response.status} ${text}`);
+  return JSON.parse(text);
+}
+
+/**
+ * Starts an etcd cluster (`args` added to every member's command line). Answers { endpoints, members, leader(), waitHealthy(), stop() }:
+ * `endpoints` the members' client URLs; each member { name, url, pid, running(), kill(signal),
+ * start() } (start() runs it again on its data dir, after a kill); `leader()` waits (up to
+ * `timeoutMs`) until the running members agree on a leader and answers its index in `members`.
+ */
+export async function startEtcdCluster({ members: count = 3, args = [], timeoutMs = 30_000 } = {}) {
+  const bin = etcdBin();
+  const dir = mkdtempSync(join(tmpdir(), "keel-lock-etcd-"));
+  const removeDir = () => rmSync(dir, { recursive: true, force: true });
+  const token = `keel-lock-${process.pid}-${Date.now()}`;
+  for (let attempt = 0; ; attempt++) {
+    const ports = [];
+    for (let i = 0; i < count; i++) ports.push({ client: await freePort(), peer: await freePort() });
+    const names = ports.map((_, i) => `m${i}`);
+    const initialCluster = ports.map((p, i) => `${names[i]}=http://127.0.0.1:${p.peer}`).join(",");
+    const members = ports.map((p, i) => {
+      const name = names[i];
+      const url = `http://127.0.0.1:${p.client}`;
+      const argv = [
+        "--name", name,
+        "--data-dir", join(dir, name),
+        "--listen-client-urls", url,
+        "--advertise-client-urls", url,
+        "--listen-peer-urls", `http://127.0.0.1:${p.peer}`,
+        "--initial-advertise-peer-urls", `http://127.0.0.1:${p.peer}`,
+        "--initial-cluster", initialCluster,
+        "--initial-cluster-state", "new",
+        "--initial-cluster-token", token,
+        "--heartbeat-interval", "50",
+        "--election-timeout", "500",
+        "--log-level", "warn",
+        "--logger", "zap",
+        ...args,
+      ];
+      let child = null;
+      let output = "";
+      let kill = null;
+      const member = {
+        name,
+        url,
+        get pid() {
+          return child?.pid ?? null;
+        },
+        get output() {
+          return output;
+        },
+        running: () => child !== null && child.exitCode === null && child.signalCode === null,
+        start() {
+          child = spawn(bin, argv, { stdio: ["ignore", "pipe", "pipe"] });
+          const mine = child;
+          kill = () => mine.exitCode === null && mine.signalCode === null && process.kill(mine.pid, "SIGKILL");
+          onExit.add(kill);
+          mine.stdout.on("data", (d) => (output = (output + d).slice(-20_000)));
+          mine.stderr.on("data", (d) => (output = (output + d).slice(-20_000)));
+          member.exited = new Promise((resolve) => mine.once("exit", resolve));
+        },
+        /** Sends `signal` (SIGKILL by default) and, unless it is SIGSTOP / SIGCONT, waits for the exit. */
+        async kill(signal = "SIGKILL") {
+          if (!member.running()) return;
+          process.kill(child.pid, signal);
+          if (signal !== "SIGSTOP" && signal !== "SIGCONT") await member.exited;
+        },
+      };
+      return member;
+    });
+    for (const m of members) m.start();
+    const cluster = {
+      dir,
+      members,
+      endpoints: members.map((m) => m.url),
+      async leader({ timeoutMs: wait = timeoutMs } = {}) {
+        const deadline = Date.now() + wait;
+        let last = "";
+        for (;;) {
+          const running = members.filter((m) => m.running());
+          try {
+            const statuses = await Promise.all(running.map((m) => etcdCall(m.url, "/v3/maintenance/status", {}, { timeoutMs: 2_000 })));
+            const leaders = new Set(statuses.map((s) => s.leader));
+            const ids = statuses.map((s) => s.header.member_id);
+            const [leader] = leaders;
+            if (leaders.size === 1 && leader && leader !== "0" && ids.includes(leader)) {
+              // A linearizable read through every running member: each can serve the store.
+              await Promise.all(running.map((m) => etcdCall(m.url, "/v3/kv/range", { key: "a2VlbC1sb2NrLWhlYWx0aA==" }, { timeoutMs: 2_000 })));
+              return members.indexOf(running[ids.indexOf(leader)]);
+            }
+            last = `leaders ${[...leaders].join(", ")} among ${ids.join(", ")}`;
+          } catch (error) {
+            last = error.message;
+          }
+          if (Date.now() > deadline) throw new Error(`etcd cluster has no leader within ${wait} ms (${last})`);
+          await sleep(50);
+        }
+      },
+      async stop() {
+        for (const m of members) await m.kill("SIGKILL");
+        removeDir();
+        onExit.delete(removeDir);
+      },
+    };
+    onExit.add(removeDir);
+    try {
+      await cluster.leader();
+      return cluster;
+    } catch (error) {
+      const inUse = members.some((m) => /address already in use/i.test(m.output));
+      for (const m of members) await m.kill("SIGKILL");
+      if (attempt < 2 && inUse) {
+        rmSync(dir, { recursive: true, force: true });
+        mkdirSync(dir);
+        continue;
+      }
+      removeDir();
+      throw new Error(`${error.message}\n${members.map((m) => `${m.name}: ${m.output.slice(-2_000)}`).join("\n")}`);
+    }
+  }
 }

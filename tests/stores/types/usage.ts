@@ -4,6 +4,7 @@ import type { Grant } from "../../../pkg/index.js";
 import type { LockStore } from "../../../pkg/index.js";
 import { redisLockStore, detectRedisClient, type RedisLockStore, type RedisClientType } from "../../../pkg/stores/redis.js";
 import { databaseLockStore, schema, type DatabaseLockInfo, type DatabaseLockStore } from "../../../pkg/stores/sql.js";
+import { etcdLockStore, etcdLockKeys, EtcdStoreError, type EtcdLockStore } from "../../../pkg/stores/etcd.js";
 import { Redis as IORedis } from "ioredis";
 import { createClient } from "redis";
 import { Redis as Upstash } from "@upstash/redis";
@@ -16,6 +17,19 @@ export async function usage(): Promise<void> {
   const up: LockStore = redisLockStore(new Upstash({ url: "http://x", token: "t" }));
   const kind: RedisClientType | null = detectRedisClient(io);
   const prefix: string = io.prefix;
+
+  const etcd: EtcdLockStore = etcdLockStore({ endpoints: ["http://127.0.0.1:2379"], auth: { username: "u", password: "p" } });
+  const etcdAsLockStore: LockStore = etcd;
+  const etcdGrant: false | Grant = await etcd.acquire("k", "o", 1500, "host a");
+  const etcdForced: boolean = await etcd.forceRelease("k");
+  const etcdLock: string = etcdLockKeys("k").lock + etcd.keys("k").metadata;
+  const etcdHeld = (await etcd.inspect("k")).holders.map((h) => h.fence);
+  const etcdError: boolean = new Error("x") instanceof EtcdStoreError;
+  // @ts-expect-error endpoints are required
+  etcdLockStore({});
+  // @ts-expect-error auth needs a username and a password
+  etcdLockStore({ endpoints: "http://x", auth: { username: "u" } });
+  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError];
 
   const sql: DatabaseLockStore = databaseLockStore(sqliteDb, { table: "locks", driver: "sqlite" });
   const asLockStore: LockStore = sql;

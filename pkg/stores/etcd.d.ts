@@ -1,0 +1,74 @@
+import type { Grant, HolderInfo, InspectAnswer, LockStore } from "../index.js";
+
+export interface EtcdLockStoreOptions {
+  /**
+   * The cluster's client URLs, `http://` or `https://` (a path is kept, for a proxy in front of
+   * the gateway; no credentials in the URL: use `auth`). One URL or several: a request goes to
+   * the current one and moves on to the next when it cannot be reached or answers unavailable.
+   */
+  endpoints: string | string[];
+  /** etcd user and password: a token from `/v3/auth/authenticate`, renewed when etcd refuses it. */
+  auth?: { username: string; password: string };
+  /** Put in front of every name the store writes. Default "keel-lock/". */
+  prefix?: string;
+  /** The fetch to call (default: the global `fetch`). */
+  fetch?: (input: string, init: RequestInit) => Promise<Response>;
+  /** Bound of one request to one endpoint, in whole ms (default 2000); one call keeps trying endpoints for at most three of them. */
+  timeoutMs?: number;
+}
+
+/** The etcd names for one lock key. */
+export interface EtcdLockKeys {
+  /** `<prefix><key>` (`%` → `%25`, `/` → `%2F`): the owner token, attached to the hold's lease. */
+  lock: string;
+  /** `<lock>/m`: the hold's metadata, when it has some, attached to the same lease. */
+  metadata: string;
+}
+
+/** An error from etcd, or from reaching it; never carries a password or token. */
+export declare class EtcdStoreError extends Error {
+  readonly name: "EtcdStoreError";
+  /** The HTTP status of etcd's answer, if one came. */
+  readonly status: number | null;
+  /** etcd's gRPC status code (5: not found, 14: unavailable, …), if it sent one. */
+  readonly etcdCode: number | null;
+  /** The endpoint that answered (or did not). */
+  readonly endpoint: string | null;
+  /** True when a write's reply was lost: it may or may not have applied. */
+  readonly outcomeUnknown: boolean;
+}
+
+/** A LockStore on etcd; every method answers a promise. */
+export type EtcdLockStore = Omit<LockStore, "acquire" | "inspect" | "forceRelease" | "acquireOrWait" | "withdraw" | "acquireShared" | "acquireSharedOrWait" | "acquireMany" | "watch"> & {
+  /**
+   * A lease of `ceil(ttlMs / 1000)` seconds (at least etcd's minimum) and one transaction that
+   * puts the key only if it does not exist: `{ fence }` (the put's revision, strictly increasing
+   * across the whole cluster) or `false` when someone holds it.
+   */
+  acquire(key: string, owner: string, ttlMs: number, metadata?: string): Promise<false | Grant>;
+  release(key: string, owner: string): Promise<boolean>;
+  extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
+  isLocked(key: string): Promise<boolean>;
+  /** Whole seconds left of the hold's lease, in ms (etcd rounds down), or null. */
+  remainingTime(key: string): Promise<number | null>;
+  /** The hold (metadata, fence, ms left), never its owner; `waiting` is null (waiters poll). */
+  inspect(key: string): Promise<InspectAnswer & { holders: HolderInfo[]; waiting: null }>;
+  /** Revokes the holder's lease, whoever holds it; true when a hold was ended. */
+  forceRelease(key: string): Promise<boolean>;
+  /** The names used for `key`. */
+  keys(key: string): EtcdLockKeys;
+  readonly prefix: string;
+  readonly endpoints: readonly string[];
+};
+
+/** A LockStore on etcd 3.4 or later, through its v3 JSON gateway. */
+export declare function etcdLockStore(options: EtcdLockStoreOptions): EtcdLockStore;
+
+/** The names `etcdLockStore` uses for `key` under `prefix` (default "keel-lock/"). */
+export declare function etcdLockKeys(key: string, prefix?: string): EtcdLockKeys;
+
+/** The lease TTL in seconds asked for a hold of `ttlMs`: rounded up, at least 1. */
+export declare function leaseSeconds(ttlMs: number): number;
+
+export declare const DEFAULT_PREFIX: "keel-lock/";
+export declare const DEFAULT_TIMEOUT_MS: 2000;
