@@ -1,0 +1,98 @@
+// COMMAND as a child of keel-lock, in a process group of its own so that stopping it stops
+// everything it started (`sh -c 'a & b'` included), with the signals keel-lock gets passed on.
+//
+// When the hold is lost the group is stopped, SIGTERM then SIGKILL after the grace. Two ways
+// to learn of a loss, and the later one is not good enough alone:
+//   - the run's signal (keel-lock's loss signal): an extend the store refused — the key is
+//     already free, so COMMAND is stopped at once;
+//   - the stop deadlines below: keel-lock only declares a hold lost when its conservative local
+//     deadline (when the last successful extend was sent, plus the TTL) has passed — the very
+//     moment another holder could be granted the key. COMMAND must be dead before that, so the
+//     SIGKILL is due `margin` before that deadline and the SIGTERM `grace` before the SIGKILL,
+//     moved on by every extend that succeeds (told by onLockEvent's `extended` events).
+import { spawn } from "node:child_process";
+import { constants } from "node:os";
+
+/** Signals sent to keel-lock that COMMAND gets too. */
+export const FORWARDED = ["SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT"];
+
+/**
+ * What is kept back from the end of a hold: time for SIGKILL to land and the process table to
+ * empty, a tenth of the TTL up to a second.
+ */
+export function marginMs(ttlMs) {
+  return Math.min(1_000, Math.floor(ttlMs / 10));
+}
+
+/**
+ * From the local deadline of the hold (ms, performance.now() clock), when to send SIGTERM and
+ * SIGKILL. Extends go every third of the TTL and the grace is at most a third, so a healthy
+ * hold, renewed at ttl/3 after the last, is renewed long before its SIGTERM time at
+ * ttl − margin − grace ≥ ttl/3 + ttl/3 − margin... after it.
+ */
+export function stopDeadlines(deadline, ttlMs, graceMs) {
+  const kill = deadline - marginMs(ttlMs);
+  return { term: kill - graceMs, kill };
+}
+
+/**
+ * Spawns `argv` with `env` in its own process group and stdio shared with keel-lock. Answers a
+ * handle: `exited` (resolves `{ code, signal }`), `stop(reason)` (SIGTERM the group, SIGKILL it
+ * after `graceMs` or by `killBy`), `group` (the group id).
+ */
+export function startCommand(argv, env, { graceMs, onSpawnError }) {
+  const child = spawn(argv[0], argv.slice(1), { detached: true, stdio: "inherit", env });
+  let settle;
+  const exited = new Promise((resolve) => (settle = resolve));
+  child.once("error", (error) => {
+    onSpawnError?.(error);
+    settle({ code: error.code === "ENOENT" ? 127 : 126, signal: null, spawnError: error });
+  });
+  child.once("exit", (code, signal) => settle({ code, signal }));
+  const group = child.pid;
+
+  const forward = (signal) => sendGroup(group, signal);
+  for (const signal of FORWARDED) process.on(signal, forward);
+  exited.then(() => {
+    for (const signal of FORWARDED) process.off(signal, forward);
+  });
+
+  let stopping = null;
+  let killTimer = null;
+  /** SIGTERM now (unless already sent), SIGKILL `graceMs` later, or at `killAt` if sooner. */
+  const stop = (killAt = Infinity) => {
+    if (group === undefined) return;
+    if (!stopping) {
+      stopping = true;
+      sendGroup(group, "SIGTERM");
+    }
+    const due = Math.min(performance.now() + graceMs, killAt);
+    if (killTimer && killTimer.due <= due) return;
+    clearTimeout(killTimer?.timer);
+    killTimer = { due, timer: setTimeout(() => sendGroup(group, "SIGKILL"), Math.max(0, due - performance.now())) };
+  };
+  /** Resolves once no process of the group is left (or `untilMs` has passed). */
+  const groupGone = async (untilMs) => {
+    while (group !== undefined && performance.now() < untilMs && sendGroup(group, 0)) {
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+  };
+  const cancelKill = () => clearTimeout(killTimer?.timer);
+  return { exited, stop, group, groupGone, cancelKill, pid: child.pid };
+}
+
+/** kill(-group, signal); whether the group still had a process to signal. */
+function sendGroup(group, signal) {
+  try {
+    process.kill(-group, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/** COMMAND's exit as keel-lock's own: its code, or 128 + the number of the signal that killed it. */
+export function exitStatus({ code, signal }) {
+  if (code !== null && code !== undefined) return code;
+  return 128 + (constants.signals[signal] ?? 0);
+}
