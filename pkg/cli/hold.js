@@ -160,7 +160,10 @@ export async function run(api, o) {
       metadata: o.metadata ?? defaultMetadata(o.argv),
     };
     if (o.permits) options.permits = o.permits;
-    const [ran] = await handle.run((context) => (started(), body(context)), options);
+    // After a loss, COMMAND's end is the answer: the release of a lost hold may wait out the TTL
+    // on a store that stopped answering, and frees nothing.
+    const lostOutcome = outcome.then((r) => (r.lost ? [true] : new Promise(() => {})));
+    const [ran] = await Promise.race([handle.run((context) => (started(), body(context)), options), lostOutcome]);
     signals.on(); // while releasing, a signal is not a reason to leave the key held
     if (!ran) {
       status?.stop();
@@ -188,7 +191,11 @@ export async function elect(api, o) {
   const { body, outcome } = supervisor(o, tracker, reporter);
   const metadata = o.metadata ?? defaultMetadata(o.argv);
   try {
-    await api.campaign(o.key, (context) => (signals.off(), body(context)), { ttlMs: o.ttlMs, metadata, signal: controller.signal });
+    const lostOutcome = outcome.then((r) => (r.lost ? r : new Promise(() => {})));
+    await Promise.race([
+      api.campaign(o.key, (context) => (signals.off(), body(context)), { ttlMs: o.ttlMs, metadata, signal: controller.signal }),
+      lostOutcome,
+    ]);
     return (await outcome).status;
   } catch (error) {
     if (error instanceof TypeError || (error instanceof RangeError && !/metadata/i.test(error.message))) {
@@ -206,7 +213,7 @@ export async function elect(api, o) {
 
 /** What a run tells about itself: JSON lines on stderr with --json, else messages that matter. */
 function reporterFor(o) {
-  const json = (fields) => process.stderr.write(JSON.stringify({ key: o.key, ...fields }) + "\n");
+  const json = (fields) => process.stderr.write(JSON.stringify({ at: Date.now(), key: o.key, ...fields }) + "\n");
   return {
     granted(fence) {
       if (o.json) json({ event: "acquired", fence });

@@ -11,6 +11,7 @@
 //     SIGKILL is due `margin` before that deadline and the SIGTERM `grace` before the SIGKILL,
 //     moved on by every extend that succeeds (told by onLockEvent's `extended` events).
 import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
 import { constants } from "node:os";
 
 /** Signals sent to keel-lock that COMMAND gets too. */
@@ -26,9 +27,9 @@ export function marginMs(ttlMs) {
 
 /**
  * From the local deadline of the hold (ms, performance.now() clock), when to send SIGTERM and
- * SIGKILL. Extends go every third of the TTL and the grace is at most a third, so a healthy
- * hold, renewed at ttl/3 after the last, is renewed long before its SIGTERM time at
- * ttl − margin − grace ≥ ttl/3 + ttl/3 − margin... after it.
+ * SIGKILL. Extends go every third of the TTL and the grace is at most a third, so SIGTERM comes
+ * at least ttl − ttl/10 − ttl/3 ≈ 0.57 ttl after the last extend that succeeded: the next one,
+ * due at ttl/3, has about a fifth of the TTL to be answered before COMMAND is stopped.
  */
 export function stopDeadlines(deadline, ttlMs, graceMs) {
   const kill = deadline - marginMs(ttlMs);
@@ -73,12 +74,40 @@ export function startCommand(argv, env, { graceMs, onSpawnError }) {
   };
   /** Resolves once no process of the group is left (or `untilMs` has passed). */
   const groupGone = async (untilMs) => {
-    while (group !== undefined && performance.now() < untilMs && sendGroup(group, 0)) {
+    while (group !== undefined && performance.now() < untilMs && groupAlive(group)) {
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
   };
   const cancelKill = () => clearTimeout(killTimer?.timer);
   return { exited, stop, group, groupGone, cancelKill, pid: child.pid };
+}
+
+/**
+ * Whether a process of the group is still running. A killed grandchild stays a zombie until
+ * whoever inherited it reaps it — a container's init may take its time, and kill(-group, 0)
+ * still counts the zombie — so on Linux /proc is read, and zombies are not counted.
+ */
+function groupAlive(group) {
+  if (!sendGroup(group, 0)) return false;
+  let entries;
+  try {
+    entries = readdirSync("/proc");
+  } catch {
+    return true;
+  }
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue;
+    let stat;
+    try {
+      stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+    } catch {
+      continue; // gone meanwhile
+    }
+    // pid (comm) state ppid pgrp …: comm may hold spaces and parentheses, so read after the last ')'.
+    const [state, , pgrp] = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+    if (Number(pgrp) === group && state !== "Z" && state !== "X") return true;
+  }
+  return false;
 }
 
 /** kill(-group, signal); whether the group still had a process to signal. */
