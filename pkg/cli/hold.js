@@ -160,6 +160,7 @@ export async function run(api, o) {
       metadata: o.metadata ?? defaultMetadata(o.argv),
     };
     if (o.permits) options.permits = o.permits;
+    if (o.timeoutMs > 0) reporter.waiting();
     // After a loss, COMMAND's end is the answer: the release of a lost hold may wait out the TTL
     // on a store that stopped answering, and frees nothing.
     const lostOutcome = outcome.then((r) => (r.lost ? [true] : new Promise(() => {})));
@@ -215,6 +216,9 @@ export async function elect(api, o) {
 function reporterFor(o) {
   const json = (fields) => process.stderr.write(JSON.stringify({ at: Date.now(), key: o.key, ...fields }) + "\n");
   return {
+    waiting() {
+      if (o.json) json({ event: "waiting", timeoutMs: o.timeoutMs });
+    },
     granted(fence) {
       if (o.json) json({ event: "acquired", fence });
     },

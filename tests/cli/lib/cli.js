@@ -37,13 +37,16 @@ export function keel(args, { env = {}, cwd, stdin = "ignore" } = {}) {
   let stderr = "";
   child.stdout.on("data", (chunk) => (stdout += chunk));
   child.stderr.on("data", (chunk) => (stderr += chunk));
+  // `exited`: keel-lock itself ended (`done` also waits for its stdout and stderr to close, which
+  // a COMMAND that outlived it may hold open).
+  const exited = new Promise((resolve) => child.on("exit", (code, signal) => resolve({ code, signal })));
   const done = new Promise((resolve) => {
     child.on("close", (code, signal) => {
       started.delete(child);
       resolve({ code, signal, stdout, stderr });
     });
   });
-  return { child, done, output: () => ({ stdout, stderr }) };
+  return { child, done, exited, output: () => ({ stdout, stderr }) };
 }
 
 /** `keel-lock ...args` to its end. */
