@@ -67,10 +67,15 @@ export async function until(what, check, { timeoutMs = 20_000, everyMs = 25 } = 
   }
 }
 
+const dirs = new Set();
+process.on("exit", () => {
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true });
+});
+
 /** A fresh temporary directory, removed when the process exits. */
 export function tempDir(prefix = "keel-lock-cli-") {
   const dir = mkdtempSync(join(tmpdir(), prefix));
-  process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  dirs.add(dir);
   return dir;
 }
 
