@@ -26,15 +26,20 @@ async function main(argv) {
   }
   const options = parsed.options;
   // Loaded only now, so that --help and bad usage answer without loading the wasm or a driver.
-  const [{ openStore }, api] = await Promise.all([import("../cli/stores.js"), import("../node/index.mjs")]);
+  const [{ openStore }, { trackDeadlines }, api] = await Promise.all([
+    import("../cli/stores.js"),
+    import("../cli/deadline.js"),
+    import("../node/index.mjs"),
+  ]);
   const opened = await openStore(options.store ?? global.store ?? process.env.KEEL_LOCK_STORE);
-  api.setLockStore(opened.store);
+  const tracker = trackDeadlines(opened.store);
+  api.setLockStore(tracker.store);
   try {
     switch (command) {
       case "run":
-        return await (await import("../cli/hold.js")).run(api, options);
+        return await (await import("../cli/hold.js")).run(api, tracker, options);
       case "elect":
-        return await (await import("../cli/hold.js")).elect(api, options);
+        return await (await import("../cli/hold.js")).elect(api, tracker, options);
       case "inspect":
         return await (await import("../cli/operator.js")).inspect(api, options);
       case "watch":

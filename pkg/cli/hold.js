@@ -15,35 +15,6 @@ function defaultMetadata(argv) {
 }
 
 /**
- * Follows the hold's local deadline from lock events: the grant (sent no earlier than the
- * attempt started, for a grant at once; else no earlier than now, less a hand-over's notice
- * delay, which the margin covers) and every extend that succeeded (sent `durationMs` ago).
- */
-function deadlineTracker(api, key, ttlMs) {
-  let attemptStart = performance.now();
-  let deadline = null;
-  let onChange = () => {};
-  const stop = api.onLockEvent((event) => {
-    if (event.key !== key) return;
-    const now = performance.now();
-    if (event.type === "run" || event.type === "acquire") attemptStart = now;
-    else if (event.type === "granted") deadline = (event.via === "immediate" ? attemptStart : now) + ttlMs;
-    else if (event.type === "extended") deadline = now - event.durationMs + ttlMs;
-    else return;
-    onChange(deadline);
-  });
-  return {
-    stop,
-    get deadline() {
-      return deadline;
-    },
-    set onChange(fn) {
-      onChange = fn;
-    },
-  };
-}
-
-/**
  * Runs COMMAND for a hold: `hold({ fence, signal })` is the body given to the library's run or
  * campaign. Answers `{ body, outcome }`: `outcome` resolves once COMMAND (and, after a loss,
  * its whole group) is gone, to `{ status, lost }`.
@@ -73,11 +44,11 @@ function supervisor(o, tracker, reporter) {
       clearTimeout(termTimer);
       termTimer = setTimeout(() => loss("no renewal of the hold was confirmed in time", kill), Math.max(0, term - performance.now()));
     };
-    schedule(tracker.deadline);
-    tracker.onChange = schedule;
+    schedule(tracker.deadline(o.key));
+    tracker.onChange(o.key, schedule);
     const onAbort = () => {
       const reason = signal.reason?.message ?? String(signal.reason);
-      const { kill } = stopDeadlines(tracker.deadline ?? Infinity, o.ttlMs, o.graceMs);
+      const { kill } = stopDeadlines(tracker.deadline(o.key) ?? Infinity, o.ttlMs, o.graceMs);
       loss(reason, kill);
     };
     if (signal.aborted) onAbort();
@@ -85,7 +56,7 @@ function supervisor(o, tracker, reporter) {
 
     const exit = await child.exited;
     clearTimeout(termTimer);
-    tracker.onChange = () => {};
+    tracker.onChange(o.key, null);
     signal.removeEventListener("abort", onAbort);
     if (lost) {
       // Grandchildren outlive a killed leader: wait for the group, up to its SIGKILL and a bit.
@@ -134,7 +105,7 @@ function classify(error, o, interrupted) {
   return EXIT.unavailable;
 }
 
-export async function run(api, o) {
+export async function run(api, tracker, o) {
   let handle;
   try {
     handle = o.limit ? api.semaphore(o.key, o.limit, o.ttlMs) : o.shared ? api.readLock(o.key, o.ttlMs) : api.lock(o.key, o.ttlMs);
@@ -142,7 +113,6 @@ export async function run(api, o) {
     throw new UsageError(`bad KEY ${JSON.stringify(o.key)}: ${error.message}`);
   }
   const reporter = reporterFor(o);
-  const tracker = deadlineTracker(api, o.key, o.ttlMs);
   const controller = new AbortController();
   const signals = interruptions(controller);
   const status = o.timeoutMs > 0 && !o.quiet && !o.json ? StatusLine.start(api, o.key) : null;
@@ -178,15 +148,17 @@ export async function run(api, o) {
     const settled = await Promise.race([outcome, Promise.resolve(null)]);
     if (settled) return settled.status;
     return classify(error, o, signals.received);
-  } finally {
-    tracker.stop();
   }
   return result.status;
 }
 
-export async function elect(api, o) {
+export async function elect(api, tracker, o) {
+  try {
+    api.lock(o.key, o.ttlMs);
+  } catch (error) {
+    throw new UsageError(`bad KEY ${JSON.stringify(o.key)}: ${error.message}`);
+  }
   const reporter = reporterFor(o);
-  const tracker = deadlineTracker(api, o.key, o.ttlMs);
   const controller = new AbortController();
   const signals = interruptions(controller);
   const { body, outcome } = supervisor(o, tracker, reporter);
@@ -199,16 +171,11 @@ export async function elect(api, o) {
     ]);
     return (await outcome).status;
   } catch (error) {
-    if (error instanceof TypeError || (error instanceof RangeError && !/metadata/i.test(error.message))) {
-      throw new UsageError(`bad KEY ${JSON.stringify(o.key)}: ${error.message}`);
-    }
     // The campaign rejects at the loss, before COMMAND is stopped: wait until it is.
     if (error?.name === "LockNotHeldError") return (await outcome).status;
     const settled = await Promise.race([outcome, Promise.resolve(null)]);
     if (settled) return settled.status;
     return classify(error, o, signals.received);
-  } finally {
-    tracker.stop();
   }
 }
 

@@ -78,6 +78,14 @@ test("COMMAND's exit code and signal death come through; stdout is COMMAND's alo
   assert.match(missing.stderr, /command not found/);
 });
 
+test("a COMMAND running for over two TTLs keeps the key: renewed, never stopped", async () => {
+  const dir = tempDir();
+  const out = await run(["--ttl", "6s", "--json", "k-long", "--", "sh", "-c", `touch ${dir}/ready; sleep 13; echo finished`]).done;
+  assert.equal(out.code, 0, out.stderr);
+  assert.equal(out.stdout, "finished\n");
+  assert.deepEqual(events(out.stderr).map((e) => e.event), ["acquired", "exited"]);
+});
+
 test("COMMAND gets KEEL_LOCK_KEY and KEEL_LOCK_FENCE", async () => {
   const out = await run(["k-env", "--", "sh", "-c", 'echo "$KEEL_LOCK_KEY $KEEL_LOCK_FENCE"']).done;
   assert.equal(out.code, 0);
