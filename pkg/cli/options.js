@@ -18,6 +18,7 @@ export class UsageError extends Error {
 const EXIT_CODES = `Exit status:
   COMMAND's own          its exit code, or 128 + the signal number that killed it
   0                      inspect, watch, release: done
+  1                      release --force: declined at the prompt
   64                     bad usage (unknown option, bad duration, bad URL or key)
   69                     store unreachable or failing, or its driver is not installed
   70                     internal error (a bug: please report it)

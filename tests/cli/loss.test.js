@@ -117,6 +117,7 @@ test("keel-lock SIGKILLed mid-run: the key frees at its TTL, and the next run's 
   const dir = tempDir();
   const holder = keel(["run", "--ttl", "8s", "--json", "k-killed", "--", ...family(dir)], { env: env() });
   await until("COMMAND to start", () => existsSync(join(dir, "grandchild")) && readFileSync(join(dir, "grandchild"), "utf8").trim());
+  const killedAt = Date.now();
   holder.child.kill("SIGKILL");
   await holder.exited;
   const fence = events(holder.output().stderr).find((e) => e.event === "acquired").fence;
@@ -127,7 +128,9 @@ test("keel-lock SIGKILLed mid-run: the key frees at its TTL, and the next run's 
   } catch {
     // gone
   }
-  assert.equal((await keelDone(["run", "k-killed", "--", "true"], { env: env() })).code, 75, "held until its TTL");
+  const early = await keelDone(["run", "k-killed", "--", "true"], { env: env() });
+  // Held until its TTL — unless this machine stalled longer than that since the kill.
+  if (early.code !== 75) assert.ok(Date.now() - killedAt >= 8_000, `free ${Date.now() - killedAt} ms after the kill: ${early.stderr}`);
   await until("the key to free at its TTL", async () => !(await inspect("k-killed")).held, { timeoutMs: 30_000, everyMs: 200 });
   const next = await keelDone(["run", "k-killed", "--", "sh", "-c", 'echo "$KEEL_LOCK_FENCE"'], { env: env() });
   assert.equal(next.code, 0, next.stderr);

@@ -80,7 +80,9 @@ test("COMMAND's exit code and signal death come through; stdout is COMMAND's alo
 
 test("a COMMAND running for over two TTLs keeps the key: renewed, never stopped", async () => {
   const dir = tempDir();
-  const out = await run(["--ttl", "6s", "--json", "k-long", "--", "sh", "-c", `touch ${dir}/ready; sleep 13; echo finished`]).done;
+  // --grace 0: SIGTERM would come 0.6 s before the hold's end, so a renewal (due every 2 s) may
+  // stall 3.4 s before COMMAND is stopped.
+  const out = await run(["--ttl", "6s", "--grace", "0", "--json", "k-long", "--", "sh", "-c", `touch ${dir}/ready; sleep 13; echo finished`]).done;
   assert.equal(out.code, 0, out.stderr);
   assert.equal(out.stdout, "finished\n");
   assert.deepEqual(events(out.stderr).map((e) => e.event), ["acquired", "exited"]);
