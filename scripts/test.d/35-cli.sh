@@ -23,4 +23,4 @@ npm install --no-save --no-audit --no-fund --loglevel=error "$tarball"
 # One file at a time: each starts its own servers. --test-force-exit: a failed test that left a
 # process behind fails the run instead of hanging it.
 node --test --test-concurrency=1 --test-force-exit --test-reporter=spec \
-  usage.test.js run.test.js loss.test.js stores.test.js operator.test.js
+  usage.test.js run.test.js loss.test.js stores.test.js operator.test.js tty.test.js
