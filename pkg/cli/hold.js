@@ -163,14 +163,20 @@ export async function elect(api, tracker, o) {
   const signals = interruptions(controller);
   const { body, outcome } = supervisor(o, tracker, reporter);
   const metadata = o.metadata ?? defaultMetadata(o.argv);
+  const status = !o.quiet && !o.json ? StatusLine.start(api, o.key) : null;
+  const started = () => {
+    status?.stop();
+    signals.off();
+  };
   try {
     const lostOutcome = outcome.then((r) => (r.lost ? r : new Promise(() => {})));
     await Promise.race([
-      api.campaign(o.key, (context) => (signals.off(), body(context)), { ttlMs: o.ttlMs, metadata, signal: controller.signal }),
+      api.campaign(o.key, (context) => (started(), body(context)), { ttlMs: o.ttlMs, metadata, signal: controller.signal }),
       lostOutcome,
     ]);
     return (await outcome).status;
   } catch (error) {
+    status?.stop();
     // The campaign rejects at the loss, before COMMAND is stopped: wait until it is.
     if (error?.name === "LockNotHeldError") return (await outcome).status;
     const settled = await Promise.race([outcome, Promise.resolve(null)]);
