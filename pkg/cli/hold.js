@@ -1,8 +1,7 @@
 // `run` and `elect`: COMMAND inside the library's `run` (or `campaign`), supervised. keel-lock's
 // own calls do the locking — waiting, keep-alive, loss signal, release; this file only starts
 // COMMAND when the key is held, stops it when the hold is lost, and turns outcomes into exit codes.
-import { hostname } from "node:os";
-import { constants } from "node:os";
+import { constants, hostname } from "node:os";
 import { EXIT, UsageError } from "./options.js";
 import { FORWARDED, exitStatus, startCommand, stopDeadlines } from "./supervise.js";
 import { StatusLine, describeHolder, say } from "./output.js";
@@ -134,8 +133,8 @@ export async function run(api, tracker, o) {
     // After a loss, COMMAND's end is the answer: the release of a lost hold may wait out the TTL
     // on a store that stopped answering, and frees nothing.
     const lostOutcome = outcome.then((r) => (r.lost ? [true] : new Promise(() => {})));
-    const [ran] = await Promise.race([handle.run((context) => (started(), body(context)), options), lostOutcome]);
-    signals.on(); // while releasing, a signal is not a reason to leave the key held
+    // Once COMMAND is gone, a signal must not cut the release short and leave the key held.
+    const [ran] = await Promise.race([handle.run((context) => (started(), body(context).finally(signals.on)), options), lostOutcome]);
     if (!ran) {
       status?.stop();
       reporter.busy();
@@ -171,7 +170,7 @@ export async function elect(api, tracker, o) {
   try {
     const lostOutcome = outcome.then((r) => (r.lost ? r : new Promise(() => {})));
     await Promise.race([
-      api.campaign(o.key, (context) => (started(), body(context)), { ttlMs: o.ttlMs, metadata, signal: controller.signal }),
+      api.campaign(o.key, (context) => (started(), body(context).finally(signals.on)), { ttlMs: o.ttlMs, metadata, signal: controller.signal }),
       lostOutcome,
     ]);
     return (await outcome).status;
