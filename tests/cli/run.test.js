@@ -3,6 +3,7 @@
 // the overlap detector the commands write (lib/worker.sh), never by timing.
 import assert from "node:assert/strict";
 import { existsSync, readFileSync } from "node:fs";
+import { hostname } from "node:os";
 import { join } from "node:path";
 import { test } from "node:test";
 import { events, keel, readLog, tempDir, until, worker } from "./lib/cli.js";
@@ -21,6 +22,8 @@ test("two runs at once: one runs, the other exits 75 at once", async () => {
   const dir = tempDir();
   const first = run(["--json", "k-two", "--", "sh", "-c", `touch ${dir}/started; sleep 30`]);
   await until("the first COMMAND to start", () => existsSync(join(dir, "started")));
+  const seen = JSON.parse((await keel(["inspect", "--json", "k-two"], { env }).done).stdout);
+  assert.match(seen.holders[0].metadata, new RegExp(`^${hostname()} pid \\d+: sh -c touch ${dir}/started; sleep 30$`), "the default metadata");
   const second = await run(["k-two", "--", "sh", "-c", `touch ${dir}/second`]).done;
   assert.equal(second.code, 75, second.stderr);
   assert.match(second.stderr, /k-two is held by someone else/);
@@ -51,6 +54,16 @@ test("--limit 2 with five runs: never more than two COMMANDs at once", async () 
   const log = readLog(dir);
   assert.equal(log.length, 5);
   for (const entry of log) assert.ok(entry.concurrent <= 2, `more than two at once: ${JSON.stringify(log)}`);
+});
+
+test("--permits: a holder of 2 of 3 permits leaves room for 1, not for 2", async () => {
+  const dir = tempDir();
+  const holder = run(["--limit", "3", "--permits", "2", "k-permits", "--", "sh", "-c", `touch ${dir}/ready; sleep 30`]);
+  await until("the holder to start", () => existsSync(join(dir, "ready")));
+  assert.equal((await run(["--limit", "3", "--permits", "2", "k-permits", "--", "true"]).done).code, 75);
+  assert.equal((await run(["--limit", "3", "k-permits", "--", "true"]).done).code, 0);
+  holder.child.kill("SIGTERM");
+  await holder.done;
 });
 
 test("--shared runs share the key with each other, not with a plain run", async () => {
