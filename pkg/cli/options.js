@@ -25,15 +25,16 @@ const EXIT_CODES = `Exit status:
   75                     not acquired: the key is busy, or --timeout ran out
   76                     the lock was lost while COMMAND ran, and COMMAND was stopped`;
 
-const STORES = `Stores (--store URL, or KEEL_LOCK_STORE):
-  redis://[:PASSWORD@]HOST[:PORT][/DB], rediss://…     Redis (needs ioredis)
-  redis+cluster://HOST:PORT[,HOST:PORT…], rediss+cluster://…   Redis Cluster (needs ioredis)
-  postgres://…, postgresql://…                          PostgreSQL (needs pg)
-  sqlite:PATH                                           a SQLite file (node:sqlite, else better-sqlite3)
-  https://… (http://…)                                  Upstash REST (needs @upstash/redis); the
-                                                        token from KEEL_LOCK_UPSTASH_TOKEN or
-                                                        UPSTASH_REDIS_REST_TOKEN
-  none given: a SQLite file for this user on this machine (see docs/cli.md)`;
+const STORES = `Stores (--store URL, or KEEL_LOCK_STORE), and the driver each needs installed:
+  redis://[USER:PASSWORD@]HOST[:PORT][/DB], rediss://…   Redis: ioredis
+  redis+cluster://HOST:PORT[,HOST:PORT…], rediss+cluster://…
+                                                         Redis Cluster: ioredis
+  postgres://…, postgresql://…                           PostgreSQL: pg
+  sqlite:PATH                                            SQLite: better-sqlite3 (Node < 22.5)
+  https://… (http://… for a local proxy)                 Upstash REST: @upstash/redis, the token
+                                  in KEEL_LOCK_UPSTASH_TOKEN (or UPSTASH_REDIS_REST_TOKEN)
+  none: this machine, through this user's SQLite file
+    $XDG_RUNTIME_DIR/keel-lock/locks.db, else $TMPDIR/keel-lock-<uid>/locks.db`;
 
 export const HELP = {
   main: `Usage: keel-lock <command> [options]
