@@ -2,14 +2,14 @@
 // everything it started (`sh -c 'a & b'` included), with the signals keel-lock gets passed on.
 //
 // When the hold is lost the group is stopped, SIGTERM then SIGKILL after the grace. Two ways
-// to learn of a loss, and the later one is not good enough alone:
+// to learn of a loss, because the library's alone comes too late for one of them:
 //   - the run's signal (keel-lock's loss signal): an extend the store refused — the key is
 //     already free, so COMMAND is stopped at once;
-//   - the stop deadlines below: keel-lock only declares a hold lost when its conservative local
+//   - the stop deadlines below: keel-lock declares a hold lost when its conservative local
 //     deadline (when the last successful extend was sent, plus the TTL) has passed — the very
 //     moment another holder could be granted the key. COMMAND must be dead before that, so the
 //     SIGKILL is due `margin` before that deadline and the SIGTERM `grace` before the SIGKILL,
-//     moved on by every extend that succeeds (told by onLockEvent's `extended` events).
+//     both moved on by every grant or extend that succeeds (deadline.js notes when each was sent).
 import { spawn } from "node:child_process";
 import { readdirSync, readFileSync } from "node:fs";
 import { constants } from "node:os";
@@ -37,9 +37,9 @@ export function stopDeadlines(deadline, ttlMs, graceMs) {
 }
 
 /**
- * Spawns `argv` with `env` in its own process group and stdio shared with keel-lock. Answers a
- * handle: `exited` (resolves `{ code, signal }`), `stop(reason)` (SIGTERM the group, SIGKILL it
- * after `graceMs` or by `killBy`), `group` (the group id).
+ * Spawns `argv` with `env` in its own process group and stdio shared with keel-lock, and passes
+ * keel-lock's FORWARDED signals on to the group while it runs. Answers a handle: `exited`
+ * (resolves `{ code, signal }`), `stop(killAt)`, `groupGone(untilMs)`, `cancelKill()`.
  */
 export function startCommand(argv, env, { graceMs, onSpawnError }) {
   const child = spawn(argv[0], argv.slice(1), { detached: true, stdio: "inherit", env });
