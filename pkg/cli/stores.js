@@ -30,7 +30,13 @@ async function driver(name, why) {
       throw new StoreError(`${why} needs the ${name} package, which is not installed: npm install ${name}`);
     }
   }
-  const module = await import(pathToFileURL(resolved).href);
+  let module;
+  try {
+    module = await import(pathToFileURL(resolved).href);
+  } catch (error) {
+    // Installed but broken, say a native module built for another Node: the store is unusable.
+    throw new StoreError(`cannot load ${name} (${resolved}): ${String(error?.message ?? error).split("\n")[0]}`);
+  }
   return module.default ?? module;
 }
 
