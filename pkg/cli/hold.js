@@ -61,7 +61,7 @@ function supervisor(o, tracker, reporter) {
       // Grandchildren outlive a killed leader: wait for the group, up to its SIGKILL and a bit.
       await child.groupGone(performance.now() + o.graceMs + 5_000);
     }
-    child.cancelKill();
+    child.done();
     reporter.exited(exit, lost);
     const result = { status: lost ? EXIT.lost : exitStatus(exit), lost };
     resolveOutcome(result);

@@ -51,6 +51,7 @@ export function startCommand(argv, env, { graceMs, onSpawnError }) {
   });
   child.once("exit", (code, signal) => settle({ code, signal }));
   const group = child.pid;
+  const reaper = group === undefined ? null : startReaper(group, graceMs);
 
   const forward = (signal) => sendGroup(group, signal);
   for (const signal of FORWARDED) process.on(signal, forward);
@@ -78,8 +79,34 @@ export function startCommand(argv, env, { graceMs, onSpawnError }) {
       await new Promise((resolve) => setTimeout(resolve, 10));
     }
   };
-  const cancelKill = () => clearTimeout(killTimer?.timer);
-  return { exited, stop, group, groupGone, cancelKill, pid: child.pid };
+  /** COMMAND's end is handled: no SIGKILL still due, no reaper left to act. */
+  const done = () => {
+    clearTimeout(killTimer?.timer);
+    reaper?.kill("SIGKILL");
+  };
+  return { exited, stop, group, groupGone, done, pid: child.pid };
+}
+
+/**
+ * A shell beside COMMAND that stops its group if keel-lock dies first (SIGKILL, the OOM killer):
+ * it blocks reading a pipe that only keel-lock holds open, and the kernel closes that pipe when
+ * keel-lock dies, however it dies. Then the hold is no longer kept alive, and COMMAND would run
+ * on unlocked until it ends; the reaper gives it SIGTERM at once and SIGKILL after the grace.
+ * keel-lock kills the reaper itself once COMMAND's end is handled. In its own process group, so a
+ * terminal's Ctrl-C does not reach it.
+ */
+function startReaper(group, graceMs) {
+  const script = `read _; kill -s TERM -- -${group} 2>/dev/null; sleep ${graceMs / 1000}; kill -s KILL -- -${group} 2>/dev/null`;
+  try {
+    const reaper = spawn("/bin/sh", ["-c", script], { detached: true, stdio: ["pipe", "ignore", "ignore"] });
+    reaper.on("error", () => {}); // without /bin/sh there is no reaper: COMMAND is supervised all the same
+    reaper.stdin.on("error", () => {});
+    reaper.unref();
+    reaper.stdin.unref?.();
+    return reaper;
+  } catch {
+    return null;
+  }
 }
 
 /**

@@ -113,7 +113,7 @@ test("the store stops answering: COMMAND's group is gone before another holder i
   }
 });
 
-test("keel-lock SIGKILLed mid-run: the key frees at its TTL, and the next run's fence is higher", async () => {
+test("keel-lock SIGKILLed mid-run: COMMAND's group is stopped, the key frees at its TTL, the next fence is higher", async () => {
   const dir = tempDir();
   const holder = keel(["run", "--ttl", "8s", "--json", "k-killed", "--", ...family(dir)], { env: env() });
   await until("COMMAND to start", () => existsSync(join(dir, "grandchild")) && readFileSync(join(dir, "grandchild"), "utf8").trim());
@@ -121,13 +121,9 @@ test("keel-lock SIGKILLed mid-run: the key frees at its TTL, and the next run's 
   holder.child.kill("SIGKILL");
   await holder.exited;
   const fence = events(holder.output().stderr).find((e) => e.event === "acquired").fence;
-  // No supervisor survives its own SIGKILL: COMMAND, in its own process group, runs on (the fence
-  // is what protects a resource from it). Stop it here.
-  try {
-    process.kill(-pidIn(join(dir, "sh")), "SIGKILL");
-  } catch {
-    // gone
-  }
+  // keel-lock's reaper, beside COMMAND, sees it die and stops COMMAND's group.
+  const [sh, grandchild] = [pidIn(join(dir, "sh")), pidIn(join(dir, "grandchild"))];
+  await until("COMMAND and its grandchild to be stopped", () => !running(sh) && !running(grandchild));
   const early = await keelDone(["run", "k-killed", "--", "true"], { env: env() });
   // Held until its TTL — unless this machine stalled longer than that since the kill.
   if (early.code !== 75) assert.ok(Date.now() - killedAt >= 8_000, `free ${Date.now() - killedAt} ms after the kill: ${early.stderr}`);
