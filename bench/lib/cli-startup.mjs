@@ -14,7 +14,7 @@ import { median, round } from "./stats.mjs";
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 const BIN = join(ROOT, "pkg", "bin", "keel-lock.js");
 
-// On Node < 22.5 the default store needs better-sqlite3 from the user's install: the command runs
+// On Node < 22.13 the default store needs better-sqlite3 from the user's install: the command runs
 // in a directory that has one (the cli or store tests' node_modules).
 function driverDir() {
   let hasNodeSqlite = false;

@@ -30,7 +30,7 @@ const STORES = `Stores (--store URL, or KEEL_LOCK_STORE), and the driver each ne
   redis+cluster://HOST:PORT[,HOST:PORT…], rediss+cluster://…
                                                          Redis Cluster: ioredis
   postgres://…, postgresql://…                           PostgreSQL: pg
-  sqlite:PATH                                            SQLite: better-sqlite3 (Node < 22.5)
+  sqlite:PATH                                            SQLite: better-sqlite3 (Node < 22.13)
   https://… (http://… for a local proxy)                 Upstash REST: @upstash/redis, the token
                                   in KEEL_LOCK_UPSTASH_TOKEN (or UPSTASH_REDIS_REST_TOKEN)
   none: this machine, through this user's SQLite file

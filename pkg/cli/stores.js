@@ -3,7 +3,7 @@
 // command runs in first, then wherever keel-lock itself is installed (a global install finds
 // drivers installed globally beside it) — and a missing one is a one-line message naming it.
 import { createRequire } from "node:module";
-import { mkdirSync } from "node:fs";
+import { mkdirSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -48,13 +48,30 @@ export function defaultStorePath() {
 }
 
 /**
+ * Makes `dir` (mode 0700) or checks the one there: in a shared temporary directory another user
+ * could have made it first, and would then see and meddle with this user's locks.
+ */
+function ownDirectory(dir) {
+  try {
+    mkdirSync(dir, { recursive: true, mode: 0o700 });
+  } catch (error) {
+    throw new StoreError(`cannot make ${dir} for the default store: ${error.message}`);
+  }
+  const stat = statSync(dir);
+  const uid = process.getuid?.();
+  if (!stat.isDirectory() || (uid !== undefined && stat.uid !== uid) || (stat.mode & 0o022) !== 0) {
+    throw new StoreError(`${dir} is not a directory of this user's that only it can write: remove it, or give --store`);
+  }
+}
+
+/**
  * The store `url` names (or the machine's default), opened and ready: `{ store, close,
  * description }`. Bad URLs are UsageErrors; a driver missing or a server unreachable, StoreErrors.
  */
 export async function openStore(url) {
   if (url === undefined || url === "") {
     const path = defaultStorePath();
-    mkdirSync(join(path, ".."), { recursive: true, mode: 0o700 });
+    ownDirectory(join(path, ".."));
     return openSqlite(path, "the default store (no --store or KEEL_LOCK_STORE)");
   }
   const scheme = /^([a-z][a-z0-9+.-]*):/i.exec(url)?.[1]?.toLowerCase();
@@ -185,7 +202,8 @@ async function openSqlite(path, why) {
   }
 }
 
-// node:sqlite where Node has it (22.5 and later), else better-sqlite3 from the user's install.
+// node:sqlite where Node has it without a flag (22.13 and later), else better-sqlite3 from the
+// user's install.
 // Writers from other processes wait for each other (busy_timeout) instead of failing at once.
 async function openSqliteFile(path, why) {
   let sqlite = null;
@@ -204,7 +222,7 @@ async function openSqliteFile(path, why) {
     db.exec("PRAGMA busy_timeout = 10000; PRAGMA journal_mode = WAL;");
     return db;
   }
-  const Database = await driver("better-sqlite3", `${why} on Node < 22.5 (no node:sqlite)`);
+  const Database = await driver("better-sqlite3", `${why} on a Node without node:sqlite (before 22.13)`);
   const db = new Database(path, { timeout: 10_000 });
   db.pragma("journal_mode = WAL");
   return db;

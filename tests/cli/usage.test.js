@@ -1,7 +1,7 @@
 // Help, version and bad input: one line on stderr and exit 64, never a stack trace; a driver
 // that is not installed or a server that does not answer: one line and exit 69.
 import assert from "node:assert/strict";
-import { cpSync, mkdirSync, readFileSync } from "node:fs";
+import { chmodSync, cpSync, mkdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { test } from "node:test";
 import { freePort } from "../stores/lib/servers.js";
@@ -86,6 +86,15 @@ test("a store whose server does not answer: one line, exit 69", async () => {
     assert.equal(out.code, 69, `${url}: ${out.stderr}`);
     assert.match(out.stderr, /^keel-lock: cannot [^\n]+\n$/);
   }
+});
+
+test("the default store's directory writable by others is refused: one line, exit 69", async () => {
+  const runtime = tempDir();
+  mkdirSync(join(runtime, "keel-lock"), { mode: 0o777 });
+  chmodSync(join(runtime, "keel-lock"), 0o777);
+  const out = await keelDone(["run", "k", "--", "true"], { env: { XDG_RUNTIME_DIR: runtime, KEEL_LOCK_STORE: "" } });
+  assert.equal(out.code, 69, out.stderr);
+  assert.match(out.stderr, /^keel-lock: .*keel-lock is not a directory of this user's that only it can write[^\n]*\n$/);
 });
 
 test("a driver that is not installed: one line naming the package, exit 69", async () => {
