@@ -18,7 +18,7 @@ function defaultMetadata(argv) {
  * campaign. Answers `{ body, outcome }`: `outcome` resolves once COMMAND (and, after a loss,
  * its whole group) is gone, to `{ status, lost }`.
  */
-function supervisor(o, tracker, reporter) {
+function supervisor(o, tracker, reporter, signals) {
   let resolveOutcome;
   const outcome = new Promise((resolve) => (resolveOutcome = resolve));
   const body = async ({ fence, signal }) => {
@@ -28,6 +28,8 @@ function supervisor(o, tracker, reporter) {
       graceMs: o.graceMs,
       onSpawnError: (error) => say(`cannot run ${o.argv[0]}: ${error.code === "ENOENT" ? "command not found" : error.message}`),
     });
+    // COMMAND's supervisor passes signals on from here (its listeners are in place).
+    signals.off();
     let lost = null;
     let termTimer = null;
     const loss = (reason, killAt) => {
@@ -54,6 +56,9 @@ function supervisor(o, tracker, reporter) {
     else signal.addEventListener("abort", onAbort, { once: true });
 
     const exit = await child.exited;
+    // From here a signal is keel-lock's again: it must not cut the release short.
+    signals.on();
+    child.stopForwarding();
     clearTimeout(termTimer);
     tracker.onChange(o.key, null);
     signal.removeEventListener("abort", onAbort);
@@ -115,11 +120,7 @@ export async function run(api, tracker, o) {
   const controller = new AbortController();
   const signals = interruptions(controller);
   const status = o.timeoutMs > 0 && !o.quiet && !o.json ? StatusLine.start(api, o.key) : null;
-  const { body, outcome } = supervisor(o, tracker, reporter);
-  const started = () => {
-    status?.stop();
-    signals.off(); // COMMAND's supervisor passes them on from here
-  };
+  const { body, outcome } = supervisor(o, tracker, reporter, signals);
   let result;
   try {
     const options = {
@@ -133,8 +134,7 @@ export async function run(api, tracker, o) {
     // After a loss, COMMAND's end is the answer: the release of a lost hold may wait out the TTL
     // on a store that stopped answering, and frees nothing.
     const lostOutcome = outcome.then((r) => (r.lost ? [true] : new Promise(() => {})));
-    // Once COMMAND is gone, a signal must not cut the release short and leave the key held.
-    const [ran] = await Promise.race([handle.run((context) => (started(), body(context).finally(signals.on)), options), lostOutcome]);
+    const [ran] = await Promise.race([handle.run((context) => (status?.stop(), body(context)), options), lostOutcome]);
     if (!ran) {
       status?.stop();
       reporter.busy();
@@ -160,17 +160,13 @@ export async function elect(api, tracker, o) {
   const reporter = reporterFor(o);
   const controller = new AbortController();
   const signals = interruptions(controller);
-  const { body, outcome } = supervisor(o, tracker, reporter);
+  const { body, outcome } = supervisor(o, tracker, reporter, signals);
   const metadata = o.metadata ?? defaultMetadata(o.argv);
   const status = !o.quiet && !o.json ? StatusLine.start(api, o.key) : null;
-  const started = () => {
-    status?.stop();
-    signals.off();
-  };
   try {
     const lostOutcome = outcome.then((r) => (r.lost ? r : new Promise(() => {})));
     await Promise.race([
-      api.campaign(o.key, (context) => (started(), body(context).finally(signals.on)), { ttlMs: o.ttlMs, metadata, signal: controller.signal }),
+      api.campaign(o.key, (context) => (status?.stop(), body(context)), { ttlMs: o.ttlMs, metadata, signal: controller.signal }),
       lostOutcome,
     ]);
     return (await outcome).status;

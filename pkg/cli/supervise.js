@@ -38,11 +38,17 @@ export function stopDeadlines(deadline, ttlMs, graceMs) {
 
 /**
  * Spawns `argv` with `env` in its own process group and stdio shared with keel-lock, and passes
- * keel-lock's FORWARDED signals on to the group while it runs. Answers a handle: `exited`
- * (resolves `{ code, signal }`), `stop(killAt)`, `groupGone(untilMs)`, `cancelKill()`.
+ * keel-lock's FORWARDED signals on to the group until `stopForwarding()`. Answers a handle:
+ * `exited` (resolves `{ code, signal }`), `stop(killAt)`, `groupGone(untilMs)`, `done()`.
  */
 export function startCommand(argv, env, { graceMs, onSpawnError }) {
+  // Passing signals on starts before COMMAND does: Node takes a signal's default action (keel-lock
+  // dies, its key held until the TTL) whenever no listener is registered, even for a moment.
+  let group;
+  const forward = (signal) => sendGroup(group, signal);
+  for (const signal of FORWARDED) process.on(signal, forward);
   const child = spawn(argv[0], argv.slice(1), { detached: true, stdio: "inherit", env });
+  group = child.pid;
   let settle;
   const exited = new Promise((resolve) => (settle = resolve));
   child.once("error", (error) => {
@@ -50,14 +56,11 @@ export function startCommand(argv, env, { graceMs, onSpawnError }) {
     settle({ code: error.code === "ENOENT" ? 127 : 126, signal: null, spawnError: error });
   });
   child.once("exit", (code, signal) => settle({ code, signal }));
-  const group = child.pid;
   const reaper = group === undefined ? null : startReaper(group, graceMs);
-
-  const forward = (signal) => sendGroup(group, signal);
-  for (const signal of FORWARDED) process.on(signal, forward);
-  exited.then(() => {
+  /** Stops passing signals on: the caller has its own listeners in place first. */
+  const stopForwarding = () => {
     for (const signal of FORWARDED) process.off(signal, forward);
-  });
+  };
 
   let stopping = null;
   let killTimer = null;
@@ -84,7 +87,7 @@ export function startCommand(argv, env, { graceMs, onSpawnError }) {
     clearTimeout(killTimer?.timer);
     reaper?.kill("SIGKILL");
   };
-  return { exited, stop, group, groupGone, done, pid: child.pid };
+  return { exited, stop, group, groupGone, done, stopForwarding, pid: child.pid };
 }
 
 /**
@@ -139,6 +142,7 @@ function groupAlive(group) {
 
 /** kill(-group, signal); whether the group still had a process to signal. */
 function sendGroup(group, signal) {
+  if (group === undefined) return false;
   try {
     process.kill(-group, signal);
     return true;
