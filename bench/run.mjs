@@ -6,7 +6,7 @@
 // bench/README.md from them (bench/lib/summary.mjs); any other run writes
 // bench/results/partial.json only. Prints the markdown to stdout.
 //
-//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6,7,8,9]
+//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6,7,8,9,10]
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync, mkdirSync, existsSync, readdirSync, statSync } from "node:fs";
 import { gzipSync } from "node:zlib";
@@ -37,12 +37,13 @@ import { semaphoreInIsolate, semaphoreRedis, semaphoreDurableObject, semaphoreMa
 import { multiKeyRedis, multiKeyMarkdown } from "./lib/multi.mjs";
 import { replicasRedis, replicasMarkdown } from "./lib/replicas.mjs";
 import { writeSummary } from "./lib/summary.mjs";
+import { cliStartup, cliStartupMarkdown } from "./lib/cli-startup.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
 const argv = process.argv.slice(2);
 const QUICK = argv.includes("--quick");
-const SECTIONS = [1, 2, 3, 4, 5, 6, 7, 8, 9];
+const SECTIONS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
 const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? SECTIONS.join(",")).split(",").map(Number);
 // Every section ran (and not --quick): the results are written as the latest full run.
 const FULL = !QUICK && SECTIONS.every((n) => ONLY.includes(n));
@@ -989,6 +990,7 @@ function markdown() {
   if (s.semaphoreInIsolate || s.semaphoreRedis || s.semaphoreDurableObject) L.push(...semaphoreMarkdown(s.semaphoreInIsolate, s.semaphoreRedis, s.semaphoreDurableObject));
   if (s.multiKeyRedis) L.push(...multiKeyMarkdown(s.multiKeyRedis));
   if (s.replicasRedis) L.push(...replicasMarkdown(s.replicasRedis));
+  if (s.cliStartup) L.push(...cliStartupMarkdown(s.cliStartup));
   return L.join("\n") + "\n";
 }
 
@@ -1073,6 +1075,7 @@ try {
     await workerdStartup("miniflare");
     await workerdStartup("workerd");
   }
+  if (ONLY.includes(10)) results.sections.cliStartup = cliStartup({ quick: QUICK, log });
 } finally {
   await conns?.close();
   admin?.disconnect();
