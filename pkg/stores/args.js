@@ -137,3 +137,18 @@ export function idleCloser(stillIdle, close) {
     },
   };
 }
+
+/**
+ * Which kind of handle a store factory was given: `given` when it is one of `kinds`, else (when
+ * not given) what `detect()` recognises; a TypeError otherwise. `option` names the option that
+ * says it, `expected` what the factory takes, in the message for a handle it does not recognise.
+ */
+export function kindOption(factory, option, given, kinds, detect, expected) {
+  if (given === undefined) {
+    const found = detect();
+    if (found === null) throw new TypeError(`${factory}: unrecognised ${expected} (or pass options.${option})`);
+    return found;
+  }
+  if (!kinds.includes(given)) throw new TypeError(`${factory}: ${option} must be one of ${kinds.join(", ")}`);
+  return given;
+}

@@ -269,6 +269,15 @@ local function free(v, channel)
   if string.sub(v, 1, 1) == MARK then hand_over(channel) end
 end`;
 
+// pkg/stores/redis/lua/parts/refuse-other-holder.lua (indented 2; holder=holder owner=ARGV[1])
+const REFUSE_OTHER_HOLDER = `  if holder ~= ARGV[1] and holder ~= "\\0" .. ARGV[1] then
+    -- the owner followed by its metadata
+    local o = ARGV[1] .. "\\0"
+    if not holder or (string.sub(holder, 1, #o) ~= o and string.sub(holder, 1, #o + 1) ~= "\\0" .. o) then
+      return 0
+    end
+  end`;
+
 // pkg/stores/redis/lua/parts/take.lua (indented 2)
 const TAKE = `  local fence = redis.call("INCR", KEYS[2])
   if type(fence) == "number" and (fence < 1 or fence > 9007199254740991) then
@@ -590,13 +599,7 @@ export const CHECK_SHA = "09a16f0d42aef2f5ab641b21d005437b59a3178b";
 export const CONFIRM_SCRIPT = `-- keel-lock confirm: while ARGV[1] holds KEYS[1], write the fence counter KEYS[2] again as it is and answer 1
 local holder = redis.pcall("GET", KEYS[1])
 if type(holder) ~= "table" then
-  if holder ~= ARGV[1] and holder ~= "\\0" .. ARGV[1] then
-    -- the owner followed by its metadata
-    local o = ARGV[1] .. "\\0"
-    if not holder or (string.sub(holder, 1, #o) ~= o and string.sub(holder, 1, #o + 1) ~= "\\0" .. o) then
-      return 0
-    end
-  end
+${REFUSE_OTHER_HOLDER}
 else
   local t = redis.call("TIME")
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -661,13 +664,8 @@ export const ENQUEUE_SHA = "29a6d2f40a4731c0eea40640656793a8dd78dbf1";
 export const EXTEND_SCRIPT = `-- keel-lock extend: reset ARGV[1]'s hold to ARGV[2] ms only while ARGV[1] still holds it
 local holder = redis.pcall("GET", KEYS[1])
 if type(holder) ~= "table" then
-  if holder ~= ARGV[1] and holder ~= "\\0" .. ARGV[1] then
-    -- the owner followed by its metadata (kept: PEXPIRE leaves the value as it is)
-    local o = ARGV[1] .. "\\0"
-    if not holder or (string.sub(holder, 1, #o) ~= o and string.sub(holder, 1, #o + 1) ~= "\\0" .. o) then
-      return 0
-    end
-  end
+${REFUSE_OTHER_HOLDER}
+  -- the metadata after the owner stays: PEXPIRE leaves the value as it is
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 end
 local t = redis.call("TIME")
@@ -684,7 +682,7 @@ redis.call("PEXPIREAT", KEYS[2], last)
 return 1
 `;
 /** SHA-1 of EXTEND_SCRIPT, the name Redis caches it under. */
-export const EXTEND_SHA = "35704053b2a3c6469f88bb2c7f6fbb2d3d691d9c";
+export const EXTEND_SHA = "0818bb1ab8cafb459d78126f18a48f4dff549f9f";
 
 // pkg/stores/redis/lua/force-release.lua
 export const FORCE_RELEASE_SCRIPT = `-- keel-lock force-release: free KEYS[1] whoever holds it; hand it to the next waiters

@@ -22,7 +22,7 @@
 // the slot, so keys sharing one can be taken in one script on a cluster (acquireMany); the {K}
 // after it keeps the names one-to-one.
 
-import { argumentChecks, checkKeySet, LockStoreClosedError, safetyNetOption } from "./args.js";
+import { argumentChecks, checkKeySet, kindOption, LockStoreClosedError, safetyNetOption } from "./args.js";
 import { checkMetadata, checkMetadataList } from "./metadata.js";
 import { adapter, CLIENT_TYPES, detectRedisClient, isNoScript, keySlot } from "./redis-clients.js";
 import {
@@ -146,18 +146,8 @@ export function redisLockStore(client, options = {}) {
   const safetyNetMs = safetyNetOption("redisLockStore", options.safetyNetMs);
   const hashTags = hashTagsOption(options);
   const waitForReplicas = replicasOption(options.waitForReplicas);
-  let clientType = options.clientType;
-  if (clientType === undefined) {
-    clientType = detectRedisClient(client);
-    if (clientType === null) {
-      throw new TypeError(
-        "redisLockStore: unrecognised client — expected an ioredis, node-redis (v4+) or @upstash/redis client " +
-          "(or pass options.clientType)",
-      );
-    }
-  } else if (!CLIENT_TYPES.includes(clientType)) {
-    throw new TypeError(`redisLockStore: clientType must be one of ${CLIENT_TYPES.join(", ")}`);
-  }
+  const clientType = kindOption("redisLockStore", "clientType", options.clientType, CLIENT_TYPES, () => detectRedisClient(client),
+    "client — expected an ioredis, node-redis (v4+) or @upstash/redis client");
   const redis = adapter(client, clientType);
   const escapedPrefix = escapeName(prefix);
   const lockKey = (key) => lockName(escapedPrefix, key, hashTags);

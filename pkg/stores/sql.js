@@ -70,7 +70,7 @@
 // sql/postgres.js, sql/postgres-functions.js), sql-drivers.js (the handles it adapts to),
 // sql-pg-waiting.js (PostgreSQL's waiting without polling).
 
-import { argumentChecks, checkKeySet, LockStoreClosedError, safetyNetOption } from "./args.js";
+import { argumentChecks, checkKeySet, kindOption, LockStoreClosedError, safetyNetOption } from "./args.js";
 import { checkMetadata, checkMetadataList } from "./metadata.js";
 import { detectDriver, DRIVERS, driverFor, toFence, truthy } from "./sql-drivers.js";
 import { pgWaiting } from "./sql-pg-waiting.js";
@@ -128,18 +128,8 @@ export function databaseLockStore(db, options = {}) {
   }
   const table = options.table === undefined ? DEFAULT_TABLE : options.table;
   tableParts(table); // throws TypeError before anything touches the database
-  let driver = options.driver;
-  if (driver === undefined) {
-    driver = detectDriver(db);
-    if (driver === null) {
-      throw new TypeError(
-        "databaseLockStore: unrecognised database handle — expected a D1 binding, a better-sqlite3 " +
-          "Database or a pg Pool/Client (or pass options.driver)",
-      );
-    }
-  } else if (!DRIVERS.includes(driver)) {
-    throw new TypeError(`databaseLockStore: driver must be one of ${DRIVERS.join(", ")}`);
-  }
+  const driver = kindOption("databaseLockStore", "driver", options.driver, DRIVERS, () => detectDriver(db),
+    "database handle — expected a D1 binding, a better-sqlite3 Database or a pg Pool/Client");
   const dialect = dialectOf(driver);
   const sql = statements(dialect, table);
   const postgres = dialect === "postgres";

@@ -8,13 +8,7 @@
 -- keel-lock confirm: while ARGV[1] holds KEYS[1], write the fence counter KEYS[2] again as it is and answer 1
 local holder = redis.pcall("GET", KEYS[1])
 if type(holder) ~= "table" then
-  if holder ~= ARGV[1] and holder ~= "\0" .. ARGV[1] then
-    -- the owner followed by its metadata
-    local o = ARGV[1] .. "\0"
-    if not holder or (string.sub(holder, 1, #o) ~= o and string.sub(holder, 1, #o + 1) ~= "\0" .. o) then
-      return 0
-    end
-  end
+  -- include parts/refuse-other-holder.lua holder=holder owner=ARGV[1]
 else
   local t = redis.call("TIME")
   local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

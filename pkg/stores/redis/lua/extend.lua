@@ -5,13 +5,8 @@
 -- keel-lock extend: reset ARGV[1]'s hold to ARGV[2] ms only while ARGV[1] still holds it
 local holder = redis.pcall("GET", KEYS[1])
 if type(holder) ~= "table" then
-  if holder ~= ARGV[1] and holder ~= "\0" .. ARGV[1] then
-    -- the owner followed by its metadata (kept: PEXPIRE leaves the value as it is)
-    local o = ARGV[1] .. "\0"
-    if not holder or (string.sub(holder, 1, #o) ~= o and string.sub(holder, 1, #o + 1) ~= "\0" .. o) then
-      return 0
-    end
-  end
+  -- include parts/refuse-other-holder.lua holder=holder owner=ARGV[1]
+  -- the metadata after the owner stays: PEXPIRE leaves the value as it is
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 end
 local t = redis.call("TIME")
