@@ -10,12 +10,7 @@ local holder = redis.pcall("GET", KEYS[1])
 if type(holder) ~= "table" then
   -- include parts/refuse-other-holder.lua holder=holder owner=ARGV[1]
 else
-  local t = redis.call("TIME")
-  local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local s = redis.call("ZSCORE", KEYS[1], ARGV[1])
-  if not s or tonumber(s) <= now_ms then
-    return 0
-  end
+  -- include parts/refuse-lapsed-shared-holder.lua holds=KEYS[1] owner=ARGV[1]
 end
 local fence = redis.call("GET", KEYS[2])
 if not fence then

@@ -9,12 +9,7 @@ if type(holder) ~= "table" then
   -- the metadata after the owner stays: PEXPIRE leaves the value as it is
   return redis.call("PEXPIRE", KEYS[1], ARGV[2])
 end
-local t = redis.call("TIME")
-local now_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local s = redis.call("ZSCORE", KEYS[1], ARGV[1])
-if not s or tonumber(s) <= now_ms then
-  return 0
-end
+-- include parts/refuse-lapsed-shared-holder.lua holds=KEYS[1] owner=ARGV[1]
 redis.call("ZADD", KEYS[1], now_ms + tonumber(ARGV[2]), ARGV[1])
 -- K[1] (and K[2], the grant records) expire with the latest hold
 local last = redis.call("ZRANGE", KEYS[1], -1, -1, "WITHSCORES")[2]
