@@ -41,5 +41,6 @@ done
 node scripts/check-pins.mjs
 node bench/summary.mjs --check # bench/README.md's summary must be what bench/results/latest.json gives
 node scripts/generate-redis-scripts.mjs --check # pkg/stores/redis-scripts.generated.js must be what pkg/stores/redis/lua/ gives
+node scripts/generate-shared-js.mjs --check # pkg/stores/key-set.generated.js must be what src/js/key-set.js gives
 node scripts/check-architecture.mjs # ARCHITECTURE.md's map must name every source file, and only those
 node scripts/generate-pkg-readme.mjs --check # pkg/README.md (the npm page) must be what README.md gives, and README.md's links must resolve

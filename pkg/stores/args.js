@@ -2,6 +2,11 @@
 // validates keys, owners and TTLs before it calls a store; these checks guard the stores when a
 // user calls them directly, with the same limits the core enforces.
 
+import { MAX_KEYS, byCodePoint } from "./key-set.generated.js";
+
+/** Most keys one acquireMany takes (the core's limit for a multi-key lock), and their order. */
+export { MAX_KEYS, byCodePoint };
+
 /** Longest TTL accepted, in ms: 2^31 − 1, the largest delay JS timers support. */
 export const MAX_TTL_MS = 2_147_483_647;
 
@@ -27,28 +32,6 @@ export function argumentChecks(who) {
       }
     },
   };
-}
-
-/** Most keys one acquireMany takes: the core's limit for a multi-key lock. */
-export const MAX_KEYS = 64;
-
-/**
- * Code-point order (the order of UTF-8 bytes, in which the core sorts a set's keys): UTF-16
- * units compare the same way except where a surrogate meets a unit from U+E000 up.
- */
-export function byCodePoint(a, b) {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x === y) continue;
-    if (x >= 0xd800 && y >= 0xd800) {
-      x += x >= 0xe000 ? -0x800 : 0x2000;
-      y += y >= 0xe000 ? -0x800 : 0x2000;
-    }
-    return x - y;
-  }
-  return a.length - b.length;
 }
 
 /**

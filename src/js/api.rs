@@ -96,6 +96,7 @@ ship! {
     ErrorsJs: "/src/js/errors.js",
     PromisesJs: "/src/js/promises.js",
     ProtocolJs: "/src/js/protocol.js",
+    KeySetJs: "/src/js/key-set.js",
 }
 
 /// The API the package exports (`lock`, `semaphore`, `campaign`, `setLockStore`, `Lock`,

@@ -4,7 +4,8 @@ import { CHECK_KEY_AS_STRING } from "./protocol.js";
 import { core, ok, textOf } from "./core.js";
 import { BY_FACTORY, boundStore } from "./binding.js";
 import { Lock } from "./lock.js";
-import { MAX_KEYS, MultiKeyLock, SET_PREFIX, byCodePoint } from "./multi.js";
+import { MultiKeyLock, SET_PREFIX } from "./multi.js";
+import { MAX_KEYS, byCodePoint } from "./key-set.js";
 import { OneStep } from "./one-step.js";
 
 // Checking a key and a TTL is a pure function of each, so what the core accepted is kept and

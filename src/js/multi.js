@@ -11,34 +11,11 @@ import { abortReason, asksWebLocks, webLocksOptions } from "./options.js";
 import { LockNotHeldError } from "./errors.js";
 import { LockContext, asyncDispose, holdOrThrow } from "./holding.js";
 
-/** The most keys one lock takes. */
-export const MAX_KEYS = 64;
 /** How a multi-key lock's serialized form starts: then the number of keys, then each key's. */
 export const SET_PREFIX = "keel-lock-set:1:";
 /** Marks a nested run whose inner key was not taken (or must be taken again). */
 const NOT_ALL = Symbol("not every key");
 const PERMITS_ON_SET = "lock: permits are for semaphores; a multi-key lock takes each key whole";
-
-/**
- * Orders two strings by code point — the order of their UTF-8 bytes, in which the Rust core
- * sorts keys — so JS and Rust callers of one store take shared keys in the same order.
- */
-export function byCodePoint(a, b) {
-  const n = Math.min(a.length, b.length);
-  for (let i = 0; i < n; i++) {
-    let x = a.charCodeAt(i);
-    let y = b.charCodeAt(i);
-    if (x === y) continue;
-    // Code units order code points except where a surrogate (half of one above U+FFFF) meets a
-    // unit from U+E000 up: lift surrogates above those.
-    if (x >= 0xd800 && y >= 0xd800) {
-      x += x >= 0xe000 ? -0x800 : 0x2000;
-      y += y >= 0xe000 ? -0x800 : 0x2000;
-    }
-    return x - y;
-  }
-  return a.length - b.length;
-}
 
 /** A signal aborted with the reason of the first of `signals` to abort. */
 function anyAborted(signals) {
