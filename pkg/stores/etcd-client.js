@@ -271,5 +271,33 @@ export function etcdClient({ who, endpoints, auth, fetch: fetchFn, timeoutMs }) 
     }
   }
 
-  return { call: send, endpoints };
+  // A streamed call (a watch): the response of POST `path` on the current endpoint, whose body
+  // carries one JSON message per line; `signal` ends it. Refused or unreachable: the next endpoint
+  // becomes current and it throws (the caller looks again and opens another).
+  async function open(path, body, signal) {
+    const headers = { "content-type": "application/json" };
+    if (auth) headers.authorization = await tokenNow();
+    const endpoint = endpoints[current];
+    const moveOn = () => {
+      if (endpoints[current] === endpoint) current = (current + 1) % endpoints.length;
+    };
+    let response;
+    try {
+      response = await doFetch(endpoint + path, { method: "POST", headers, body: JSON.stringify(body), signal });
+    } catch (error) {
+      if (!signal.aborted) moveOn();
+      throw new EtcdStoreError(`${endpoint}: ${error?.message ?? error}`, { cause: error, endpoint });
+    }
+    if (!response.ok || !response.body) {
+      const text = await response.text().catch(() => "");
+      if (response.status === 401 && auth) token = null;
+      moveOn();
+      throw response.status >= 500 || response.status === 401 || response.status === 429
+        ? new EtcdStoreError(`${endpoint}: HTTP ${response.status} to ${path}`, { status: response.status, endpoint })
+        : notEtcd(endpoint, path, response, text);
+    }
+    return response;
+  }
+
+  return { call: send, open, endpoints };
 }

@@ -1,5 +1,11 @@
 import type { Grant, HolderInfo, InspectAnswer, LockStore } from "../index.js";
 
+/** A grant after waiting: the fence and the ms waited, by this store's clock. */
+export interface EtcdWaitedGrant {
+  fence: number;
+  waitedMs: number;
+}
+
 export interface EtcdLockStoreOptions {
   /**
    * The cluster's client URLs, `http://` or `https://` (a path is kept, for a proxy in front of
@@ -15,6 +21,11 @@ export interface EtcdLockStoreOptions {
   fetch?: (input: string, init: RequestInit) => Promise<Response>;
   /** Bound of one request to one endpoint, in whole ms (default 2000); one call keeps trying endpoints for at most three of them. */
   timeoutMs?: number;
+  /**
+   * A waiter looks again (one transaction) when its watch has told it nothing for
+   * `max(pollMs, safetyNetMs)` ms: in case the member serving the watch is cut off. Default 5000.
+   */
+  safetyNetMs?: number;
 }
 
 /** The etcd names for one lock key. */
@@ -23,6 +34,8 @@ export interface EtcdLockKeys {
   lock: string;
   /** `<lock>/m`: the hold's metadata, when it has some, attached to the same lease. */
   metadata: string;
+  /** `<lock>/q/`: the queue; each waiter's key is this plus its lease ID, attached to that lease. */
+  queue: string;
 }
 
 /** An error from etcd, or from reaching it; never carries a password or token. */
@@ -43,16 +56,24 @@ export type EtcdLockStore = Omit<LockStore, "acquire" | "inspect" | "forceReleas
   /**
    * A lease of `ceil(ttlMs / 1000)` seconds (at least etcd's minimum) and one transaction that
    * puts the key only if it does not exist: `{ fence }` (the put's revision, strictly increasing
-   * across the whole cluster) or `false` when someone holds it.
+   * across the whole cluster) or `false` when someone holds it or anyone queues for it.
    */
   acquire(key: string, owner: string, ttlMs: number, metadata?: string): Promise<false | Grant>;
+  /**
+   * Takes the key, or joins its queue (a key under `<lock>/q/` on the waiter's own lease) and
+   * watches the deletion of the waiter just before it (first in line: the lock key's), for up to
+   * `waitMs`. `{ fence, waitedMs }`, or `false` when `waitMs` is spent or the place was lost.
+   */
+  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number, metadata?: string): Promise<false | EtcdWaitedGrant>;
+  /** Leaves the queue (the pending acquireOrWait answers false), or releases the key if it was handed over. */
+  withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): Promise<boolean>;
   /** Whole seconds left of the hold's lease, in ms (etcd rounds down), or null. */
   remainingTime(key: string): Promise<number | null>;
-  /** The hold (metadata, fence, ms left), never its owner; `waiting` is null (waiters poll). */
-  inspect(key: string): Promise<InspectAnswer & { holders: HolderInfo[]; waiting: null }>;
+  /** The hold (metadata, fence, ms left), never its owner, and how many queue for the key. */
+  inspect(key: string): Promise<InspectAnswer & { holders: HolderInfo[]; waiting: number }>;
   /** Revokes the holder's lease, whoever holds it; true when a hold was ended. */
   forceRelease(key: string): Promise<boolean>;
   /** The names used for `key`. */

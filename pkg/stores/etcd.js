@@ -8,8 +8,12 @@
 // Every hold has a lease of its own, granted by etcd, so etcd's clock decides expiry: when the
 // lease runs out etcd deletes both keys.
 //
+//   P + K + "/q/" + lease   a waiter's place in line (etcd-waiting.js), on the waiter's lease
+//
 //   acquire   lease grant (ceil(ttlMs / 1000) s) + one transaction:
-//               If(create_revision(P+K) == 0) Then(put P+K owner, [put P+K/m metadata], with the lease)
+//               If(create_revision(P+K) == 0 && create_revision(every P+K/q/*) == 0)
+//               Then(put P+K owner, [put P+K/m metadata], with the lease)
+//             (the second compare: nobody queues, so a newcomer never passes a waiter)
 //             The fence is the revision of that put (= the key's create_revision): etcd's cluster-wide
 //             revision, strictly increasing across every key, holder, restart and leader change.
 //             Refused: the unused lease is revoked.
@@ -28,11 +32,13 @@
 // one that did) and tries once more with a new lease. release and extend read back and resend
 // only while the key still shows the state their transaction compares (its compare guards it).
 //
-// The parts: etcd-client.js (the gateway, failover, auth, base64).
+// The parts: etcd-client.js (the gateway, failover, auth, base64); etcd-waiting.js
+// (acquireOrWait and withdraw: the queue and its watches).
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
 import { checkMetadata } from "./metadata.js";
 import { b64, checkEndpoints, etcdClient, EtcdStoreError, int64, NOT_FOUND, unb64 } from "./etcd-client.js";
+import { DEFAULT_WAIT_LOOK_MS, etcdWaiting, rangeEndOf } from "./etcd-waiting.js";
 
 export { EtcdStoreError };
 
@@ -49,15 +55,15 @@ export function leaseSeconds(ttlMs) {
   return Math.max(1, Math.ceil(ttlMs / 1000));
 }
 
-/** The names the store uses for `key` under `prefix`: { lock, metadata }. */
+/** The names the store uses for `key` under `prefix`: { lock, metadata, queue }. */
 export function etcdLockKeys(key, prefix = DEFAULT_PREFIX) {
   const lock = prefix + key.replace(/%/g, "%25").replace(/\//g, "%2F");
-  return { lock, metadata: `${lock}/m` };
+  return { lock, metadata: `${lock}/m`, queue: `${lock}/q/` };
 }
 
 function checkOptions(options) {
   if (options === null || typeof options !== "object" || Array.isArray(options)) {
-    throw new TypeError(`${WHO}: options must be an object ({ endpoints, auth?, prefix?, fetch?, timeoutMs? })`);
+    throw new TypeError(`${WHO}: options must be an object ({ endpoints, auth?, prefix?, fetch?, timeoutMs?, safetyNetMs? })`);
   }
   const endpoints = checkEndpoints(WHO, options.endpoints);
   const prefix = options.prefix === undefined ? DEFAULT_PREFIX : options.prefix;
@@ -77,7 +83,11 @@ function checkOptions(options) {
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_TTL_MS) {
     throw new RangeError(`${WHO}: timeoutMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${timeoutMs}`);
   }
-  return { endpoints, prefix, auth, fetch: options.fetch, timeoutMs };
+  const safetyNetMs = options.safetyNetMs === undefined ? DEFAULT_WAIT_LOOK_MS : options.safetyNetMs;
+  if (!Number.isInteger(safetyNetMs) || safetyNetMs < 1 || safetyNetMs > MAX_TTL_MS) {
+    throw new RangeError(`${WHO}: safetyNetMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${safetyNetMs}`);
+  }
+  return { endpoints, prefix, auth, fetch: options.fetch, timeoutMs, safetyNetMs };
 }
 
 /**
@@ -87,7 +97,7 @@ function checkOptions(options) {
  *           prefix?: string, fetch?: typeof fetch, timeoutMs?: number }} options
  */
 export function etcdLockStore(options) {
-  const { endpoints, prefix, auth, fetch, timeoutMs } = checkOptions(options);
+  const { endpoints, prefix, auth, fetch, timeoutMs, safetyNetMs } = checkOptions(options);
   const client = etcdClient({ who: WHO, endpoints, auth, fetch, timeoutMs });
   const call = (path, body, opts) => client.call(path, body, opts);
   const names = (key) => etcdLockKeys(key, prefix);
@@ -129,12 +139,22 @@ export function etcdLockStore(options) {
     revoke(lease).catch(() => {});
   };
 
-  // The live hold of `key` in one read: { owner, lease, fence, metadata } or null.
-  async function readHold(key) {
-    const { lock, metadata } = names(key);
-    const reply = await call("/v3/kv/txn", { success: [{ request_range: { key: b64(lock) } }, { request_range: { key: b64(metadata) } }] });
-    const [held, meta] = txnRanges(reply, 2);
-    if (!held) return null;
+  // The live hold of `key` in one read: { owner, lease, fence, metadata } or null. With
+  // `counting`, { hold, waiting }: the same and how many queue for the key, in the same read.
+  async function readHold(key, { counting = false } = {}) {
+    const { lock, metadata, queue } = names(key);
+    const success = [{ request_range: { key: b64(lock) } }, { request_range: { key: b64(metadata) } }];
+    if (counting) success.push({ request_range: { key: b64(queue), range_end: b64(rangeEndOf(queue)), count_only: true } });
+    const reply = await call("/v3/kv/txn", { success });
+    const [held, meta] = txnRanges(reply, success.length);
+    if (counting) {
+      const waiting = int64(reply.responses[2].response_range?.count, "a range's count");
+      return { hold: held ? holdOf(held, meta) : null, waiting };
+    }
+    return held ? holdOf(held, meta) : null;
+  }
+
+  function holdOf(held, meta) {
     return {
       owner: unb64(held.value ?? ""),
       lease: held.lease ?? "0",
@@ -164,7 +184,7 @@ export function etcdLockStore(options) {
     check.owner(owner);
     check.ttl(ttlMs);
     const meta = checkMetadata(WHO, metadata);
-    const { lock } = names(key);
+    const { lock, queue } = names(key);
     for (let attempt = 0; ; attempt++) {
       const lease = await grant(leaseSeconds(ttlMs));
       let reply;
@@ -172,7 +192,11 @@ export function etcdLockStore(options) {
         reply = await call(
           "/v3/kv/txn",
           {
-            compare: [{ key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" }],
+            compare: [
+              { key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" },
+              // Nobody queues: a newcomer never overtakes a waiter.
+              { key: b64(queue), range_end: b64(rangeEndOf(queue)), target: "CREATE", result: "EQUAL", create_revision: "0" },
+            ],
             success: holdPuts(key, owner, meta, lease),
           },
           { write: true },
@@ -295,10 +319,10 @@ export function etcdLockStore(options) {
 
   async function inspect(key) {
     check.key(key);
-    const hold = await readHold(key);
+    const { hold, waiting } = await readHold(key, { counting: true });
     const left = hold === null ? null : await timeToLive(hold.lease);
-    if (left === null) return { holders: [], waiting: null };
-    return { holders: [{ metadata: hold.metadata, fence: hold.fence, remainingMs: left * 1000 }], waiting: null };
+    if (left === null) return { holders: [], waiting };
+    return { holders: [{ metadata: hold.metadata, fence: hold.fence, remainingMs: left * 1000 }], waiting };
   }
 
   async function forceRelease(key) {
@@ -316,15 +340,35 @@ export function etcdLockStore(options) {
     return freed;
   }
 
+  const waitingFor = etcdWaiting({
+    who: WHO,
+    client,
+    names,
+    check,
+    checkMetadata,
+    leaseSeconds,
+    grant,
+    revoke,
+    holdPuts,
+    readHold,
+    grantedTtl,
+    acquire,
+    release,
+    toFence,
+    safetyNetMs,
+  });
+
   return {
     acquire,
+    acquireOrWait: waitingFor.acquireOrWait,
+    withdraw: waitingFor.withdraw,
     release,
     extend,
     isLocked,
     remainingTime,
     inspect,
     forceRelease,
-    /** The names used for `key`: { lock, metadata }. */
+    /** The names used for `key`: { lock, metadata, queue }. */
     keys: names,
     prefix,
     endpoints: client.endpoints,

@@ -1,0 +1,272 @@
+// keel-lock/etcd: waiting without polling — acquireOrWait and withdraw, on etcd's own queue
+// recipe. How it works: stores/README.md, "Waiting without polling (etcd)".
+//
+// Each waiter writes a key under the lock's queue prefix, P+K+"/q/"+<its lease ID>, attached to
+// the lease it will hold the key with, and watches (POST /v3/watch, a stream of one JSON message
+// per line) the deletion of the queue key created just before its own (by create revision) — or,
+// first in line, the lock key's. So a release wakes only the next waiter. Per waiter:
+//
+//   attempt   lease grant + one transaction:
+//               If(create_revision(P+K) == 0 && create_revision(every P+K/q/*) == 0)
+//               Then(take the key, as acquire does)
+//               Else(put P+K/q/<lease> owner with the lease; the newest two queue keys)
+//             The queue key's create_revision is the waiter's place in line.
+//   take      on the watched deletion (or the safety-net look), one transaction:
+//               If(create_revision(P+K) == 0 && every queue key was created at or after ours
+//                  && ours still exists)
+//               Then(put P+K owner and P+K/m with the lease; delete ours)
+//               Else(the lock key; the queue key created just before ours; ours)
+//             Granted: a keep-alive of the lease, so the hold's TTL runs from the hand-over (and
+//             the lease is seen live after the wait: a put with a lapsed lease is refused too).
+//   waiting   a keep-alive of the lease every third of its TTL.
+//   leaving   (timeout, withdraw, place lost) the lease revoked: etcd deletes the queue key.
+//
+// A plain acquire answers false while anyone queues (etcd.js): a newcomer never overtakes.
+
+import { MAX_TTL_MS } from "./args.js";
+import { b64, int64, NOT_FOUND } from "./etcd-client.js";
+
+/** Default interval of a waiter's safety-net look, in ms (the store option `safetyNetMs`). */
+export const DEFAULT_WAIT_LOOK_MS = 5_000;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+/** The end of the key range that starts with `prefix` (its last byte + 1; our prefixes end in "/"). */
+export function rangeEndOf(prefix) {
+  return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+}
+
+export function etcdWaiting({ who, client, names, check, checkMetadata, leaseSeconds, grant, revoke, holdPuts, readHold, grantedTtl, acquire, release, toFence, safetyNetMs }) {
+  const call = (path, body, opts) => client.call(path, body, opts);
+  const waits = new Map(); // lock name → Map(owner → wait)
+
+  function checkWait(key, owner, ttlMs, waitMs, pollMs, metadata) {
+    check.key(key);
+    check.owner(owner);
+    check.ttl(ttlMs);
+    if (!Number.isInteger(waitMs) || waitMs < 0 || waitMs > MAX_TTL_MS) {
+      throw new RangeError(`${who}: waitMs must be a whole number of ms in 0..${MAX_TTL_MS}, got ${waitMs}`);
+    }
+    if (!Number.isInteger(pollMs) || pollMs < 1 || pollMs > MAX_TTL_MS) {
+      throw new RangeError(`${who}: pollMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${pollMs}`);
+    }
+    return checkMetadata(who, metadata);
+  }
+
+  // The first attempt: take the key, or join its queue. { fence } | { rev, watch } (queued).
+  async function attempt(key, owner, meta, lease) {
+    const { lock, queue } = names(key);
+    const mine = queue + lease;
+    const queueRange = { key: b64(queue), range_end: b64(rangeEndOf(queue)) };
+    const body = {
+      compare: [
+        { key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" },
+        { ...queueRange, target: "CREATE", result: "EQUAL", create_revision: "0" },
+      ],
+      success: holdPuts(key, owner, meta, lease),
+      failure: [
+        { request_put: { key: b64(mine), value: b64(owner), lease } },
+        { request_range: { key: b64(lock), keys_only: true } },
+        { request_range: { ...queueRange, keys_only: true, sort_target: "CREATE", sort_order: "DESCEND", limit: "2" } },
+      ],
+    };
+    const reply = await call("/v3/kv/txn", body, { write: true });
+    const revision = toFence(reply.header?.revision, "the transaction's revision");
+    if (reply.succeeded === true) return { fence: revision };
+    // Ours is the newest queue key (created by this transaction); the one after it in the
+    // answer was created just before it.
+    const ranges = rangesOf(reply, [1, 2]);
+    const before = ranges[1].find((kv) => kv.key !== b64(mine));
+    return { rev: revision, watch: before ? before.key : ranges[0].length > 0 ? b64(lock) : null, at: revision };
+  }
+
+  // A take: { fence } | { watch, at } (still waiting) | { lost: true } (our queue key is gone).
+  async function take(key, owner, meta, lease, rev) {
+    const { lock, queue } = names(key);
+    const mine = b64(queue + lease);
+    const queueRange = { key: b64(queue), range_end: b64(rangeEndOf(queue)) };
+    const puts = holdPuts(key, owner, meta, lease);
+    const body = {
+      compare: [
+        { key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" },
+        { ...queueRange, target: "CREATE", result: "GREATER", create_revision: String(rev - 1) },
+        { key: mine, target: "CREATE", result: "EQUAL", create_revision: String(rev) },
+      ],
+      success: [...puts, { request_delete_range: { key: mine } }],
+      failure: [
+        { request_range: { key: b64(lock), keys_only: true } },
+        { request_range: { ...queueRange, keys_only: true, max_create_revision: String(rev - 1), sort_target: "CREATE", sort_order: "DESCEND", limit: "1" } },
+        { request_range: { key: mine, count_only: true } },
+      ],
+    };
+    let reply;
+    try {
+      reply = await call("/v3/kv/txn", body, { write: true });
+    } catch (error) {
+      // A put with a lapsed lease: the place is gone with it.
+      if (error.etcdCode === NOT_FOUND) return { lost: true };
+      if (!error.outcomeUnknown) throw error;
+      const hold = await readHold(key);
+      if (hold && hold.owner === owner && hold.lease === lease) return { fence: hold.fence };
+      return { watch: null, at: 0 }; // look again
+    }
+    const revision = toFence(reply.header?.revision, "the transaction's revision");
+    if (reply.succeeded === true) return { fence: revision };
+    const [held, before, ours] = reply.responses.map((r) => r?.response_range ?? {});
+    if (int64(ours.count, "a range's count") === 0) return { lost: true };
+    const earlier = Array.isArray(before.kvs) && before.kvs.length > 0 ? before.kvs[0].key : null;
+    const lockHeld = Array.isArray(held.kvs) && held.kvs.length > 0;
+    return { watch: earlier ?? (lockHeld ? b64(lock) : null), at: revision };
+  }
+
+  // Resolves once `name` (base64) is deleted at or after revision `from`, the stream ends or
+  // fails, `ms` pass, or `stop` aborts.
+  async function deletion(name, from, ms, stop) {
+    const controller = new AbortController();
+    const end = () => controller.abort();
+    const timer = setTimeout(end, ms);
+    stop.addEventListener("abort", end, { once: true });
+    try {
+      if (stop.aborted) return;
+      const response = await client.open("/v3/watch", { create_request: { key: name, start_revision: String(from), filters: ["NOPUT"] } }, controller.signal);
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) return;
+        buffer += decoder.decode(value, { stream: true });
+        let newline;
+        while ((newline = buffer.indexOf("\n")) >= 0) {
+          const line = buffer.slice(0, newline).trim();
+          buffer = buffer.slice(newline + 1);
+          if (line === "") continue;
+          let message;
+          try {
+            message = JSON.parse(line);
+          } catch {
+            return; // not etcd's: look again
+          }
+          const result = message.result ?? {};
+          if (message.error || result.canceled || (Array.isArray(result.events) && result.events.length > 0)) return;
+        }
+        if (buffer.length > 1 << 20) return;
+      }
+    } catch {
+      // unreachable, cut, or ended by us: the caller looks again (after a pause if it failed)
+      if (!controller.signal.aborted) await sleep(Math.min(ms, 200));
+    } finally {
+      clearTimeout(timer);
+      stop.removeEventListener("abort", end);
+      controller.abort();
+    }
+  }
+
+  async function acquireOrWait(key, owner, ttlMs, waitMs, pollMs, metadata) {
+    const meta = checkWait(key, owner, ttlMs, waitMs, pollMs, metadata);
+    if (waitMs === 0) {
+      const got = await acquire(key, owner, ttlMs, metadata);
+      return got && { fence: got.fence, waitedMs: 0 };
+    }
+    const started = Date.now();
+    const lease = await grant(leaseSeconds(ttlMs));
+    let first;
+    try {
+      first = await attempt(key, owner, meta, lease);
+    } catch (error) {
+      if (!error.outcomeUnknown) {
+        revoke(lease).catch(() => {});
+        throw error;
+      }
+      // It may have applied: ours (this owner, this lease) is a grant; else leave (revoking the
+      // lease deletes a queue key it may have written) and answer as a plain acquire would.
+      const hold = await readHold(key);
+      if (hold && hold.owner === owner && hold.lease === lease) return { fence: hold.fence, waitedMs: 0 };
+      await revoke(lease);
+      const got = await acquire(key, owner, ttlMs, metadata);
+      return got && { fence: got.fence, waitedMs: Date.now() - started };
+    }
+    if ("fence" in first) return { fence: first.fence, waitedMs: 0 };
+    return waitInLine({ key, owner, meta, lease, started, waitMs, lookMs: Math.max(pollMs, safetyNetMs), ...first });
+  }
+
+  function waitInLine({ key, owner, meta, lease, started, waitMs, lookMs, rev, watch, at }) {
+    const { lock } = names(key);
+    const stop = new AbortController();
+    const wait = { owner, stop, withdrawn: false, done: null };
+    let mine = waits.get(lock);
+    if (!mine) waits.set(lock, (mine = new Map()));
+    mine.set(owner, wait);
+    const deadline = started + waitMs;
+    const timer = setTimeout(() => stop.abort(), Math.max(0, deadline - Date.now()));
+    // The lease lives through the wait: a keep-alive every third of its TTL.
+    const granted = grantedTtl.get(lease) ?? leaseSeconds(1);
+    const keepAlive = setInterval(() => {
+      call("/v3/lease/keepalive", { ID: lease })
+        .then((reply) => {
+          // The lease lapsed: the place is lost.
+          if (int64((reply.result ?? reply).TTL, "a kept-alive lease's TTL") <= 0) stop.abort();
+        })
+        .catch(() => {});
+    }, Math.max(250, Math.floor((granted * 1000) / 3)));
+
+    const run = async () => {
+      let next = { watch, at };
+      for (;;) {
+        if (stop.signal.aborted) return false;
+        if (next.watch !== null) await deletion(next.watch, next.at + 1, lookMs, stop.signal);
+        if (stop.signal.aborted) return false;
+        next = await take(key, owner, meta, lease, rev);
+        if (next.lost) return false;
+        if ("fence" in next) {
+          // The TTL runs from here: a keep-alive, which also shows the lease (and so the hold) live.
+          const sent = Date.now();
+          const reply = await call("/v3/lease/keepalive", { ID: lease });
+          if (int64((reply.result ?? reply).TTL, "a kept-alive lease's TTL") <= 0) return false;
+          return { fence: next.fence, waitedMs: Math.max(0, sent - started) };
+        }
+      }
+    };
+    const finish = async (answer) => {
+      clearTimeout(timer);
+      clearInterval(keepAlive);
+      if (mine.get(owner) === wait) mine.delete(owner);
+      if (mine.size === 0 && waits.get(lock) === mine) waits.delete(lock);
+      if (answer === false || wait.withdrawn) {
+        // Leaving: revoking the lease deletes our queue key (and a hold taken as we withdrew:
+        // the hold is on the same lease).
+        await revoke(lease).catch(() => {});
+        return false;
+      }
+      return answer;
+    };
+    wait.done = run().then(finish, async (error) => {
+      await finish(false);
+      throw error;
+    });
+    return wait.done;
+  }
+
+  /** Leaves the queue for `key`, or releases the key if it was already handed over. */
+  async function withdraw(key, owner) {
+    check.key(key);
+    check.owner(owner);
+    const wait = waits.get(names(key).lock)?.get(owner);
+    if (!wait) return release(key, owner);
+    wait.withdrawn = true;
+    wait.stop.abort();
+    await wait.done.catch(() => {});
+    return true;
+  }
+
+  return { acquireOrWait, withdraw };
+}
+
+// The key-values of the range responses at `indexes` of a transaction's answer.
+function rangesOf(reply, indexes) {
+  const responses = Array.isArray(reply.responses) ? reply.responses : [];
+  return indexes.map((i) => {
+    const kvs = responses[i]?.response_range?.kvs;
+    return Array.isArray(kvs) ? kvs : [];
+  });
+}

@@ -1,0 +1,253 @@
+// etcdLockStore's waiting without polling (acquireOrWait, withdraw) against a real three-member
+// etcd cluster: first come first served, a plain acquire never passes a queued waiter, a release
+// wakes only the next waiter (counted on the wire, per store), the requests an acquisition costs,
+// a holder's expiry hands the key to the head waiter, a waiter's timeout and withdraw leave the
+// queue (and the one behind moves up), a waiter whose lease lapsed loses its place rather than
+// taking the key, metadata goes with the hand-over, and lock().run({ timeout }) excludes.
+// Every wait for a state has a deadline of 20 s; holds that must not run out last 30 s.
+import assert from "node:assert/strict";
+import { after, before, describe, test } from "node:test";
+import { lock, setLockStore } from "keel-lock";
+import { etcdLockStore } from "../../pkg/stores/etcd.js";
+import { etcdCall, sleep, startEtcdCluster } from "./lib/servers.js";
+
+let cluster;
+const LONG = 30_000;
+let keyNo = 0;
+const freshKey = (name) => `etcd-wait:${process.pid}:${++keyNo}:${name}`;
+
+before(async () => {
+  cluster = await startEtcdCluster();
+});
+after(async () => {
+  await cluster?.stop();
+});
+
+/** A store whose requests are counted by path (`/v3/kv/txn`, `/v3/watch`, …). */
+function countedStore(options = {}) {
+  const counts = new Map();
+  const fetch = (url, init) => {
+    const path = new URL(url).pathname;
+    counts.set(path, (counts.get(path) ?? 0) + 1);
+    return globalThis.fetch(url, init);
+  };
+  const store = etcdLockStore({ endpoints: cluster.endpoints, fetch, safetyNetMs: 60_000, ...options });
+  const total = () => [...counts.values()].reduce((a, b) => a + b, 0);
+  return { store, counts, total };
+}
+
+async function until(what, probe, ms = 20_000) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
+    await sleep(50);
+  }
+}
+
+const waitingOn = (store, key, n) => until(`${n} waiting on ${key}`, async () => (await store.inspect(key)).waiting === n);
+
+describe("acquireOrWait", () => {
+  test("first come first served; a plain acquire never passes a queued waiter; fences increase", async () => {
+    const store = etcdLockStore({ endpoints: cluster.endpoints });
+    const key = freshKey("fifo");
+    const first = await store.acquire(key, "holder", LONG);
+    assert.ok(first && first.fence > 0);
+    const order = [];
+    const waiters = [];
+    for (let i = 0; i < 5; i++) {
+      const owner = `w${i}`;
+      waiters.push(store.acquireOrWait(key, owner, LONG, LONG, 50).then((grant) => (order.push(owner), grant)));
+      await waitingOn(store, key, i + 1);
+    }
+    assert.equal(await store.acquire(key, "newcomer", LONG), false, "a plain acquire passed the queue");
+    assert.equal(await store.release(key, "holder"), true);
+    let last = first.fence;
+    for (let i = 0; i < 5; i++) {
+      const grant = await waiters[i];
+      assert.ok(grant && grant.fence > last, `w${i} got ${JSON.stringify(grant)}`);
+      assert.ok(Number.isInteger(grant.waitedMs) && grant.waitedMs >= 0);
+      last = grant.fence;
+      assert.deepEqual(order, Array.from({ length: i + 1 }, (_, j) => `w${j}`));
+      assert.equal(await store.release(key, `w${i}`), true);
+    }
+    assert.equal((await store.inspect(key)).waiting, 0);
+    assert.equal(await store.isLocked(key), false);
+  });
+
+  test("a free key is taken at once, with waitMs 0 as with more", async () => {
+    const { store, total } = countedStore();
+    const key = freshKey("free");
+    const grant = await store.acquireOrWait(key, "a", LONG, 5_000, 50);
+    assert.equal(grant.waitedMs, 0);
+    assert.equal(total(), 2, "lease grant + one transaction");
+    assert.equal(await store.acquireOrWait(key, "b", LONG, 0, 50), false);
+    assert.equal(await store.release(key, "a"), true);
+    const again = await store.acquireOrWait(key, "b", LONG, 0, 50);
+    assert.ok(again.fence > grant.fence);
+    assert.equal(await store.release(key, "b"), true);
+  });
+
+  test("a release wakes only the next waiter; the requests per acquisition, on the wire", async () => {
+    const key = freshKey("wake");
+    // A 90 s TTL: no keep-alive of a waiting lease (every 30 s) falls inside the count.
+    const TTL = 90_000;
+    const holder = countedStore();
+    await holder.store.acquire(key, "holder", TTL);
+    const stores = [];
+    const grants = [];
+    for (let i = 0; i < 4; i++) {
+      const s = countedStore();
+      stores.push(s);
+      grants.push(s.store.acquireOrWait(key, `w${i}`, TTL, LONG, 50));
+      await waitingOn(holder.store, key, i + 1);
+    }
+    // Queued: each waiter has sent a lease grant and one transaction, and opened its watch.
+    await until("every waiter watching", () => stores.every((s) => s.counts.get("/v3/watch") === 1));
+    const queued = stores.map((s) => s.total());
+    for (const n of queued) assert.equal(n, 3, `a queued waiter sent ${n} requests (grant, transaction, watch)`);
+    await holder.store.release(key, "holder");
+    await grants[0];
+    // w0 took the key (a transaction and a keep-alive); its queue key's deletion woke w1 alone,
+    // which looked once (a transaction) and now watches the lock key.
+    await until("w1 watching the lock key", () => stores[1].counts.get("/v3/watch") === 2);
+    assert.deepEqual(
+      stores.slice(2).map((s) => s.total()),
+      queued.slice(2),
+      "a waiter further back sent a request on a release that was not its turn",
+    );
+    assert.equal(stores[0].total() - queued[0], 2, "the grantee: one transaction and one keep-alive");
+    for (let i = 0; i < 4; i++) {
+      await grants[i];
+      await stores[i].store.release(key, `w${i}`);
+    }
+    // For the record: what 4 waited acquisitions sent, by path (the release's lease revoke is
+    // sent without waiting: wait for it to be counted).
+    await until("the releases' revokes sent", () => stores.every((s) => s.counts.get("/v3/lease/revoke") === 1));
+    const byPath = {};
+    for (const s of stores) for (const [path, n] of s.counts) byPath[path] = (byPath[path] ?? 0) + n;
+    const requests = Object.entries(byPath).reduce((n, [path, count]) => n + (path === "/v3/watch" ? 0 : count), 0) / 4;
+    console.log(`# etcd: 4 waited acquisitions (release included) sent ${JSON.stringify(byPath)}: ${requests} requests each, besides watches`);
+    assert.ok(requests <= 7, `${requests} requests per waited acquisition`);
+  });
+
+  test("a holder's expiry hands the key to the head waiter, no release needed", async () => {
+    const store = etcdLockStore({ endpoints: cluster.endpoints });
+    const key = freshKey("expiry");
+    await store.acquire(key, "gone", LONG);
+    const waited = store.acquireOrWait(key, "next", LONG, LONG, 50);
+    await waitingOn(store, key, 1);
+    // Shortened just before it is waited out: a 1 s lease (etcd's minimum applies).
+    assert.equal(await store.extend(key, "gone", 1_000), true);
+    const grant = await waited;
+    assert.ok(grant && grant.fence > 0);
+    assert.equal(await store.release(key, "gone"), false);
+    assert.equal(await store.release(key, "next"), true);
+  });
+
+  test("a waiter's timeout leaves the queue, and the one behind moves up", async () => {
+    const store = etcdLockStore({ endpoints: cluster.endpoints });
+    const key = freshKey("timeout");
+    await store.acquire(key, "holder", LONG);
+    const started = Date.now();
+    const short = store.acquireOrWait(key, "short", LONG, 1_000, 50);
+    await waitingOn(store, key, 1);
+    const patient = store.acquireOrWait(key, "patient", LONG, LONG, 50);
+    assert.equal(await short, false);
+    assert.ok(Date.now() - started >= 1_000, "answered false before waitMs was spent");
+    await waitingOn(store, key, 1);
+    await store.release(key, "holder");
+    const grant = await patient;
+    assert.ok(grant && grant.fence > 0);
+    assert.equal(await store.release(key, "patient"), true);
+    assert.equal((await store.inspect(key)).waiting, 0);
+  });
+
+  test("withdraw leaves the queue at once; a grant that raced it is given back", async () => {
+    const store = etcdLockStore({ endpoints: cluster.endpoints });
+    const key = freshKey("withdraw");
+    await store.acquire(key, "holder", LONG);
+    const waited = store.acquireOrWait(key, "w", LONG, LONG, 50);
+    await waitingOn(store, key, 1);
+    await store.withdraw(key, "w");
+    assert.equal(await waited, false);
+    assert.equal((await store.inspect(key)).waiting, 0);
+    await store.release(key, "holder");
+    assert.equal(await store.isLocked(key), false);
+    // Handed over, then withdrawn: the key is freed (withdraw of a caller not waiting releases).
+    const held = await store.acquireOrWait(key, "late", LONG, LONG, 50);
+    assert.ok(held);
+    await store.withdraw(key, "late");
+    assert.equal(await store.isLocked(key), false);
+  });
+
+  test("a waiter whose lease lapsed loses its place and never takes the key", async () => {
+    const store = etcdLockStore({ endpoints: cluster.endpoints });
+    const key = freshKey("lapsed");
+    await store.acquire(key, "holder", LONG);
+    const waited = store.acquireOrWait(key, "w", LONG, LONG, 50);
+    await waitingOn(store, key, 1);
+    // The waiter's lease, as if it had lapsed: revoked behind the store's back.
+    const queue = store.keys(key).queue;
+    const range = await etcdCall(cluster.endpoints[0], "/v3/kv/range", {
+      key: Buffer.from(queue).toString("base64"),
+      range_end: Buffer.from(queue.slice(0, -1) + "0").toString("base64"),
+    });
+    await etcdCall(cluster.endpoints[0], "/v3/lease/revoke", { ID: range.kvs[0].lease });
+    await store.release(key, "holder");
+    assert.equal(await waited, false);
+    assert.equal(await store.isLocked(key), false);
+  });
+
+  test("metadata goes with the hand-over", async () => {
+    const store = etcdLockStore({ endpoints: cluster.endpoints });
+    const key = freshKey("meta");
+    await store.acquire(key, "holder", LONG, "first");
+    const waited = store.acquireOrWait(key, "w", LONG, LONG, 50, "second");
+    await waitingOn(store, key, 1);
+    await store.release(key, "holder");
+    const grant = await waited;
+    const info = await store.inspect(key);
+    assert.deepEqual(info.holders.map((h) => [h.metadata, h.fence]), [["second", grant.fence]]);
+    await store.release(key, "w");
+  });
+
+  test("arguments are checked", async () => {
+    const store = etcdLockStore({ endpoints: cluster.endpoints });
+    await assert.rejects(store.acquireOrWait("k", "o", 1000, -1, 50), RangeError);
+    await assert.rejects(store.acquireOrWait("k", "o", 1000, 10, 0), RangeError);
+    await assert.rejects(store.acquireOrWait("", "o", 1000, 10, 50), TypeError);
+    assert.throws(() => etcdLockStore({ endpoints: cluster.endpoints, safetyNetMs: 0 }), RangeError);
+  });
+});
+
+describe("lock().run({ timeout }) on etcd", () => {
+  test("callers waiting by hand-over exclude one another and all get their turn", async () => {
+    const stores = Array.from({ length: 3 }, () => etcdLockStore({ endpoints: cluster.endpoints }));
+    const key = freshKey("run");
+    let inside = 0;
+    let most = 0;
+    let done = 0;
+    const runs = [];
+    for (let i = 0; i < 12; i++) {
+      setLockStore(stores[i % stores.length]);
+      runs.push(
+        lock(key, LONG).run(
+          async () => {
+            inside++;
+            most = Math.max(most, inside);
+            await sleep(10);
+            inside--;
+            done++;
+          },
+          { timeout: 60_000 },
+        ),
+      );
+    }
+    const results = await Promise.all(runs);
+    assert.ok(results.every(([ok]) => ok === true));
+    assert.equal(done, 12);
+    assert.equal(most, 1);
+  });
+});
