@@ -25,6 +25,7 @@
 
 import { MAX_TTL_MS } from "./args.js";
 import { b64, int64, NOT_FOUND } from "./etcd-client.js";
+import { NEVER } from "./etcd-shared.js";
 
 /** Default interval of a waiter's safety-net look, in ms (the store option `safetyNetMs`). */
 export const DEFAULT_WAIT_LOOK_MS = 5_000;
@@ -36,7 +37,7 @@ export function rangeEndOf(prefix) {
   return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
 }
 
-export function etcdWaiting({ who, client, names, check, checkMetadata, leaseSeconds, grant, revoke, holdPuts, readHold, grantedTtl, acquire, release, toFence, safetyNetMs }) {
+export function etcdWaiting({ shared, who, client, names, check, checkMetadata, leaseSeconds, grant, revoke, holdPuts, grantedTtl, acquire, release, toFence, safetyNetMs }) {
   const call = (path, body, opts) => client.call(path, body, opts);
   const waits = new Map(); // lock name → Map(owner → wait)
 
@@ -53,21 +54,46 @@ export function etcdWaiting({ who, client, names, check, checkMetadata, leaseSec
     return checkMetadata(who, metadata);
   }
 
-  // The first attempt: take the key, or join its queue. { fence } | { rev, watch } (queued).
-  async function attempt(key, owner, meta, lease) {
+  // What a waiter not first in line, or blocked, watches: the queue key just before its own;
+  // else the lock key while it is held; else the shared holds while any is live.
+  function watchTarget(key, before, lockHeld, sharedCount) {
+    if (before) return { key: before };
+    if (lockHeld) return { key: b64(names(key).lock) };
+    if (sharedCount > 0) return shared.sharedRange(key);
+    return null;
+  }
+
+  const queueRangeOf = (key) => ({ key: b64(names(key).queue), range_end: b64(rangeEndOf(names(key).queue)) });
+  const nobodyQueued = (key) => ({ ...queueRangeOf(key), target: "CREATE", result: "EQUAL", create_revision: "0" });
+  const noShared = (key) => ({ ...shared.sharedRange(key), target: "CREATE", result: "EQUAL", create_revision: "0" });
+
+  // The first attempt: take the key (or the share), or join its queue. `share`: { weight, limit,
+  // state } for a shared hold (state: the key's state read just before), null for the lock.
+  // { fence } | { rev, watch, at } (queued).
+  async function attempt(key, owner, meta, lease, share) {
     const { lock, queue } = names(key);
     const mine = queue + lease;
-    const queueRange = { key: b64(queue), range_end: b64(rangeEndOf(queue)) };
+    let compare;
+    let success;
+    if (share === null) {
+      compare = [{ key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" }, nobodyQueued(key), noShared(key)];
+      success = holdPuts(key, owner, meta, lease);
+    } else if (share.state.waiting === 0 && shared.judge(share.state, owner, share.weight, share.limit) === "fits") {
+      const txn = shared.sharedTxn(key, owner, share.state, share.weight, share.limit, meta, lease);
+      compare = [...txn.compare, nobodyQueued(key)];
+      success = [txn.put];
+    } else {
+      compare = [NEVER(b64(lock))];
+      success = [];
+    }
     const body = {
-      compare: [
-        { key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" },
-        { ...queueRange, target: "CREATE", result: "EQUAL", create_revision: "0" },
-      ],
-      success: holdPuts(key, owner, meta, lease),
+      compare,
+      success,
       failure: [
         { request_put: { key: b64(mine), value: b64(owner), lease } },
         { request_range: { key: b64(lock), keys_only: true } },
-        { request_range: { ...queueRange, keys_only: true, sort_target: "CREATE", sort_order: "DESCEND", limit: "2" } },
+        { request_range: { ...queueRangeOf(key), keys_only: true, sort_target: "CREATE", sort_order: "DESCEND", limit: "2" } },
+        { request_range: { ...shared.sharedRange(key), count_only: true } },
       ],
     };
     const reply = await call("/v3/kv/txn", body, { write: true });
@@ -75,30 +101,42 @@ export function etcdWaiting({ who, client, names, check, checkMetadata, leaseSec
     if (reply.succeeded === true) return { fence: revision };
     // Ours is the newest queue key (created by this transaction); the one after it in the
     // answer was created just before it.
-    const ranges = rangesOf(reply, [1, 2]);
-    const before = ranges[1].find((kv) => kv.key !== b64(mine));
-    return { rev: revision, watch: before ? before.key : ranges[0].length > 0 ? b64(lock) : null, at: revision };
+    const [held, newest, live] = rangeAnswers(reply, [1, 2, 3]);
+    const before = (newest.kvs ?? []).find((kv) => kv.key !== b64(mine));
+    return { rev: revision, watch: watchTarget(key, before?.key, (held.kvs ?? []).length > 0, int64(live.count, "a range's count")), at: revision };
   }
 
-  // A take: { fence } | { watch, at } (still waiting) | { lost: true } (our queue key is gone).
-  async function take(key, owner, meta, lease, rev) {
+  // A take: { fence } | { watch, at } (still waiting) | { lost: true } (our place is gone).
+  async function take(key, owner, meta, lease, rev, share) {
     const { lock, queue } = names(key);
     const mine = b64(queue + lease);
-    const queueRange = { key: b64(queue), range_end: b64(rangeEndOf(queue)) };
-    const puts = holdPuts(key, owner, meta, lease);
-    const body = {
-      compare: [
-        { key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" },
-        { ...queueRange, target: "CREATE", result: "GREATER", create_revision: String(rev - 1) },
-        { key: mine, target: "CREATE", result: "EQUAL", create_revision: String(rev) },
-      ],
-      success: [...puts, { request_delete_range: { key: mine } }],
-      failure: [
-        { request_range: { key: b64(lock), keys_only: true } },
-        { request_range: { ...queueRange, keys_only: true, max_create_revision: String(rev - 1), sort_target: "CREATE", sort_order: "DESCEND", limit: "1" } },
-        { request_range: { key: mine, count_only: true } },
-      ],
-    };
+    const notBefore = { ...queueRangeOf(key), target: "CREATE", result: "GREATER", create_revision: String(rev - 1) };
+    const stillThere = { key: mine, target: "CREATE", result: "EQUAL", create_revision: String(rev) };
+    const earlierRange = { ...queueRangeOf(key), keys_only: true, max_create_revision: String(rev - 1), sort_target: "CREATE", sort_order: "DESCEND", limit: "1" };
+    let body;
+    if (share === null) {
+      body = {
+        compare: [{ key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" }, noShared(key), notBefore, stillThere],
+        success: [...holdPuts(key, owner, meta, lease), { request_delete_range: { key: mine } }],
+        failure: [
+          { request_range: { key: b64(lock), keys_only: true } },
+          { request_range: earlierRange },
+          { request_range: { key: mine, count_only: true } },
+          { request_range: { ...shared.sharedRange(key), count_only: true } },
+        ],
+      };
+    } else {
+      // A share: read the state (with our place), judge, and write only if nothing changed.
+      const state = await shared.readState(key, [earlierRange, { key: mine, count_only: true }]);
+      const [earlier, ours] = state.extra;
+      if (int64(ours.count, "a range's count") === 0) return { lost: true };
+      const before = earlier.kvs?.[0]?.key;
+      const verdict = shared.judge(state, owner, share.weight, share.limit);
+      if (typeof verdict === "object") return { lost: true }; // held under another limit now
+      if (before || verdict === "busy") return { watch: watchTarget(key, before, state.hold !== null, state.shared.length), at: state.revision };
+      const txn = shared.sharedTxn(key, owner, state, share.weight, share.limit, meta, lease);
+      body = { compare: [...txn.compare, notBefore, stillThere], success: [txn.put, { request_delete_range: { key: mine } }] };
+    }
     let reply;
     try {
       reply = await call("/v3/kv/txn", body, { write: true });
@@ -106,29 +144,29 @@ export function etcdWaiting({ who, client, names, check, checkMetadata, leaseSec
       // A put with a lapsed lease: the place is gone with it.
       if (error.etcdCode === NOT_FOUND) return { lost: true };
       if (!error.outcomeUnknown) throw error;
-      const hold = await readHold(key);
+      const state = await shared.readState(key);
+      const hold = share === null ? state.hold : state.shared.find((h) => h.owner === owner);
       if (hold && hold.owner === owner && hold.lease === lease) return { fence: hold.fence };
       return { watch: null, at: 0 }; // look again
     }
     const revision = toFence(reply.header?.revision, "the transaction's revision");
     if (reply.succeeded === true) return { fence: revision };
-    const [held, before, ours] = reply.responses.map((r) => r?.response_range ?? {});
+    if (share !== null) return { watch: null, at: revision }; // changed since the read: look again
+    const [held, before, ours, live] = rangeAnswers(reply, [0, 1, 2, 3]);
     if (int64(ours.count, "a range's count") === 0) return { lost: true };
-    const earlier = Array.isArray(before.kvs) && before.kvs.length > 0 ? before.kvs[0].key : null;
-    const lockHeld = Array.isArray(held.kvs) && held.kvs.length > 0;
-    return { watch: earlier ?? (lockHeld ? b64(lock) : null), at: revision };
+    return { watch: watchTarget(key, before.kvs?.[0]?.key, (held.kvs ?? []).length > 0, int64(live.count, "a range's count")), at: revision };
   }
 
-  // Resolves once `name` (base64) is deleted at or after revision `from`, the stream ends or
-  // fails, `ms` pass, or `stop` aborts.
-  async function deletion(name, from, ms, stop) {
+  // Resolves once a key of `target` ({ key, range_end? }, base64) is deleted at or after revision
+  // `from`, the stream ends or fails, `ms` pass, or `stop` aborts.
+  async function deletion(target, from, ms, stop) {
     const controller = new AbortController();
     const end = () => controller.abort();
     const timer = setTimeout(end, ms);
     stop.addEventListener("abort", end, { once: true });
     try {
       if (stop.aborted) return;
-      const response = await client.open("/v3/watch", { create_request: { key: name, start_revision: String(from), filters: ["NOPUT"] } }, controller.signal);
+      const response = await client.open("/v3/watch", { create_request: { ...target, start_revision: String(from), filters: ["NOPUT"] } }, controller.signal);
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
       let buffer = "";
@@ -168,29 +206,50 @@ export function etcdWaiting({ who, client, names, check, checkMetadata, leaseSec
       const got = await acquire(key, owner, ttlMs, metadata);
       return got && { fence: got.fence, waitedMs: 0 };
     }
+    return queueFor(key, owner, ttlMs, waitMs, pollMs, meta, null, () => acquire(key, owner, ttlMs, metadata));
+  }
+
+  async function acquireSharedOrWait(key, owner, ttlMs, weight, limit, waitMs, pollMs, metadata) {
+    const meta = checkWait(key, owner, ttlMs, waitMs, pollMs, metadata);
+    shared.checkShare(weight, limit);
+    const now = () => shared.acquireShared(key, owner, ttlMs, weight, limit, metadata);
+    if (waitMs === 0) {
+      const got = await now();
+      return got && "fence" in got ? { fence: got.fence, waitedMs: 0 } : got;
+    }
+    const state = await shared.readState(key);
+    const verdict = shared.judge(state, owner, weight, limit);
+    if (typeof verdict === "object") return verdict; // { heldLimit }
+    return queueFor(key, owner, ttlMs, waitMs, pollMs, meta, { weight, limit, state }, now);
+  }
+
+  // Takes the key (or the share) at once or joins the queue and waits. `retry`: the plain
+  // attempt, for when joining's outcome is unknown and it did not apply.
+  async function queueFor(key, owner, ttlMs, waitMs, pollMs, meta, share, retry) {
     const started = Date.now();
     const lease = await grant(leaseSeconds(ttlMs));
     let first;
     try {
-      first = await attempt(key, owner, meta, lease);
+      first = await attempt(key, owner, meta, lease, share);
     } catch (error) {
       if (!error.outcomeUnknown) {
         revoke(lease).catch(() => {});
         throw error;
       }
       // It may have applied: ours (this owner, this lease) is a grant; else leave (revoking the
-      // lease deletes a queue key it may have written) and answer as a plain acquire would.
-      const hold = await readHold(key);
+      // lease deletes a queue key it may have written) and answer as a plain attempt would.
+      const state = await shared.readState(key);
+      const hold = share === null ? state.hold : state.shared.find((h) => h.owner === owner);
       if (hold && hold.owner === owner && hold.lease === lease) return { fence: hold.fence, waitedMs: 0 };
       await revoke(lease);
-      const got = await acquire(key, owner, ttlMs, metadata);
-      return got && { fence: got.fence, waitedMs: Date.now() - started };
+      const got = await retry();
+      return got && "fence" in got ? { fence: got.fence, waitedMs: Date.now() - started } : got;
     }
     if ("fence" in first) return { fence: first.fence, waitedMs: 0 };
-    return waitInLine({ key, owner, meta, lease, started, waitMs, lookMs: Math.max(pollMs, safetyNetMs), ...first });
+    return waitInLine({ key, owner, meta, lease, share, started, waitMs, lookMs: Math.max(pollMs, safetyNetMs), ...first });
   }
 
-  function waitInLine({ key, owner, meta, lease, started, waitMs, lookMs, rev, watch, at }) {
+  function waitInLine({ key, owner, meta, lease, share, started, waitMs, lookMs, rev, watch, at }) {
     const { lock } = names(key);
     const stop = new AbortController();
     const wait = { owner, stop, withdrawn: false, done: null };
@@ -216,7 +275,7 @@ export function etcdWaiting({ who, client, names, check, checkMetadata, leaseSec
         if (stop.signal.aborted) return false;
         if (next.watch !== null) await deletion(next.watch, next.at + 1, lookMs, stop.signal);
         if (stop.signal.aborted) return false;
-        next = await take(key, owner, meta, lease, rev);
+        next = await take(key, owner, meta, lease, rev, share);
         if (next.lost) return false;
         if ("fence" in next) {
           // The TTL runs from here: a keep-alive, which also shows the lease (and so the hold) live.
@@ -259,14 +318,11 @@ export function etcdWaiting({ who, client, names, check, checkMetadata, leaseSec
     return true;
   }
 
-  return { acquireOrWait, withdraw };
+  return { acquireOrWait, acquireSharedOrWait, withdraw };
 }
 
-// The key-values of the range responses at `indexes` of a transaction's answer.
-function rangesOf(reply, indexes) {
+// The range responses at `indexes` of a transaction's answer.
+function rangeAnswers(reply, indexes) {
   const responses = Array.isArray(reply.responses) ? reply.responses : [];
-  return indexes.map((i) => {
-    const kvs = responses[i]?.response_range?.kvs;
-    return Array.isArray(kvs) ? kvs : [];
-  });
+  return indexes.map((i) => responses[i]?.response_range ?? {});
 }

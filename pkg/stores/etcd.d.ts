@@ -1,4 +1,4 @@
-import type { Grant, HolderInfo, InspectAnswer, LockStore } from "../index.js";
+import type { Grant, HeldLimit, HolderInfo, InspectAnswer, LockStore } from "../index.js";
 
 /** A grant after waiting: the fence and the ms waited, by this store's clock. */
 export interface EtcdWaitedGrant {
@@ -36,6 +36,8 @@ export interface EtcdLockKeys {
   metadata: string;
   /** `<lock>/q/`: the queue; each waiter's key is this plus its lease ID, attached to that lease. */
   queue: string;
+  /** `<lock>/s/`: the shared holds; each is this plus its owner (`%` → `%25`, `/` → `%2F`), on its own lease. */
+  shared: string;
 }
 
 /** An error from etcd, or from reaching it; never carries a password or token. */
@@ -65,16 +67,34 @@ export type EtcdLockStore = Omit<LockStore, "acquire" | "inspect" | "forceReleas
    * `waitMs`. `{ fence, waitedMs }`, or `false` when `waitMs` is spent or the place was lost.
    */
   acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number, metadata?: string): Promise<false | EtcdWaitedGrant>;
+  /**
+   * A shared hold of `weight` under `limit` (1 <= weight <= limit <= 2^32 - 1): read the key's
+   * state, then one transaction that puts the hold only if nothing read has changed, nobody
+   * queues and no lock is held. `{ fence }`, `false`, or `{ heldLimit }` when the live shared
+   * holds have another limit.
+   */
+  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number, metadata?: string): Promise<false | Grant | HeldLimit>;
+  /** `acquireShared`, or wait up to `waitMs` in the key's one FIFO queue (locks and shares alike). */
+  acquireSharedOrWait(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    waitMs: number,
+    pollMs: number,
+    metadata?: string,
+  ): Promise<false | EtcdWaitedGrant | HeldLimit>;
   /** Leaves the queue (the pending acquireOrWait answers false), or releases the key if it was handed over. */
   withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): Promise<boolean>;
-  /** Whole seconds left of the hold's lease, in ms (etcd rounds down), or null. */
+  /** Whole seconds left of the hold's lease (held shared: the last to expire), in ms (etcd rounds down), or null. */
   remainingTime(key: string): Promise<number | null>;
-  /** The hold (metadata, fence, ms left), never its owner, and how many queue for the key. */
+  /** The live holds (the lock's, or every shared one: metadata, fence, ms left) in fence order, never an owner, and how many queue. */
   inspect(key: string): Promise<InspectAnswer & { holders: HolderInfo[]; waiting: number }>;
-  /** Revokes the holder's lease, whoever holds it; true when a hold was ended. */
+  /** Revokes every holder's lease (the lock's or the shared holds'), whoever holds them; true when a hold was ended. */
   forceRelease(key: string): Promise<boolean>;
   /** The names used for `key`. */
   keys(key: string): EtcdLockKeys;

@@ -9,6 +9,7 @@
 // lease runs out etcd deletes both keys.
 //
 //   P + K + "/q/" + lease   a waiter's place in line (etcd-waiting.js), on the waiter's lease
+//   P + K + "/s/" + owner   a shared hold (etcd-shared.js), on its own lease
 //
 //   acquire   lease grant (ceil(ttlMs / 1000) s) + one transaction:
 //               If(create_revision(P+K) == 0 && create_revision(every P+K/q/*) == 0)
@@ -33,12 +34,14 @@
 // only while the key still shows the state their transaction compares (its compare guards it).
 //
 // The parts: etcd-client.js (the gateway, failover, auth, base64); etcd-waiting.js
-// (acquireOrWait and withdraw: the queue and its watches).
+// (acquireOrWait, acquireSharedOrWait and withdraw: the queue and its watches); etcd-shared.js
+// (acquireShared, and the reads over both kinds of hold).
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
 import { checkMetadata } from "./metadata.js";
 import { b64, checkEndpoints, etcdClient, EtcdStoreError, int64, NOT_FOUND, unb64 } from "./etcd-client.js";
 import { DEFAULT_WAIT_LOOK_MS, etcdWaiting, rangeEndOf } from "./etcd-waiting.js";
+import { etcdShared } from "./etcd-shared.js";
 
 export { EtcdStoreError };
 
@@ -55,10 +58,10 @@ export function leaseSeconds(ttlMs) {
   return Math.max(1, Math.ceil(ttlMs / 1000));
 }
 
-/** The names the store uses for `key` under `prefix`: { lock, metadata, queue }. */
+/** The names the store uses for `key` under `prefix`: { lock, metadata, queue, shared }. */
 export function etcdLockKeys(key, prefix = DEFAULT_PREFIX) {
   const lock = prefix + key.replace(/%/g, "%25").replace(/\//g, "%2F");
-  return { lock, metadata: `${lock}/m`, queue: `${lock}/q/` };
+  return { lock, metadata: `${lock}/m`, queue: `${lock}/q/`, shared: `${lock}/s/` };
 }
 
 function checkOptions(options) {
@@ -139,18 +142,14 @@ export function etcdLockStore(options) {
     revoke(lease).catch(() => {});
   };
 
-  // The live hold of `key` in one read: { owner, lease, fence, metadata } or null. With
-  // `counting`, { hold, waiting }: the same and how many queue for the key, in the same read.
-  async function readHold(key, { counting = false } = {}) {
-    const { lock, metadata, queue } = names(key);
-    const success = [{ request_range: { key: b64(lock) } }, { request_range: { key: b64(metadata) } }];
-    if (counting) success.push({ request_range: { key: b64(queue), range_end: b64(rangeEndOf(queue)), count_only: true } });
-    const reply = await call("/v3/kv/txn", { success });
-    const [held, meta] = txnRanges(reply, success.length);
-    if (counting) {
-      const waiting = int64(reply.responses[2].response_range?.count, "a range's count");
-      return { hold: held ? holdOf(held, meta) : null, waiting };
-    }
+  // Shared holds, and the one read of a key's whole state (etcd-shared.js).
+  const shared = etcdShared({ who: WHO, call, names, check, checkMetadata, leaseSeconds, grant, revoke, revokeLater, toFence });
+
+  // The live hold of `key` (the lock key's) in one read: { owner, lease, fence, metadata } or null.
+  async function readHold(key) {
+    const { lock, metadata } = names(key);
+    const reply = await call("/v3/kv/txn", { success: [{ request_range: { key: b64(lock) } }, { request_range: { key: b64(metadata) } }] });
+    const [held, meta] = txnRanges(reply, 2);
     return held ? holdOf(held, meta) : null;
   }
 
@@ -194,8 +193,9 @@ export function etcdLockStore(options) {
           {
             compare: [
               { key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" },
-              // Nobody queues: a newcomer never overtakes a waiter.
+              // Nobody queues: a newcomer never overtakes a waiter. No shared hold is live.
               { key: b64(queue), range_end: b64(rangeEndOf(queue)), target: "CREATE", result: "EQUAL", create_revision: "0" },
+              { ...shared.sharedRange(key), target: "CREATE", result: "EQUAL", create_revision: "0" },
             ],
             success: holdPuts(key, owner, meta, lease),
           },
@@ -227,6 +227,8 @@ export function etcdLockStore(options) {
     const body = {
       compare: [{ key: b64(lock), target: "VALUE", result: "EQUAL", value: b64(owner) }],
       success: [{ request_delete_range: { key: b64(lock), prev_kv: true } }, { request_delete_range: { key: b64(metadata) } }],
+      // Not the lock's holder: this owner's shared hold, if it has one.
+      failure: [{ request_delete_range: { key: b64(shared.sharedName(key, owner)), prev_kv: true } }],
     };
     for (let attempt = 0; ; attempt++) {
       let reply;
@@ -236,12 +238,11 @@ export function etcdLockStore(options) {
         if (!error.outcomeUnknown || attempt >= 1) throw error;
         // Still this owner's: send it again (the owner compare guards it). Gone: we cannot tell
         // our delete from its expiry, and answer false (the hold was not shown to be live).
-        const hold = await readHold(key);
-        if (hold?.owner === owner) continue;
+        if (await ownHold(key, owner)) continue;
         return false;
       }
-      if (reply.succeeded !== true) return false;
       const prev = reply.responses?.[0]?.response_delete_range?.prev_kvs?.[0];
+      if (prev === undefined) return false;
       if (prev?.lease && prev.lease !== "0") revokeLater(prev.lease);
       return true;
     }
@@ -251,8 +252,8 @@ export function etcdLockStore(options) {
     check.key(key);
     check.owner(owner);
     check.ttl(ttlMs);
-    const hold = await readHold(key);
-    if (hold === null || hold.owner !== owner) return false;
+    const hold = await ownHold(key, owner);
+    if (hold === null) return false;
     const seconds = leaseSeconds(ttlMs);
     let granted = grantedTtl.get(hold.lease);
     if (granted === undefined) {
@@ -270,13 +271,22 @@ export function etcdLockStore(options) {
     // Another TTL: a new lease, and the hold moved onto it if it is still this owner's on the old one.
     const lease = await grant(seconds);
     const { lock } = names(key);
-    const body = {
-      compare: [
-        { key: b64(lock), target: "VALUE", result: "EQUAL", value: b64(owner) },
-        { key: b64(lock), target: "LEASE", result: "EQUAL", lease: hold.lease },
-      ],
-      success: holdPuts(key, owner, hold.metadata, lease),
-    };
+    const mine = b64(shared.sharedName(key, owner));
+    const body = hold.value === undefined
+      ? {
+          compare: [
+            { key: b64(lock), target: "VALUE", result: "EQUAL", value: b64(owner) },
+            { key: b64(lock), target: "LEASE", result: "EQUAL", lease: hold.lease },
+          ],
+          success: holdPuts(key, owner, hold.metadata, lease),
+        }
+      : {
+          compare: [
+            { key: mine, target: "CREATE", result: "EQUAL", create_revision: String(hold.fence) },
+            { key: mine, target: "LEASE", result: "EQUAL", lease: hold.lease },
+          ],
+          success: [{ request_put: { key: mine, value: hold.value, lease } }],
+        };
     for (let attempt = 0; ; attempt++) {
       let reply;
       try {
@@ -286,11 +296,11 @@ export function etcdLockStore(options) {
           revokeLater(lease);
           throw error;
         }
-        const now = await readHold(key);
-        if (now?.owner === owner && now.lease === lease) break;
-        if (now?.owner === owner && now.lease === hold.lease && attempt < 1) continue;
+        const now = await ownHold(key, owner);
+        if (now?.lease === lease) break;
+        if (now?.lease === hold.lease && attempt < 1) continue;
         await revoke(lease);
-        if (now?.owner === owner && now.lease === hold.lease) throw error;
+        if (now?.lease === hold.lease) throw error;
         return false;
       }
       if (reply.succeeded !== true) {
@@ -303,44 +313,11 @@ export function etcdLockStore(options) {
     return true;
   }
 
-  async function isLocked(key) {
-    check.key(key);
-    const reply = await call("/v3/kv/range", { key: b64(names(key).lock), count_only: true });
-    return int64(reply.count, "a range's count") > 0;
-  }
-
-  async function remainingTime(key) {
-    check.key(key);
-    const hold = await readHold(key);
-    if (hold === null) return null;
-    const left = await timeToLive(hold.lease);
-    return left === null ? null : left * 1000;
-  }
-
-  async function inspect(key) {
-    check.key(key);
-    const { hold, waiting } = await readHold(key, { counting: true });
-    const left = hold === null ? null : await timeToLive(hold.lease);
-    if (left === null) return { holders: [], waiting };
-    return { holders: [{ metadata: hold.metadata, fence: hold.fence, remainingMs: left * 1000 }], waiting };
-  }
-
-  async function forceRelease(key) {
-    check.key(key);
-    let freed = false;
-    let fence = null;
-    // Revoking the holder's lease deletes its keys. A hold that moved onto a new lease meanwhile
-    // (an extend with another TTL) is looked at again.
-    for (let attempt = 0; attempt < 4; attempt++) {
-      const hold = await readHold(key);
-      if (hold === null || (fence !== null && hold.fence !== fence)) return freed;
-      fence = hold.fence;
-      if (await revoke(hold.lease)) freed = true;
-    }
-    return freed;
-  }
+  // Reads over both kinds of hold (etcd-shared.js).
+  const { ownHold, isLocked, remainingTime, inspect, forceRelease } = shared.reads({ timeToLive });
 
   const waitingFor = etcdWaiting({
+    shared,
     who: WHO,
     client,
     names,
@@ -350,7 +327,6 @@ export function etcdLockStore(options) {
     grant,
     revoke,
     holdPuts,
-    readHold,
     grantedTtl,
     acquire,
     release,
@@ -361,6 +337,8 @@ export function etcdLockStore(options) {
   return {
     acquire,
     acquireOrWait: waitingFor.acquireOrWait,
+    acquireShared: shared.acquireShared,
+    acquireSharedOrWait: waitingFor.acquireSharedOrWait,
     withdraw: waitingFor.withdraw,
     release,
     extend,

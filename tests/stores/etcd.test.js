@@ -305,7 +305,7 @@ describe("endpoints", () => {
     const store = etcdLockStore({ endpoints: dead, timeoutMs: 300 });
     const error = await store.isLocked("k").catch((e) => e);
     assert.ok(error instanceof EtcdStoreError, String(error));
-    assert.match(error.message, /no etcd endpoint answered \/v3\/kv\/range within 900 ms/);
+    assert.match(error.message, /no etcd endpoint answered \/v3\/kv\/txn within 900 ms/);
     for (const url of dead) assert.ok(error.message.includes(url), error.message);
   });
 

@@ -30,12 +30,16 @@ export async function usage(): Promise<void> {
   const etcdQueue: string = etcd.keys("k").queue;
   const etcdWaiting: number = (await etcd.inspect("k")).waiting;
   etcdLockStore({ endpoints: "http://x", safetyNetMs: 1_000 });
+  const etcdShare = await etcd.acquireShared("k", "o", 30_000, 1, 3, "reader");
+  const etcdShareLimit: number | undefined = etcdShare !== false && "heldLimit" in etcdShare ? etcdShare.heldLimit : undefined;
+  const etcdShareWaited = await etcd.acquireSharedOrWait("k", "o", 30_000, 1, 3, 5_000, 50);
+  const etcdSharedName: string = etcd.keys("k").shared;
   const etcdError: boolean = new Error("x") instanceof EtcdStoreError;
   // @ts-expect-error endpoints are required
   etcdLockStore({});
   // @ts-expect-error auth needs a username and a password
   etcdLockStore({ endpoints: "http://x", auth: { username: "u" } });
-  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError, etcdWaitedMs, etcdWithdrawn, etcdQueue, etcdWaiting];
+  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError, etcdWaitedMs, etcdWithdrawn, etcdQueue, etcdWaiting, etcdShareLimit, etcdShareWaited, etcdSharedName];
 
   const sql: DatabaseLockStore = databaseLockStore(sqliteDb, { table: "locks", driver: "sqlite" });
   const asLockStore: LockStore = sql;
