@@ -85,6 +85,13 @@ export type EtcdLockStore = Omit<LockStore, "acquire" | "inspect" | "forceReleas
     pollMs: number,
     metadata?: string,
   ): Promise<false | EtcdWaitedGrant | HeldLimit>;
+  /**
+   * Every key in one transaction, all or none, whatever the keys (a lease per key): one grant
+   * per key, all with the transaction's revision as fence; `false` when any key is held, queued
+   * for or held shared (nothing changes); `null` when the set needs more than 128 operations in
+   * one transaction (more than 42 keys, or a cluster with a lower `--max-txn-ops`).
+   */
+  acquireMany(keys: string[], owners: string[], ttlMs: number, metadata?: (string | undefined)[]): Promise<false | null | Grant[]>;
   /** Leaves the queue (the pending acquireOrWait answers false), or releases the key if it was handed over. */
   withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;

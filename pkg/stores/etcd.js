@@ -35,13 +35,14 @@
 //
 // The parts: etcd-client.js (the gateway, failover, auth, base64); etcd-waiting.js
 // (acquireOrWait, acquireSharedOrWait and withdraw: the queue and its watches); etcd-shared.js
-// (acquireShared, and the reads over both kinds of hold).
+// (acquireShared, and the reads over both kinds of hold); etcd-many.js (acquireMany).
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
 import { checkMetadata } from "./metadata.js";
 import { b64, checkEndpoints, etcdClient, EtcdStoreError, int64, NOT_FOUND, unb64 } from "./etcd-client.js";
 import { DEFAULT_WAIT_LOOK_MS, etcdWaiting, rangeEndOf } from "./etcd-waiting.js";
 import { etcdShared } from "./etcd-shared.js";
+import { etcdMany } from "./etcd-many.js";
 
 export { EtcdStoreError };
 
@@ -316,6 +317,8 @@ export function etcdLockStore(options) {
   // Reads over both kinds of hold (etcd-shared.js).
   const { ownHold, isLocked, remainingTime, inspect, forceRelease } = shared.reads({ timeToLive });
 
+  const { acquireMany } = etcdMany({ who: WHO, call, names, shared, leaseSeconds, grant, revoke, revokeLater, holdPuts, readHold, toFence });
+
   const waitingFor = etcdWaiting({
     shared,
     who: WHO,
@@ -338,6 +341,7 @@ export function etcdLockStore(options) {
     acquire,
     acquireOrWait: waitingFor.acquireOrWait,
     acquireShared: shared.acquireShared,
+    acquireMany,
     acquireSharedOrWait: waitingFor.acquireSharedOrWait,
     withdraw: waitingFor.withdraw,
     release,

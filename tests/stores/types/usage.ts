@@ -34,12 +34,14 @@ export async function usage(): Promise<void> {
   const etcdShareLimit: number | undefined = etcdShare !== false && "heldLimit" in etcdShare ? etcdShare.heldLimit : undefined;
   const etcdShareWaited = await etcd.acquireSharedOrWait("k", "o", 30_000, 1, 3, 5_000, 50);
   const etcdSharedName: string = etcd.keys("k").shared;
+  const etcdMany = await etcd.acquireMany(["a", "b"], ["o1", "o2"], 30_000, ["x", undefined]);
+  const etcdManyFences: number[] | null = etcdMany ? etcdMany.map((g) => g.fence) : null;
   const etcdError: boolean = new Error("x") instanceof EtcdStoreError;
   // @ts-expect-error endpoints are required
   etcdLockStore({});
   // @ts-expect-error auth needs a username and a password
   etcdLockStore({ endpoints: "http://x", auth: { username: "u" } });
-  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError, etcdWaitedMs, etcdWithdrawn, etcdQueue, etcdWaiting, etcdShareLimit, etcdShareWaited, etcdSharedName];
+  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError, etcdWaitedMs, etcdWithdrawn, etcdQueue, etcdWaiting, etcdShareLimit, etcdShareWaited, etcdSharedName, etcdManyFences];
 
   const sql: DatabaseLockStore = databaseLockStore(sqliteDb, { table: "locks", driver: "sqlite" });
   const asLockStore: LockStore = sql;
