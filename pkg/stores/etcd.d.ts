@@ -1,4 +1,4 @@
-import type { Grant, HeldLimit, HolderInfo, InspectAnswer, LockStore } from "../index.js";
+import type { Grant, HeldLimit, HolderInfo, InspectAnswer, LockStore, WatchReport } from "../index.js";
 
 /** A grant after waiting: the fence and the ms waited, by this store's clock. */
 export interface EtcdWaitedGrant {
@@ -92,6 +92,15 @@ export type EtcdLockStore = Omit<LockStore, "acquire" | "inspect" | "forceReleas
    * one transaction (more than 42 keys, or a cluster with a lower `--max-txn-ops`).
    */
   acquireMany(keys: string[], owners: string[], ttlMs: number, metadata?: (string | undefined)[]): Promise<false | null | Grant[]>;
+  /**
+   * Resolves, once etcd's watch is created, to stop(): every change of the key's exclusive
+   * holder is told in etcd's order — a grant `{ fence, held: true, metadata, remainingMs }`, an
+   * end `{ fence, held: false }` (release, force-release, and expiry too) — or `null` when
+   * changes may have been missed (etcd compacted the revisions a broken stream would resume
+   * from). Not an extend, not shared holds; never an owner token. stop() resolves once every
+   * change received before it has been told.
+   */
+  watch(key: string, onChange: (change: WatchReport | null) => void): Promise<() => Promise<void>>;
   /** Leaves the queue (the pending acquireOrWait answers false), or releases the key if it was handed over. */
   withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;

@@ -35,7 +35,8 @@
 //
 // The parts: etcd-client.js (the gateway, failover, auth, base64); etcd-waiting.js
 // (acquireOrWait, acquireSharedOrWait and withdraw: the queue and its watches); etcd-shared.js
-// (acquireShared, and the reads over both kinds of hold); etcd-many.js (acquireMany).
+// (acquireShared, and the reads over both kinds of hold); etcd-many.js (acquireMany);
+// etcd-watch.js (watch: holder changes pushed by an etcd watch).
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
 import { checkMetadata } from "./metadata.js";
@@ -43,6 +44,7 @@ import { b64, checkEndpoints, etcdClient, EtcdStoreError, int64, NOT_FOUND, unb6
 import { DEFAULT_WAIT_LOOK_MS, etcdWaiting, rangeEndOf } from "./etcd-waiting.js";
 import { etcdShared } from "./etcd-shared.js";
 import { etcdMany } from "./etcd-many.js";
+import { etcdWatching } from "./etcd-watch.js";
 
 export { EtcdStoreError };
 
@@ -319,6 +321,8 @@ export function etcdLockStore(options) {
 
   const { acquireMany } = etcdMany({ who: WHO, call, names, shared, leaseSeconds, grant, revoke, revokeLater, holdPuts, readHold, toFence });
 
+  const { watch } = etcdWatching({ client, names, check, toFence });
+
   const waitingFor = etcdWaiting({
     shared,
     who: WHO,
@@ -342,6 +346,7 @@ export function etcdLockStore(options) {
     acquireOrWait: waitingFor.acquireOrWait,
     acquireShared: shared.acquireShared,
     acquireMany,
+    watch,
     acquireSharedOrWait: waitingFor.acquireSharedOrWait,
     withdraw: waitingFor.withdraw,
     release,

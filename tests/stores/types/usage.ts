@@ -36,12 +36,13 @@ export async function usage(): Promise<void> {
   const etcdSharedName: string = etcd.keys("k").shared;
   const etcdMany = await etcd.acquireMany(["a", "b"], ["o1", "o2"], 30_000, ["x", undefined]);
   const etcdManyFences: number[] | null = etcdMany ? etcdMany.map((g) => g.fence) : null;
+  const etcdStop: () => Promise<void> = await etcd.watch("k", (change) => void (change === null ? 0 : change.fence));
   const etcdError: boolean = new Error("x") instanceof EtcdStoreError;
   // @ts-expect-error endpoints are required
   etcdLockStore({});
   // @ts-expect-error auth needs a username and a password
   etcdLockStore({ endpoints: "http://x", auth: { username: "u" } });
-  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError, etcdWaitedMs, etcdWithdrawn, etcdQueue, etcdWaiting, etcdShareLimit, etcdShareWaited, etcdSharedName, etcdManyFences];
+  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError, etcdWaitedMs, etcdWithdrawn, etcdQueue, etcdWaiting, etcdShareLimit, etcdShareWaited, etcdSharedName, etcdManyFences, etcdStop];
 
   const sql: DatabaseLockStore = databaseLockStore(sqliteDb, { table: "locks", driver: "sqlite" });
   const asLockStore: LockStore = sql;
