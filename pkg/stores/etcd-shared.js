@@ -158,9 +158,21 @@ export function etcdShared({ who, call, names, check, checkMetadata, leaseSecond
     // `owner`'s hold of `key`, either kind: { lease, fence, metadata, value? } (value: a shared
     // hold's, as etcd keeps it), or null.
     async function ownHold(key, owner) {
-      const state = await readState(key);
-      if (state.hold?.owner === owner) return state.hold;
-      return state.shared.find((s) => s.owner === owner) ?? null;
+      const { lock, metadata } = names(key);
+      const reply = await call("/v3/kv/txn", {
+        success: [
+          { request_range: { key: b64(lock) } },
+          { request_range: { key: b64(metadata) } },
+          { request_range: { key: b64(sharedName(key, owner)) } },
+        ],
+      });
+      const [held, meta, mine] = [0, 1, 2].map((i) => reply.responses?.[i]?.response_range?.kvs?.[0] ?? null);
+      if (held && unb64(held.value ?? "") === owner) {
+        const fence = toFence(held.create_revision, "the lock key's create_revision");
+        return { owner, lease: held.lease ?? "0", fence, metadata: meta ? unb64(meta.value ?? "") : null };
+      }
+      if (!mine) return null;
+      return { owner, lease: mine.lease ?? "0", fence: toFence(mine.create_revision, "a shared hold's create_revision"), value: mine.value };
     }
 
     // Every live hold of `key` (the lock's, or the shared ones) in fence order, with ms left.

@@ -32,6 +32,11 @@ export const DEFAULT_WAIT_LOOK_MS = 5_000;
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// An error a later look may not meet: no endpoint answered (etcd sent no code), an endpoint
+// answered unavailable, or a write's reply was lost.
+const transient = (error) =>
+  error?.name === "EtcdStoreError" && (error.outcomeUnknown || (error.etcdCode === null && (error.status === null || error.status >= 500)));
+
 /** The end of the key range that starts with `prefix` (its last byte + 1; our prefixes end in "/"). */
 export function rangeEndOf(prefix) {
   return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
@@ -224,58 +229,71 @@ export function etcdWaiting({ shared, who, client, names, check, checkMetadata, 
   }
 
   // Takes the key (or the share) at once or joins the queue and waits. `retry`: the plain
-  // attempt, for when joining's outcome is unknown and it did not apply.
-  async function queueFor(key, owner, ttlMs, waitMs, pollMs, meta, share, retry) {
-    const started = Date.now();
-    const lease = await grant(leaseSeconds(ttlMs));
-    let first;
-    try {
-      first = await attempt(key, owner, meta, lease, share);
-    } catch (error) {
-      if (!error.outcomeUnknown) {
-        revoke(lease).catch(() => {});
-        throw error;
-      }
-      // It may have applied: ours (this owner, this lease) is a grant; else leave (revoking the
-      // lease deletes a queue key it may have written) and answer as a plain attempt would.
-      const state = await shared.readState(key);
-      const hold = share === null ? state.hold : state.shared.find((h) => h.owner === owner);
-      if (hold && hold.owner === owner && hold.lease === lease) return { fence: hold.fence, waitedMs: 0 };
-      await revoke(lease);
-      const got = await retry();
-      return got && "fence" in got ? { fence: got.fence, waitedMs: Date.now() - started } : got;
-    }
-    if ("fence" in first) return { fence: first.fence, waitedMs: 0 };
-    return waitInLine({ key, owner, meta, lease, share, started, waitMs, lookMs: Math.max(pollMs, safetyNetMs), ...first });
-  }
-
-  function waitInLine({ key, owner, meta, lease, share, started, waitMs, lookMs, rev, watch, at }) {
+  // attempt, for when joining's outcome is unknown and it did not apply. The wait is known to
+  // withdraw() from the start, so one that comes before the queue key is written still leaves.
+  function queueFor(key, owner, ttlMs, waitMs, pollMs, meta, share, retry) {
     const { lock } = names(key);
+    const started = Date.now();
+    const lookMs = Math.max(pollMs, safetyNetMs);
     const stop = new AbortController();
-    const wait = { owner, stop, withdrawn: false, done: null };
+    const wait = { stop, withdrawn: false, done: null };
     let mine = waits.get(lock);
     if (!mine) waits.set(lock, (mine = new Map()));
     mine.set(owner, wait);
-    const deadline = started + waitMs;
-    const timer = setTimeout(() => stop.abort(), Math.max(0, deadline - Date.now()));
-    // The lease lives through the wait: a keep-alive every third of its TTL.
-    const granted = grantedTtl.get(lease) ?? leaseSeconds(1);
-    const keepAlive = setInterval(() => {
-      call("/v3/lease/keepalive", { ID: lease })
-        .then((reply) => {
-          // The lease lapsed: the place is lost.
-          if (int64((reply.result ?? reply).TTL, "a kept-alive lease's TTL") <= 0) stop.abort();
-        })
-        .catch(() => {});
-    }, Math.max(250, Math.floor((granted * 1000) / 3)));
+    const timer = setTimeout(() => stop.abort(), waitMs);
+    let keepAlive = null;
+    let lease = null; // ours while it may carry our queue key or hold
 
     const run = async () => {
-      let next = { watch, at };
-      for (;;) {
+      lease = await grant(leaseSeconds(ttlMs));
+      let next;
+      try {
+        next = await attempt(key, owner, meta, lease, share);
+      } catch (error) {
+        if (!error.outcomeUnknown) throw error;
+        // It may have applied: ours (this owner, this lease) is a grant; else leave (revoking the
+        // lease deletes a queue key it may have written) and answer as a plain attempt would.
+        const state = await shared.readState(key);
+        const hold = share === null ? state.hold : state.shared.find((h) => h.owner === owner);
+        if (hold && hold.owner === owner && hold.lease === lease) return { fence: hold.fence, waitedMs: 0 };
+        await revoke(lease);
+        lease = null;
+        const got = await retry();
+        if (got && "fence" in got && wait.withdrawn) {
+          await release(key, owner);
+          return false;
+        }
+        return got && "fence" in got ? { fence: got.fence, waitedMs: Date.now() - started } : got;
+      }
+      if ("fence" in next) return { fence: next.fence, waitedMs: 0 };
+      // Queued. The lease lives through the wait: a keep-alive every third of its TTL.
+      const rev = next.rev;
+      const granted = grantedTtl.get(lease) ?? leaseSeconds(1);
+      const current = lease;
+      keepAlive = setInterval(() => {
+        call("/v3/lease/keepalive", { ID: current })
+          .then((reply) => {
+            // The lease lapsed: the place is lost.
+            if (int64((reply.result ?? reply).TTL, "a kept-alive lease's TTL") <= 0) stop.abort();
+          })
+          .catch(() => {});
+      }, Math.max(250, Math.floor((granted * 1000) / 3)));
+      for (let pauseMs = 100; ; ) {
         if (stop.signal.aborted) return false;
         if (next.watch !== null) await deletion(next.watch, next.at + 1, lookMs, stop.signal);
         if (stop.signal.aborted) return false;
-        next = await take(key, owner, meta, lease, rev, share);
+        try {
+          next = await take(key, owner, meta, lease, rev, share);
+          pauseMs = 100;
+        } catch (error) {
+          // No endpoint answered, or a leader change cut the reply short: look again while the
+          // wait lasts (the compares make a second take harmless). Anything else ends the wait.
+          if (!transient(error)) throw error;
+          await sleep(pauseMs);
+          pauseMs = Math.min(lookMs, pauseMs * 2);
+          next = { watch: null, at: 0 };
+          continue;
+        }
         if (next.lost) return false;
         if ("fence" in next) {
           // The TTL runs from here: a keep-alive, which also shows the lease (and so the hold) live.
@@ -291,13 +309,13 @@ export function etcdWaiting({ shared, who, client, names, check, checkMetadata, 
       clearInterval(keepAlive);
       if (mine.get(owner) === wait) mine.delete(owner);
       if (mine.size === 0 && waits.get(lock) === mine) waits.delete(lock);
-      if (answer === false || wait.withdrawn) {
+      if (lease !== null && (answer === false || wait.withdrawn)) {
         // Leaving: revoking the lease deletes our queue key (and a hold taken as we withdrew:
         // the hold is on the same lease).
         await revoke(lease).catch(() => {});
         return false;
       }
-      return answer;
+      return wait.withdrawn ? false : answer;
     };
     wait.done = run().then(finish, async (error) => {
       await finish(false);

@@ -13,7 +13,7 @@
 // the last one seen, so nothing is missed; if etcd has compacted that revision away, onChange(null)
 // says "look again" and the watch goes on from now.
 
-import { b64, int64, unb64 } from "./etcd-client.js";
+import { b64, EtcdStoreError, int64, unb64 } from "./etcd-client.js";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -104,21 +104,25 @@ export function etcdWatching({ client, names, check, toFence }) {
     const subscribed = new Promise((resolve, reject) => (created = { resolve, reject }));
     const loop = (async () => {
       let tries = 0; // before the first stream was created: every endpoint twice, then reject
+      let live = false;
       let pauseMs = 50;
       while (!stopping.signal.aborted) {
         let outcome;
+        let failure = null;
         try {
           outcome = await stream(() => {
+            live = true;
             pauseMs = 50;
             created.resolve();
           });
         } catch (error) {
           if (stopping.signal.aborted) return;
-          if (next === null && ++tries >= 2 * client.endpoints.length) {
-            created.reject(error);
-            return;
-          }
+          failure = error;
           outcome = "failed";
+        }
+        if (!live && ++tries >= 2 * client.endpoints.length) {
+          created.reject(failure ?? new EtcdStoreError(`etcd did not create a watch on ${JSON.stringify(key)} (its stream ${outcome})`));
+          return;
         }
         if (stopping.signal.aborted) return;
         if (outcome === "compacted") {

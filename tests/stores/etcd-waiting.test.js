@@ -3,7 +3,8 @@
 // wakes only the next waiter (counted on the wire, per store), the requests an acquisition costs,
 // a holder's expiry hands the key to the head waiter, a waiter's timeout and withdraw leave the
 // queue (and the one behind moves up), a waiter whose lease lapsed loses its place rather than
-// taking the key, metadata goes with the hand-over, and lock().run({ timeout }) excludes.
+// taking the key, metadata goes with the hand-over, lock().run({ timeout }) excludes, and with
+// the leader SIGKILLed under them the waiters' watches move on and the queue still hands over.
 // Every wait for a state has a deadline of 20 s; holds that must not run out last 30 s.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -182,6 +183,24 @@ describe("acquireOrWait", () => {
     assert.equal(await store.isLocked(key), false);
   });
 
+  test("a withdraw that comes before the waiter has queued still leaves", async () => {
+    const store = etcdLockStore({ endpoints: cluster.endpoints });
+    const key = freshKey("withdraw-early");
+    await store.acquire(key, "holder", LONG);
+    const started = Date.now();
+    const waited = store.acquireOrWait(key, "w", LONG, 60_000, 50);
+    await store.withdraw(key, "w"); // before its lease grant has even been answered
+    assert.equal(await waited, false);
+    assert.ok(Date.now() - started < 30_000, "the waiter stayed until its waitMs");
+    assert.equal((await store.inspect(key)).waiting, 0);
+    // And a free key taken as the withdraw came is given back.
+    await store.release(key, "holder");
+    const raced = store.acquireOrWait(key, "x", LONG, 60_000, 50);
+    await store.withdraw(key, "x");
+    assert.equal(await raced, false);
+    await until("the raced grant given back", async () => !(await store.isLocked(key)));
+  });
+
   test("a waiter whose lease lapsed loses its place and never takes the key", async () => {
     const store = etcdLockStore({ endpoints: cluster.endpoints });
     const key = freshKey("lapsed");
@@ -249,5 +268,57 @@ describe("lock().run({ timeout }) on etcd", () => {
     assert.ok(results.every(([ok]) => ok === true));
     assert.equal(done, 12);
     assert.equal(most, 1);
+  });
+});
+
+describe("the leader SIGKILLed while callers wait", () => {
+  test("the waiters' watches move to another member and the queue still hands over, in order", async () => {
+    // The waiting store's current endpoint is the leader, the member that dies.
+    const leader = await cluster.leader();
+    const first = cluster.endpoints[leader];
+    const rest = cluster.endpoints.filter((u) => u !== first);
+    const waiting = etcdLockStore({ endpoints: [first, ...rest], timeoutMs: 1_000 });
+    const other = etcdLockStore({ endpoints: rest, timeoutMs: 1_000 });
+    const key = freshKey("failover");
+    const held = await other.acquire(key, "holder", LONG);
+    const order = [];
+    const grants = [];
+    for (let i = 0; i < 3; i++) {
+      grants.push(waiting.acquireOrWait(key, `w${i}`, LONG, 90_000, 50).then((grant) => (order.push(`w${i}`), grant)));
+      await waitingOn(other, key, i + 1);
+    }
+    await cluster.members[leader].kill("SIGKILL");
+    // Released once the two left have a leader; each step judged by state, retried through the election.
+    const gone = async (store, owner, fence) => {
+      await until(
+        `${owner}'s hold released`,
+        async () => {
+          await store.release(key, owner).catch(() => false);
+          const info = await store.inspect(key).catch(() => null);
+          return info !== null && !info.holders.some((h) => h.fence === fence);
+        },
+        30_000,
+      );
+    };
+    await gone(other, "holder", held.fence);
+    let last = held.fence;
+    for (let i = 0; i < 3; i++) {
+      const grant = await grants[i];
+      assert.ok(grant && grant.fence > last, `w${i} got ${JSON.stringify(grant)}`);
+      last = grant.fence;
+      await gone(other, `w${i}`, grant.fence);
+    }
+    assert.deepEqual(order, ["w0", "w1", "w2"]);
+    assert.equal((await other.inspect(key)).waiting, 0);
+
+    cluster.members[leader].start();
+    await until("three members agree on a leader", async () => {
+      try {
+        await cluster.leader({ timeoutMs: 2_000 });
+        return true;
+      } catch {
+        return false;
+      }
+    });
   });
 });

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { observe, setLockStore, lock } from "keel-lock";
 import { etcdLockStore } from "../../pkg/stores/etcd.js";
-import { sleep, startEtcdCluster } from "./lib/servers.js";
+import { freePort, sleep, startEtcdCluster } from "./lib/servers.js";
 
 let cluster;
 let store;
@@ -138,4 +138,10 @@ test("observe, through keel-lock, sees a leader come and go while polling once a
   controller.abort();
   await iterating;
   assert.deepEqual(seen, [null, { metadata: "leader one", fence }, null]);
+});
+
+test("a watch etcd never creates (no endpoint answers) rejects, and leaves nothing running", async () => {
+  const dead = etcdLockStore({ endpoints: [`http://127.0.0.1:${await freePort()}`], timeoutMs: 300 });
+  await assert.rejects(dead.watch("k", () => {}), /ECONNREFUSED|fetch failed|did not create/);
+  await assert.rejects(dead.watch("k", "not a function"), TypeError);
 });
