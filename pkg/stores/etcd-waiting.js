@@ -1,17 +1,20 @@
-// keel-lock/etcd: waiting without polling — acquireOrWait and withdraw, on etcd's own queue
-// recipe. How it works: stores/README.md, "Waiting without polling (etcd)".
+// keel-lock/etcd: waiting without polling — acquireOrWait, acquireSharedOrWait and withdraw, on
+// etcd's own queue recipe. How it works: stores/README.md, "Waiting without polling (etcd)".
 //
 // Each waiter writes a key under the lock's queue prefix, P+K+"/q/"+<its lease ID>, attached to
 // the lease it will hold the key with, and watches (POST /v3/watch, a stream of one JSON message
-// per line) the deletion of the queue key created just before its own (by create revision) — or,
-// first in line, the lock key's. So a release wakes only the next waiter. Per waiter:
+// per line) the queue key created just before its own (by create revision) — or, first in line,
+// the lock key. So a release wakes only the next waiter; and when the waiter before takes the key
+// (its queue key deleted as the lock key is created, in one revision) the one behind learns it
+// is first in line from the same stream, with no request. Per waiter:
 //
 //   attempt   lease grant + one transaction:
-//               If(create_revision(P+K) == 0 && create_revision(every P+K/q/*) == 0)
+//               If(create_revision(P+K) == 0 && create_revision(every P+K/q/*) == 0
+//                  && create_revision(every P+K/s/*) == 0)
 //               Then(take the key, as acquire does)
 //               Else(put P+K/q/<lease> owner with the lease; the newest two queue keys)
 //             The queue key's create_revision is the waiter's place in line.
-//   take      on the watched deletion (or the safety-net look), one transaction:
+//   take      on the lock key's deletion (or a look), one transaction:
 //               If(create_revision(P+K) == 0 && every queue key was created at or after ours
 //                  && ours still exists)
 //               Then(put P+K owner and P+K/m with the lease; delete ours)
@@ -61,11 +64,30 @@ export function etcdWaiting({ shared, who, client, names, check, checkMetadata, 
 
   // What a waiter not first in line, or blocked, watches: the queue key just before its own;
   // else the lock key while it is held; else the shared holds while any is live.
+  //
+  // Behind another waiter, one watch over [P+K, that waiter's queue key] (puts included): when
+  // its queue key's deletion comes in the same revision as the lock key's creation, that waiter
+  // took the key and this one is first in line — it goes on watching the same stream for the
+  // lock key's deletion, without a look in between. (Other names in the range are passed over.)
   function watchTarget(key, before, lockHeld, sharedCount) {
-    if (before) return { key: before };
-    if (lockHeld) return { key: b64(names(key).lock) };
-    if (sharedCount > 0) return shared.sharedRange(key);
+    const lock = b64(names(key).lock);
+    if (before) return { range: { key: lock, range_end: btoa(atob(before) + "\0") }, before, lock };
+    if (lockHeld) return { range: { key: lock, filters: ["NOPUT"] } };
+    if (sharedCount > 0) return { range: { ...shared.sharedRange(key), filters: ["NOPUT"] } };
     return null;
+  }
+
+  // Is the wait over for this message's `events`? Changes `target` when the waiter before took
+  // the key (it then waits for the lock key's deletion).
+  function over(target, events) {
+    if (!target.before) return events.length > 0;
+    const gone = events.find((e) => e.type === "DELETE" && e.kv?.key === target.before);
+    if (target.head) return events.some((e) => e.type === "DELETE" && e.kv?.key === target.lock);
+    if (!gone) return false;
+    const took = events.some((e) => (e.type ?? "PUT") === "PUT" && e.kv?.key === target.lock && e.kv.version === "1" && e.kv.mod_revision === gone.kv.mod_revision);
+    if (!took) return true; // it left (or lapsed): look
+    target.head = true;
+    return events.some((e) => e.type === "DELETE" && e.kv?.key === target.lock && Number(e.kv.mod_revision) > Number(gone.kv.mod_revision));
   }
 
   const queueRangeOf = (key) => ({ key: b64(names(key).queue), range_end: b64(rangeEndOf(names(key).queue)) });
@@ -162,8 +184,8 @@ export function etcdWaiting({ shared, who, client, names, check, checkMetadata, 
     return { watch: watchTarget(key, before.kvs?.[0]?.key, (held.kvs ?? []).length > 0, int64(live.count, "a range's count")), at: revision };
   }
 
-  // Resolves once a key of `target` ({ key, range_end? }, base64) is deleted at or after revision
-  // `from`, the stream ends or fails, `ms` pass, or `stop` aborts.
+  // Resolves once the watch of `target` (watchTarget's) from revision `from` says the wait may be
+  // over (over()), the stream ends or fails, `ms` pass, or `stop` aborts.
   async function deletion(target, from, ms, stop) {
     const controller = new AbortController();
     const end = () => controller.abort();
@@ -171,7 +193,7 @@ export function etcdWaiting({ shared, who, client, names, check, checkMetadata, 
     stop.addEventListener("abort", end, { once: true });
     try {
       if (stop.aborted) return;
-      const response = await client.open("/v3/watch", { create_request: { ...target, start_revision: String(from), filters: ["NOPUT"] } }, controller.signal);
+      const response = await client.open("/v3/watch", { create_request: { ...target.range, start_revision: String(from) } }, controller.signal);
       const reader = response.body.getReader();
       const decoder = new TextDecoder();
       let buffer = "";
@@ -191,7 +213,8 @@ export function etcdWaiting({ shared, who, client, names, check, checkMetadata, 
             return; // not etcd's: look again
           }
           const result = message.result ?? {};
-          if (message.error || result.canceled || (Array.isArray(result.events) && result.events.length > 0)) return;
+          if (message.error || result.canceled) return;
+          if (Array.isArray(result.events) && over(target, result.events)) return;
         }
         if (buffer.length > 1 << 20) return;
       }
