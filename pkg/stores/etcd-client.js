@@ -55,6 +55,11 @@ export function b64(text) {
   return btoa(binary);
 }
 
+/** The end of the key range that starts with `prefix` (its last byte + 1; our prefixes end in "/"). */
+export function rangeEndOf(prefix) {
+  return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+}
+
 /** Bytes from etcd's gateway (base64) as a string (UTF-8). */
 export function unb64(text) {
   const binary = atob(text);

@@ -9,8 +9,7 @@
 
 import { checkKeySet } from "./args.js";
 import { checkMetadataList } from "./metadata.js";
-import { b64 } from "./etcd-client.js";
-import { rangeEndOf } from "./etcd-waiting.js";
+import { b64, rangeEndOf } from "./etcd-client.js";
 
 /** Most compares (or puts) one transaction may carry on a cluster with etcd's default limit. */
 export const MAX_TXN_OPS = 128;

@@ -12,8 +12,7 @@
 // A hold added meanwhile has a newer mod_revision and fails the compare (one that ended can only
 // have made room), and the store reads again.
 
-import { b64, EtcdStoreError, int64, unb64 } from "./etcd-client.js";
-import { rangeEndOf } from "./etcd-waiting.js";
+import { b64, EtcdStoreError, int64, rangeEndOf, unb64 } from "./etcd-client.js";
 
 const MAX_LIMIT = 4_294_967_295;
 const encode = (text) => text.replace(/%/g, "%25").replace(/\//g, "%2F");

@@ -27,7 +27,7 @@
 // A plain acquire answers false while anyone queues (etcd.js): a newcomer never overtakes.
 
 import { MAX_TTL_MS } from "./args.js";
-import { b64, int64, NOT_FOUND } from "./etcd-client.js";
+import { b64, int64, NOT_FOUND, rangeEndOf } from "./etcd-client.js";
 import { NEVER } from "./etcd-shared.js";
 
 /** Default interval of a waiter's safety-net look, in ms (the store option `safetyNetMs`). */
@@ -39,11 +39,6 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 // answered unavailable, or a write's reply was lost.
 const transient = (error) =>
   error?.name === "EtcdStoreError" && (error.outcomeUnknown || (error.etcdCode === null && (error.status === null || error.status >= 500)));
-
-/** The end of the key range that starts with `prefix` (its last byte + 1; our prefixes end in "/"). */
-export function rangeEndOf(prefix) {
-  return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
-}
 
 export function etcdWaiting({ shared, who, client, names, check, checkMetadata, leaseSeconds, grant, revoke, holdPuts, grantedTtl, acquire, release, toFence, safetyNetMs }) {
   const call = (path, body, opts) => client.call(path, body, opts);

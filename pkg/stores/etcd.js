@@ -40,8 +40,8 @@
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
 import { checkMetadata } from "./metadata.js";
-import { b64, checkEndpoints, etcdClient, EtcdStoreError, int64, NOT_FOUND, unb64 } from "./etcd-client.js";
-import { DEFAULT_WAIT_LOOK_MS, etcdWaiting, rangeEndOf } from "./etcd-waiting.js";
+import { b64, checkEndpoints, etcdClient, EtcdStoreError, int64, NOT_FOUND, rangeEndOf, unb64 } from "./etcd-client.js";
+import { DEFAULT_WAIT_LOOK_MS, etcdWaiting } from "./etcd-waiting.js";
 import { etcdShared } from "./etcd-shared.js";
 import { etcdMany } from "./etcd-many.js";
 import { etcdWatching } from "./etcd-watch.js";
