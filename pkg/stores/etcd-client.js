@@ -55,6 +55,11 @@ export function b64(text) {
   return btoa(binary);
 }
 
+/** The end of the key range that starts with `prefix` (its last byte + 1; our prefixes end in "/"). */
+export function rangeEndOf(prefix) {
+  return prefix.slice(0, -1) + String.fromCharCode(prefix.charCodeAt(prefix.length - 1) + 1);
+}
+
 /** Bytes from etcd's gateway (base64) as a string (UTF-8). */
 export function unb64(text) {
   const binary = atob(text);
@@ -271,5 +276,33 @@ export function etcdClient({ who, endpoints, auth, fetch: fetchFn, timeoutMs }) 
     }
   }
 
-  return { call: send, endpoints };
+  // A streamed call (a watch): the response of POST `path` on the current endpoint, whose body
+  // carries one JSON message per line; `signal` ends it. Refused or unreachable: the next endpoint
+  // becomes current and it throws (the caller looks again and opens another).
+  async function open(path, body, signal) {
+    const headers = { "content-type": "application/json" };
+    if (auth) headers.authorization = await tokenNow();
+    const endpoint = endpoints[current];
+    const moveOn = () => {
+      if (endpoints[current] === endpoint) current = (current + 1) % endpoints.length;
+    };
+    let response;
+    try {
+      response = await doFetch(endpoint + path, { method: "POST", headers, body: JSON.stringify(body), signal });
+    } catch (error) {
+      if (!signal.aborted) moveOn();
+      throw new EtcdStoreError(`${endpoint}: ${error?.message ?? error}`, { cause: error, endpoint });
+    }
+    if (!response.ok || !response.body) {
+      const text = await response.text().catch(() => "");
+      if (response.status === 401 && auth) token = null;
+      moveOn();
+      throw response.status >= 500 || response.status === 401 || response.status === 429
+        ? new EtcdStoreError(`${endpoint}: HTTP ${response.status} to ${path}`, { status: response.status, endpoint })
+        : notEtcd(endpoint, path, response, text);
+    }
+    return response;
+  }
+
+  return { call: send, open, endpoints };
 }

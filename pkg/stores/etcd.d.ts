@@ -1,4 +1,10 @@
-import type { Grant, HolderInfo, InspectAnswer, LockStore } from "../index.js";
+import type { Grant, HeldLimit, HolderInfo, InspectAnswer, LockStore, WatchReport } from "../index.js";
+
+/** A grant after waiting: the fence and the ms waited, by this store's clock. */
+export interface EtcdWaitedGrant {
+  fence: number;
+  waitedMs: number;
+}
 
 export interface EtcdLockStoreOptions {
   /**
@@ -15,6 +21,11 @@ export interface EtcdLockStoreOptions {
   fetch?: (input: string, init: RequestInit) => Promise<Response>;
   /** Bound of one request to one endpoint, in whole ms (default 2000); one call keeps trying endpoints for at most three of them. */
   timeoutMs?: number;
+  /**
+   * A waiter looks again (one transaction) when its watch has told it nothing for
+   * `max(pollMs, safetyNetMs)` ms: in case the member serving the watch is cut off. Default 5000.
+   */
+  safetyNetMs?: number;
 }
 
 /** The etcd names for one lock key. */
@@ -23,6 +34,10 @@ export interface EtcdLockKeys {
   lock: string;
   /** `<lock>/m`: the hold's metadata, when it has some, attached to the same lease. */
   metadata: string;
+  /** `<lock>/q/`: the queue; each waiter's key is this plus its lease ID, attached to that lease. */
+  queue: string;
+  /** `<lock>/s/`: the shared holds; each is this plus its owner (`%` → `%25`, `/` → `%2F`), on its own lease. */
+  shared: string;
 }
 
 /** An error from etcd, or from reaching it; never carries a password or token. */
@@ -43,17 +58,59 @@ export type EtcdLockStore = Omit<LockStore, "acquire" | "inspect" | "forceReleas
   /**
    * A lease of `ceil(ttlMs / 1000)` seconds (at least etcd's minimum) and one transaction that
    * puts the key only if it does not exist: `{ fence }` (the put's revision, strictly increasing
-   * across the whole cluster) or `false` when someone holds it.
+   * across the whole cluster) or `false` when someone holds it or anyone queues for it.
    */
   acquire(key: string, owner: string, ttlMs: number, metadata?: string): Promise<false | Grant>;
+  /**
+   * Takes the key, or joins its queue (a key under `<lock>/q/` on the waiter's own lease) and
+   * watches the deletion of the waiter just before it (first in line: the lock key's), for up to
+   * `waitMs`. `{ fence, waitedMs }`, or `false` when `waitMs` is spent or the place was lost.
+   */
+  acquireOrWait(key: string, owner: string, ttlMs: number, waitMs: number, pollMs: number, metadata?: string): Promise<false | EtcdWaitedGrant>;
+  /**
+   * A shared hold of `weight` under `limit` (1 <= weight <= limit <= 2^32 - 1): read the key's
+   * state, then one transaction that puts the hold only if nothing read has changed, nobody
+   * queues and no lock is held. `{ fence }`, `false`, or `{ heldLimit }` when the live shared
+   * holds have another limit.
+   */
+  acquireShared(key: string, owner: string, ttlMs: number, weight: number, limit: number, metadata?: string): Promise<false | Grant | HeldLimit>;
+  /** `acquireShared`, or wait up to `waitMs` in the key's one FIFO queue (locks and shares alike). */
+  acquireSharedOrWait(
+    key: string,
+    owner: string,
+    ttlMs: number,
+    weight: number,
+    limit: number,
+    waitMs: number,
+    pollMs: number,
+    metadata?: string,
+  ): Promise<false | EtcdWaitedGrant | HeldLimit>;
+  /**
+   * Every key in one transaction, all or none, whatever the keys (a lease per key): one grant
+   * per key, all with the transaction's revision as fence; `false` when any key is held, queued
+   * for or held shared (nothing changes); `null` when the set needs more than 128 operations in
+   * one transaction (more than 42 keys, or a cluster with a lower `--max-txn-ops`).
+   */
+  acquireMany(keys: string[], owners: string[], ttlMs: number, metadata?: (string | undefined)[]): Promise<false | null | Grant[]>;
+  /**
+   * Resolves, once etcd's watch is created, to stop(): every change of the key's exclusive
+   * holder is told in etcd's order — a grant `{ fence, held: true, metadata, remainingMs }`, an
+   * end `{ fence, held: false }` (release, force-release, and expiry too) — or `null` when
+   * changes may have been missed (etcd compacted the revisions a broken stream would resume
+   * from). Not an extend, not shared holds; never an owner token. stop() resolves once every
+   * change received before it has been told.
+   */
+  watch(key: string, onChange: (change: WatchReport | null) => void): Promise<() => Promise<void>>;
+  /** Leaves the queue (the pending acquireOrWait answers false), or releases the key if it was handed over. */
+  withdraw(key: string, owner: string): Promise<boolean>;
   release(key: string, owner: string): Promise<boolean>;
   extend(key: string, owner: string, ttlMs: number): Promise<boolean>;
   isLocked(key: string): Promise<boolean>;
-  /** Whole seconds left of the hold's lease, in ms (etcd rounds down), or null. */
+  /** Whole seconds left of the hold's lease (held shared: the last to expire), in ms (etcd rounds down), or null. */
   remainingTime(key: string): Promise<number | null>;
-  /** The hold (metadata, fence, ms left), never its owner; `waiting` is null (waiters poll). */
-  inspect(key: string): Promise<InspectAnswer & { holders: HolderInfo[]; waiting: null }>;
-  /** Revokes the holder's lease, whoever holds it; true when a hold was ended. */
+  /** The live holds (the lock's, or every shared one: metadata, fence, ms left) in fence order, never an owner, and how many queue. */
+  inspect(key: string): Promise<InspectAnswer & { holders: HolderInfo[]; waiting: number }>;
+  /** Revokes every holder's lease (the lock's or the shared holds'), whoever holds them; true when a hold was ended. */
   forceRelease(key: string): Promise<boolean>;
   /** The names used for `key`. */
   keys(key: string): EtcdLockKeys;

@@ -8,8 +8,13 @@
 // Every hold has a lease of its own, granted by etcd, so etcd's clock decides expiry: when the
 // lease runs out etcd deletes both keys.
 //
+//   P + K + "/q/" + lease   a waiter's place in line (etcd-waiting.js), on the waiter's lease
+//   P + K + "/s/" + owner   a shared hold (etcd-shared.js), on its own lease
+//
 //   acquire   lease grant (ceil(ttlMs / 1000) s) + one transaction:
-//               If(create_revision(P+K) == 0) Then(put P+K owner, [put P+K/m metadata], with the lease)
+//               If(create_revision(P+K) == 0 && create_revision(every P+K/q/*) == 0)
+//               Then(put P+K owner, [put P+K/m metadata], with the lease)
+//             (the second compare: nobody queues, so a newcomer never passes a waiter)
 //             The fence is the revision of that put (= the key's create_revision): etcd's cluster-wide
 //             revision, strictly increasing across every key, holder, restart and leader change.
 //             Refused: the unused lease is revoked.
@@ -28,11 +33,18 @@
 // one that did) and tries once more with a new lease. release and extend read back and resend
 // only while the key still shows the state their transaction compares (its compare guards it).
 //
-// The parts: etcd-client.js (the gateway, failover, auth, base64).
+// The parts: etcd-client.js (the gateway, failover, auth, base64); etcd-waiting.js
+// (acquireOrWait, acquireSharedOrWait and withdraw: the queue and its watches); etcd-shared.js
+// (acquireShared, and the reads over both kinds of hold); etcd-many.js (acquireMany);
+// etcd-watch.js (watch: holder changes pushed by an etcd watch).
 
 import { argumentChecks, MAX_FENCE, MAX_TTL_MS } from "./args.js";
 import { checkMetadata } from "./metadata.js";
-import { b64, checkEndpoints, etcdClient, EtcdStoreError, int64, NOT_FOUND, unb64 } from "./etcd-client.js";
+import { b64, checkEndpoints, etcdClient, EtcdStoreError, int64, NOT_FOUND, rangeEndOf, unb64 } from "./etcd-client.js";
+import { DEFAULT_WAIT_LOOK_MS, etcdWaiting } from "./etcd-waiting.js";
+import { etcdShared } from "./etcd-shared.js";
+import { etcdMany } from "./etcd-many.js";
+import { etcdWatching } from "./etcd-watch.js";
 
 export { EtcdStoreError };
 
@@ -49,15 +61,15 @@ export function leaseSeconds(ttlMs) {
   return Math.max(1, Math.ceil(ttlMs / 1000));
 }
 
-/** The names the store uses for `key` under `prefix`: { lock, metadata }. */
+/** The names the store uses for `key` under `prefix`: { lock, metadata, queue, shared }. */
 export function etcdLockKeys(key, prefix = DEFAULT_PREFIX) {
   const lock = prefix + key.replace(/%/g, "%25").replace(/\//g, "%2F");
-  return { lock, metadata: `${lock}/m` };
+  return { lock, metadata: `${lock}/m`, queue: `${lock}/q/`, shared: `${lock}/s/` };
 }
 
 function checkOptions(options) {
   if (options === null || typeof options !== "object" || Array.isArray(options)) {
-    throw new TypeError(`${WHO}: options must be an object ({ endpoints, auth?, prefix?, fetch?, timeoutMs? })`);
+    throw new TypeError(`${WHO}: options must be an object ({ endpoints, auth?, prefix?, fetch?, timeoutMs?, safetyNetMs? })`);
   }
   const endpoints = checkEndpoints(WHO, options.endpoints);
   const prefix = options.prefix === undefined ? DEFAULT_PREFIX : options.prefix;
@@ -77,7 +89,11 @@ function checkOptions(options) {
   if (!Number.isInteger(timeoutMs) || timeoutMs < 1 || timeoutMs > MAX_TTL_MS) {
     throw new RangeError(`${WHO}: timeoutMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${timeoutMs}`);
   }
-  return { endpoints, prefix, auth, fetch: options.fetch, timeoutMs };
+  const safetyNetMs = options.safetyNetMs === undefined ? DEFAULT_WAIT_LOOK_MS : options.safetyNetMs;
+  if (!Number.isInteger(safetyNetMs) || safetyNetMs < 1 || safetyNetMs > MAX_TTL_MS) {
+    throw new RangeError(`${WHO}: safetyNetMs must be a whole number of ms in 1..${MAX_TTL_MS}, got ${safetyNetMs}`);
+  }
+  return { endpoints, prefix, auth, fetch: options.fetch, timeoutMs, safetyNetMs };
 }
 
 /**
@@ -87,7 +103,7 @@ function checkOptions(options) {
  *           prefix?: string, fetch?: typeof fetch, timeoutMs?: number }} options
  */
 export function etcdLockStore(options) {
-  const { endpoints, prefix, auth, fetch, timeoutMs } = checkOptions(options);
+  const { endpoints, prefix, auth, fetch, timeoutMs, safetyNetMs } = checkOptions(options);
   const client = etcdClient({ who: WHO, endpoints, auth, fetch, timeoutMs });
   const call = (path, body, opts) => client.call(path, body, opts);
   const names = (key) => etcdLockKeys(key, prefix);
@@ -129,12 +145,18 @@ export function etcdLockStore(options) {
     revoke(lease).catch(() => {});
   };
 
-  // The live hold of `key` in one read: { owner, lease, fence, metadata } or null.
+  // Shared holds, and the one read of a key's whole state (etcd-shared.js).
+  const shared = etcdShared({ who: WHO, call, names, check, checkMetadata, leaseSeconds, grant, revoke, revokeLater, toFence });
+
+  // The live hold of `key` (the lock key's) in one read: { owner, lease, fence, metadata } or null.
   async function readHold(key) {
     const { lock, metadata } = names(key);
     const reply = await call("/v3/kv/txn", { success: [{ request_range: { key: b64(lock) } }, { request_range: { key: b64(metadata) } }] });
     const [held, meta] = txnRanges(reply, 2);
-    if (!held) return null;
+    return held ? holdOf(held, meta) : null;
+  }
+
+  function holdOf(held, meta) {
     return {
       owner: unb64(held.value ?? ""),
       lease: held.lease ?? "0",
@@ -164,7 +186,7 @@ export function etcdLockStore(options) {
     check.owner(owner);
     check.ttl(ttlMs);
     const meta = checkMetadata(WHO, metadata);
-    const { lock } = names(key);
+    const { lock, queue } = names(key);
     for (let attempt = 0; ; attempt++) {
       const lease = await grant(leaseSeconds(ttlMs));
       let reply;
@@ -172,7 +194,12 @@ export function etcdLockStore(options) {
         reply = await call(
           "/v3/kv/txn",
           {
-            compare: [{ key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" }],
+            compare: [
+              { key: b64(lock), target: "CREATE", result: "EQUAL", create_revision: "0" },
+              // Nobody queues: a newcomer never overtakes a waiter. No shared hold is live.
+              { key: b64(queue), range_end: b64(rangeEndOf(queue)), target: "CREATE", result: "EQUAL", create_revision: "0" },
+              { ...shared.sharedRange(key), target: "CREATE", result: "EQUAL", create_revision: "0" },
+            ],
             success: holdPuts(key, owner, meta, lease),
           },
           { write: true },
@@ -203,6 +230,8 @@ export function etcdLockStore(options) {
     const body = {
       compare: [{ key: b64(lock), target: "VALUE", result: "EQUAL", value: b64(owner) }],
       success: [{ request_delete_range: { key: b64(lock), prev_kv: true } }, { request_delete_range: { key: b64(metadata) } }],
+      // Not the lock's holder: this owner's shared hold, if it has one.
+      failure: [{ request_delete_range: { key: b64(shared.sharedName(key, owner)), prev_kv: true } }],
     };
     for (let attempt = 0; ; attempt++) {
       let reply;
@@ -212,12 +241,11 @@ export function etcdLockStore(options) {
         if (!error.outcomeUnknown || attempt >= 1) throw error;
         // Still this owner's: send it again (the owner compare guards it). Gone: we cannot tell
         // our delete from its expiry, and answer false (the hold was not shown to be live).
-        const hold = await readHold(key);
-        if (hold?.owner === owner) continue;
+        if (await ownHold(key, owner)) continue;
         return false;
       }
-      if (reply.succeeded !== true) return false;
       const prev = reply.responses?.[0]?.response_delete_range?.prev_kvs?.[0];
+      if (prev === undefined) return false;
       if (prev?.lease && prev.lease !== "0") revokeLater(prev.lease);
       return true;
     }
@@ -227,8 +255,8 @@ export function etcdLockStore(options) {
     check.key(key);
     check.owner(owner);
     check.ttl(ttlMs);
-    const hold = await readHold(key);
-    if (hold === null || hold.owner !== owner) return false;
+    const hold = await ownHold(key, owner);
+    if (hold === null) return false;
     const seconds = leaseSeconds(ttlMs);
     let granted = grantedTtl.get(hold.lease);
     if (granted === undefined) {
@@ -246,13 +274,22 @@ export function etcdLockStore(options) {
     // Another TTL: a new lease, and the hold moved onto it if it is still this owner's on the old one.
     const lease = await grant(seconds);
     const { lock } = names(key);
-    const body = {
-      compare: [
-        { key: b64(lock), target: "VALUE", result: "EQUAL", value: b64(owner) },
-        { key: b64(lock), target: "LEASE", result: "EQUAL", lease: hold.lease },
-      ],
-      success: holdPuts(key, owner, hold.metadata, lease),
-    };
+    const mine = b64(shared.sharedName(key, owner));
+    const body = hold.value === undefined
+      ? {
+          compare: [
+            { key: b64(lock), target: "VALUE", result: "EQUAL", value: b64(owner) },
+            { key: b64(lock), target: "LEASE", result: "EQUAL", lease: hold.lease },
+          ],
+          success: holdPuts(key, owner, hold.metadata, lease),
+        }
+      : {
+          compare: [
+            { key: mine, target: "CREATE", result: "EQUAL", create_revision: String(hold.fence) },
+            { key: mine, target: "LEASE", result: "EQUAL", lease: hold.lease },
+          ],
+          success: [{ request_put: { key: mine, value: hold.value, lease } }],
+        };
     for (let attempt = 0; ; attempt++) {
       let reply;
       try {
@@ -262,11 +299,11 @@ export function etcdLockStore(options) {
           revokeLater(lease);
           throw error;
         }
-        const now = await readHold(key);
-        if (now?.owner === owner && now.lease === lease) break;
-        if (now?.owner === owner && now.lease === hold.lease && attempt < 1) continue;
+        const now = await ownHold(key, owner);
+        if (now?.lease === lease) break;
+        if (now?.lease === hold.lease && attempt < 1) continue;
         await revoke(lease);
-        if (now?.owner === owner && now.lease === hold.lease) throw error;
+        if (now?.lease === hold.lease) throw error;
         return false;
       }
       if (reply.succeeded !== true) {
@@ -279,52 +316,46 @@ export function etcdLockStore(options) {
     return true;
   }
 
-  async function isLocked(key) {
-    check.key(key);
-    const reply = await call("/v3/kv/range", { key: b64(names(key).lock), count_only: true });
-    return int64(reply.count, "a range's count") > 0;
-  }
+  // Reads over both kinds of hold (etcd-shared.js).
+  const { ownHold, isLocked, remainingTime, inspect, forceRelease } = shared.reads({ timeToLive });
 
-  async function remainingTime(key) {
-    check.key(key);
-    const hold = await readHold(key);
-    if (hold === null) return null;
-    const left = await timeToLive(hold.lease);
-    return left === null ? null : left * 1000;
-  }
+  const { acquireMany } = etcdMany({ who: WHO, call, names, shared, leaseSeconds, grant, revoke, revokeLater, holdPuts, readHold, toFence });
 
-  async function inspect(key) {
-    check.key(key);
-    const hold = await readHold(key);
-    const left = hold === null ? null : await timeToLive(hold.lease);
-    if (left === null) return { holders: [], waiting: null };
-    return { holders: [{ metadata: hold.metadata, fence: hold.fence, remainingMs: left * 1000 }], waiting: null };
-  }
+  const { watch } = etcdWatching({ client, names, check, toFence });
 
-  async function forceRelease(key) {
-    check.key(key);
-    let freed = false;
-    let fence = null;
-    // Revoking the holder's lease deletes its keys. A hold that moved onto a new lease meanwhile
-    // (an extend with another TTL) is looked at again.
-    for (let attempt = 0; attempt < 4; attempt++) {
-      const hold = await readHold(key);
-      if (hold === null || (fence !== null && hold.fence !== fence)) return freed;
-      fence = hold.fence;
-      if (await revoke(hold.lease)) freed = true;
-    }
-    return freed;
-  }
+  const waitingFor = etcdWaiting({
+    shared,
+    who: WHO,
+    client,
+    names,
+    check,
+    checkMetadata,
+    leaseSeconds,
+    grant,
+    revoke,
+    holdPuts,
+    grantedTtl,
+    acquire,
+    release,
+    toFence,
+    safetyNetMs,
+  });
 
   return {
     acquire,
+    acquireOrWait: waitingFor.acquireOrWait,
+    acquireShared: shared.acquireShared,
+    acquireMany,
+    watch,
+    acquireSharedOrWait: waitingFor.acquireSharedOrWait,
+    withdraw: waitingFor.withdraw,
     release,
     extend,
     isLocked,
     remainingTime,
     inspect,
     forceRelease,
-    /** The names used for `key`: { lock, metadata }. */
+    /** The names used for `key`: { lock, metadata, queue }. */
     keys: names,
     prefix,
     endpoints: client.endpoints,

@@ -30,5 +30,5 @@ npm install --no-save --no-audit --no-fund --loglevel=error "$tarball"
 # steadier without the others competing for the CPU. --test-force-exit: a failed test that left
 # a client reconnecting to a server it stopped fails the run instead of hanging it.
 node --test --test-concurrency=1 --test-force-exit --test-reporter=spec \
-  redis.test.js redis-waiting.test.js redis-shared.test.js redis-multi.test.js redis-inspect.test.js redis-watch.test.js redis-replicas.test.js redis-offline-queue.test.js events.test.js pg-failures.test.js sqlite.test.js postgres.test.js pg-watch.test.js d1.test.js etcd.test.js types.test.js \
+  redis.test.js redis-waiting.test.js redis-shared.test.js redis-multi.test.js redis-inspect.test.js redis-watch.test.js redis-replicas.test.js redis-offline-queue.test.js events.test.js pg-failures.test.js sqlite.test.js postgres.test.js pg-watch.test.js d1.test.js etcd.test.js etcd-waiting.test.js etcd-shared.test.js etcd-many.test.js etcd-watch.test.js types.test.js \
   kit.test.js observe.test.js conformance.test.js two-process.test.js leader-failover.test.js exit.test.js

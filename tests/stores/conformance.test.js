@@ -208,7 +208,7 @@ describe("etcd (a real three-member cluster)", () => {
   });
 
   test("etcdLockStore", async () => {
-    await passes(etcdLockStore({ endpoints: cluster.endpoints, prefix: "kit/" }), ETCD, { shared: "none" });
+    await passes(etcdLockStore({ endpoints: cluster.endpoints, prefix: "kit/" }), ETCD);
   });
 
   test("a racy etcd store (range then put, delete without the owner check) is caught", async () => {

@@ -116,7 +116,7 @@ describe("the contract on a three-member cluster", () => {
     const shown = seen.holders[0]?.remainingMs;
     // Whole seconds, read again: the same, or a second less if one passed in between.
     assert.ok(shown === left || shown === left - 1000, `inspect's remainingMs ${shown} after remainingTime ${left}`);
-    assert.deepEqual(seen, { holders: [{ metadata: "host a", fence: got.fence, remainingMs: shown }], waiting: null });
+    assert.deepEqual(seen, { holders: [{ metadata: "host a", fence: got.fence, remainingMs: shown }], waiting: 0 });
 
     assert.equal(await store.release(key, "bob"), false);
     assert.equal(await store.extend(key, "bob", 30_000), false);
@@ -127,7 +127,7 @@ describe("the contract on a three-member cluster", () => {
     assert.equal(await store.extend(key, "alice", 30_000), false, "extend after release");
     assert.equal(await store.isLocked(key), false);
     assert.equal(await store.remainingTime(key), null);
-    assert.deepEqual(await store.inspect(key), { holders: [], waiting: null });
+    assert.deepEqual(await store.inspect(key), { holders: [], waiting: 0 });
     assert.equal(await rawKv(names.metadata), null, "release deletes the metadata too");
     // The released hold's lease is revoked (not awaited by release: wait for the state).
     await until("the released hold's lease revoked", async () => (await leaseOf(kv.lease)).ttl === -1);
@@ -305,7 +305,7 @@ describe("endpoints", () => {
     const store = etcdLockStore({ endpoints: dead, timeoutMs: 300 });
     const error = await store.isLocked("k").catch((e) => e);
     assert.ok(error instanceof EtcdStoreError, String(error));
-    assert.match(error.message, /no etcd endpoint answered \/v3\/kv\/range within 900 ms/);
+    assert.match(error.message, /no etcd endpoint answered \/v3\/kv\/txn within 900 ms/);
     for (const url of dead) assert.ok(error.message.includes(url), error.message);
   });
 

@@ -24,12 +24,25 @@ export async function usage(): Promise<void> {
   const etcdForced: boolean = await etcd.forceRelease("k");
   const etcdLock: string = etcdLockKeys("k").lock + etcd.keys("k").metadata;
   const etcdHeld = (await etcd.inspect("k")).holders.map((h) => h.fence);
+  const etcdWaited = await etcd.acquireOrWait("k", "o", 30_000, 5_000, 50, "host b");
+  const etcdWaitedMs: number = etcdWaited === false ? 0 : etcdWaited.waitedMs;
+  const etcdWithdrawn: boolean = await etcd.withdraw("k", "o");
+  const etcdQueue: string = etcd.keys("k").queue;
+  const etcdWaiting: number = (await etcd.inspect("k")).waiting;
+  etcdLockStore({ endpoints: "http://x", safetyNetMs: 1_000 });
+  const etcdShare = await etcd.acquireShared("k", "o", 30_000, 1, 3, "reader");
+  const etcdShareLimit: number | undefined = etcdShare !== false && "heldLimit" in etcdShare ? etcdShare.heldLimit : undefined;
+  const etcdShareWaited = await etcd.acquireSharedOrWait("k", "o", 30_000, 1, 3, 5_000, 50);
+  const etcdSharedName: string = etcd.keys("k").shared;
+  const etcdMany = await etcd.acquireMany(["a", "b"], ["o1", "o2"], 30_000, ["x", undefined]);
+  const etcdManyFences: number[] | null = etcdMany ? etcdMany.map((g) => g.fence) : null;
+  const etcdStop: () => Promise<void> = await etcd.watch("k", (change) => void (change === null ? 0 : change.fence));
   const etcdError: boolean = new Error("x") instanceof EtcdStoreError;
   // @ts-expect-error endpoints are required
   etcdLockStore({});
   // @ts-expect-error auth needs a username and a password
   etcdLockStore({ endpoints: "http://x", auth: { username: "u" } });
-  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError];
+  void [etcdAsLockStore, etcdGrant, etcdForced, etcdLock, etcdHeld, etcdError, etcdWaitedMs, etcdWithdrawn, etcdQueue, etcdWaiting, etcdShareLimit, etcdShareWaited, etcdSharedName, etcdManyFences, etcdStop];
 
   const sql: DatabaseLockStore = databaseLockStore(sqliteDb, { table: "locks", driver: "sqlite" });
   const asLockStore: LockStore = sql;
