@@ -16,7 +16,7 @@ const root = fileURLToPath(new URL("./browser/", import.meta.url));
 const GECKODRIVER = process.env.GECKODRIVER_BIN ?? `${process.env.HOME}/.cargo/bin/geckodriver`;
 const WITHIN_MS = 240_000;
 const ROUNDS = 25; // per contender: 100 runs in all
-const UNITS = 10;
+const UNITS = 11;
 
 let server;
 let base;

@@ -93,6 +93,35 @@ describe("indexedDbLockStore", () => {
     c.close();
   });
 
+  it("a dedicated worker's hold: the page can neither release nor extend it; once expired the page takes it, the worker's extend and release answer false", async () => {
+    const name = fresh();
+    const worker = new Worker(new URL("./idb-worker.mjs", import.meta.url), { type: "module" });
+    const ask = (message) =>
+      new Promise((resolve, reject) => {
+        worker.onmessage = ({ data }) => (data.ok ? resolve(data.result) : reject(new Error(`worker: ${data.error}`)));
+        worker.postMessage({ db: name, key: "k", owner: "worker", ...message });
+      });
+    try {
+      const page = indexedDbLockStore({ name });
+      const { fence } = await ask({ task: "acquire", ttlMs: 60_000 });
+      assert.equal(await page.acquire("k", "page", 60_000), false);
+      assert.equal(await page.release("k", "page"), false);
+      assert.equal(await page.extend("k", "page", 60_000), false);
+      assert.equal(await page.isLocked("k"), true);
+      // Taken long, shortened just before it is waited out.
+      assert.equal(await ask({ task: "extend", ttlMs: 200 }), true);
+      await until(async () => !(await page.isLocked("k")), "the worker's hold expired");
+      const next = await page.acquire("k", "page", 60_000);
+      assert.ok(next.fence > fence, `${next.fence} > ${fence}`);
+      assert.equal(await ask({ task: "extend", ttlMs: 60_000 }), false);
+      assert.equal(await ask({ task: "release" }), false);
+      assert.equal(await page.release("k", "page"), true);
+      page.close();
+    } finally {
+      worker.terminate();
+    }
+  });
+
   it("of 40 concurrent acquires over four connections exactly one wins", async () => {
     const name = fresh();
     const stores = [0, 1, 2, 3].map(() => indexedDbLockStore({ name }));
