@@ -3,7 +3,8 @@
 # --strict, attw under node16), install it into tests/package, then run it in Node ESM (the full
 # behaviour suite), Node CJS, the conformance kit (keel-lock/testing), tsc --strict, Deno, Bun,
 # a Vite bundle in headless Chromium, and the API tests that need nothing of Node bundled into
-# a page run in headless Chromium and headless Firefox (browsers.test.mjs); the Node files once more under
+# a page run in headless Chromium and headless Firefox (browsers.test.mjs), keel-lock/indexeddb across
+# pages and a worker in both (indexeddb.test.mjs); the Node files once more under
 # --no-experimental-detect-module (a Node that never guesses a file's module syntax); and
 # `make trace`'s waterfall; and `cargo package`, which builds the crate from the packaged sources alone.
 set -euo pipefail
@@ -43,7 +44,7 @@ fi
 
 node_files=(suite.test.mjs shared.test.mjs multi.test.mjs inspect.test.mjs memory-watch.test.mjs web-locks.test.mjs events.test.mjs otel.test.mjs timers.test.mjs handles.test.mjs holding.test.mjs operations.test.mjs handing-over.test.mjs abort.test.mjs watching.test.mjs tokens.test.mjs entries.test.mjs cjs.test.cjs testing.test.mjs package.test.mjs)
 echo "--- node --test (ESM suite, CJS, keel-lock/testing, package contents, Deno, Bun, Vite + Chromium, Chromium + Firefox)"
-node --test --test-reporter=spec "${node_files[@]}" runtimes.test.mjs vite.test.mjs browsers.test.mjs
+node --test --test-reporter=spec "${node_files[@]}" runtimes.test.mjs vite.test.mjs browsers.test.mjs indexeddb.test.mjs
 echo "--- the Node files again under node --no-experimental-detect-module"
 node --no-experimental-detect-module --test --test-reporter=dot "${node_files[@]}"
 
