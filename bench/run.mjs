@@ -6,7 +6,7 @@
 // bench/README.md from them (bench/lib/summary.mjs); any other run writes
 // bench/results/partial.json only. Prints the markdown to stdout.
 //
-//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6,7,8,9,10]
+//   node run.mjs [--quick] [--only=1,2,2b,3,4,5,6,7,8,9,10,11]
 import { spawnSync } from "node:child_process";
 import { readFileSync, writeFileSync, mkdirSync, existsSync, readdirSync, statSync } from "node:fs";
 import { gzipSync } from "node:zlib";
@@ -38,12 +38,13 @@ import { multiKeyRedis, multiKeyMarkdown } from "./lib/multi.mjs";
 import { replicasRedis, replicasMarkdown } from "./lib/replicas.mjs";
 import { writeSummary } from "./lib/summary.mjs";
 import { cliStartup, cliStartupMarkdown } from "./lib/cli-startup.mjs";
+import { etcdSection, etcdMarkdown } from "./lib/etcd.mjs";
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = join(HERE, "..");
 const argv = process.argv.slice(2);
 const QUICK = argv.includes("--quick");
-const SECTIONS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10];
+const SECTIONS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11];
 const ONLY = (argv.find((a) => a.startsWith("--only="))?.slice(7) ?? SECTIONS.join(",")).split(",").map(Number);
 // Every section ran (and not --quick): the results are written as the latest full run.
 const FULL = !QUICK && SECTIONS.every((n) => ONLY.includes(n));
@@ -991,6 +992,7 @@ function markdown() {
   if (s.multiKeyRedis) L.push(...multiKeyMarkdown(s.multiKeyRedis));
   if (s.replicasRedis) L.push(...replicasMarkdown(s.replicasRedis));
   if (s.cliStartup) L.push(...cliStartupMarkdown(s.cliStartup));
+  if (s.etcd) L.push(...etcdMarkdown(s.etcd));
   return L.join("\n") + "\n";
 }
 
@@ -1076,6 +1078,9 @@ try {
     await workerdStartup("workerd");
   }
   if (ONLY.includes(10)) results.sections.cliStartup = cliStartup({ quick: QUICK, log });
+  if (ONLY.includes(11)) {
+    results.sections.etcd = await etcdSection({ quick: QUICK, log, interleave, pairedRatio, waiters: WAITERS, gapMs: ORDER_GAP_MS, criticalSectionMs: CS_MS, timeoutMs: WAIT_TIMEOUT });
+  }
 } finally {
   await conns?.close();
   admin?.disconnect();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Durable Object lock store in real workerd (Miniflare): the lock API suite, conformance kit,
-# bad RPC input, alarms, two isolates racing, restart with persistence. Runs against the packed
+# bad RPC input, alarms, two isolates racing, restart with persistence; and keel-lock/etcd inside a
+# Worker against a three-member etcd cluster the test starts. Runs against the packed
 # npm package, so pkg/dist must be built (with the workerd build) first.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -13,10 +13,10 @@ const here = dirname(fileURLToPath(import.meta.url));
 export const COMPAT_DATE = "2026-04-26";
 const env = { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false", NO_COLOR: "1" };
 
-let built;
-/** Bundles `main.js` and `other.js` once per process; answers their output directories. */
-export function build() {
-  if (built) return built;
+let packed;
+/** Packs the package and installs it, with the test Workers' sources, into a temporary project (once per process). */
+function pack() {
+  if (packed) return packed;
   const root = mkdtempSync(join(tmpdir(), "keel-workers-"));
   const pkg = join(here, "..", "..", "pkg");
   execFileSync("npm", ["pack", "--silent", "--pack-destination", root], { cwd: pkg, env, stdio: ["ignore", "ignore", "inherit"] });
@@ -27,19 +27,30 @@ export function build() {
   cpSync(join(here, "workers"), join(root, "src"), { recursive: true });
   // keel-lock/otel's optional peer, and the SDK the test Worker records spans with.
   cpSync(join(here, "node_modules", "@opentelemetry"), join(root, "node_modules", "@opentelemetry"), { recursive: true });
-  const wrangler = join(here, "node_modules", ".bin", "wrangler");
-  const out = {};
-  for (const name of ["main", "other"]) {
-    out[name] = join(root, "out", name);
-    execFileSync(
-      wrangler,
-      ["deploy", "--dry-run", "--outdir", out[name], `src/${name}.js`, "--name", name, "--compatibility-date", COMPAT_DATE],
-      { cwd: root, env, stdio: ["ignore", "ignore", "inherit"] },
-    );
-  }
-  built = { root, ...out };
   process.on("exit", () => rmSync(root, { recursive: true, force: true }));
-  return built;
+  packed = root;
+  return root;
+}
+
+const bundled = new Map();
+/** Bundles the test Worker `src/<name>.js` once per process; answers its output directory. */
+function bundle(name) {
+  if (bundled.has(name)) return bundled.get(name);
+  const root = pack();
+  const out = join(root, "out", name);
+  const wrangler = join(here, "node_modules", ".bin", "wrangler");
+  execFileSync(
+    wrangler,
+    ["deploy", "--dry-run", "--outdir", out, `src/${name}.js`, "--name", name, "--compatibility-date", COMPAT_DATE],
+    { cwd: root, env, stdio: ["ignore", "ignore", "inherit"] },
+  );
+  bundled.set(name, out);
+  return out;
+}
+
+/** Bundles `main.js` and `other.js` once per process; answers their output directories. */
+export function build() {
+  return { root: pack(), main: bundle("main"), other: bundle("other") };
 }
 
 const modulesRules = [
@@ -91,6 +102,30 @@ export async function start({ persist } = {}) {
     const res = worker === "main" ? await mf.dispatchFetch(url, init) : await (await mf.getWorker(worker)).fetch(url, init);
     const json = await res.json();
     if (res.status !== 200) throw new Error(`${worker} ${path}: ${json.error ?? res.status}`);
+    return json;
+  };
+  return { mf, call, dispose: () => mf.dispose() };
+}
+
+/**
+ * Worker C ("etcd", no bindings): keel-lock/etcd inside workerd, reaching etcd (on loopback)
+ * through the Worker's own fetch. `call(path, body)` POSTs JSON to it and answers the reply.
+ */
+export async function startEtcdWorker() {
+  const out = bundle("etcd");
+  const mf = new Miniflare({
+    name: "etcd",
+    modules: true,
+    modulesRules,
+    modulesRoot: out,
+    scriptPath: join(out, "etcd.js"),
+    compatibilityDate: COMPAT_DATE,
+  });
+  await mf.ready;
+  const call = async (path, body) => {
+    const res = await mf.dispatchFetch(`http://keel.test${path}`, { method: "POST", body: JSON.stringify(body) });
+    const json = await res.json();
+    if (res.status !== 200) throw new Error(`etcd ${path}: ${json.error ?? res.status}`);
     return json;
   };
   return { mf, call, dispose: () => mf.dispose() };
