@@ -1,7 +1,7 @@
 // Waiting without polling on Redis: redisLockStore's acquireOrWait / withdraw / forceRelease /
 // close against a real redis-server started here (and a three-master Redis Cluster for the FIFO
-// order), through ioredis 5 and 6 and node-redis 5 and 4. Each store opens its own pub/sub
-// connection, so "several processes" are several stores on their own connections.
+// order), through ioredis 5 and 6, node-redis 5 and 4 and Valkey GLIDE. Each store opens its own
+// pub/sub connection, so "several processes" are several stores on their own connections.
 //
 // The checks a broken store must fail are functions (fifoOrder, releaseHandsOver,
 // batchedLookHandsOver) run against broken variants too: a LIFO queue, a release that only
@@ -14,6 +14,7 @@ import IORedis from "ioredis";
 import IORedis6 from "ioredis6";
 import { createClient as createNodeRedis, createCluster as createNodeRedisCluster } from "redis";
 import { createClient as createNodeRedis4 } from "redis4";
+import { GlideClient } from "@valkey/valkey-glide";
 import { Redis as Upstash } from "@upstash/redis";
 import * as redisModule from "../../pkg/stores/redis.js";
 import { redisLockStore, ACQUIRE_SCRIPT, CHECK_SCRIPT, CHECK_SHA, ENQUEUE_SCRIPT, ENQUEUE_SHA, RELEASE_SCRIPT } from "../../pkg/stores/redis.js";
@@ -317,6 +318,11 @@ const CLIENTS = {
     connections.push(() => client.quit());
     return client;
   },
+  "valkey-glide": async () => {
+    const client = await GlideClient.createClient({ addresses: [{ host: "127.0.0.1", port: redis.port }] });
+    connections.push(() => client.close());
+    return client;
+  },
 };
 
 // A store on a fresh connection of `flavour` (each store opens its own pub/sub connection).
@@ -325,7 +331,7 @@ async function storeOf(flavour = "ioredis 5", options) {
   made.push(store);
   return store;
 }
-const fourStores = async () => Promise.all(Object.keys(CLIENTS).map((f) => storeOf(f)));
+const everyClientsStore = async () => Promise.all(Object.keys(CLIENTS).map((f) => storeOf(f)));
 
 describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelease", () => {
   test("every script's SHA is the SHA-1 of its text", () => {
@@ -369,8 +375,8 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     }
   });
 
-  test("FIFO: 12 waiters on 4 stores (ioredis 5/6, node-redis 5/4) are granted in arrival order (0 overtakes); a newcomer's acquire waits its turn", { timeout: 60_000 }, async () => {
-    await fifoOrder({ stores: await fourStores(), admin, waiters: 12 });
+  test("FIFO: 12 waiters on 5 stores (ioredis 5/6, node-redis 5/4, Valkey GLIDE) are granted in arrival order (0 overtakes); a newcomer's acquire waits its turn", { timeout: 60_000 }, async () => {
+    await fifoOrder({ stores: await everyClientsStore(), admin, waiters: 12 });
   });
 
   test("the FIFO check catches a LIFO queue (an enqueue script that pushes on the head)", { timeout: 60_000 }, async () => {
@@ -390,7 +396,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
   });
 
   test("release hands the key to the waiter (no poll needed), through every client", { timeout: 60_000 }, async () => {
-    const stores = await fourStores();
+    const stores = await everyClientsStore();
     for (let i = 0; i < stores.length; i++) {
       await releaseHandsOver({ holderStore: stores[i], waiterStore: stores[(i + 1) % stores.length], admin });
     }
@@ -663,7 +669,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
   });
 
   test("lost messages: the subscriber connection is killed (CLIENT KILL); the waiter still gets the key, and the store subscribes again", { timeout: 30_000 }, async () => {
-    for (const flavour of ["ioredis 5", "node-redis 5"]) {
+    for (const flavour of ["ioredis 5", "node-redis 5", "valkey-glide"]) {
       const [a, b] = [await storeOf(), await storeOf(flavour)];
       const key = uniqueKey("killed");
       const [holder, waiter] = [owner("holder"), owner("waiter")];
@@ -737,8 +743,8 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     }
   });
 
-  test("mutual exclusion: 32 waiters over 4 stores, at most one inside at a time, fences rising, queue empty afterwards", { timeout: 60_000 }, async () => {
-    const stores = await fourStores();
+  test("mutual exclusion: 32 waiters over 5 stores, at most one inside at a time, fences rising, queue empty afterwards", { timeout: 60_000 }, async () => {
+    const stores = await everyClientsStore();
     const key = uniqueKey("mutex");
     const ledger = fenceLedger();
     let inside = 0;
