@@ -1,11 +1,12 @@
 // watch(key, onChange) on Redis: redisLockStore (pkg/stores from the source tree) on a real
-// redis-server and on a real three-master Redis Cluster started here, through ioredis 5 and 6 and
-// node-redis 5 and 4 (and their cluster clients). Every change of a key's exclusive holder made
-// by a store operation — a grant (acquire, acquire-many, the enqueue script's take, a hand-over
-// by a release, a force-release, the look at the holder's expiry) and an end (release,
-// force-release, the withdraw of a handed key) — reaches every watcher once, in Redis's order,
-// with its fence and metadata and no owner token; expiry, extend and shared holds are not
-// reported; nothing after stop(); a killed pub/sub connection is told as null, and reports go on.
+// redis-server and on a real three-master Redis Cluster started here, through ioredis 5 and 6,
+// node-redis 5 and 4 and Valkey GLIDE (and their cluster clients). Every change of a key's
+// exclusive holder made by a store operation — a grant (acquire, acquire-many, the enqueue
+// script's take, a hand-over by a release, a force-release, the look at the holder's expiry) and
+// an end (release, force-release, the withdraw of a handed key) — reaches every watcher once, in
+// Redis's order, with its fence and metadata and no owner token; expiry, extend and shared holds
+// are not reported; nothing after stop(); a killed pub/sub connection is told as null (GLIDE
+// resubscribes without a word: no null), and reports go on.
 // Unwatched keys cost nothing: the acquire and release scripts run the commands they ran before.
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
@@ -14,6 +15,7 @@ import IORedis from "ioredis";
 import IORedis6 from "ioredis6";
 import { createCluster as createNodeRedisCluster } from "redis";
 import { createCluster as createNodeRedisCluster4 } from "redis4";
+import { GlideClusterClient } from "@valkey/valkey-glide";
 import { redisLockStore, WATCH_SCRIPT, WATCH_SHA } from "../../pkg/stores/redis.js";
 import { watchReport, WATCH_LEASE_MS } from "../../pkg/stores/redis-watch.js";
 import { useRedis } from "./lib/redis-fixture.js";
@@ -450,6 +452,8 @@ describe("watch on a Redis Cluster (three masters)", () => {
     "ioredis 6 Cluster": () => ioredisCluster(IORedis6, cluster),
     "node-redis 5 createCluster": () => nodeRedisCluster(createNodeRedisCluster, cluster),
     "node-redis 4 createCluster": () => nodeRedisCluster(createNodeRedisCluster4, cluster),
+    "valkey-glide GlideClusterClient": () =>
+      GlideClusterClient.createClient({ addresses: cluster.nodes.map(({ host, port }) => ({ host, port })) }),
   };
 
   for (const [name, open] of Object.entries(CLIENTS)) {
@@ -458,7 +462,9 @@ describe("watch on a Redis Cluster (three masters)", () => {
       const store = redisLockStore(client, { prefix: "kwc:", ...options });
       closers.push(async () => {
         await store.close?.();
-        await (typeof client.disconnect === "function" ? client.disconnect() : client.quit());
+        if (typeof client.disconnect === "function") await client.disconnect();
+        else if (typeof client.quit === "function") await client.quit();
+        else client.close();
       });
       return store;
     };
