@@ -1,17 +1,21 @@
 // keel-lock/redis: the Redis clients the store adapts to (ioredis and its Cluster, node-redis v4+
-// and its cluster client, @upstash/redis): detecting which one it was given, the four commands
+// and its cluster client, @upstash/redis, Valkey GLIDE's GlideClient and GlideClusterClient): detecting which one it was given, the four commands
 // it sends through each, corking a standalone ioredis socket, and the store's own pub/sub
 // connection.
 
-export const CLIENT_TYPES = ["ioredis", "ioredis-cluster", "node-redis", "node-redis-cluster", "upstash"];
+export const CLIENT_TYPES = ["ioredis", "ioredis-cluster", "node-redis", "node-redis-cluster", "upstash", "glide", "glide-cluster"];
+
+const glide = (type) => type === "glide" || type === "glide-cluster";
 
 export function fn(client, name) {
   return typeof client[name] === "function";
 }
 
 // Whether the user has closed `client` (quit, disconnect): ioredis and its Cluster say "end" in
-// `status`; node-redis clients (and node-redis v5's cluster) have `isOpen`.
+// `status`; node-redis clients (and node-redis v5's cluster) have `isOpen`; a GLIDE client has
+// `isClosed`.
 export function clientClosed(client, type) {
+  if (glide(type)) return client.isClosed === true;
   if (type === "ioredis" || type === "ioredis-cluster") return client.status === "end";
   if (type === "node-redis" || type === "node-redis-cluster") return "isOpen" in client && client.isOpen === false;
   return false;
@@ -22,9 +26,14 @@ export function clientClosed(client, type) {
  * node-redis has camel-cased `evalSha`; its cluster client also has `getSlotMaster`.
  * @upstash/redis has `evalsha` taking arrays plus `scriptLoad`.
  * ioredis has `evalsha` taking a key count and no `scriptLoad`; its Cluster has `isCluster === true`.
+ * A Valkey GLIDE client has `invokeScript` and `customCommand`; its cluster client also has
+ * `invokeScriptWithRoute`.
  */
 export function detectRedisClient(client) {
   if (client === null || (typeof client !== "object" && typeof client !== "function")) return null;
+  if (fn(client, "invokeScript") && fn(client, "customCommand")) {
+    return fn(client, "invokeScriptWithRoute") ? "glide-cluster" : "glide";
+  }
   if (fn(client, "evalSha") && fn(client, "set")) {
     return fn(client, "getSlotMaster") ? "node-redis-cluster" : "node-redis";
   }
@@ -79,6 +88,17 @@ export function adapter(client, type) {
         evalsha: (sha, keys, args) => client.evalsha(sha, keys, args),
         eval: (script, keys, args) => client.eval(script, keys, args),
         exists: (key) => client.exists(key),
+        pttl: (key) => client.pttl(key),
+      };
+    case "glide":
+    case "glide-cluster":
+      // GLIDE's own script call (invokeScript) takes a Script object of its package, which the
+      // store does not import; EVALSHA and EVAL go through customCommand instead, which a
+      // GlideClusterClient routes by the first key, as it does its own script calls.
+      return {
+        evalsha: (sha, keys, args) => client.customCommand(["EVALSHA", sha, String(keys.length), ...keys, ...args]),
+        eval: (script, keys, args) => client.customCommand(["EVAL", script, String(keys.length), ...keys, ...args]),
+        exists: (key) => client.exists([key]),
         pttl: (key) => client.pttl(key),
       };
     default:
@@ -168,6 +188,7 @@ function connected(connection) {
 // every subscription sent before it is confirmed again after a reconnect (ioredis sends them
 // again after its "ready"; node-redis has done so before its "ready").
 export function openSubscriber(client, type, channel, onMessage, onReconnect) {
+  if (glide(type)) return openGlideSubscriber(client, channel, onMessage);
   if (!fn(client, "duplicate")) {
     const ready = Promise.reject(new TypeError("redisLockStore: the client has no duplicate() to open a pub/sub connection with"));
     return { ready, connection: null, close: async () => {}, listen: () => ready, unlisten: async () => {}, barrier: async () => {} };
@@ -223,6 +244,57 @@ export function openSubscriber(client, type, channel, onMessage, onReconnect) {
   const opened = { ready: null, connection, close, subscribed: false, listen, unlisten, barrier };
   opened.ready = ready.then(() => {
     subscribed = true;
+    opened.subscribed = true;
+  });
+  return opened;
+}
+
+// A GLIDE client has no duplicate(): the store's pub/sub client is a new one of the same class,
+// made with its createClient from the options the user's client was made with (the client keeps
+// them as `config`), subscribed to `channel` from the start and delivering to a callback; more
+// channels are subscribed at run time (subscribe, which settles once the server confirmed it).
+// GLIDE resubscribes by itself after a reconnect and says nothing: messages lost meanwhile are
+// covered by the safety-net looks.
+function openGlideSubscriber(client, channel, onMessage) {
+  const others = new Map(); // channel → onText, for the channels listen() added
+  const create = client.constructor?.createClient;
+  const config = client.config;
+  let connection = null;
+  let closed = false;
+  const ready =
+    typeof create !== "function" || config === null || typeof config !== "object"
+      ? Promise.reject(new TypeError("redisLockStore: the GLIDE client has no createClient or config to open a pub/sub client with"))
+      : Promise.resolve(
+          create.call(client.constructor, {
+            ...config,
+            pubsubSubscriptions: {
+              channelsAndPatterns: { 0: new Set([channel]) }, // 0: exact channel names
+              callback: (message) => {
+                const from = String(message.channel);
+                if (from === channel) onMessage(String(message.message));
+                else others.get(from)?.(String(message.message));
+              },
+            },
+          }),
+        ).then((made) => {
+          connection = made;
+          opened.connection = made;
+          if (closed) made.close();
+        });
+  const close = async () => {
+    closed = true;
+    connection?.close();
+  };
+  const listen = (other, onText) => {
+    others.set(other, onText);
+    return ready.then(() => connection.subscribe([other], 0));
+  };
+  const unlisten = async (other) => {
+    others.delete(other);
+    if (connection !== null && !closed) await connection.unsubscribe([other], 0);
+  };
+  const opened = { ready: null, connection: null, close, subscribed: false, listen, unlisten, barrier: async () => {} };
+  opened.ready = ready.then(() => {
     opened.subscribed = true;
   });
   return opened;

@@ -97,6 +97,9 @@ function router(client, clientType, args) {
         send: (names, at) => (at === null || master(names) !== at ? null : client.sendCommand(names[0], false, ["WAIT", ...args])),
       };
     }
+    case "glide":
+    case "glide-cluster":
+      throw new TypeError("redisLockStore: waitForReplicas is not supported with a Valkey GLIDE client");
     default:
       throw new TypeError(
         `redisLockStore: waitForReplicas needs a connection to send WAIT on; ${clientType} has none ` +

@@ -57,7 +57,7 @@ export function redisWaiting({ client, clientType, channel, lockKeys, runScript,
   let lookTimerAt = Infinity;
   // A script may only touch keys of one hash slot on a cluster, and each lock's names carry
   // their own hash tag: there a look is one request per lock, on a single Redis one in all.
-  const cluster = clientType === "ioredis-cluster" || clientType === "node-redis-cluster";
+  const cluster = clientType === "ioredis-cluster" || clientType === "node-redis-cluster" || clientType === "glide-cluster";
 
   function settle(wait, answer, failed = false) {
     if (wait.settled) return;

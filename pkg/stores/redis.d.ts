@@ -1,7 +1,14 @@
 import type { Grant, HolderInfo, InspectAnswer, LockStore, WaitedGrant, WatchReport } from "../index.js";
 
 /** The client APIs `redisLockStore` adapts to. */
-export type RedisClientType = "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash";
+export type RedisClientType =
+  | "ioredis"
+  | "ioredis-cluster"
+  | "node-redis"
+  | "node-redis-cluster"
+  | "upstash"
+  | "glide"
+  | "glide-cluster";
 
 export interface RedisLockStoreOptions {
   /** Put in front of every key name, e.g. "lock:" → `lock:{invoice:42}`. Default: none. */
@@ -183,7 +190,7 @@ export type RedisLockStore = Omit<
   readonly waitingCount?: number;
   /** Whether the store's pub/sub connection is open and subscribed. */
   readonly subscribed?: boolean;
-  /** The store's pub/sub connection (a duplicate of the client), or null while it has none. */
+  /** The store's pub/sub connection (a duplicate of the client; with GLIDE, a second client), or null while it has none. */
   readonly subscriber?: object | null;
   /** The key prefix in use. */
   readonly prefix: string;
@@ -195,7 +202,7 @@ export type RedisLockStore = Omit<
 
 /**
  * A LockStore over a connected ioredis client or Cluster, node-redis (v4+) client or cluster
- * (`createCluster`), or @upstash/redis client. Acquire, release and extend are Lua scripts run by
+ * (`createCluster`), @upstash/redis client, or Valkey GLIDE `GlideClient` / `GlideClusterClient`. Acquire, release and extend are Lua scripts run by
  * EVALSHA (EVAL on NOSCRIPT); expiry is judged by Redis's clock. Except on @upstash/redis the
  * store also waits without polling (`acquireOrWait`, `withdraw`, `close`) and pushes holder
  * changes (`watch`).

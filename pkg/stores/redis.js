@@ -1,7 +1,7 @@
 // keel-lock/redis — a LockStore backed by Redis, handing out fencing tokens.
 //
 // No runtime dependencies: you hand it a connected client of your choice (ioredis, ioredis
-// Cluster, node-redis v4+ and its cluster client, @upstash/redis) and it adapts to that client's
+// Cluster, node-redis v4+ and its cluster client, @upstash/redis, Valkey GLIDE) and it adapts to that client's
 // API (redis-clients.js). Every operation is one Lua script (redis-scripts.js), one round trip
 // on the happy path; callers that must wait queue in Redis and are woken by pub/sub
 // (redis-waiting.js). Expiry is decided by Redis's clock alone. Key layout, scripts, waiting,
@@ -126,8 +126,8 @@ const heldValue = (owner, metadata) => (metadata === undefined ? owner : `${owne
  * A keel-lock LockStore over Redis.
  *
  * @param {object} client a connected ioredis (or ioredis Cluster), node-redis v4+ (createClient
- *   or createCluster) or @upstash/redis client
- * @param {{ prefix?: string, clientType?: "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash", safetyNetMs?: number, hashTags?: boolean, waitForReplicas?: { replicas: number, timeoutMs: number } }} [options]
+ *   or createCluster), @upstash/redis or Valkey GLIDE (GlideClient, GlideClusterClient) client
+ * @param {{ prefix?: string, clientType?: "ioredis" | "ioredis-cluster" | "node-redis" | "node-redis-cluster" | "upstash" | "glide" | "glide-cluster", safetyNetMs?: number, hashTags?: boolean, waitForReplicas?: { replicas: number, timeoutMs: number } }} [options]
  *   `prefix` is put in front of every key name (default: none);
  *   `hashTags`: a key's own `{tag}` decides its cluster slot (default: each key its own slot);
  *   `clientType` skips detection when a wrapped client confuses it;
@@ -147,12 +147,12 @@ export function redisLockStore(client, options = {}) {
   const hashTags = hashTagsOption(options);
   const waitForReplicas = replicasOption(options.waitForReplicas);
   const clientType = kindOption("redisLockStore", "clientType", options.clientType, CLIENT_TYPES, () => detectRedisClient(client),
-    "client — expected an ioredis, node-redis (v4+) or @upstash/redis client");
+    "client — expected an ioredis, node-redis (v4+), @upstash/redis or Valkey GLIDE client");
   const redis = adapter(client, clientType);
   const escapedPrefix = escapeName(prefix);
   const lockKey = (key) => lockName(escapedPrefix, key, hashTags);
   // A script may only touch names of one hash slot on a cluster.
-  const cluster = clientType === "ioredis-cluster" || clientType === "node-redis-cluster";
+  const cluster = clientType === "ioredis-cluster" || clientType === "node-redis-cluster" || clientType === "glide-cluster";
   // Every name one lock uses, in the order the scripts take them as KEYS (a frozen array; its
   // `take` is the first four, what the acquire script takes, `extend` the lock and grants names,
   // what the extend script takes, and `watch` the lock, waiters and watch set names, what the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The stores against real servers that the tests start and stop themselves: redis-server (via
-# ioredis 5/6, node-redis 5/4, and @upstash/redis through a REST fixture), a throwaway
+# ioredis 5/6, node-redis 5/4, Valkey GLIDE, and @upstash/redis through a REST fixture), a throwaway
 # PostgreSQL cluster (pg), better-sqlite3, D1 in local workerd, and a three-member etcd cluster.
 #   - the store tests that import pkg/stores/ from the source tree (redis-replicas.test.js: the
 #     waitForReplicas option against a primary with a replica and a Cluster with replicas);

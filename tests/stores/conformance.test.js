@@ -1,6 +1,6 @@
 // keel-lock/testing against EVERY store, all from the packed tarball as users get it: the memory
 // store, a store written in JS, redisLockStore through ioredis (5 and 6), node-redis (5 and 4)
-// and @upstash/redis (REST fixture) on a real redis-server, the user-written ioredis store from
+// @upstash/redis (REST fixture) and Valkey GLIDE on a real redis-server, the user-written ioredis store from
 // the documentation's pattern, databaseLockStore over better-sqlite3 (in memory and a shared
 // file), pg on a throwaway PostgreSQL cluster, D1 in local workerd, and etcdLockStore on a
 // three-member etcd cluster (and a racy etcd store, range-then-put and a delete without the owner
@@ -15,6 +15,7 @@ import IORedis6 from "ioredis6";
 import { createClient as createNodeRedis } from "redis";
 import { createClient as createNodeRedis4 } from "redis4";
 import { Redis as Upstash } from "@upstash/redis";
+import { GlideClient } from "@valkey/valkey-glide";
 import Database from "better-sqlite3";
 import pg from "pg";
 import { MemoryLockStore } from "keel-lock";
@@ -146,6 +147,13 @@ describe("Redis (real redis-server)", () => {
     const before = upstash.stats.commands;
     await passes(store, REMOTE, { shared: typeof store.acquireSharedOrWait === "function" ? "queued" : "polled" });
     assert.ok(upstash.stats.commands > before, "the Upstash store never reached the fixture");
+  });
+  test("redisLockStore over Valkey GLIDE (GlideClient)", async () => {
+    const client = await GlideClient.createClient({ addresses: [{ host: "127.0.0.1", port: redis.port }] });
+    cleanups.push(() => client.close());
+    const store = redisLockStore(client, { prefix: "glide:" });
+    assert.equal(store.clientType, "glide");
+    await passes(store, REMOTE);
   });
   test("the user-written ioredis store (SET … PX … NX + Lua compare-and-act)", async () => {
     await passes(userRedisStore(await ioredis(IORedis)), REMOTE, { fenced: false, shared: "none" });

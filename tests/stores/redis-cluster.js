@@ -1,9 +1,9 @@
 // redisLockStore on a real Redis Cluster: three masters (redis-server --cluster-enabled yes, joined
 // by redis-cli --cluster create) started here on free ports and stopped at the end. Through the
-// cluster clients of ioredis 5 and 6 (Redis.Cluster) and node-redis 5 and 4 (createCluster): the
-// lock contract (and keel-lock/testing's kit), fencing tokens, keys with braces spread over all
-// three masters, one command per operation with no redirections, NOSCRIPT on every master, and
-// the stale-writer story.
+// cluster clients of ioredis 5 and 6 (Redis.Cluster), node-redis 5 and 4 (createCluster) and Valkey
+// GLIDE (GlideClusterClient): the lock contract (and keel-lock/testing's kit), fencing tokens,
+// keys with braces spread over all three masters, one command per operation with no
+// redirections, NOSCRIPT on every master, and the stale-writer story.
 // Imported by redis.test.js, so `node --test redis.test.js` runs these too.
 import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
@@ -11,6 +11,7 @@ import IORedis from "ioredis";
 import IORedis6 from "ioredis6";
 import { createCluster as createNodeRedisCluster } from "redis";
 import { createCluster as createNodeRedisCluster4 } from "redis4";
+import { GlideClusterClient } from "@valkey/valkey-glide";
 import { redisLockStore, detectRedisClient, ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT } from "../../pkg/stores/redis.js";
 import { ioredisCluster as ioredisClusterOf, nodeRedisCluster as nodeRedisClusterOf, startRedisCluster } from "./lib/servers.js";
 import { newContext, registerContract } from "./lib/contract.js";
@@ -128,6 +129,11 @@ describe("Redis Cluster (three masters, started here)", () => {
       type: "node-redis-cluster",
       connect: () => nodeRedisCluster(createNodeRedisCluster4),
       close: (c) => c.quit(),
+    },
+    "valkey-glide GlideClusterClient": {
+      type: "glide-cluster",
+      connect: () => GlideClusterClient.createClient({ addresses: cluster.nodes.map(({ host, port }) => ({ host, port })) }),
+      close: (c) => c.close(),
     },
   };
 

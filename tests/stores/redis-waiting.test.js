@@ -1,7 +1,7 @@
 // Waiting without polling on Redis: redisLockStore's acquireOrWait / withdraw / forceRelease /
 // close against a real redis-server started here (and a three-master Redis Cluster for the FIFO
-// order), through ioredis 5 and 6 and node-redis 5 and 4. Each store opens its own pub/sub
-// connection, so "several processes" are several stores on their own connections.
+// order), through ioredis 5 and 6, node-redis 5 and 4 and Valkey GLIDE. Each store opens its own
+// pub/sub connection, so "several processes" are several stores on their own connections.
 //
 // The checks a broken store must fail are functions (fifoOrder, releaseHandsOver,
 // batchedLookHandsOver) run against broken variants too: a LIFO queue, a release that only
@@ -14,6 +14,7 @@ import IORedis from "ioredis";
 import IORedis6 from "ioredis6";
 import { createClient as createNodeRedis, createCluster as createNodeRedisCluster } from "redis";
 import { createClient as createNodeRedis4 } from "redis4";
+import { GlideClient, GlideClusterClient } from "@valkey/valkey-glide";
 import { Redis as Upstash } from "@upstash/redis";
 import * as redisModule from "../../pkg/stores/redis.js";
 import { redisLockStore, ACQUIRE_SCRIPT, CHECK_SCRIPT, CHECK_SHA, ENQUEUE_SCRIPT, ENQUEUE_SHA, RELEASE_SCRIPT } from "../../pkg/stores/redis.js";
@@ -188,7 +189,9 @@ export async function batchedLookHandsOver({ stores, admin, monitors, keys = 3, 
       assert.ok(Date.now() < deadline, "a store never subscribed");
       await sleep(10);
     }
-    await store.subscriber.unsubscribe(channel);
+    // A GLIDE client takes the channels as a collection, and how long to wait for the reply.
+    if (store.clientType.startsWith("glide")) await store.subscriber.unsubscribe([channel], 0);
+    else await store.subscriber.unsubscribe(channel);
   }
   const listening = await Promise.all(monitors.map((m) => m.client.pubsub("NUMSUB", channel)));
   assert.equal(listening.reduce((n, [, count]) => n + Number(count), 0), 0, "a pub/sub connection still receives the hand-over messages");
@@ -317,6 +320,11 @@ const CLIENTS = {
     connections.push(() => client.quit());
     return client;
   },
+  "valkey-glide": async () => {
+    const client = await GlideClient.createClient({ addresses: [{ host: "127.0.0.1", port: redis.port }] });
+    connections.push(() => client.close());
+    return client;
+  },
 };
 
 // A store on a fresh connection of `flavour` (each store opens its own pub/sub connection).
@@ -325,7 +333,7 @@ async function storeOf(flavour = "ioredis 5", options) {
   made.push(store);
   return store;
 }
-const fourStores = async () => Promise.all(Object.keys(CLIENTS).map((f) => storeOf(f)));
+const everyClientsStore = async () => Promise.all(Object.keys(CLIENTS).map((f) => storeOf(f)));
 
 describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelease", () => {
   test("every script's SHA is the SHA-1 of its text", () => {
@@ -369,8 +377,8 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     }
   });
 
-  test("FIFO: 12 waiters on 4 stores (ioredis 5/6, node-redis 5/4) are granted in arrival order (0 overtakes); a newcomer's acquire waits its turn", { timeout: 60_000 }, async () => {
-    await fifoOrder({ stores: await fourStores(), admin, waiters: 12 });
+  test("FIFO: 12 waiters on 5 stores (ioredis 5/6, node-redis 5/4, Valkey GLIDE) are granted in arrival order (0 overtakes); a newcomer's acquire waits its turn", { timeout: 60_000 }, async () => {
+    await fifoOrder({ stores: await everyClientsStore(), admin, waiters: 12 });
   });
 
   test("the FIFO check catches a LIFO queue (an enqueue script that pushes on the head)", { timeout: 60_000 }, async () => {
@@ -390,7 +398,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
   });
 
   test("release hands the key to the waiter (no poll needed), through every client", { timeout: 60_000 }, async () => {
-    const stores = await fourStores();
+    const stores = await everyClientsStore();
     for (let i = 0; i < stores.length; i++) {
       await releaseHandsOver({ holderStore: stores[i], waiterStore: stores[(i + 1) % stores.length], admin });
     }
@@ -663,7 +671,7 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
   });
 
   test("lost messages: the subscriber connection is killed (CLIENT KILL); the waiter still gets the key, and the store subscribes again", { timeout: 30_000 }, async () => {
-    for (const flavour of ["ioredis 5", "node-redis 5"]) {
+    for (const flavour of ["ioredis 5", "node-redis 5", "valkey-glide"]) {
       const [a, b] = [await storeOf(), await storeOf(flavour)];
       const key = uniqueKey("killed");
       const [holder, waiter] = [owner("holder"), owner("waiter")];
@@ -737,8 +745,8 @@ describe("waiting without polling (Redis): acquireOrWait / withdraw / forceRelea
     }
   });
 
-  test("mutual exclusion: 32 waiters over 4 stores, at most one inside at a time, fences rising, queue empty afterwards", { timeout: 60_000 }, async () => {
-    const stores = await fourStores();
+  test("mutual exclusion: 32 waiters over 5 stores, at most one inside at a time, fences rising, queue empty afterwards", { timeout: 60_000 }, async () => {
+    const stores = await everyClientsStore();
     const key = uniqueKey("mutex");
     const ledger = fenceLedger();
     let inside = 0;
@@ -967,12 +975,14 @@ describe("waiting on a Redis Cluster (three masters, started here)", () => {
     nr.on("error", () => {});
     await nr.connect();
     clients.push(() => nr.close());
-    const stores = [redisLockStore(io, { prefix: "kw:" }), redisLockStore(nr, { prefix: "kw:" })];
+    const glide = await GlideClusterClient.createClient({ addresses: cluster.nodes.map(({ host, port }) => ({ host, port })) });
+    clients.push(async () => glide.close());
+    const stores = [redisLockStore(io, { prefix: "kw:" }), redisLockStore(nr, { prefix: "kw:" }), redisLockStore(glide, { prefix: "kw:" })];
     made.push(...stores);
     return stores;
   }
 
-  test("FIFO on the cluster: 8 waiters on an ioredis Cluster store and a node-redis createCluster store, in arrival order", { timeout: 60_000 }, async () => {
+  test("FIFO on the cluster: 8 waiters on an ioredis Cluster store, a node-redis createCluster store and a GLIDE cluster store, in arrival order", { timeout: 60_000 }, async () => {
     await fifoOrder({ stores: await clusterStores(), admin: clusterAdmin, waiters: 8 });
   });
 
@@ -991,9 +1001,12 @@ describe("waiting on a Redis Cluster (three masters, started here)", () => {
     }
   });
 
-  test("on the cluster, release hands over through PUBLISH (no poll) in both directions", { timeout: 30_000 }, async () => {
-    const [io, nr] = await clusterStores();
-    await releaseHandsOver({ holderStore: io, waiterStore: nr, admin: clusterAdmin });
-    await releaseHandsOver({ holderStore: nr, waiterStore: io, admin: clusterAdmin });
+  test("on the cluster, release hands over through PUBLISH (no poll) in every direction", { timeout: 30_000 }, async () => {
+    const stores = await clusterStores();
+    for (const holderStore of stores) {
+      for (const waiterStore of stores) {
+        if (holderStore !== waiterStore) await releaseHandsOver({ holderStore, waiterStore, admin: clusterAdmin });
+      }
+    }
   });
 });

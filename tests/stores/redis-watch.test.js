@@ -1,11 +1,12 @@
 // watch(key, onChange) on Redis: redisLockStore (pkg/stores from the source tree) on a real
-// redis-server and on a real three-master Redis Cluster started here, through ioredis 5 and 6 and
-// node-redis 5 and 4 (and their cluster clients). Every change of a key's exclusive holder made
-// by a store operation — a grant (acquire, acquire-many, the enqueue script's take, a hand-over
-// by a release, a force-release, the look at the holder's expiry) and an end (release,
-// force-release, the withdraw of a handed key) — reaches every watcher once, in Redis's order,
-// with its fence and metadata and no owner token; expiry, extend and shared holds are not
-// reported; nothing after stop(); a killed pub/sub connection is told as null, and reports go on.
+// redis-server and on a real three-master Redis Cluster started here, through ioredis 5 and 6,
+// node-redis 5 and 4 and Valkey GLIDE (and their cluster clients). Every change of a key's
+// exclusive holder made by a store operation — a grant (acquire, acquire-many, the enqueue
+// script's take, a hand-over by a release, a force-release, the look at the holder's expiry) and
+// an end (release, force-release, the withdraw of a handed key) — reaches every watcher once, in
+// Redis's order, with its fence and metadata and no owner token; expiry, extend and shared holds
+// are not reported; nothing after stop(); a killed pub/sub connection is told as null (GLIDE
+// resubscribes without a word: no null), and reports go on.
 // Unwatched keys cost nothing: the acquire and release scripts run the commands they ran before.
 import assert from "node:assert/strict";
 import { createHash, randomBytes } from "node:crypto";
@@ -14,6 +15,7 @@ import IORedis from "ioredis";
 import IORedis6 from "ioredis6";
 import { createCluster as createNodeRedisCluster } from "redis";
 import { createCluster as createNodeRedisCluster4 } from "redis4";
+import { GlideClusterClient } from "@valkey/valkey-glide";
 import { redisLockStore, WATCH_SCRIPT, WATCH_SHA } from "../../pkg/stores/redis.js";
 import { watchReport, WATCH_LEASE_MS } from "../../pkg/stores/redis-watch.js";
 import { useRedis } from "./lib/redis-fixture.js";
@@ -244,9 +246,36 @@ describe("watch on a standalone Redis", () => {
     return store;
   };
 
-  for (const name of ["ioredis 5", "ioredis 6", "node-redis 5", "node-redis 4"]) {
+  for (const name of ["ioredis 5", "ioredis 6", "node-redis 5", "node-redis 4", "valkey-glide"]) {
     registerCases(() => ({ admin, storeOf: (options) => storeWith(name, options) }), name);
 
+    if (name === "valkey-glide") {
+      // GLIDE resubscribes by itself and says nothing of it: no null comes; reports go on once
+      // the connection is subscribed again (both channels: the hand-over one and the key's).
+      test(`${name}: the pub/sub connection killed (CLIENT KILL TYPE pubsub): GLIDE resubscribes, no null comes, and reports go on`, { timeout: 30_000 }, async () => {
+        const [s1, s2] = [await storeWith(name), await storeWith(name)];
+        const k = `watch:${name}:killed:${tag()}`;
+        const watcher = recorder();
+        const stop = await s1.watch(k, watcher.onChange);
+        const o = owner();
+        const g1 = await s2.acquire(k, o, LONG);
+        await until(watcher.reports, 1);
+        const killed = await admin.client("KILL", "TYPE", "pubsub");
+        assert.ok(killed >= 1, "no pub/sub connection to kill");
+        const deadline = Date.now() + 20_000;
+        while (!/ sub=2 /.test(await admin.client("LIST", "TYPE", "pubsub"))) {
+          assert.ok(Date.now() < deadline, "the store's GLIDE client did not subscribe again");
+          await sleep(20);
+        }
+        assert.equal(await s2.release(k, o), true);
+        const g2 = await s2.acquire(k, o, LONG);
+        await until(watcher.reports, 3);
+        assert.deepEqual(watcher.reports.map(plain), [grant(g1.fence), end(g1.fence), grant(g2.fence)]);
+        await stop();
+        assert.equal(await s2.release(k, o), true);
+      });
+      continue;
+    }
     test(`${name}: the pub/sub connection killed (CLIENT KILL TYPE pubsub): every watcher is told null once it is back, and reports go on`, { timeout: 30_000 }, async () => {
       const [s1, s2] = [await storeWith(name), await storeWith(name)];
       const k = `watch:${name}:killed:${tag()}`;
@@ -423,6 +452,8 @@ describe("watch on a Redis Cluster (three masters)", () => {
     "ioredis 6 Cluster": () => ioredisCluster(IORedis6, cluster),
     "node-redis 5 createCluster": () => nodeRedisCluster(createNodeRedisCluster, cluster),
     "node-redis 4 createCluster": () => nodeRedisCluster(createNodeRedisCluster4, cluster),
+    "valkey-glide GlideClusterClient": () =>
+      GlideClusterClient.createClient({ addresses: cluster.nodes.map(({ host, port }) => ({ host, port })) }),
   };
 
   for (const [name, open] of Object.entries(CLIENTS)) {
@@ -431,7 +462,9 @@ describe("watch on a Redis Cluster (three masters)", () => {
       const store = redisLockStore(client, { prefix: "kwc:", ...options });
       closers.push(async () => {
         await store.close?.();
-        await (typeof client.disconnect === "function" ? client.disconnect() : client.quit());
+        if (typeof client.disconnect === "function") await client.disconnect();
+        else if (typeof client.quit === "function") await client.quit();
+        else client.close();
       });
       return store;
     };

@@ -49,6 +49,7 @@ const FLAVOURS = {
   "node-redis 5": { type: "node-redis", connect: server.clients["node-redis 5"] },
   "node-redis 4": { type: "node-redis", connect: server.clients["node-redis 4"] },
   "@upstash/redis (REST)": { type: "upstash", connect: server.clients["@upstash/redis (REST)"] },
+  "valkey-glide": { type: "glide", connect: server.clients["valkey-glide"] },
 };
 
 // Commands Redis executed since `resetStats()`, from INFO commandstats, without the admin's own.

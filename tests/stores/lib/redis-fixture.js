@@ -7,6 +7,7 @@ import IORedis6 from "ioredis6";
 import { createClient as createNodeRedis } from "redis";
 import { createClient as createNodeRedis4 } from "redis4";
 import { Redis as Upstash } from "@upstash/redis";
+import { GlideClient } from "@valkey/valkey-glide";
 import { startRedis, startUpstashFixture } from "./servers.js";
 
 /**
@@ -60,6 +61,10 @@ export function standaloneClients(servers) {
     "ioredis 6": ioredis(IORedis6.default ?? IORedis6),
     "node-redis 5": nodeRedis(createNodeRedis),
     "node-redis 4": nodeRedis(createNodeRedis4),
+    "valkey-glide": async () => {
+      const client = await GlideClient.createClient({ addresses: [{ host: "127.0.0.1", port: servers().redis.port }] });
+      return { client, close: () => client.close() };
+    },
     "@upstash/redis (REST)": async () => {
       const { url, token } = servers().upstash;
       return { client: new Upstash({ url, token, retry: false }), close: () => {} };

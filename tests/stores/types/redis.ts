@@ -18,6 +18,7 @@ import type { Grant, LockStore, WatchReport } from "../../../pkg/index.js";
 import { Redis as IORedis, Cluster } from "ioredis";
 import { createClient, createCluster } from "redis";
 import { Redis as Upstash } from "@upstash/redis";
+import { GlideClient, GlideClusterClient } from "@valkey/valkey-glide";
 
 export async function redisUsage(): Promise<void> {
   const io: RedisLockStore = redisLockStore(new IORedis(), { prefix: "lock:" });
@@ -27,6 +28,12 @@ export async function redisUsage(): Promise<void> {
     clientType: "node-redis-cluster",
   });
   const upstash = redisLockStore(new Upstash({ url: "http://x", token: "t" }));
+  const glide: RedisLockStore = redisLockStore(await GlideClient.createClient({ addresses: [{ host: "127.0.0.1" }] }));
+  const glideCluster = redisLockStore(await GlideClusterClient.createClient({ addresses: [{ host: "127.0.0.1", port: 7000 }] }), {
+    clientType: "glide-cluster",
+  });
+  const glideType: "glide" | "glide-cluster" = glideCluster.clientType === "glide" ? "glide" : "glide-cluster";
+  const glideWaits: boolean = typeof glide.acquireOrWait === "function" && glideType !== undefined;
   const kind: RedisClientType | null = detectRedisClient(ioCluster);
   const type: RedisClientType = nodeRedisCluster.clientType;
 
