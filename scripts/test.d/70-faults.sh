@@ -5,11 +5,12 @@
 #   - a short JS-level fuzz (random restoreLock strings, options, keys, TTLs, stores answering
 #     random values: only documented errors, never a wasm trap);
 #   - the fault scenarios with fixed seeds: concurrent OS processes against memory, Redis (with and
-#     without AOF), Redis Cluster (with replicas), Upstash (REST fixture), better-sqlite3 and
-#     PostgreSQL while holders are SIGKILLed and SIGSTOPped, the store restarts (a cluster master
-#     fails over; a replica that fell behind takes over, losing acknowledged grants: reported as
-#     losses, and held to none on a store with waitForReplicas) and store calls fail; every
-#     history checked; each scenario also run against a broken store, which must fail;
+#     without AOF), Redis Cluster (with replicas), Upstash (REST fixture), better-sqlite3,
+#     PostgreSQL and etcd (three members) while holders are SIGKILLed and SIGSTOPped, the store
+#     restarts (a cluster master fails over; a replica that fell behind takes over, losing
+#     acknowledged grants: reported as losses, and held to none on a store with waitForReplicas;
+#     the etcd leader is SIGKILLed, a follower restarted: losing nothing) and store calls fail;
+#     every history checked; each scenario also run against a broken store, which must fail;
 #   - the Workers scenarios (workers.js) in real workerd through Miniflare: two Worker scripts on
 #     one Durable Object namespace while the lock objects are reset and the runtime is restarted
 #     on its persist directory with waiters and holders active, and three Worker scripts on one
@@ -20,7 +21,7 @@
 #     store (limit-blind, writer-shares, partial-set, two-leaders).
 # Each run lasts at least its seconds and then goes on until it has shown what it must (its broken
 # store caught, each of its faults exercised), for at most a minute more: a slow machine makes a
-# run longer, never vacuous. About 5 to 6 minutes in all.
+# run longer, never vacuous. About 6 to 7 minutes in all (etcd's four scenarios about 50 s of it).
 # Modes: `soak` (make soak: every broken variant, SOAK_SECONDS shared among the correct runs of
 # run.js and WORKERS_SOAK_SECONDS, default 120, among the Workers scenarios'; histories and
 # summary tables under tests/faults/results/) and `fuzz` (make fuzz: the JS fuzz with

@@ -6,7 +6,8 @@
 //
 // Stores: memory (in one process), Redis (with and without AOF), Redis Cluster (three masters
 // with a replica each, through an ioredis Cluster), Upstash (@upstash/redis over the REST fixture
-// of tests/stores, which polls: no pub/sub), better-sqlite3 on a shared file, PostgreSQL.
+// of tests/stores, which polls: no pub/sub), better-sqlite3 on a shared file, PostgreSQL, etcd
+// (three members, through the JSON gateway; the lock only).
 //
 // Primitives: `lock` on every store and scenario below; semaphores (1–2 permits of 3),
 // read-write locks (readers and writers on one key), several keys at once (`lock([a, b])`, two
@@ -41,6 +42,21 @@
 //            grant must have been refused for want of a replica's acknowledgement; its broken
 //            variant, no-wait, is that store without the option
 //   errors   a tenth of the store calls throw, half before reaching the store, half after
+//   leader   etcd: the leader is SIGKILLed mid-run and started again once the other two have
+//            elected a new one (recorded as persistent: Raft loses no acknowledged write, so an
+//            overlap or a repeated fence across it is a violation); its broken variant is
+//            no-compare (acquire reads the key, then puts it without the create_revision compare)
+//   member   etcd: a follower is SIGKILLed and started again mid-run (persistent)
+// etcd leases are whole seconds with a minimum of one (lib/servers.js's cluster grants no less),
+// so its runs lock with a 1 s TTL; and etcd lets a lease live past its TTL — it looks for expired
+// leases twice a second, and a new leader restarts every lease's countdown (docs/testing.md: up
+// to one more TTL after a leader change). That costs liveness, not safety: a lease still lasts
+// at least its TTL from the grant. So on etcd what a lease's upper bound decides — an acquire
+// refused while the key was certainly free, an extend or release by an owner whose lease had
+// certainly expired — is judged with 4 s of tolerance (a TTL and an election more, lib/judge.js);
+// overlaps, fences and stale writes are judged as on every store, with the checker's default.
+// A leader or member run must also have granted a key after the fault ended, so that fences are
+// compared across it.
 // Each scenario must give 0 violations with the correct store, and ≥ 1 with its own broken
 // variant (owner-blind release, no expiry or fence reuse), so none passes vacuously; a soak runs
 // every broken variant, and each must be caught. A restart of Redis without AOF loses locks and
@@ -73,9 +89,9 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, readSync, readdirSync, rmS
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { checkHistory } from "keel-lock/testing";
 import { schema } from "keel-lock/sql";
-import { startCluster, startPg, startRedis, startUpstash } from "./lib/servers.js";
+import { startCluster, startEtcd, startPg, startRedis, startUpstash } from "./lib/servers.js";
+import { judge } from "./lib/judge.js";
 import { prepare } from "./lib/stores.js";
 
 const here = dirname(fileURLToPath(import.meta.url));
@@ -99,11 +115,21 @@ const SCENARIOS = {
   // replica's sleep (hand-overs of the first key may wait on a pub/sub connection to that replica).
   takeover: { restart: "takeover", broken: "fence-reuse", firstKey: 1 },
   errors: { errorRate: 0.1, broken: "owner-blind" },
+  leader: { restart: "leader", broken: "no-compare" },
+  member: { restart: "member", broken: "fence-reuse" },
 };
+// Scenarios whose runs must grant a key after the fault (see above).
+const ACROSS_LEADERS = new Set(["leader", "member"]);
 const VARIANTS = ["owner-blind", "no-expiry", "fence-reuse"];
 // Stores with a broken variant of their own: the one their scenarios are shown to catch, and one
 // more that a soak runs.
 const OWN_BROKEN = { "redis-cluster-wait": "no-wait" };
+// Broken variants a soak runs on one store besides VARIANTS (make test runs them where a
+// scenario names them).
+const SOAK_BROKEN = { etcd: ["no-compare"] };
+// A store's TTL where the suite's is too short for it: etcd's leases are whole seconds.
+const TTL_OF = { etcd: 1_000 };
+
 // The options of the store redis-cluster-wait: the store as shipped on the same cluster, waiting
 // for one replica after every grant.
 const WAIT_FOR_REPLICAS = { replicas: 1, timeoutMs: 100 };
@@ -118,6 +144,7 @@ const MATRIX = [
   ["redis-cluster", ["kill", "stop", "failover", "takeover", ...(soak ? ["errors", "restart"] : [])]],
   ["redis-cluster-wait", ["takeover"]],
   ["upstash", ["kill", "stop", ...(soak ? ["errors"] : [])]],
+  ["etcd", ["leader", "member", "kill", "stop"]],
 ];
 
 // The shared holds, each with the broken store its runs must catch: permits over the limit, and
@@ -156,7 +183,7 @@ for (const [store, scenarios] of MATRIX) {
     for (const scenario of list) {
       if (onlyScenario && onlyScenario !== scenario) continue;
       const own = OWN_BROKEN[store];
-      const lockBroken = soak ? [...VARIANTS, ...(own ? [own] : [])] : [own ?? SCENARIOS[scenario].broken];
+      const lockBroken = soak ? [...VARIANTS, ...(own ? [own] : []), ...(SOAK_BROKEN[store] ?? [])] : [own ?? SCENARIOS[scenario].broken];
       const brokenOnes = primitive === "lock" ? lockBroken : [PRIMITIVES[primitive].broken];
       for (const variant of ["correct", ...brokenOnes]) {
         if (!onlyVariant || onlyVariant === variant) runs.push({ store, primitive, scenario, variant });
@@ -227,6 +254,11 @@ const isGrant = (e) => e.type === "ok" && (e.op === "acquire" || e.op === "campa
 const countGrants = (history) => history.filter(isGrant).length;
 const countInjected = (history) => history.filter((e) => e.type === "info" && /injected/.test(e.error ?? "")).length;
 const countNotReplicated = (history) => history.filter((e) => e.type === "info" && NOT_REPLICATED.test(e.error ?? "")).length;
+// Grants asked for after the last store fault had ended (a fence to compare with the ones before).
+const countGrantsAfterFault = (history) => {
+  const ended = Math.max(...history.filter((e) => e.type === "restart").map((e) => e.t1));
+  return history.filter((e) => isGrant(e) && e.t0 > ended).length;
+};
 const countStaleRefused = (history) => history.filter((e) => e.type === "write" && e.afterStop && !e.accepted).length;
 // A killed holder never releases: its key is free again only once its lease has run out.
 const countTakenOver = (history, kills) => kills.filter((k) => history.some((e) => isGrant(e) && e.key === k.key && e.t0 > k.at)).length;
@@ -245,6 +277,7 @@ async function server(kind) {
   if (kind === "pg") return startPg();
   if (kind === "redis-cluster") return startCluster();
   if (kind === "upstash") return startUpstash();
+  if (kind === "etcd") return startEtcd();
   return null;
 }
 
@@ -255,6 +288,7 @@ function storeSpec(kind, srv, dir) {
   if (kind === "redis-cluster") return { kind, nodes: srv.nodes };
   if (kind === "redis-cluster-wait") return { kind: "redis-cluster", nodes: srv.nodes, waitForReplicas: WAIT_FOR_REPLICAS };
   if (kind === "upstash") return { kind, url: srv.url, token: srv.token };
+  if (kind === "etcd") return { kind, endpoints: srv.endpoints };
   return { kind: "pg", url: srv.url };
 }
 
@@ -265,6 +299,7 @@ async function runOne(run, seed, srv) {
   mkdirSync(dir, { recursive: true });
   const s = SCENARIOS[scenario];
   const durationMs = variant === "correct" ? CORRECT_MS : BROKEN_MS;
+  const ttlMs = TTL_OF[store] ?? TTL_MS;
   const inProcess = store === "memory";
   let spec = storeSpec(store, srv, dir);
   let scratch = null;
@@ -307,7 +342,7 @@ async function runOne(run, seed, srv) {
       primitive,
       variant,
       keys: 2,
-      ttlMs: TTL_MS,
+      ttlMs,
       holdMs: 15,
       seed,
       errorRate: s.errorRate ?? 0,
@@ -343,7 +378,7 @@ async function runOne(run, seed, srv) {
         return;
       }
       let stopped = false;
-      if (victim === "stop" && !stopping && Date.now() - lastStop > TTL_MS) {
+      if (victim === "stop" && !stopping && Date.now() - lastStop > ttlMs) {
         child.kill("SIGSTOP");
         faults.stop++;
         // Past its TTL, and on until another holder has written a higher fence to the key, so
@@ -352,7 +387,7 @@ async function runOne(run, seed, srv) {
         const overtaken = () =>
           m.fence == null ||
           historySoFar().some((e) => e.type === "write" && e.key === m.inside && e.owner !== m.label && e.accepted && e.fence > m.fence);
-        await sleep(3 * TTL_MS);
+        await sleep(3 * ttlMs);
         while (!stopping && Date.now() - since < STOP_CAP_MS && !overtaken()) await sleep(20);
         child.kill("SIGCONT");
         lastStop = Date.now();
@@ -397,15 +432,16 @@ async function runOne(run, seed, srv) {
     const missing = [];
     if (countGrants(history) === 0) missing.push("a grant");
     if (variant !== "correct") {
-      const { violations } = checkHistory(history, { maxReported: 1 }); // one of each kind
+      const { violations } = judge(history, store, { maxReported: 1 }); // one of each kind
       if (!violations.some((v) => v.kind !== "malformed_history")) missing.push("a violation");
       return missing;
     }
     if (s.victim === "kill" && countTakenOver(history, kills) === 0) missing.push("a killed holder's key granted again");
     if (s.victim === "stop" && countStaleRefused(history) === 0) missing.push("a stopped holder's stale write refused");
     if (s.restart && faults.restart === 0) missing.push("a store restart");
+    if (ACROSS_LEADERS.has(scenario) && countGrantsAfterFault(history) === 0) missing.push("a grant after the store fault");
     if (s.errorRate && countInjected(history) === 0) missing.push("a failed store call");
-    if (lossMustShow && checkHistory(history, { maxReported: 1 }).lossCount === 0) missing.push("a loss");
+    if (lossMustShow && judge(history, store, { maxReported: 1 }).lossCount === 0) missing.push("a loss");
     if (store === "redis-cluster-wait" && countNotReplicated(history) === 0) missing.push("a grant refused unreplicated");
     return missing;
   };
@@ -465,7 +501,7 @@ async function runOne(run, seed, srv) {
   if (scratch) rmSync(scratch, { recursive: true, force: true });
 
   const history = historySoFar();
-  const report = checkHistory(history, { maxReported: 20 });
+  const report = judge(history, store, { maxReported: 20 });
   const stats = outputs.map((o) => {
     try {
       return JSON.parse(o.out.trim().split("\n").pop());
@@ -522,6 +558,7 @@ async function runOne(run, seed, srv) {
     if (s.victim === "stop" && faults.stop === 0) problems.push("no holder was stopped");
     if (s.victim === "stop" && staleRefused === 0) problems.push("no stopped holder's stale write was refused");
     if (s.restart && faults.restart === 0) problems.push("the store was not restarted");
+    if (ACROSS_LEADERS.has(scenario) && countGrantsAfterFault(history) === 0) problems.push("no key was granted after the store fault ended");
     if (s.errorRate && injected === 0) problems.push("no store call failed");
     if (s.restart && store === "redis" && (report.lossCount ?? report.losses.length) === 0) problems.push("Redis without AOF restarted and no loss was detected");
     if (s.restart && store !== "redis" && !lossyRestart && (report.lossCount ?? report.losses.length) > 0) problems.push("a persistent store's restart was excused as a loss");
@@ -607,7 +644,7 @@ const totals =
   `Correct stores: ${total("operations")} operations, ${total("grants")} grants, ${total("faults")} faults injected, ` +
   `${total("violations")} violations, ${total("losses")} losses in ${Math.round(total("seconds"))} s of runs. ` +
   `Broken stores caught: ${broken.filter((r) => r.violations > 0).length} of ${broken.length} runs` +
-  [...VARIANTS, ...Object.values(OWN_BROKEN), ...Object.values(PRIMITIVES).map((p) => p.broken)].map((v) => {
+  [...VARIANTS, ...Object.values(OWN_BROKEN), ...Object.values(SOAK_BROKEN).flat(), ...Object.values(PRIMITIVES).map((p) => p.broken)].map((v) => {
     const of = broken.filter((r) => r.variant === v);
     return of.length ? `; ${v} ${of.filter((r) => r.violations > 0).length}/${of.length}` : "";
   }).join("") +

@@ -6,6 +6,7 @@
 // read back and never blindly resent, username/password auth (no secret in any error) and an
 // endpoint that is not etcd. The conformance kit runs against the store in conformance.test.js.
 import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
 import http from "node:http";
 import { after, before, describe, test } from "node:test";
 import { lock, setLockStore } from "keel-lock";
@@ -536,6 +537,85 @@ describe("the leader SIGKILLed", () => {
     assert.equal(await store.release(held, "survivor"), true);
 
     // The killed member comes back and the cluster is whole again.
+    cluster.members[leader].start();
+    await until("three members agree on a leader", async () => {
+      try {
+        await cluster.leader({ timeoutMs: 2_000 });
+        return true;
+      } catch {
+        return false;
+      }
+    });
+  });
+});
+
+// Last too: it kills the leader (and starts it again). A holder's process dies without revoking
+// its lease, and the leader dies right after: the new leader restarts every lease's countdown, so
+// the key outlives its TTL by up to one more TTL and the election — later, never sooner: no one
+// else gets the key before the TTL has run out (docs/testing.md).
+describe("a killed holder's lease across a leader change", () => {
+  test("the key is free again no sooner than the TTL after the grant, and no later than 2×TTL + 10 s after the holder died", async () => {
+    const TTL_MS = 2_000;
+    const leader = await cluster.leader();
+    const key = freshKey("holder-then-leader-killed");
+    // The holder: its own process, which acquires, says so with the time it asked, and waits.
+    const holder = spawn(
+      process.execPath,
+      [
+        "--input-type=module",
+        "-e",
+        `import { etcdLockStore } from ${JSON.stringify(new URL("../../pkg/stores/etcd.js", import.meta.url).href)};
+         const store = etcdLockStore({ endpoints: ${JSON.stringify(cluster.endpoints)} });
+         const asked = Date.now();
+         const got = await store.acquire(${JSON.stringify(key)}, "holder", ${TTL_MS});
+         process.stdout.write(JSON.stringify({ asked, fence: got ? got.fence : null }) + "\\n");
+         setInterval(() => {}, 1_000);`,
+      ],
+      { stdio: ["ignore", "pipe", "inherit"] },
+    );
+    const exited = new Promise((resolve) => holder.once("exit", resolve));
+    let line = "";
+    const said = await new Promise((resolve, reject) => {
+      holder.stdout.on("data", (d) => {
+        line += d;
+        if (line.includes("\n")) resolve(JSON.parse(line));
+      });
+      holder.once("exit", (code) => reject(new Error(`the holder exited ${code} before holding`)));
+    });
+    assert.ok(said.fence, "the holder was granted the key");
+    holder.kill("SIGKILL");
+    await exited;
+    const died = Date.now();
+    await cluster.members[leader].kill("SIGKILL");
+    const others = cluster.endpoints.filter((_, i) => i !== leader);
+    const store = etcdLockStore({ endpoints: others, timeoutMs: 1_000 });
+
+    // Waited for by state: the key held until etcd deletes it with its lease.
+    const deadline = died + 2 * TTL_MS + 10_000;
+    let free = null;
+    let held = 0;
+    while (free === null) {
+      try {
+        if (await store.isLocked(key)) held++;
+        else free = Date.now();
+      } catch (error) {
+        if (!(error instanceof EtcdStoreError)) throw error; // no leader yet: asked again
+      }
+      if (free === null) {
+        assert.ok(Date.now() < deadline, `the key still held ${Date.now() - died} ms after its holder died (TTL ${TTL_MS} ms)`);
+        await sleep(50);
+      }
+    }
+    assert.ok(held > 0, "the key was seen held after the leader's death");
+    assert.ok(free - said.asked >= TTL_MS, `free ${free - said.asked} ms after the holder asked for a ${TTL_MS} ms lease`);
+    const next = await cluster.leader();
+    assert.notEqual(next, leader, "a new leader");
+    // The next holder takes it, with a higher fence.
+    const got = await store.acquire(key, "next", TTL_MS);
+    assert.ok(got && got.fence > said.fence, `fences ${said.fence}, ${got?.fence}`);
+    assert.equal(await store.release(key, "next"), true);
+    console.log(`# lease of ${TTL_MS} ms, holder killed, then the leader: free ${free - died} ms after the holder died (${free - said.asked} ms after it asked)`);
+
     cluster.members[leader].start();
     await until("three members agree on a leader", async () => {
       try {

@@ -2,11 +2,11 @@
 // the packed tarball, recording every call as history events (one JSON line each, written
 // synchronously so a SIGKILL loses nothing already done) for the checker in keel-lock/testing.
 //   node lib/client.js '<json config>'
-//   config: { id, store: { kind: "memory" | "redis" | "redis-cluster" | "upstash" | "sqlite" | "pg",
-//                           port?, nodes?, path?, url?, token? },
+//   config: { id, store: { kind: "memory" | "redis" | "redis-cluster" | "upstash" | "sqlite" | "pg" | "etcd",
+//                           port?, nodes?, path?, url?, token?, endpoints? },
 //             primitive: "lock" | "semaphore" | "rw" | "multi" | "leader",
 //             variant: "correct" | "owner-blind" | "no-expiry" | "fence-reuse" | "limit-blind" | "writer-shares"
-//                      | "partial-set" | "two-leaders",
+//                      | "partial-set" | "two-leaders" | "no-wait" | "no-compare",
 //             keys, ttlMs, holdMs, seed, errorRate, clients, history, victim, probe }
 // It runs until the runner says stop (the runner goes on until the run has shown what it must),
 // or until the runner is gone.
@@ -28,6 +28,7 @@ import { openSync, writeSync, closeSync } from "node:fs";
 import { lock, semaphore, readLock, writeLock, observe, setLockStore, MemoryLockStore, LockNotHeldError } from "keel-lock";
 import { redisLockStore, redisLockKeys } from "keel-lock/redis";
 import { databaseLockStore, schema } from "keel-lock/sql";
+import { etcdLockStore, etcdLockKeys } from "keel-lock/etcd";
 import { makeStoreFor } from "./stores.js";
 import { generator } from "../workers/random.js";
 
@@ -83,7 +84,7 @@ const { store, resource, close } = await makeStoreFor(config.store, {
   variant,
   errorRate,
   random: generator(seed * 7919 + id),
-  lib: { MemoryLockStore, redisLockStore, redisLockKeys, databaseLockStore, schema },
+  lib: { MemoryLockStore, redisLockStore, redisLockKeys, databaseLockStore, schema, etcdLockStore, etcdLockKeys },
 });
 setLockStore(store);
 process.send?.({ ready: true }); // the runner starts its clock once every first process is ready

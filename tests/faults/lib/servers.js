@@ -7,6 +7,9 @@
 //                         of the master serving a run's key
 //   startUpstash()        redis-server (no persistence) behind the Upstash REST fixture of
 //                         tests/stores/lib/servers.js
+//   startEtcd()           a three-member etcd cluster (started by tests/stores/lib/servers.js),
+//                         with leader() (the leader SIGKILLed and started again) and member()
+//                         (a follower SIGKILLed and started again)
 // Each answers { ..., restart(), stop() }; restart() kills the server abruptly (SIGKILL / immediate
 // shutdown) and starts it again. A fault may answer { persistent, t0, t1 }: whether the store kept
 // its state through it (when that differs from the server's `persistent`) and when it happened. Everything is stopped by PID on exit. Free ports come from
@@ -17,7 +20,7 @@ import net from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import IORedis from "ioredis";
-import { freePort, simpleReplies, sleep, startRedisCluster, startUpstashFixture } from "../../stores/lib/servers.js";
+import { freePort, simpleReplies, sleep, startEtcdCluster, startRedisCluster, startUpstashFixture } from "../../stores/lib/servers.js";
 
 const cleanups = new Set();
 process.on("exit", () => {
@@ -342,6 +345,63 @@ export async function startUpstash() {
     async stop() {
       await fixture.stop();
       await redis.stop();
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+// etcd: three members on loopback ports, a 50 ms heartbeat and a 500 ms election timeout (a new
+// leader within a second or two of the old one's death). Raft commits every write on a majority
+// before it is answered, so no fault here loses an acknowledged write: each answers
+// { persistent: true }, and an overlap or a repeated fence across it is a violation.
+//   leader()  the leader is SIGKILLed; once the two left agree on a new leader (every call
+//             meanwhile may fail) it is started again on its data dir and rejoins as a follower
+//             while the run goes on. The new leader restarts every lease's countdown: a hold
+//             whose holder died may outlive its TTL by up to one more TTL (docs/testing.md).
+//   member()  a follower is SIGKILLed and started again at once; it rejoins while the run goes on.
+// Each first waits (bounded) until the three members agree on a leader again after the last.
+
+export async function startEtcd() {
+  const cluster = await startEtcdCluster({ members: 3 });
+  const now = () => performance.timeOrigin + performance.now();
+  let rejoined = Promise.resolve();
+  const whole = () => cluster.leader({ timeoutMs: SETTLE_MS });
+  const bounce = async (pick) => {
+    await rejoined;
+    const leader = await whole();
+    const index = pick(leader);
+    const member = cluster.members[index];
+    const t0 = now();
+    await member.kill("SIGKILL");
+    // Killing a follower leaves the leader in place; killing the leader waits for the election.
+    const next = await cluster.leader({ timeoutMs: SETTLE_MS });
+    if (index === leader && next === leader) throw new Error("etcd: the killed leader is still the leader");
+    const t1 = now();
+    member.start();
+    rejoined = (async () => {
+      const deadline = Date.now() + SETTLE_MS;
+      for (;;) {
+        try {
+          await cluster.leader({ timeoutMs: 2_000 });
+          if (member.running()) return;
+        } catch (error) {
+          if (Date.now() > deadline) throw error;
+        }
+        if (!member.running()) throw new Error(`etcd: member ${member.name} did not start again`);
+        await sleep(50);
+      }
+    })();
+    rejoined.catch(() => {}); // reported by the next fault, which waits for it
+    return { persistent: true, t0, t1, leader: index === leader };
+  };
+  return {
+    endpoints: cluster.endpoints,
+    persistent: true,
+    leader: () => bounce((leader) => leader),
+    member: () => bounce((leader) => (leader + 1) % cluster.members.length),
+    async stop() {
+      await rejoined.catch(() => {});
+      await cluster.stop();
     },
   };
 }

@@ -13,6 +13,9 @@
 //                 for every key
 //   two-leaders   a third of the acquires of a held key are answered with a grant nobody took
 //   no-wait       (a store with waitForReplicas) the same store without the option
+//   no-compare    (etcd) acquire reads the key, takes a lease and puts the key with it when the read
+//                 found it free: the transaction without its create_revision compare, so two
+//                 acquires that read at once both win
 // `errorRate` makes that share of store calls throw: half before the call reaches the store, half
 // after it took effect with the answer lost.
 import IORedis from "ioredis";
@@ -46,8 +49,70 @@ function redisBackend(client, lib, options) {
   };
 }
 
+// etcd's gateway, as the broken store and the fenced resource call it: each endpoint in turn, each
+// request bounded.
+async function etcdRequest(endpoints, path, body) {
+  let last = null;
+  for (const url of endpoints) {
+    try {
+      const response = await fetch(url + path, {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify(body),
+        signal: AbortSignal.timeout(2_000),
+      });
+      const text = await response.text();
+      if (response.ok) return JSON.parse(text);
+      last = new Error(`${path}: HTTP ${response.status} ${text.slice(0, 200)}`);
+    } catch (error) {
+      last = error;
+    }
+  }
+  throw last;
+}
+const b64 = (text) => Buffer.from(text, "utf8").toString("base64");
+// A fence as an etcd value that sorts as the number does (etcd compares values as bytes).
+const FENCE_DIGITS = 20;
+const fenceValue = (fence) => b64(String(fence).padStart(FENCE_DIGITS, "0"));
+
+/** The etcd store's acquire without its create_revision compare: read, then put (no-compare). */
+function etcdNoCompare(store, endpoints, lib) {
+  return {
+    ...store,
+    async acquire(key, owner, ttlMs) {
+      const { lock } = lib.etcdLockKeys(key);
+      const read = await etcdRequest(endpoints, "/v3/kv/range", { key: b64(lock), count_only: true });
+      if (Number(read.count ?? 0) > 0) return false;
+      const lease = await etcdRequest(endpoints, "/v3/lease/grant", { TTL: Math.max(1, Math.ceil(ttlMs / 1000)) });
+      const put = await etcdRequest(endpoints, "/v3/kv/put", { key: b64(lock), value: b64(owner), lease: lease.ID });
+      return { fence: Number(put.header.revision) };
+    },
+  };
+}
+
 async function backend(spec, lib) {
   switch (spec.kind) {
+    case "etcd": {
+      // The store as shipped, over every member; the resource is a key of its own in the same
+      // cluster, written in one transaction only while it holds no higher fence.
+      const store = lib.etcdLockStore({ endpoints: spec.endpoints });
+      return {
+        store: spec.noCompare ? etcdNoCompare(store, spec.endpoints, lib) : store,
+        forceRelease: (key) => store.forceRelease(key),
+        resource: {
+          async write(key, fence) {
+            const name = b64(`fault-resource/${key}`);
+            const reply = await etcdRequest(spec.endpoints, "/v3/kv/txn", {
+              // A missing key fails the compare too: written.
+              compare: [{ key: name, target: "VALUE", result: "GREATER", value: fenceValue(fence) }],
+              failure: [{ request_put: { key: name, value: fenceValue(fence) } }],
+            });
+            return reply.succeeded !== true;
+          },
+        },
+        close: async () => {},
+      };
+    }
     case "memory": {
       const store = new lib.MemoryLockStore();
       const fences = new Map();
@@ -174,7 +239,7 @@ const METHODS = [
 
 function broken(store, variant, forceRelease, kind, random) {
   // The store built without its option (makeStoreFor) is the whole of no-wait's breakage.
-  if (variant === "no-wait") variant = "correct";
+  if (variant === "no-wait" || variant === "no-compare") variant = "correct";
   return brokenStore(store, variant, { methods: METHODS, forceRelease, perKeyFences: kind === "memory", random });
 }
 
@@ -195,6 +260,7 @@ function failing(store, rate, random) {
 
 export async function makeStoreFor(spec, { variant, errorRate, random, lib }) {
   if (variant === "no-wait") spec = { ...spec, waitForReplicas: undefined };
+  if (variant === "no-compare") spec = { ...spec, noCompare: true };
   const b = await backend(spec, lib);
   return { store: failing(broken(b.store, variant, b.forceRelease, spec.kind, random), errorRate, random), resource: b.resource, close: b.close };
 }
