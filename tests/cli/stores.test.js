@@ -5,8 +5,8 @@ import assert from "node:assert/strict";
 import { existsSync } from "node:fs";
 import { join } from "node:path";
 import { after, before, describe, test } from "node:test";
-import { startPostgres, startRedis, startRedisCluster } from "../stores/lib/servers.js";
-import { startUpstashFixture } from "./lib/upstash.js";
+import IORedis from "ioredis";
+import { startPostgres, startRedis, startRedisCluster, startUpstashFixture } from "../stores/lib/servers.js";
 import { keel, keelDone, readLog, tempDir, until, worker } from "./lib/cli.js";
 
 const servers = [];
@@ -34,7 +34,7 @@ const stores = {
   "Upstash REST": async () => {
     const redis = await startRedis();
     servers.push(redis);
-    const fixture = await startUpstashFixture(redis.port);
+    const fixture = await startUpstashFixture(redis.port, { IORedis });
     servers.push(fixture);
     return { url: fixture.url, env: { KEEL_LOCK_UPSTASH_TOKEN: fixture.token } };
   },

@@ -8,7 +8,10 @@ import { join } from "node:path";
 import { test } from "node:test";
 import { BIN, keel, keelDone, tempDir, until } from "./lib/cli.js";
 
+// script(1) (util-linux, on every Debian) gives COMMAND a pseudo-terminal; without it these tests
+// fail rather than skip.
 const hasScript = spawnSync("sh", ["-c", "command -v script"]).status === 0;
+test("script(1) is there to give keel-lock a terminal", () => assert.ok(hasScript, "script(1) not found: install util-linux"));
 const env = { XDG_RUNTIME_DIR: tempDir(), KEEL_LOCK_STORE: "" };
 const quote = (word) => `'${word.replace(/'/g, "'\\''")}'`;
 
@@ -32,7 +35,7 @@ function onTerminal(args, { input } = {}) {
   return { child, done, output: () => output };
 }
 
-test("waiting on a terminal: one status line, redrawn in place, naming the holder, cleared before COMMAND runs", { skip: !hasScript && "no script(1)" }, async () => {
+test("waiting on a terminal: one status line, redrawn in place, naming the holder, cleared before COMMAND runs", async () => {
   const dir = tempDir();
   const holder = keel(["run", "--metadata", "job one", "k-tty", "--", "sh", "-c", `touch ${dir}/ready; sleep 30`], { env });
   await until("the holder's COMMAND", () => existsSync(join(dir, "ready")));
@@ -45,7 +48,7 @@ test("waiting on a terminal: one status line, redrawn in place, naming the holde
   assert.match(waiter.output(), /\r\x1b\[Kran\r\n$/);
 });
 
-test("release --force on a terminal asks first, showing the holder", { skip: !hasScript && "no script(1)" }, async () => {
+test("release --force on a terminal asks first, showing the holder", async () => {
   const dir = tempDir();
   const holder = keel(["run", "--ttl", "6s", "--metadata", "job two", "k-ask", "--", "sh", "-c", `touch ${dir}/ready; sleep 30`], { env });
   await until("the holder's COMMAND", () => existsSync(join(dir, "ready")));

@@ -3,15 +3,14 @@
 // playwright-core) and headless Firefox (through geckodriver's WebDriver).
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { rmSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { build, preview } from "vite";
 import { chromium } from "playwright-core";
+import { withFirefox } from "./firefox.mjs";
 
 const root = fileURLToPath(new URL("./browser/", import.meta.url));
 const shim = (name) => fileURLToPath(new URL(`./browser/${name}`, import.meta.url));
-const GECKODRIVER = process.env.GECKODRIVER_BIN ?? `${process.env.HOME}/.cargo/bin/geckodriver`;
 // Long enough for every test in the page, on a busy machine.
 const RESULTS_WITHIN_MS = 180_000;
 
@@ -68,50 +67,20 @@ describe("the API in browsers", () => {
   });
 
   it("headless Firefox", async () => {
-    const port = 4444 + Math.floor(Math.random() * 1000);
-    const driver = spawn(GECKODRIVER, ["--port", String(port), "--host", "127.0.0.1"], { stdio: "ignore" });
-    const webdriver = async (method, path, body) => {
-      const response = await fetch(`http://127.0.0.1:${port}${path}`, {
-        method,
-        headers: { "content-type": "application/json" },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const json = await response.json();
-      if (!response.ok) throw new Error(`WebDriver ${method} ${path}: ${JSON.stringify(json.value)}`);
-      return json.value;
-    };
-    try {
-      for (let i = 0; ; i++) {
-        try {
-          await webdriver("GET", "/status");
-          break;
-        } catch (error) {
-          if (i > 100) throw error;
-          await new Promise((r) => setTimeout(r, 100));
-        }
+    await withFirefox(async (webdriver, session) => {
+      await webdriver("POST", `${session}/url`, { url });
+      const until = Date.now() + RESULTS_WITHIN_MS;
+      let results = null;
+      while (results === null && Date.now() < until) {
+        results = await webdriver("POST", `${session}/execute/sync`, {
+          script: "return window.__keelResults ?? null;",
+          args: [],
+        });
+        if (results === null) await new Promise((r) => setTimeout(r, 250));
       }
-      const { sessionId } = await webdriver("POST", "/session", {
-        capabilities: { alwaysMatch: { "moz:firefoxOptions": { args: ["-headless"] } } },
-      });
-      try {
-        await webdriver("POST", `/session/${sessionId}/url`, { url });
-        const until = Date.now() + RESULTS_WITHIN_MS;
-        let results = null;
-        while (results === null && Date.now() < until) {
-          results = await webdriver("POST", `/session/${sessionId}/execute/sync`, {
-            script: "return window.__keelResults ?? null;",
-            args: [],
-          });
-          if (results === null) await new Promise((r) => setTimeout(r, 250));
-        }
-        const agent = await webdriver("POST", `/session/${sessionId}/execute/sync`, { script: "return navigator.userAgent;", args: [] });
-        assert.match(agent, /Firefox/);
-        check(results, "Firefox");
-      } finally {
-        await webdriver("DELETE", `/session/${sessionId}`);
-      }
-    } finally {
-      driver.kill();
-    }
+      const agent = await webdriver("POST", `${session}/execute/sync`, { script: "return navigator.userAgent;", args: [] });
+      assert.match(agent, /Firefox/);
+      check(results, "Firefox");
+    });
   });
 });

@@ -6,14 +6,13 @@
 // granted, fences strictly increasing across all of them in the order they ran.
 import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { rmSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { build, preview } from "vite";
 import { chromium } from "playwright-core";
+import { withFirefox } from "./firefox.mjs";
 
 const root = fileURLToPath(new URL("./browser/", import.meta.url));
-const GECKODRIVER = process.env.GECKODRIVER_BIN ?? `${process.env.HOME}/.cargo/bin/geckodriver`;
 const WITHIN_MS = 240_000;
 const ROUNDS = 25; // per contender: 100 runs in all
 const UNITS = 11;
@@ -109,53 +108,22 @@ describe("keel-lock/indexeddb across pages and a worker", () => {
   });
 
   it("headless Firefox", async () => {
-    const port = 4444 + Math.floor(Math.random() * 1000);
-    const driver = spawn(GECKODRIVER, ["--port", String(port), "--host", "127.0.0.1"], { stdio: "ignore" });
-    const webdriver = async (method, path, body) => {
-      const response = await fetch(`http://127.0.0.1:${port}${path}`, {
-        method,
-        headers: { "content-type": "application/json" },
-        body: body === undefined ? undefined : JSON.stringify(body),
-      });
-      const json = await response.json();
-      if (!response.ok) throw new Error(`WebDriver ${method} ${path}: ${JSON.stringify(json.value)}`);
-      return json.value;
-    };
-    try {
-      for (let i = 0; ; i++) {
-        try {
-          await webdriver("GET", "/status");
-          break;
-        } catch (error) {
-          if (i > 100) throw error;
-          await new Promise((r) => setTimeout(r, 100));
+    await withFirefox(async (webdriver, session) => {
+      let first = true;
+      // WebDriver talks to one window at a time: each reader switches to its window first.
+      await scenario(async (url) => {
+        let handle = await webdriver("GET", `${session}/window`);
+        if (!first) {
+          ({ handle } = await webdriver("POST", `${session}/window/new`, { type: "window" }));
+          await webdriver("POST", `${session}/window`, { handle });
         }
-      }
-      const { sessionId } = await webdriver("POST", "/session", {
-        capabilities: { alwaysMatch: { "moz:firefoxOptions": { args: ["-headless"] } } },
-      });
-      const session = `/session/${sessionId}`;
-      try {
-        let first = true;
-        // WebDriver talks to one window at a time: each reader switches to its window first.
-        await scenario(async (url) => {
-          let handle = await webdriver("GET", `${session}/window`);
-          if (!first) {
-            ({ handle } = await webdriver("POST", `${session}/window/new`, { type: "window" }));
-            await webdriver("POST", `${session}/window`, { handle });
-          }
-          first = false;
-          await webdriver("POST", `${session}/url`, { url });
-          return async () => {
-            await webdriver("POST", `${session}/window`, { handle });
-            return webdriver("POST", `${session}/execute/sync`, { script: "return window.__idbResult ?? null;", args: [] });
-          };
-        }, "Firefox");
-      } finally {
-        await webdriver("DELETE", session);
-      }
-    } finally {
-      driver.kill();
-    }
+        first = false;
+        await webdriver("POST", `${session}/url`, { url });
+        return async () => {
+          await webdriver("POST", `${session}/window`, { handle });
+          return webdriver("POST", `${session}/execute/sync`, { script: "return window.__idbResult ?? null;", args: [] });
+        };
+      }, "Firefox");
+    });
   });
 });

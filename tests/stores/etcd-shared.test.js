@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { readLock, semaphore, setLockStore, writeLock } from "keel-lock";
 import { etcdLockStore } from "../../pkg/stores/etcd.js";
-import { sleep, startEtcdCluster } from "./lib/servers.js";
+import { sleep, startEtcdCluster, until } from "./lib/servers.js";
 
 let cluster;
 let store;
@@ -25,15 +25,6 @@ after(async () => {
   await cluster?.stop();
 });
 
-async function until(what, probe, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
-    await sleep(50);
-  }
-}
 const waitingOn = (key, n) => until(`${n} waiting on ${key}`, async () => (await store.inspect(key)).waiting === n);
 
 describe("acquireShared", () => {

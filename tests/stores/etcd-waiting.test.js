@@ -10,7 +10,7 @@ import assert from "node:assert/strict";
 import { after, before, describe, test } from "node:test";
 import { lock, setLockStore } from "keel-lock";
 import { etcdLockStore } from "../../pkg/stores/etcd.js";
-import { etcdCall, sleep, startEtcdCluster } from "./lib/servers.js";
+import { etcdCall, sleep, startEtcdCluster, until } from "./lib/servers.js";
 
 let cluster;
 const LONG = 30_000;
@@ -37,15 +37,6 @@ function countedStore(options = {}) {
   return { store, counts, total };
 }
 
-async function until(what, probe, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
-    await sleep(50);
-  }
-}
 
 const waitingOn = (store, key, n) => until(`${n} waiting on ${key}`, async () => (await store.inspect(key)).waiting === n);
 

@@ -9,7 +9,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 import { observe, setLockStore, lock } from "keel-lock";
 import { etcdLockStore } from "../../pkg/stores/etcd.js";
-import { freePort, sleep, startEtcdCluster } from "./lib/servers.js";
+import { freePort, sleep, startEtcdCluster, until } from "./lib/servers.js";
 
 let cluster;
 let store;
@@ -25,15 +25,6 @@ after(async () => {
   await cluster?.stop();
 });
 
-async function until(what, probe, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
-    await sleep(20);
-  }
-}
 
 const plain = (reports) => reports.map((r) => (r && r.held ? { fence: r.fence, held: true, metadata: r.metadata } : r));
 

@@ -11,7 +11,7 @@ import http from "node:http";
 import { after, before, describe, test } from "node:test";
 import { lock, setLockStore } from "keel-lock";
 import { etcdLockStore, etcdLockKeys, leaseSeconds, EtcdStoreError, DEFAULT_PREFIX } from "../../pkg/stores/etcd.js";
-import { etcdCall, freePort, sleep, startEtcdCluster } from "./lib/servers.js";
+import { etcdCall, freePort, sleep, startEtcdCluster, until } from "./lib/servers.js";
 
 let cluster;
 const b64 = (text) => Buffer.from(text, "utf8").toString("base64");
@@ -38,15 +38,6 @@ async function leaseOf(id) {
 }
 
 /** Polls `probe` until it answers truthy; fails after `ms` (a deadline, not a verdict on timing). */
-async function until(what, probe, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
-    await sleep(50);
-  }
-}
 
 describe("input", () => {
   test("options are checked when the store is made", () => {

@@ -209,6 +209,20 @@ export async function replicasCaughtUp(primaryPort, replicaPorts, { syncKey = "k
   if (answer[1] !== `:${replicaPorts.length}`) throw new Error(`the replicas of ${primaryPort} did not acknowledge a write within 10 s: ${answer.join(" ")}`);
 }
 
+/**
+ * Polls `probe` every `everyMs` until it answers something truthy, and answers that; throws,
+ * naming `what`, after `ms` (a deadline far past any stall, not a verdict on timing).
+ */
+export async function until(what, probe, ms = 20_000, everyMs = 50) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const value = await probe();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`${what}: not within ${ms} ms`);
+    await sleep(everyMs);
+  }
+}
+
 /** Resolves once process `pid` has stopped (SIGSTOP taken: state T in /proc/<pid>/stat). */
 export async function untilStopped(pid, { timeoutMs = 10_000 } = {}) {
   const file = `/proc/${pid}/stat`;
@@ -468,8 +482,9 @@ export async function startPostgres() {
 // With the request header `Upstash-Encoding: base64`, string results are base64 (as Upstash does).
 // Commands reach Redis unchanged through a real client connection (ioredis `call`).
 
-export async function startUpstashFixture(redisPort, { token = "keel-lock-test-token" } = {}) {
-  const { default: IORedis } = await import("ioredis");
+export async function startUpstashFixture(redisPort, { token = "keel-lock-test-token", IORedis } = {}) {
+  // A suite that installs its own ioredis passes it: this file's import resolves from tests/stores.
+  IORedis ??= (await import("ioredis")).default;
   const upstream = new IORedis({ host: "127.0.0.1", port: redisPort, lazyConnect: true });
   await upstream.connect();
   const encode = (value, base64) => {

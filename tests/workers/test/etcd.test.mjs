@@ -10,7 +10,7 @@ import { after, before, describe, it } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
 import { startEtcdWorker } from "../harness.mjs";
-import { startEtcdCluster, sleep } from "../../stores/lib/servers.js";
+import { sleep, startEtcdCluster, until } from "../../stores/lib/servers.js";
 import { lock, onLockEvent, setLockStore } from "../../../pkg/node/index.mjs";
 import { etcdLockStore } from "../../../pkg/stores/etcd.js";
 
@@ -49,15 +49,6 @@ function startLedger() {
   });
 }
 
-async function until(what, probe, ms = 20_000) {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await probe();
-    if (value) return value;
-    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
-    await sleep(50);
-  }
-}
 
 describe("keel-lock/etcd inside workerd", { concurrency: false }, () => {
   let cluster;
