@@ -48,6 +48,16 @@ run() {
   printf '\n--- %s: %s\n' "$name" "$*"
   "$@" 2>&1 | tee "$log"
   rc=${PIPESTATUS[0]}
+  # A browser whose renderer never answered the driver ran no test at all (the runner reports
+  # none as run, the driver "Timed out receiving message from renderer"): that is the browser
+  # failing to start the page, not a verdict on a test, so it is started once more, and said.
+  # A test that fails or hangs inside a page that did load is not retried.
+  if [ "$rc" -ne 0 ] && grep -aq 'Timed out receiving message from renderer' "$log" \
+    && grep -aq 'Failed to detect test as having been run' "$log" && ! grep -aq '^test .* \.\.\. ' "$log"; then
+    printf '\n--- %s: the browser never loaded the test page; starting it once more\n' "$name"
+    "$@" 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+  fi
   # The runner's libtest-style summary; there is exactly one for the one test crate we run.
   line=$(grep -aoE 'test result: [A-Za-z]+\. [0-9]+ passed; [0-9]+ failed; [0-9]+ ignored' "$log" | tail -n 1)
   passed=$(sed -nE 's/^test result: [A-Za-z]+\. ([0-9]+) passed.*/\1/p' <<<"$line")
